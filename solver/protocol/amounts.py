@@ -1,0 +1,87 @@
+"""Amounts on the wire: decimal strings in the smallest unit (spec 2, 2.12, 8).
+
+Amounts are Python ints everywhere inside the project. On the wire they are JSON *strings*:
+a JSON number is rejected (protocol-notes 2: "Numbers are rejected"), as is anything outside
+u128 (unsigned amounts) or i128 (the signed deltas of ``token_diff``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+
+U128_MAX = (1 << 128) - 1
+I128_MIN = -(1 << 127)
+I128_MAX = (1 << 127) - 1
+
+_UNSIGNED_RE = re.compile(r"(?:0|[1-9][0-9]*)")
+_SIGNED_RE = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+
+
+def parse_u128(value: object) -> int:
+    """Parse an unsigned amount string; raise ``ValueError`` naming what is wrong."""
+    if not isinstance(value, str):
+        raise ValueError(f"amount must be a decimal string, got {type(value).__name__}")
+    if len(value) > 40 or not _UNSIGNED_RE.fullmatch(value):
+        raise ValueError(f"amount {value[:50]!r} is not an unsigned decimal integer")
+    number = int(value)
+    if number > U128_MAX:
+        raise ValueError(f"amount {value} exceeds u128")
+    return number
+
+
+def parse_i128(value: object) -> int:
+    """Parse a signed delta string (``token_diff``); positive deltas may omit the sign."""
+    if not isinstance(value, str):
+        raise ValueError(f"delta must be a decimal string, got {type(value).__name__}")
+    if len(value) > 41 or not _SIGNED_RE.fullmatch(value):
+        raise ValueError(f"delta {value[:50]!r} is not a signed decimal integer")
+    number = int(value)
+    if not I128_MIN <= number <= I128_MAX:
+        raise ValueError(f"delta {value} is outside i128")
+    return number
+
+
+def check_u128(value: int) -> int:
+    """Raise ``ValueError`` unless ``value`` is an int within u128 (for values we compute)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U128_MAX:
+        raise ValueError(f"{value!r} is not a u128 amount")
+    return value
+
+
+def _validate_u128(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        # Python-side construction (our own code) passes ints; the wire only ever passes str.
+        return check_u128(value)
+    return parse_u128(value)
+
+
+def _validate_i128(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not I128_MIN <= value <= I128_MAX:
+            raise ValueError(f"{value} is outside i128")
+        return value
+    return parse_i128(value)
+
+
+def _validate_u128_wire(value: Any) -> int:
+    return parse_u128(value)
+
+
+U128 = Annotated[
+    int,
+    PlainValidator(_validate_u128),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": r"^(0|[1-9][0-9]*)$"}),
+]
+"""An unsigned amount: int in Python, decimal string on the wire."""
+
+I128 = Annotated[
+    int,
+    PlainValidator(_validate_i128),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": r"^[-+]?(0|[1-9][0-9]*)$"}),
+]
+"""A signed delta: int in Python, decimal string on the wire."""

@@ -1,0 +1,42 @@
+"""Byte encodings of the wire: base58 (Bitcoin alphabet) and standard base64 with padding."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import base58 as _base58
+
+from solver.errors import ProtocolError
+
+
+def b58encode(data: bytes) -> str:
+    """Base58 text of ``data`` (keys, signatures, intent hashes; protocol-notes 1)."""
+    return _base58.b58encode(data).decode("ascii")
+
+
+def b58decode(text: str, *, length: int | None = None, what: str = "base58 value") -> bytes:
+    """Decode base58 text, optionally requiring an exact byte length."""
+    try:
+        data: bytes = _base58.b58decode(text.encode("ascii"))
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ProtocolError(f"{what} is not valid base58") from exc
+    if length is not None and len(data) != length:
+        raise ProtocolError(f"{what} must be {length} bytes, got {len(data)}")
+    return data
+
+
+def b64encode(data: bytes) -> str:
+    """Standard base64 with padding (the nonce's form, spec 2.10 / 5.3)."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64decode(text: str, *, length: int | None = None, what: str = "base64 value") -> bytes:
+    """Strict standard base64 decode, optionally requiring an exact byte length."""
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        raise ProtocolError(f"{what} is not valid base64") from exc
+    if length is not None and len(data) != length:
+        raise ProtocolError(f"{what} must be {length} bytes, got {len(data)}")
+    return data

@@ -1,0 +1,156 @@
+"""ed25519 keys and signatures in their text forms (spec 2.11; protocol-notes 4).
+
+- public key: ``ed25519:`` + base58(32 bytes)
+- signature:  ``ed25519:`` + base58(64 bytes)
+- secret key: ``ed25519:`` + base58(32-byte seed ‖ 32-byte public key)
+
+A :class:`SecretKey` never shows its secret in ``repr``/``str`` and is only read from an
+environment variable or a file with owner-only permissions (see :func:`load_secret_key`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import nacl.exceptions
+import nacl.signing
+
+from solver.errors import ConfigError, SignatureError
+from solver.protocol.encoding import b58decode, b58encode
+
+ED25519_PREFIX = "ed25519:"
+
+
+def _strip_prefix(text: str, what: str) -> str:
+    if not isinstance(text, str) or not text.startswith(ED25519_PREFIX):
+        raise SignatureError(f"{what} must have the form ed25519:<base58>")
+    return text[len(ED25519_PREFIX) :]
+
+
+@dataclass(frozen=True, slots=True)
+class PublicKey:
+    """A 32-byte ed25519 public key."""
+
+    raw: bytes
+
+    @classmethod
+    def from_text(cls, text: str) -> PublicKey:
+        raw = b58decode(_strip_prefix(text, "public key"), length=32, what="public key")
+        return cls(raw)
+
+    def to_text(self) -> str:
+        return ED25519_PREFIX + b58encode(self.raw)
+
+    def implicit_account_id(self) -> str:
+        """The implicit account owning this key: 64 lowercase hex characters."""
+        return self.raw.hex()
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        """True when ``signature`` is a valid ed25519 signature of ``message`` by this key."""
+        try:
+            nacl.signing.VerifyKey(self.raw).verify(message, signature)
+        except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, ValueError):
+            return False
+        return True
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def parse_signature(text: str) -> bytes:
+    """The 64 raw bytes of an ``ed25519:<base58>`` signature."""
+    return b58decode(_strip_prefix(text, "signature"), length=64, what="signature")
+
+
+def format_signature(raw: bytes) -> str:
+    return ED25519_PREFIX + b58encode(raw)
+
+
+class SecretKey:
+    """An ed25519 signing key. Its secret never appears in repr, str, logs or exceptions."""
+
+    __slots__ = ("_signing", "public_key")
+
+    def __init__(self, seed: bytes) -> None:
+        if len(seed) != 32:
+            raise SignatureError("secret key seed must be 32 bytes")
+        self._signing = nacl.signing.SigningKey(seed)
+        self.public_key = PublicKey(bytes(self._signing.verify_key))
+
+    @classmethod
+    def generate(cls) -> SecretKey:
+        return cls(os.urandom(32))
+
+    @classmethod
+    def from_text(cls, text: str) -> SecretKey:
+        """Parse ``ed25519:<base58(seed ‖ public)>``; the public half must match the seed."""
+        body = text.strip()
+        if not body.startswith(ED25519_PREFIX):
+            raise SignatureError("secret key must have the form ed25519:<base58 of 64 bytes>")
+        try:
+            raw = b58decode(body[len(ED25519_PREFIX) :], length=64, what="secret key")
+        except SignatureError:
+            raise
+        except Exception:
+            # Never chain the original exception: it could quote the secret text.
+            raise SignatureError("secret key must be base58 of 64 bytes") from None
+        key = cls(raw[:32])
+        if key.public_key.raw != raw[32:]:
+            raise SignatureError("secret key's public half does not match its seed")
+        return key
+
+    def to_text(self) -> str:
+        """The secret in text form: only for writing a key file or an explicit --show-secret."""
+        return ED25519_PREFIX + b58encode(bytes(self._signing) + self.public_key.raw)
+
+    def sign(self, message: bytes) -> bytes:
+        return bytes(self._signing.sign(message).signature)
+
+    def __repr__(self) -> str:
+        return f"SecretKey(public_key={self.public_key.to_text()!r}, secret=<redacted>)"
+
+    __str__ = __repr__
+
+
+def load_secret_key(*, env: str | None = None, path: str | Path | None = None) -> SecretKey:
+    """Read a secret key from an environment variable or an owner-only file.
+
+    Files readable by group or others are refused, as ssh does: a key that others could read
+    is already compromised.
+    """
+    if env:
+        text = os.environ.get(env)
+        if not text:
+            raise ConfigError(f"environment variable {env} is not set or empty")
+        try:
+            return SecretKey.from_text(text)
+        except SignatureError as exc:
+            raise ConfigError(f"environment variable {env}: {exc}") from None
+    if path:
+        file = Path(path)
+        try:
+            mode = file.stat().st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise ConfigError(
+                    f"key file {file} must not be readable by group or others (chmod 600)"
+                )
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read key file {file}: {exc.strerror}") from None
+        try:
+            return SecretKey.from_text(text)
+        except SignatureError as exc:
+            raise ConfigError(f"key file {file}: {exc}") from None
+    raise ConfigError("no key source given: set an environment variable or a key file")
+
+
+def write_secret_key(key: SecretKey, path: str | Path) -> Path:
+    """Write the key file with mode 0600 from the start (never world-readable, even briefly)."""
+    file = Path(path)
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(key.to_text() + "\n")
+    return file

@@ -1,0 +1,542 @@
+"""The verifier contract as a pure state machine (spec 2.10–2.12, 4.6, 5.3, 7; protocol-notes 2–4).
+
+Nothing here does I/O or reads the clock: ``now`` is an argument. The servers of the sandbox
+wrap one :class:`VerifierLedger`; the backtest settles simulated fills on one.
+
+Checks per signed item, in the verifier's order (the first failure is the error reported):
+signature → JSON → recipient → deadline → signer holds the key → nonce salt/expiry → nonce
+unused → the intents in order. After the whole batch, the invariant: per token, the
+``token_diff`` deltas of the batch net to zero. Any failure rolls back the whole batch
+(all-or-nothing, spec 7.3) through an undo journal, so a failed batch leaves the state exactly
+as it was (:meth:`VerifierLedger.state_digest` is unchanged).
+
+Protocol fee (protocol-notes 2): ``fee_pips`` (1 pip = 1e-6, default 0 as in the spec) is
+charged on every negative ``token_diff`` delta as ``ceil(|delta| * fee / 1e6)``, debited from the
+signer on top of the delta and credited to ``fee_collector``; the invariant is over the deltas,
+and total supply is conserved because the fee only moves between accounts.
+
+``ft_withdraw`` and ``storage_deposit`` debit the signer and record an event: there is no
+external chain to pay out to in the sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from solver.errors import ProtocolError, SignatureError
+from solver.protocol.amounts import U128_MAX
+from solver.protocol.encoding import b58encode, b64decode, b64encode
+from solver.protocol.ids import is_eth_implicit_account, is_implicit_account, validate_account_id
+from solver.protocol.intents import (
+    AddPublicKey,
+    Erc191Signed,
+    FtWithdraw,
+    Nep413Signed,
+    RawEd25519Signed,
+    RemovePublicKey,
+    StorageDeposit,
+    TokenDiff,
+    Transfer,
+    format_deadline,
+    semantic_problem,
+)
+from solver.protocol.nonce import datetime_to_ns, parse_nonce
+from solver.protocol.signing import VerifiedItem, parse_signed, verify_signed
+
+SignedItem = Nep413Signed | RawEd25519Signed | Erc191Signed
+EVENT_STANDARD = "dip4"
+EVENT_VERSION = "0.3.0"
+DEFAULT_WRAPPED_NATIVE = "nep141:wrap.near"
+
+# The verifier's error texts (protocol-notes 2), matched by callers and tests.
+ERR_SIGNATURE = "invalid signature"
+ERR_JSON = "invalid JSON"
+ERR_RECIPIENT = "wrong verifying_contract"
+ERR_DEADLINE = "deadline has expired"
+ERR_SALT = "invalid salt"
+ERR_NONCE_EXPIRED = "nonce has expired"
+ERR_NONCE_DEADLINE = "intent deadline is after the nonce deadline"
+ERR_NONCE_USED = "nonce was already used"
+ERR_BALANCE = "insufficient balance or overflow"
+ERR_INVALID_INTENT = "invalid intent"
+ERR_INVARIANT = "invariant violated"
+
+
+def err_no_key(public_key: str, account: str) -> str:
+    return f"public key '{public_key}' doesn't exist for account '{account}'"
+
+
+def err_key_exists(public_key: str, account: str) -> str:
+    return f"public key '{public_key}' already exists for account '{account}'"
+
+
+class LedgerError(Exception):
+    """A batch was refused; ``text`` is the verifier's error, ``index`` the failing item."""
+
+    def __init__(self, text: str, index: int | None = None, detail: dict[str, Any] | None = None):
+        super().__init__(text if index is None else f"item {index}: {text}")
+        self.text = text
+        self.index = index
+        self.detail = detail or {}
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutedIntent:
+    intent_hash: str
+    account_id: str
+    nonce: str
+
+
+@dataclass(slots=True)
+class ExecutionResult:
+    """What one batch did: per-item intent hashes, events, and unmatched deltas (simulation)."""
+
+    executed: list[ExecutedIntent]
+    logs: list[str]
+    min_deadline: datetime | None
+    unmatched_deltas: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def intent_hashes(self) -> list[str]:
+        return [e.intent_hash for e in self.executed]
+
+
+_MISSING = object()
+
+
+class _Journal:
+    """Undo log: every mutation records the previous value so a batch can be rolled back."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[dict[Any, Any] | set[Any], Any, Any]] = []
+
+    def set_item(self, mapping: dict[Any, Any], key: Any, value: Any) -> None:
+        self.entries.append((mapping, key, mapping.get(key, _MISSING)))
+        mapping[key] = value
+
+    def add(self, target: set[Any], value: Any) -> None:
+        if value not in target:
+            self.entries.append((target, value, _MISSING))
+            target.add(value)
+
+    def discard(self, target: set[Any], value: Any) -> None:
+        if value in target:
+            self.entries.append((target, value, True))
+            target.discard(value)
+
+    def rollback(self) -> None:
+        for container, key, old in reversed(self.entries):
+            if isinstance(container, set):
+                if old is _MISSING:
+                    container.discard(key)
+                else:
+                    container.add(key)
+            elif old is _MISSING:
+                container.pop(key, None)
+            else:
+                container[key] = old
+        self.entries.clear()
+
+
+class VerifierLedger:
+    """Balances, keys, nonces, salts, fees and events of one verifier contract."""
+
+    def __init__(
+        self,
+        contract_id: str = "intents.sandbox",
+        *,
+        fee_pips: int = 0,
+        fee_collector: str | None = None,
+        wrapped_native: str = DEFAULT_WRAPPED_NATIVE,
+        seed: int | None = None,
+    ) -> None:
+        if not 0 <= fee_pips < 1_000_000:
+            raise ValueError("fee_pips must be in [0, 1e6)")
+        self.contract_id = contract_id
+        self.fee_pips = fee_pips
+        self.fee_collector = fee_collector or f"fees.{contract_id}"
+        self.wrapped_native = wrapped_native
+        self._rng = random.Random(seed)
+        self.balances: dict[str, dict[str, int]] = {}
+        self.keys: dict[str, set[str]] = {}
+        self.revoked_implicit: set[str] = set()  # implicit accounts whose own key was removed
+        self.used_nonces: dict[str, set[bytes]] = {}
+        self.salts: list[bytes] = [self._new_salt()]
+        self.events: list[str] = []
+
+    # ------------------------------------------------------------------ admin (sandbox only)
+
+    def deposit(self, account_id: str, token_id: str, amount: int) -> None:
+        """Credit tokens from outside (funding accounts in the sandbox and tests)."""
+        validate_account_id(account_id)
+        if amount < 0:
+            raise ValueError("deposit amount must be non-negative")
+        account = self.balances.setdefault(account_id, {})
+        new = account.get(token_id, 0) + amount
+        if new > U128_MAX:
+            raise ValueError(ERR_BALANCE)
+        account[token_id] = new
+
+    def register_key(self, account_id: str, public_key: str) -> None:
+        """Give a named account a key without an intent (how the sandbox bootstraps accounts)."""
+        validate_account_id(account_id)
+        self.keys.setdefault(account_id, set()).add(public_key)
+
+    def rotate_salt(self) -> str:
+        """Make a new salt current; older salts stay valid until invalidated (protocol-notes 3)."""
+        self.salts.append(self._new_salt())
+        return self.current_salt()
+
+    def invalidate_salts(self, salts: Iterable[str]) -> None:
+        """Invalidate old salts; the current salt cannot be invalidated (rotate first)."""
+        drop = {bytes.fromhex(s) for s in salts}
+        current = self.salts[-1]
+        self.salts = [s for s in self.salts if s not in drop or s == current]
+
+    # ------------------------------------------------------------------ views (spec 4.6, pn 4)
+
+    def current_salt(self) -> str:
+        return self.salts[-1].hex()
+
+    def mt_balance_of(self, account_id: str, token_id: str) -> int:
+        return self.balances.get(account_id, {}).get(token_id, 0)
+
+    def mt_batch_balance_of(self, account_id: str, token_ids: Sequence[str]) -> list[int]:
+        account = self.balances.get(account_id, {})
+        return [account.get(t, 0) for t in token_ids]
+
+    def is_nonce_used(self, account_id: str, nonce: str | bytes) -> bool:
+        raw = b64decode(nonce, length=32, what="nonce") if isinstance(nonce, str) else nonce
+        return raw in self.used_nonces.get(account_id, set())
+
+    def public_keys_of(self, account_id: str) -> list[str]:
+        found = set(self.keys.get(account_id, set()))
+        if is_implicit_account(account_id) and account_id not in self.revoked_implicit:
+            found.add("ed25519:" + b58encode(bytes.fromhex(account_id)))
+        return sorted(found)
+
+    def has_public_key(self, account_id: str, public_key: str) -> bool:
+        return public_key in self.public_keys_of(account_id) or self._owns_implicitly(
+            account_id, public_key, None
+        )
+
+    def fee(self) -> int:
+        return self.fee_pips
+
+    def total_supply(self, token_id: str) -> int:
+        return sum(acc.get(token_id, 0) for acc in self.balances.values())
+
+    def state_digest(self) -> str:
+        """sha256 of the canonical state: equal digests mean byte-for-byte equal state."""
+        state = {
+            "balances": {
+                a: {t: str(v) for t, v in sorted(b.items())}
+                for a, b in sorted(self.balances.items())
+            },
+            "keys": {a: sorted(k) for a, k in sorted(self.keys.items())},
+            "revoked": sorted(self.revoked_implicit),
+            "nonces": {a: sorted(n.hex() for n in s) for a, s in sorted(self.used_nonces.items())},
+            "salts": [s.hex() for s in self.salts],
+            "events": self.events,
+            "fee": self.fee_pips,
+        }
+        return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+    # ------------------------------------------------------------------ execution
+
+    def execute_intents(
+        self, signed: Sequence[SignedItem | dict[str, Any]], now: datetime
+    ) -> ExecutionResult:
+        """Execute a batch all-or-nothing; raise :class:`LedgerError` with the verifier's text."""
+        journal = _Journal()
+        try:
+            result = self._run(signed, now, journal)
+            if result.unmatched_deltas:
+                raise LedgerError(
+                    f"{ERR_INVARIANT}: unmatched deltas {_fmt_deltas(result.unmatched_deltas)}",
+                    detail={"unmatched_deltas": _fmt_deltas(result.unmatched_deltas)},
+                )
+        except BaseException:
+            journal.rollback()
+            raise
+        self.events.extend(result.logs)
+        return result
+
+    def simulate_intents(
+        self, signed: Sequence[SignedItem | dict[str, Any]], now: datetime
+    ) -> dict[str, Any]:
+        """Dry-run: same checks, no state change; the output shape of protocol-notes 4.
+
+        An unbalanced batch is not an error here: it is reported as ``invariant_violated``
+        (that is how a solver's single quote is checked for affordability).
+        """
+        journal = _Journal()
+        try:
+            result = self._run(signed, now, journal)
+        finally:
+            journal.rollback()
+        out: dict[str, Any] = {
+            "intents_executed": [
+                {"intent_hash": e.intent_hash, "account_id": e.account_id, "nonce": e.nonce}
+                for e in result.executed
+            ],
+            "logs": result.logs,
+            "min_deadline": format_deadline(result.min_deadline) if result.min_deadline else None,
+            "state": {"fee": self.fee_pips, "current_salt": self.current_salt()},
+        }
+        if result.unmatched_deltas:
+            out["invariant_violated"] = {
+                "error": "unmatched_deltas",
+                "unmatched_deltas": _fmt_deltas(result.unmatched_deltas),
+            }
+        return out
+
+    def _run(
+        self, signed: Sequence[SignedItem | dict[str, Any]], now: datetime, journal: _Journal
+    ) -> ExecutionResult:
+        if now.tzinfo is None:
+            raise ValueError("now must be timezone-aware")
+        executed: list[ExecutedIntent] = []
+        logs: list[str] = []
+        sums: dict[str, int] = {}
+        min_deadline: datetime | None = None
+        for index, raw_item in enumerate(signed):
+            item = self._verify(raw_item, index)
+            self._check_item(item, now, index)
+            message = item.message
+            signer = message.signer_id
+            journal.add(self.used_nonces.setdefault(signer, set()), item.nonce)
+            for intent in message.intents:
+                self._apply(intent, signer, item.intent_hash_text, journal, logs, sums, index)
+            nonce_text = b64encode(item.nonce)
+            executed.append(ExecutedIntent(item.intent_hash_text, signer, nonce_text))
+            logs.append(
+                _event(
+                    "intents_executed",
+                    [
+                        {
+                            "intent_hash": item.intent_hash_text,
+                            "account_id": signer,
+                            "nonce": nonce_text,
+                        }
+                    ],
+                )
+            )
+            if min_deadline is None or message.deadline < min_deadline:
+                min_deadline = message.deadline
+        unmatched = {token: total for token, total in sums.items() if total != 0}
+        return ExecutionResult(executed, logs, min_deadline, unmatched)
+
+    def _verify(self, raw_item: SignedItem | dict[str, Any], index: int) -> VerifiedItem:
+        try:
+            item = raw_item if isinstance(raw_item, BaseModel) else parse_signed(raw_item)
+            return verify_signed(item)
+        except SignatureError as exc:
+            raise LedgerError(ERR_SIGNATURE, index, {"detail": str(exc)}) from None
+        except ProtocolError as exc:
+            raise LedgerError(f"{ERR_JSON}: {exc}", index) from None
+
+    def _check_item(self, item: VerifiedItem, now: datetime, index: int) -> None:
+        message = item.message
+        if item.recipient != self.contract_id:
+            raise LedgerError(ERR_RECIPIENT, index)
+        if message.deadline < now:
+            raise LedgerError(ERR_DEADLINE, index)
+        signer = message.signer_id
+        if not self._holds_key(signer, item):
+            raise LedgerError(err_no_key(item.public_key, signer), index)
+        nonce = parse_nonce(item.nonce)
+        if nonce.salt not in self.salts:
+            raise LedgerError(ERR_SALT, index)
+        if nonce.deadline_ns is not None:
+            if nonce.deadline_ns < datetime_to_ns(now):
+                raise LedgerError(ERR_NONCE_EXPIRED, index)
+            if datetime_to_ns(message.deadline) > nonce.deadline_ns:
+                raise LedgerError(ERR_NONCE_DEADLINE, index)
+        if item.nonce in self.used_nonces.get(signer, set()):
+            raise LedgerError(ERR_NONCE_USED, index)
+
+    def _holds_key(self, account_id: str, item: VerifiedItem) -> bool:
+        if item.public_key in self.keys.get(account_id, set()):
+            return True
+        return self._owns_implicitly(account_id, item.public_key, item.key_owner)
+
+    def _owns_implicitly(self, account_id: str, public_key: str, owner: str | None) -> bool:
+        if account_id in self.revoked_implicit:
+            return False
+        if owner is not None and owner == account_id:
+            return is_implicit_account(account_id) or is_eth_implicit_account(account_id)
+        if is_implicit_account(account_id) and public_key.startswith("ed25519:"):
+            return "ed25519:" + b58encode(bytes.fromhex(account_id)) == public_key
+        return False
+
+    # ------------------------------------------------------------------ intents (spec 2.12)
+
+    def _apply(
+        self,
+        intent: BaseModel,
+        signer: str,
+        intent_hash: str,
+        journal: _Journal,
+        logs: list[str],
+        sums: dict[str, int],
+        index: int,
+    ) -> None:
+        problem = semantic_problem(intent, signer)
+        if problem:
+            raise LedgerError(f"{ERR_INVALID_INTENT}: {problem}", index)
+        if isinstance(intent, TokenDiff):
+            fees: dict[str, int] = {}
+            for token, delta in intent.diff.items():
+                if delta < 0:
+                    fee = (-delta * self.fee_pips + 999_999) // 1_000_000  # ceil
+                    self._debit(signer, token, -delta + fee, journal, index)
+                    if fee:
+                        self._credit(self.fee_collector, token, fee, journal, index)
+                        fees[token] = fee
+                else:
+                    self._credit(signer, token, delta, journal, index)
+                sums[token] = sums.get(token, 0) + delta
+            logs.append(
+                _event(
+                    "token_diff",
+                    [
+                        {
+                            "intent_hash": intent_hash,
+                            "account_id": signer,
+                            "diff": {t: str(d) for t, d in intent.diff.items()},
+                            "fees_collected": {t: str(f) for t, f in fees.items()},
+                        }
+                    ],
+                )
+            )
+        elif isinstance(intent, Transfer):
+            for token, amount in intent.tokens.items():
+                self._debit(signer, token, amount, journal, index)
+                self._credit(intent.receiver_id, token, amount, journal, index)
+            logs.append(
+                _event(
+                    "transfer",
+                    [
+                        {
+                            "intent_hash": intent_hash,
+                            "account_id": signer,
+                            "receiver_id": intent.receiver_id,
+                            "tokens": {t: str(a) for t, a in intent.tokens.items()},
+                            "memo": intent.memo,
+                        }
+                    ],
+                )
+            )
+        elif isinstance(intent, FtWithdraw):
+            self._debit(signer, f"nep141:{intent.token}", intent.amount, journal, index)
+            if intent.storage_deposit:
+                self._debit(signer, self.wrapped_native, intent.storage_deposit, journal, index)
+            logs.append(
+                _event(
+                    "ft_withdraw",
+                    [
+                        {
+                            "intent_hash": intent_hash,
+                            "account_id": signer,
+                            "token": intent.token,
+                            "receiver_id": intent.receiver_id,
+                            "amount": str(intent.amount),
+                            "storage_deposit": str(intent.storage_deposit)
+                            if intent.storage_deposit
+                            else None,
+                            "msg": intent.msg,
+                            "memo": intent.memo,
+                        }
+                    ],
+                )
+            )
+        elif isinstance(intent, StorageDeposit):
+            self._debit(signer, self.wrapped_native, intent.amount, journal, index)
+            logs.append(
+                _event(
+                    "storage_deposit",
+                    [
+                        {
+                            "intent_hash": intent_hash,
+                            "account_id": signer,
+                            "contract_id": intent.contract_id,
+                            "deposit_for_account_id": intent.account_id,
+                            "amount": str(intent.amount),
+                        }
+                    ],
+                )
+            )
+        elif isinstance(intent, AddPublicKey):
+            if intent.public_key in self.public_keys_of(signer):
+                raise LedgerError(err_key_exists(intent.public_key, signer), index)
+            journal.add(self.keys.setdefault(signer, set()), intent.public_key)
+            logs.append(
+                _event(
+                    "public_key_added", [{"account_id": signer, "public_key": intent.public_key}]
+                )
+            )
+        elif isinstance(intent, RemovePublicKey):
+            self._remove_key(signer, intent.public_key, journal, index)
+            logs.append(
+                _event(
+                    "public_key_removed", [{"account_id": signer, "public_key": intent.public_key}]
+                )
+            )
+        else:  # pragma: no cover - the discriminated union has no other members
+            raise LedgerError(ERR_INVALID_INTENT, index)
+
+    def _remove_key(self, signer: str, public_key: str, journal: _Journal, index: int) -> None:
+        keys = self.keys.setdefault(signer, set())
+        if public_key in keys:
+            journal.discard(keys, public_key)
+        elif self._owns_implicitly(signer, public_key, None):
+            journal.add(self.revoked_implicit, signer)
+        else:
+            raise LedgerError(err_no_key(public_key, signer), index)
+
+    def _debit(
+        self, account_id: str, token: str, amount: int, journal: _Journal, index: int
+    ) -> None:
+        balances = self.balances.setdefault(account_id, {})
+        current = balances.get(token, 0)
+        if amount > current:
+            raise LedgerError(ERR_BALANCE, index, {"token": token, "account_id": account_id})
+        journal.set_item(balances, token, current - amount)
+
+    def _credit(
+        self, account_id: str, token: str, amount: int, journal: _Journal, index: int
+    ) -> None:
+        balances = self.balances.setdefault(account_id, {})
+        new = balances.get(token, 0) + amount
+        if new > U128_MAX:
+            raise LedgerError(ERR_BALANCE, index, {"token": token, "account_id": account_id})
+        journal.set_item(balances, token, new)
+
+    def _new_salt(self) -> bytes:
+        while True:
+            salt = self._rng.getrandbits(32).to_bytes(4, "big")
+            if salt not in getattr(self, "salts", []):
+                return salt
+
+
+def _event(kind: str, data: list[dict[str, Any]]) -> str:
+    body = {"standard": EVENT_STANDARD, "version": EVENT_VERSION, "event": kind, "data": data}
+    return "EVENT_JSON:" + json.dumps(body, separators=(",", ":"))
+
+
+def _fmt_deltas(deltas: dict[str, int]) -> dict[str, str]:
+    return {token: str(total) for token, total in sorted(deltas.items())}
+
+
+def utc_now() -> datetime:
+    """The one wall-clock read of the sandbox servers (the ledger itself never reads it)."""
+    return datetime.now(UTC)

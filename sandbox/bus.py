@@ -1,0 +1,562 @@
+"""The message bus (spec 4.7, 3.2, 7.1; protocol-notes 6), transport-free.
+
+:class:`MessageBus` holds connected solvers, open quote requests, the registry of valid solver
+quotes by ``quote_hash`` and intent statuses. The FastAPI app in :mod:`sandbox.bus_server` only
+feeds it frames and requests; the logic is testable without sockets.
+
+Quote flow: ``quote`` fans a request out to every solver subscribed to ``quote`` with a fresh
+``quote_id``, waits ``min(solver_wait_ms, caller's wait_ms)`` or until every solver it asked has
+answered, and returns the valid answers best price first. Each answer is checked on arrival —
+signature, recipient, deadline at least ``min_deadline_ms`` ahead, the diff mirrors the request
+with the fixed side exact, and the solver can afford it (``simulate_intents``) — and refused with
+a JSON-RPC error carrying the reason otherwise.
+
+Publish flow: the user's item and the quoted solver items run as one batch. It is simulated at
+once (a failure answers ``FAILED`` with the verifier's reason), then it moves PENDING →
+TX_BROADCASTED (``quote_status`` goes to each solver whose quote was used) → executed on the
+ledger → SETTLED, or NOT_FOUND_OR_NOT_VALID if execution fails by then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from sandbox.chain import SandboxChain
+from sandbox.ledger import LedgerError
+from solver.errors import ProtocolError, SignatureError
+from solver.protocol import bus as wire
+from solver.protocol.encoding import b58encode
+from solver.protocol.intents import TokenDiff, format_deadline
+from solver.protocol.signing import first_error, intent_hash, parse_signed, verify_signed
+
+log = logging.getLogger("sandbox.bus")
+
+MAX_RECORDS = 200_000
+OUTBOX_LIMIT = 10_000
+
+
+class BusRpcError(Exception):
+    """A JSON-RPC error answer: ``code`` and a human reason."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(eq=False)
+class SolverConnection:
+    """One connected solver websocket; frames leave through a bounded outbox queue so one slow
+    solver never delays the fan-out to the others."""
+
+    conn_id: str
+    outbox: asyncio.Queue[str] = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
+    subscriptions: dict[str, str] = field(default_factory=dict)  # sub id -> kind
+    dropped_frames: int = 0
+
+    def subscription_for(self, kind: str) -> str | None:
+        for sub_id, sub_kind in self.subscriptions.items():
+            if sub_kind == kind:
+                return sub_id
+        return None
+
+    def push(self, frame: str) -> None:
+        try:
+            self.outbox.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.dropped_frames += 1
+
+
+@dataclass
+class _OpenQuote:
+    quote_id: str
+    params: wire.QuoteParams
+    asked: set[str]
+    answers: dict[str, tuple[str, dict[str, Any], int, int, datetime]] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class QuoteRecord:
+    quote_hash: str
+    conn_id: str
+    signed_data: dict[str, Any]
+    asset_in: str
+    asset_out: str
+    amount_in: int
+    amount_out: int
+    expiration: datetime
+    used: bool = False
+
+
+@dataclass
+class IntentRecord:
+    intent_hash: str
+    status: wire.IntentStatus
+    quote_hashes: list[str]
+    tx_hash: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class BusStats:
+    quote_requests: int = 0
+    quote_answers_ok: int = 0
+    quote_answers_rejected: dict[str, int] = field(default_factory=dict)
+    published: int = 0
+    publish_failed: dict[str, int] = field(default_factory=dict)
+    settled: int = 0
+    settlement_failed: dict[str, int] = field(default_factory=dict)
+    quote_status_sent: int = 0
+    quote_status_undeliverable: int = 0
+
+    def count(self, table: dict[str, int], reason: str) -> None:
+        key = reason.split(":", maxsplit=1)[0][:60]
+        table[key] = table.get(key, 0) + 1
+
+
+class MessageBus:
+    def __init__(
+        self,
+        chain: SandboxChain,
+        *,
+        asset_field_prefix: str = "core",
+        solver_wait_ms: int = wire.MAX_SOLVER_WAIT_MS,
+        settlement_delay_ms: int = 300,
+    ) -> None:
+        self.chain = chain
+        self.prefix = asset_field_prefix
+        self.solver_wait_ms = min(solver_wait_ms, wire.MAX_SOLVER_WAIT_MS)
+        self.settlement_delay_s = settlement_delay_ms / 1000
+        self.connections: dict[str, SolverConnection] = {}
+        self.open_quotes: dict[str, _OpenQuote] = {}
+        self.closed_quote_ids: OrderedDict[str, None] = OrderedDict()
+        self.quotes: OrderedDict[str, QuoteRecord] = OrderedDict()
+        self.intents: OrderedDict[str, IntentRecord] = OrderedDict()
+        self.stats = BusStats()
+        self._sub_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ connections
+
+    def connect(self) -> SolverConnection:
+        conn = SolverConnection(uuid.uuid4().hex)
+        self.connections[conn.conn_id] = conn
+        return conn
+
+    def disconnect(self, conn: SolverConnection) -> None:
+        self.connections.pop(conn.conn_id, None)
+        for pending in self.open_quotes.values():
+            if conn.conn_id in pending.asked:
+                pending.asked.discard(conn.conn_id)
+                if pending.asked <= set(pending.answers):
+                    pending.done.set()
+
+    async def handle_solver_frame(self, conn: SolverConnection, text: str) -> str | None:
+        """One text frame from a solver → the response frame (JSON-RPC 2.0)."""
+        try:
+            raw = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return _dump(wire.rpc_error(None, wire.PARSE_ERROR, "parse error: invalid JSON"))
+        request_id = raw.get("id") if isinstance(raw, dict) else None
+        try:
+            request = wire.JsonRpcRequest.model_validate(raw)
+        except ValidationError as exc:
+            return _dump(
+                wire.rpc_error(
+                    _safe_id(request_id),
+                    wire.INVALID_REQUEST,
+                    f"invalid request: {first_error(exc)}",
+                )
+            )
+        try:
+            result = self._solver_method(conn, request)
+        except BusRpcError as exc:
+            return _dump(wire.rpc_error(request.id, exc.code, exc.message))
+        return _dump(wire.rpc_result(request.id, result))
+
+    def _solver_method(self, conn: SolverConnection, request: wire.JsonRpcRequest) -> Any:
+        param = request.first_param()
+        if request.method == "subscribe":
+            if param not in ("quote", "quote_status"):
+                raise BusRpcError(
+                    wire.INVALID_PARAMS, 'subscribe takes ["quote"] or ["quote_status"]'
+                )
+            existing = conn.subscription_for(param)
+            if existing:
+                return existing
+            sub_id = f"{param}-{next(self._sub_ids)}"
+            conn.subscriptions[sub_id] = param
+            return sub_id
+        if request.method == "unsubscribe":
+            if not isinstance(param, str) or param not in conn.subscriptions:
+                raise BusRpcError(wire.INVALID_PARAMS, "unknown subscription id")
+            del conn.subscriptions[param]
+            return "OK"
+        if request.method == "quote_response":
+            self._accept_answer(conn, param)
+            return "OK"
+        raise BusRpcError(wire.METHOD_NOT_FOUND, f"method {request.method!r} not found")
+
+    # ------------------------------------------------------------------ quotes
+
+    async def quote(self, raw_params: Any) -> list[dict[str, Any]]:
+        """The ``quote`` method: fan out, wait, return valid answers best first (spec 4.7)."""
+        if not isinstance(raw_params, dict):
+            raise BusRpcError(wire.INVALID_PARAMS, "params[0] must be an object")
+        data = wire.rename_asset_fields(raw_params, self.prefix, "core")
+        try:
+            params = wire.QuoteParams.model_validate(data)
+        except ValidationError as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
+        wait_ms = self.solver_wait_ms
+        caller_wait = raw_params.get("wait_ms")
+        if isinstance(caller_wait, int) and not isinstance(caller_wait, bool) and caller_wait >= 0:
+            wait_ms = min(wait_ms, caller_wait)
+        self.stats.quote_requests += 1
+        pending = _OpenQuote(uuid.uuid4().hex, params, set())
+        event_data = wire.rename_asset_fields(
+            {"quote_id": pending.quote_id, **params.model_dump(mode="json", exclude_none=True)},
+            "core",
+            self.prefix,
+        )
+        for conn in list(self.connections.values()):
+            sub_id = conn.subscription_for("quote")
+            if sub_id is None:
+                continue
+            pending.asked.add(conn.conn_id)
+            frame = {
+                "jsonrpc": "2.0",
+                "method": "event",
+                "params": {
+                    "subscription": sub_id,
+                    "data": event_data,
+                    "metadata": {"partner_id": "sandbox"},
+                },
+            }
+            conn.push(_dump(frame))
+        if pending.asked:
+            self.open_quotes[pending.quote_id] = pending
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pending.done.wait(), wait_ms / 1000)
+            self.open_quotes.pop(pending.quote_id, None)
+        self._remember_closed(pending.quote_id)
+        results = [
+            QuoteRecord(
+                answer[0],
+                conn_id,
+                answer[1],
+                params.core_asset_identifier_in,
+                params.core_asset_identifier_out,
+                answer[2],
+                answer[3],
+                answer[4],
+            )
+            for conn_id, answer in pending.answers.items()
+        ]
+        for record in results:
+            self._store_quote(record)
+        if params.is_exact_in:
+            results.sort(key=lambda r: -r.amount_out)
+        else:
+            results.sort(key=lambda r: r.amount_in)
+        return [
+            wire.rename_asset_fields(
+                {
+                    "quote_hash": r.quote_hash,
+                    "core_asset_identifier_in": r.asset_in,
+                    "core_asset_identifier_out": r.asset_out,
+                    "amount_in": str(r.amount_in),
+                    "amount_out": str(r.amount_out),
+                    "expiration_time": format_deadline(r.expiration),
+                },
+                "core",
+                self.prefix,
+            )
+            for r in results
+        ]
+
+    def _accept_answer(self, conn: SolverConnection, param: Any) -> None:
+        try:
+            self._check_answer(conn, param)
+        except BusRpcError as exc:
+            self.stats.count(self.stats.quote_answers_rejected, exc.message)
+            raise
+
+    def _check_answer(self, conn: SolverConnection, param: Any) -> None:
+        if not isinstance(param, dict):
+            raise BusRpcError(wire.INVALID_PARAMS, "params[0] must be an object")
+        quote_id = param.get("quote_id")
+        pending = self.open_quotes.get(quote_id) if isinstance(quote_id, str) else None
+        if pending is None or conn.conn_id not in pending.asked:
+            if isinstance(quote_id, str) and quote_id in self.closed_quote_ids:
+                raise BusRpcError(
+                    wire.INVALID_PARAMS, "late answer: the bus stopped waiting for this quote_id"
+                )
+            raise BusRpcError(wire.INVALID_PARAMS, "unknown quote_id")
+        if conn.conn_id in pending.answers:
+            raise BusRpcError(wire.INVALID_PARAMS, "quote_id already answered by this solver")
+        try:
+            answer = wire.QuoteResponseParams.model_validate(param)
+        except ValidationError as exc:
+            raise BusRpcError(
+                wire.INVALID_PARAMS, f"invalid quote_response: {first_error(exc)}"
+            ) from None
+        signed = answer.signed_data
+        try:
+            verified = verify_signed(signed)
+        except SignatureError:
+            raise BusRpcError(wire.INVALID_PARAMS, "invalid signature") from None
+        except ProtocolError as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, f"invalid signed_data: {exc}") from None
+        now = self.chain.clock()
+        if verified.recipient != self.chain.ledger.contract_id:
+            raise BusRpcError(wire.INVALID_PARAMS, "wrong verifying_contract")
+        request = pending.params
+        if verified.message.deadline < now + timedelta(milliseconds=request.min_deadline_ms):
+            raise BusRpcError(
+                wire.INVALID_PARAMS, "deadline too short: must be at least min_deadline_ms ahead"
+            )
+        amount_in, amount_out = _mirrored_amounts(verified.message.intents, request)
+        output = answer.quote_output
+        if request.is_exact_in:
+            if amount_in != request.exact_amount or output.amount_out != amount_out:
+                raise BusRpcError(
+                    wire.INVALID_PARAMS,
+                    "quote does not match the request: exact amount_in or amount_out differs",
+                )
+        elif amount_out != request.exact_amount or output.amount_in != amount_in:
+            raise BusRpcError(
+                wire.INVALID_PARAMS,
+                "quote does not match the request: exact amount_out or amount_in differs",
+            )
+        signed_dict = signed.model_dump(mode="json", exclude_none=True)
+        try:
+            self.chain.ledger.simulate_intents([signed_dict], now)
+        except LedgerError as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, f"simulation failed: {exc.text}") from None
+        quote_hash = b58encode(verified.intent_hash)
+        pending.answers[conn.conn_id] = (
+            quote_hash,
+            signed_dict,
+            amount_in,
+            amount_out,
+            verified.message.deadline,
+        )
+        self.stats.quote_answers_ok += 1
+        if pending.asked <= set(pending.answers):
+            pending.done.set()
+
+    def _remember_closed(self, quote_id: str) -> None:
+        self.closed_quote_ids[quote_id] = None
+        while len(self.closed_quote_ids) > MAX_RECORDS:
+            self.closed_quote_ids.popitem(last=False)
+
+    def _store_quote(self, record: QuoteRecord) -> None:
+        self.quotes[record.quote_hash] = record
+        while len(self.quotes) > MAX_RECORDS:
+            self.quotes.popitem(last=False)
+
+    # ------------------------------------------------------------------ publish and status
+
+    async def publish_intent(self, raw_params: Any) -> dict[str, Any]:
+        try:
+            params = wire.PublishIntentParams.model_validate(raw_params)
+        except ValidationError as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
+        result = self._publish(params.quote_hashes, [params.signed_data])
+        hashes = result.pop("intent_hashes")
+        if hashes:
+            result["intent_hash"] = hashes[0]
+        return result
+
+    async def publish_intents(self, raw_params: Any) -> dict[str, Any]:
+        try:
+            params = wire.PublishIntentsParams.model_validate(raw_params)
+        except ValidationError as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
+        if not params.signed_datas:
+            raise BusRpcError(wire.INVALID_PARAMS, "signed_datas must not be empty")
+        return self._publish(params.quote_hashes, list(params.signed_datas))
+
+    def _publish(self, quote_hashes: list[str], user_items: list[Any]) -> dict[str, Any]:
+        user_hashes = [b58encode(intent_hash(item)) for item in user_items]
+        failed = self._check_publish(quote_hashes, user_hashes)
+        if failed:
+            self.stats.count(self.stats.publish_failed, failed)
+            return {"status": "FAILED", "reason": failed, "intent_hashes": user_hashes}
+        records = [self.quotes[h] for h in quote_hashes]
+        batch = [r.signed_data for r in records] + [
+            item.model_dump(mode="json", exclude_none=True) for item in user_items
+        ]
+        try:
+            simulated = self.chain.ledger.simulate_intents(batch, self.chain.clock())
+        except LedgerError as exc:
+            self.stats.count(self.stats.publish_failed, exc.text)
+            return {"status": "FAILED", "reason": exc.text, "intent_hashes": user_hashes}
+        if "invariant_violated" in simulated:
+            unmatched = simulated["invariant_violated"]["unmatched_deltas"]
+            reason = f"invariant violated: unmatched deltas {unmatched}"
+            self.stats.count(self.stats.publish_failed, reason)
+            return {"status": "FAILED", "reason": reason, "intent_hashes": user_hashes}
+        for record in records:
+            record.used = True
+        intent_records = []
+        for user_hash in user_hashes:
+            rec = IntentRecord(user_hash, wire.IntentStatus.PENDING, list(quote_hashes))
+            self._store_intent(user_hash, rec)
+            intent_records.append(rec)
+        for record in records:  # a solver may also follow its own quote hash
+            self._store_intent(record.quote_hash, intent_records[0])
+        self.stats.published += 1
+        task = asyncio.get_running_loop().create_task(self._settle(batch, records, intent_records))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return {"status": "OK", "intent_hashes": user_hashes}
+
+    def _check_publish(self, quote_hashes: list[str], user_hashes: list[str]) -> str | None:
+        now = self.chain.clock()
+        for user_hash in user_hashes:
+            if user_hash in self.intents:
+                return "already processed"
+        for quote_hash in quote_hashes:
+            record = self.quotes.get(quote_hash)
+            if record is None:
+                return f"unknown quote hash {quote_hash}"
+            if record.used:
+                return "already processed"
+            if record.expiration < now:
+                return "expired"
+        if len(set(quote_hashes)) != len(quote_hashes):
+            return "duplicate quote hash"
+        return None
+
+    async def _settle(
+        self, batch: list[dict[str, Any]], quotes: list[QuoteRecord], intents: list[IntentRecord]
+    ) -> None:
+        await asyncio.sleep(self.settlement_delay_s / 2)
+        tx_hash = self.chain.next_tx_hash()
+        for rec in intents:
+            rec.status, rec.tx_hash = wire.IntentStatus.TX_BROADCASTED, tx_hash
+        for quote in quotes:
+            self._send_quote_status(quote, intents[0].intent_hash, tx_hash)
+        await asyncio.sleep(self.settlement_delay_s / 2)
+        try:
+            self.chain.execute(batch)
+        except LedgerError as exc:
+            for rec in intents:
+                rec.status, rec.reason = wire.IntentStatus.NOT_FOUND_OR_NOT_VALID, exc.text
+            self.stats.count(self.stats.settlement_failed, exc.text)
+            log.info("settlement of %s failed: %s", intents[0].intent_hash, exc.text)
+            return
+        for rec in intents:
+            rec.status = wire.IntentStatus.SETTLED
+        self.stats.settled += 1
+
+    def _send_quote_status(self, quote: QuoteRecord, user_hash: str, tx_hash: str) -> None:
+        conn = self.connections.get(quote.conn_id)
+        sub_id = conn.subscription_for("quote_status") if conn else None
+        if conn is None or sub_id is None:
+            self.stats.quote_status_undeliverable += 1
+            return
+        frame = {
+            "jsonrpc": "2.0",
+            "method": "event",
+            "params": {
+                "subscription": sub_id,
+                "data": {
+                    "quote_hash": quote.quote_hash,
+                    "intent_hash": user_hash,
+                    "tx_hash": tx_hash,
+                },
+                "metadata": {},
+            },
+        }
+        conn.push(_dump(frame))
+        self.stats.quote_status_sent += 1
+
+    def _store_intent(self, key: str, record: IntentRecord) -> None:
+        self.intents[key] = record
+        while len(self.intents) > MAX_RECORDS:
+            self.intents.popitem(last=False)
+
+    def get_status(self, raw_params: Any) -> dict[str, Any]:
+        try:
+            params = wire.GetStatusParams.model_validate(raw_params)
+        except ValidationError as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
+        record = self.intents.get(params.intent_hash)
+        if record is None:
+            return {
+                "intent_hash": params.intent_hash,
+                "status": wire.IntentStatus.NOT_FOUND_OR_NOT_VALID.value,
+            }
+        out: dict[str, Any] = {"intent_hash": params.intent_hash, "status": record.status.value}
+        if record.tx_hash:
+            out["data"] = {"hash": record.tx_hash}
+        return out
+
+    async def rpc(self, method: str, param: Any) -> Any:
+        """Dispatch one ``/rpc`` method (spec 4.7)."""
+        handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
+            "quote": self.quote,
+            "publish_intent": self.publish_intent,
+            "publish_intents": self.publish_intents,
+        }
+        if method == "get_status":
+            return self.get_status(param)
+        handler = handlers.get(method)
+        if handler is None:
+            raise BusRpcError(wire.METHOD_NOT_FOUND, f"method {method!r} not found")
+        return await handler(param)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _mirrored_amounts(intents: list[Any], request: wire.QuoteParams) -> tuple[int, int]:
+    """The solver's diff must be exactly ``{asset_in: +amount_in, asset_out: -amount_out}``."""
+    if len(intents) != 1 or not isinstance(intents[0], TokenDiff):
+        raise BusRpcError(wire.INVALID_PARAMS, "quote must sign exactly one token_diff intent")
+    diff = intents[0].diff
+    asset_in, asset_out = request.core_asset_identifier_in, request.core_asset_identifier_out
+    if set(diff) != {asset_in, asset_out}:
+        raise BusRpcError(
+            wire.INVALID_PARAMS, "quote does not match the request: token_diff assets differ"
+        )
+    amount_in, amount_out = diff[asset_in], -diff[asset_out]
+    if amount_in <= 0 or amount_out <= 0:
+        raise BusRpcError(
+            wire.INVALID_PARAMS,
+            "quote does not match the request: solver must receive asset_in and give asset_out",
+        )
+    return amount_in, amount_out
+
+
+def _safe_id(value: Any) -> int | str | None:
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
+def _dump(obj: Any) -> str:
+    return orjson.dumps(obj).decode("utf-8")
+
+
+def parse_user_item(data: Any) -> Any:
+    """Validate a user's signed item (any standard); exposed for the swap API."""
+    return parse_signed(data)

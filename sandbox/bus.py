@@ -37,6 +37,7 @@ from sandbox.chain import SandboxChain
 from sandbox.ledger import LedgerError
 from solver.errors import ProtocolError, SignatureError
 from solver.protocol import bus as wire
+from solver.protocol.amounts import WIRE
 from solver.protocol.encoding import b58encode
 from solver.protocol.intents import TokenDiff, format_deadline
 from solver.protocol.signing import first_error, intent_hash, parse_signed, verify_signed
@@ -172,7 +173,7 @@ class MessageBus:
             return _dump(wire.rpc_error(None, wire.PARSE_ERROR, "parse error: invalid JSON"))
         request_id = raw.get("id") if isinstance(raw, dict) else None
         try:
-            request = wire.JsonRpcRequest.model_validate(raw)
+            request = wire.JsonRpcRequest.model_validate(raw, context=WIRE)
         except ValidationError as exc:
             return _dump(
                 wire.rpc_error(
@@ -218,7 +219,7 @@ class MessageBus:
             raise BusRpcError(wire.INVALID_PARAMS, "params[0] must be an object")
         data = wire.rename_asset_fields(raw_params, self.prefix, "core")
         try:
-            params = wire.QuoteParams.model_validate(data)
+            params = wire.QuoteParams.model_validate(data, context=WIRE)
         except ValidationError as exc:
             raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
         wait_ms = self.solver_wait_ms
@@ -309,7 +310,7 @@ class MessageBus:
         if conn.conn_id in pending.answers:
             raise BusRpcError(wire.INVALID_PARAMS, "quote_id already answered by this solver")
         try:
-            answer = wire.QuoteResponseParams.model_validate(param)
+            answer = wire.QuoteResponseParams.model_validate(param, context=WIRE)
         except ValidationError as exc:
             raise BusRpcError(
                 wire.INVALID_PARAMS, f"invalid quote_response: {first_error(exc)}"
@@ -373,7 +374,7 @@ class MessageBus:
 
     async def publish_intent(self, raw_params: Any) -> dict[str, Any]:
         try:
-            params = wire.PublishIntentParams.model_validate(raw_params)
+            params = wire.PublishIntentParams.model_validate(raw_params, context=WIRE)
         except ValidationError as exc:
             raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
         result = self._publish(params.quote_hashes, [params.signed_data])
@@ -384,7 +385,7 @@ class MessageBus:
 
     async def publish_intents(self, raw_params: Any) -> dict[str, Any]:
         try:
-            params = wire.PublishIntentsParams.model_validate(raw_params)
+            params = wire.PublishIntentsParams.model_validate(raw_params, context=WIRE)
         except ValidationError as exc:
             raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
         if not params.signed_datas:
@@ -494,7 +495,7 @@ class MessageBus:
 
     def get_status(self, raw_params: Any) -> dict[str, Any]:
         try:
-            params = wire.GetStatusParams.model_validate(raw_params)
+            params = wire.GetStatusParams.model_validate(raw_params, context=WIRE)
         except ValidationError as exc:
             raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
         record = self.intents.get(params.intent_hash)

@@ -122,6 +122,13 @@ class _Journal:
         self.entries.append((mapping, key, mapping.get(key, _MISSING)))
         mapping[key] = value
 
+    def setdefault(self, mapping: dict[Any, Any], key: Any, default: Any) -> Any:
+        """``mapping.setdefault`` whose insertion is undone by :meth:`rollback`."""
+        if key not in mapping:
+            self.entries.append((mapping, key, _MISSING))
+            mapping[key] = default
+        return mapping[key]
+
     def add(self, target: set[Any], value: Any) -> None:
         if value not in target:
             self.entries.append((target, value, _MISSING))
@@ -313,7 +320,7 @@ class VerifierLedger:
             self._check_item(item, now, index)
             message = item.message
             signer = message.signer_id
-            journal.add(self.used_nonces.setdefault(signer, set()), item.nonce)
+            journal.add(journal.setdefault(self.used_nonces, signer, set()), item.nonce)
             for intent in message.intents:
                 self._apply(intent, signer, item.intent_hash_text, journal, logs, sums, index)
             nonce_text = b64encode(item.nonce)
@@ -478,7 +485,7 @@ class VerifierLedger:
         elif isinstance(intent, AddPublicKey):
             if intent.public_key in self.public_keys_of(signer):
                 raise LedgerError(err_key_exists(intent.public_key, signer), index)
-            journal.add(self.keys.setdefault(signer, set()), intent.public_key)
+            journal.add(journal.setdefault(self.keys, signer, set()), intent.public_key)
             logs.append(
                 _event(
                     "public_key_added", [{"account_id": signer, "public_key": intent.public_key}]
@@ -495,7 +502,7 @@ class VerifierLedger:
             raise LedgerError(ERR_INVALID_INTENT, index)
 
     def _remove_key(self, signer: str, public_key: str, journal: _Journal, index: int) -> None:
-        keys = self.keys.setdefault(signer, set())
+        keys = self.keys.get(signer, set())
         if public_key in keys:
             journal.discard(keys, public_key)
         elif self._owns_implicitly(signer, public_key, None):
@@ -506,7 +513,7 @@ class VerifierLedger:
     def _debit(
         self, account_id: str, token: str, amount: int, journal: _Journal, index: int
     ) -> None:
-        balances = self.balances.setdefault(account_id, {})
+        balances = journal.setdefault(self.balances, account_id, {})
         current = balances.get(token, 0)
         if amount > current:
             raise LedgerError(ERR_BALANCE, index, {"token": token, "account_id": account_id})
@@ -515,7 +522,7 @@ class VerifierLedger:
     def _credit(
         self, account_id: str, token: str, amount: int, journal: _Journal, index: int
     ) -> None:
-        balances = self.balances.setdefault(account_id, {})
+        balances = journal.setdefault(self.balances, account_id, {})
         new = balances.get(token, 0) + amount
         if new > U128_MAX:
             raise LedgerError(ERR_BALANCE, index, {"token": token, "account_id": account_id})

@@ -81,7 +81,7 @@ class Sandbox:
             settlement_delay_ms=config.bus.settlement_delay_ms,
         )
         self.rpc_faults = RpcNodeFaults()
-        self.prices = PriceProcess(config.tokens, config.prices, seed=config.seed)
+        self.prices = PriceProcess(config.tokens, seed=config.seed, spec=config.prices)
         api_key = os.environ.get(config.bus.api_key_env) if config.bus.api_key_env else None
         self.services: dict[str, _Service] = {
             "relay": _Service(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic import PlainSerializer, PlainValidator, ValidationInfo, WithJsonSchema
 
 U128_MAX = (1 << 128) - 1
 I128_MIN = -(1 << 127)
@@ -51,23 +51,29 @@ def check_u128(value: int) -> int:
     return value
 
 
-def _validate_u128(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        # Python-side construction (our own code) passes ints; the wire only ever passes str.
+WIRE: dict[str, Any] = {"wire": True}
+"""Validation context for anything that came off the wire: ``Model.model_validate(data,
+context=WIRE)``. JSON numbers arrive as Python ints, so only the context tells a number on the
+wire (rejected, protocol-notes 2) from an int our own code passes when it builds a model."""
+
+
+def from_wire(info: ValidationInfo) -> bool:
+    context = info.context
+    return info.mode == "json" or (isinstance(context, dict) and bool(context.get("wire")))
+
+
+def _validate_u128(value: Any, info: ValidationInfo) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and not from_wire(info):
         return check_u128(value)
     return parse_u128(value)
 
 
-def _validate_i128(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
+def _validate_i128(value: Any, info: ValidationInfo) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and not from_wire(info):
         if not I128_MIN <= value <= I128_MAX:
             raise ValueError(f"{value} is outside i128")
         return value
     return parse_i128(value)
-
-
-def _validate_u128_wire(value: Any) -> int:
-    return parse_u128(value)
 
 
 U128 = Annotated[

@@ -24,6 +24,7 @@ from Crypto.Hash import keccak
 from pydantic import BaseModel, ValidationError
 
 from solver.errors import ProtocolError, SignatureError
+from solver.protocol.amounts import WIRE
 from solver.protocol.encoding import b58decode, b58encode, b64decode, b64encode
 from solver.protocol.intents import (
     SIGNED_INTENT_ADAPTER,
@@ -172,7 +173,7 @@ class VerifiedItem:
 def parse_signed(data: Any) -> Nep413Signed | RawEd25519Signed | Erc191Signed:
     """Validate the wrapper of a signed item (2.11); errors name the field."""
     try:
-        return SIGNED_INTENT_ADAPTER.validate_python(data)
+        return SIGNED_INTENT_ADAPTER.validate_python(data, context=WIRE)
     except ValidationError as exc:
         raise ProtocolError(f"invalid signed intent: {first_error(exc)}") from None
 
@@ -201,7 +202,7 @@ def _parse_message(text: str) -> IntentMessage:
     except orjson.JSONDecodeError:
         raise ProtocolError("message is not valid JSON") from None
     try:
-        return IntentMessage.model_validate(data)
+        return IntentMessage.model_validate(data, context=WIRE)
     except ValidationError as exc:
         raise ProtocolError(f"invalid message: {first_error(exc)}") from None
 

@@ -1,0 +1,89 @@
+"""The ``solver`` dispatcher: version, usage errors, interrupts and bugs become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import solver
+import solver.cli_intents
+from solver.cli import COMMAND_MODULES, build_parser, error_line, main
+from solver.errors import RemoteError
+from tests.cli.helpers import SALT_HEX, assert_one_line_error
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"solver {solver.__version__}\n"
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["intents", "verify", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "ledger matter" in out.replace("\n", " ") or "NOT checked" in out
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["bogus"], ["intents"], ["intents", "nonce"], ["--no-such-flag"]]
+)
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_one_line_error(captured.err)
+    assert "--help" in captured.err
+
+
+def test_every_registered_module_adds_its_group() -> None:
+    parser = build_parser()
+    assert COMMAND_MODULES == ("solver.cli_intents", "solver.cli_keys")
+    groups = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"intents", "keys"} <= set(groups.choices)
+
+
+def _raiser(exc: BaseException) -> object:
+    def handler(args: argparse.Namespace) -> int:
+        raise exc
+
+    return handler
+
+
+def test_keyboard_interrupt_is_130_and_quiet(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(solver.cli_intents, "cmd_nonce", _raiser(KeyboardInterrupt()))
+    assert main(["intents", "nonce", "--salt", SALT_HEX]) == 130
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "")
+
+
+def test_solver_errors_are_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        solver.cli_intents, "cmd_nonce", _raiser(RemoteError("invalid salt\nsecond line"))
+    )
+    assert main(["intents", "nonce", "--salt", SALT_HEX]) == 2
+    assert capsys.readouterr().err == "solver: error: invalid salt second line\n"
+
+
+def test_a_bug_is_one_line_without_its_message_unless_asked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(solver.cli_intents, "cmd_nonce", _raiser(ValueError("private detail")))
+    assert main(["intents", "nonce", "--salt", SALT_HEX]) == 70
+    err = capsys.readouterr().err
+    assert_one_line_error(err)
+    assert "ValueError" in err
+    assert "private detail" not in err
+
+    with pytest.raises(ValueError, match="private detail"):
+        main(["--traceback", "intents", "nonce", "--salt", SALT_HEX])
+
+
+def test_error_line_redacts_secret_shaped_text() -> None:
+    secret = "ed25519:" + "3" * 87
+    public = "ed25519:" + "4" * 44
+    line = error_line(f"bad {secret} and {public}")
+    assert line == f"solver: error: bad ed25519:<redacted> and {public}"

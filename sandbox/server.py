@@ -138,7 +138,7 @@ class Sandbox:
     async def start_service(self, name: str, port: int | None = None) -> None:
         """Start (or restart, on its previous port) one service."""
         service = self.services[name]
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, service.port if port is None else port))
         service.port = sock.getsockname()[1]

@@ -189,7 +189,6 @@ def _parse_unsigned(data: Any) -> UnsignedPayload:
         raise ProtocolError(f"invalid unsigned payload: {first_error(exc)}") from None
 
 
-
 def payload_problems(payload: UnsignedPayload, nonce: bytes, now: datetime) -> list[str]:
     """What the verifier would reject in a well-formed payload (protocol-notes 2, 3).
 

@@ -285,23 +285,23 @@ def test_sign_refuses_a_truncated_payload(
     [
         (
             {"intents": [{"intent": "token_diff", "diff": {"nep141:usdc.near": -1000}}]},
-            "intents.0.diff.nep141:usdc.near: amounts must be decimal strings",
+            "intents.0.token_diff.diff.nep141:usdc.near: Value error, delta must be a decimal string",
         ),
         (
             {
                 "intents": [
-                    {"intent": "transfer", "receiver_id": "b.near", "tokens": {"nep141:a": 7}}
+                    {"intent": "transfer", "receiver_id": "b.near", "tokens": {"nep141:ab.near": 7}}
                 ]
             },
-            "intents.0.tokens.nep141:a: amounts must be decimal strings",
+            "intents.0.transfer.tokens.nep141:ab.near: Value error, amount must be a decimal string",
         ),
         (
             {
                 "intents": [
-                    {"intent": "ft_withdraw", "token": "a", "receiver_id": "b", "amount": 1.5}
+                    {"intent": "ft_withdraw", "token": "ab", "receiver_id": "bc", "amount": 1.5}
                 ]
             },
-            "intents.0.amount: amounts must be decimal strings",
+            "intents.0.ft_withdraw.amount: Value error, amount must be a decimal string",
         ),
         (
             {"intents": [{"intent": "token_diff", "diff": {"nep141:usdc.near": True}}]},

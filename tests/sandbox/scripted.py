@@ -32,9 +32,9 @@ def sandbox_config(**bus: Any) -> SandboxConfig:
             USDC: TokenSpec(symbol="USDC", decimals=6, usd=1.0),
             NEAR: TokenSpec(symbol="wNEAR", decimals=24, usd=3.0),
         },
-        bus={"solver_wait_ms": 600, "settlement_delay_ms": 100, **bus},  # type: ignore[arg-type]
-        takers={"enabled": False},  # type: ignore[arg-type]
-        state_dir="var/test-sandbox",  # type: ignore[arg-type]
+        bus={"solver_wait_ms": 600, "settlement_delay_ms": 100, **bus},
+        takers={"enabled": False},
+        state_dir="var/test-sandbox",
     )
 
 
@@ -70,6 +70,7 @@ class ScriptedSolver:
         self.signed: dict[str, Answer] = {}
         self._ids = itertools.count(100)
         self._ws: ClientConnection | None = None
+        self._subscribed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, headers: dict[str, str] | None = None) -> None:
@@ -83,8 +84,7 @@ class ScriptedSolver:
             )
         )
         self._task = asyncio.create_task(self._loop())
-        while 1 not in self.replies or 2 not in self.replies:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(self._subscribed.wait(), 5)
 
     async def stop(self) -> None:
         if self._task:
@@ -111,6 +111,8 @@ class ScriptedSolver:
                     self.statuses.append(data)
             else:
                 self.replies[frame.get("id") if isinstance(frame.get("id"), int) else -1] = frame
+                if 1 in self.replies and 2 in self.replies:
+                    self._subscribed.set()
 
     def build_answer(self, event: dict[str, Any]) -> Answer:
         asset_in, asset_out = event["core_asset_identifier_in"], event["core_asset_identifier_out"]

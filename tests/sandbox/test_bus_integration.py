@@ -430,29 +430,28 @@ async def test_bearer_key_guards_ws_and_rpc(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 async def test_asset_field_prefix_is_one_config_value(client: httpx.AsyncClient) -> None:
-    async with Sandbox(sandbox_config(asset_field_prefix="defuse"), run_takers=False) as sb:
-        async with connect(sb.urls()["relay_ws"]) as ws:
-            await ws.send(
-                orjson.dumps(
-                    {"jsonrpc": "2.0", "id": 1, "method": "subscribe", "params": ["quote"]}
-                )
+    async with (
+        Sandbox(sandbox_config(asset_field_prefix="defuse"), run_takers=False) as sb,
+        connect(sb.urls()["relay_ws"]) as ws,
+    ):
+        await ws.send(
+            orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "subscribe", "params": ["quote"]})
+        )
+        await ws.recv()
+        pending = asyncio.create_task(
+            rpc(
+                client,
+                sb.urls()["relay_rpc"],
+                "quote",
+                {
+                    "defuse_asset_identifier_in": NEAR,
+                    "defuse_asset_identifier_out": USDC,
+                    "exact_amount_in": "5",
+                },
             )
-            await ws.recv()
-            pending = asyncio.create_task(
-                rpc(
-                    client,
-                    sb.urls()["relay_rpc"],
-                    "quote",
-                    {
-                        "defuse_asset_identifier_in": NEAR,
-                        "defuse_asset_identifier_out": USDC,
-                        "exact_amount_in": "5",
-                    },
-                )
-            )
-            event = orjson.loads(await ws.recv())["params"]["data"]
-            assert (
-                event["defuse_asset_identifier_in"] == NEAR
-                and "core_asset_identifier_in" not in event
-            )
-            assert (await pending)["result"] == []
+        )
+        event = orjson.loads(await ws.recv())["params"]["data"]
+        assert (
+            event["defuse_asset_identifier_in"] == NEAR and "core_asset_identifier_in" not in event
+        )
+        assert (await pending)["result"] == []

@@ -1,0 +1,288 @@
+"""ed25519 keys and signatures in text form; secret-key handling (spec 2.11; protocol-notes 4)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import base58
+import nacl.signing
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver.errors import ConfigError, ProtocolError, SignatureError
+from solver.protocol.ids import is_implicit_account, validate_account_id
+from solver.protocol.keys import (
+    PublicKey,
+    SecretKey,
+    format_signature,
+    load_secret_key,
+    parse_signature,
+    write_secret_key,
+)
+
+seeds = st.binary(min_size=32, max_size=32)
+ENV_VAR = "SOLVER_TEST_SECRET_KEY"
+
+
+def _b58(data: bytes) -> str:
+    return base58.b58encode(data).decode("ascii")
+
+
+def _secret_fragments(key: SecretKey) -> list[str]:
+    """Every text form of the secret that must never leak."""
+    text = key.to_text()
+    body = text.removeprefix("ed25519:")
+    seed = base58.b58decode(body)[:32]
+    return [text, body, seed.hex(), _b58(seed)]
+
+
+# ------------------------------------------------------------------------- public keys
+
+
+@settings(max_examples=100)
+@given(st.binary(min_size=32, max_size=32))
+def test_public_key_text_round_trip(raw: bytes) -> None:
+    key = PublicKey(raw)
+    text = key.to_text()
+    assert text == "ed25519:" + _b58(raw)
+    assert str(key) == text
+    assert PublicKey.from_text(text) == key
+
+
+@settings(max_examples=100)
+@given(seeds)
+def test_implicit_account_id_is_hex_of_key(seed: bytes) -> None:
+    key = SecretKey(seed)
+    account = key.public_key.implicit_account_id()
+    assert account == bytes(nacl.signing.SigningKey(seed).verify_key).hex()
+    assert len(account) == 64
+    assert is_implicit_account(account)
+    assert validate_account_id(account) == account
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("ed25519:" + _b58(b"\x01" * 31), ProtocolError),
+        ("ed25519:" + _b58(b"\x01" * 33), ProtocolError),
+        ("ed25519:0OIl", ProtocolError),  # not in the base58 alphabet
+        ("secp256k1:" + _b58(b"\x01" * 32), SignatureError),
+        (_b58(b"\x01" * 32), SignatureError),
+        ("ED25519:" + _b58(b"\x01" * 32), SignatureError),
+    ],
+)
+def test_public_key_rejects_malformed_text(text: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        PublicKey.from_text(text)
+
+
+# ------------------------------------------------------------------------- signatures
+
+
+@settings(max_examples=100)
+@given(st.binary(min_size=64, max_size=64))
+def test_signature_text_round_trip(raw: bytes) -> None:
+    text = format_signature(raw)
+    assert text == "ed25519:" + _b58(raw)
+    assert parse_signature(text) == raw
+
+
+@pytest.mark.parametrize(
+    "text", ["ed25519:" + _b58(b"\x02" * 63), "ed25519:" + _b58(b"\x02" * 65), _b58(b"\x02" * 64)]
+)
+def test_signature_rejects_malformed_text(text: str) -> None:
+    with pytest.raises(ProtocolError):
+        parse_signature(text)
+
+
+@settings(max_examples=100)
+@given(seeds, st.binary(max_size=200))
+def test_sign_verify(seed: bytes, message: bytes) -> None:
+    key = SecretKey(seed)
+    signature = key.sign(message)
+    assert len(signature) == 64
+    assert signature == nacl.signing.SigningKey(seed).sign(message).signature
+    assert key.public_key.verify(message, signature)
+    assert not key.public_key.verify(message + b"x", signature)
+    assert not PublicKey(b"\x00" * 32).verify(message, signature)
+
+
+# ------------------------------------------------------------------------- secret keys
+
+
+@settings(max_examples=100)
+@given(seeds)
+def test_secret_key_text_round_trip(seed: bytes) -> None:
+    key = SecretKey(seed)
+    text = key.to_text()
+    raw = base58.b58decode(text.removeprefix("ed25519:"))
+    assert text.startswith("ed25519:")
+    assert raw == seed + key.public_key.raw  # 64-byte form: seed ‖ public key
+    again = SecretKey.from_text(text)
+    assert again.public_key == key.public_key
+    assert again.to_text() == text
+    assert again.sign(b"m") == key.sign(b"m")
+    # Surrounding whitespace (a trailing newline in a key file) is tolerated.
+    assert SecretKey.from_text(f"  {text}\n").public_key == key.public_key
+
+
+@settings(max_examples=50)
+@given(seeds, seeds)
+def test_secret_key_public_half_must_match_seed(seed: bytes, other: bytes) -> None:
+    if seed == other:
+        other = bytes([other[0] ^ 1]) + other[1:]
+    wrong_public = SecretKey(other).public_key.raw
+    text = "ed25519:" + _b58(seed + wrong_public)
+    with pytest.raises(SignatureError, match="public half") as exc_info:
+        SecretKey.from_text(text)
+    message = str(exc_info.value)
+    assert text not in message
+    assert _b58(seed) not in message
+    assert seed.hex() not in message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ed25519:" + _b58(b"\x03" * 32),  # the 32-byte seed alone is not the text form
+        "ed25519:" + _b58(b"\x03" * 65),
+        "ed25519:0OIl0OIl",
+        _b58(b"\x03" * 64),
+        "",
+    ],
+)
+def test_secret_key_rejects_malformed_text(text: str) -> None:
+    with pytest.raises(SignatureError) as exc_info:
+        SecretKey.from_text(text)
+    body = text.removeprefix("ed25519:")
+    if body:
+        assert body not in str(exc_info.value)
+    assert exc_info.value.__cause__ is None
+
+
+def test_secret_key_seed_must_be_32_bytes() -> None:
+    with pytest.raises(SignatureError):
+        SecretKey(b"\x04" * 31)
+
+
+@settings(max_examples=100)
+@given(seeds)
+def test_repr_and_str_never_show_the_secret(seed: bytes) -> None:
+    key = SecretKey(seed)
+    shown = [repr(key), str(key), f"{key}", f"{key!r}", repr([key]), repr({"k": key})]
+    for text in shown:
+        for fragment in _secret_fragments(key):
+            assert fragment not in text
+    assert key.public_key.to_text() in repr(key)
+    assert "redacted" in repr(key)
+
+
+@settings(max_examples=100)
+@given(seeds, st.data())
+def test_errors_for_damaged_secret_never_contain_it(seed: bytes, data: st.DataObject) -> None:
+    text = SecretKey(seed).to_text()
+    pos = data.draw(st.integers(min_value=len("ed25519:"), max_value=len(text) - 1))
+    replacement = data.draw(st.sampled_from("0OIl+/=zZ9"))
+    damaged = text[:pos] + replacement + text[pos + 1 :]
+    if damaged == text:
+        return
+    with pytest.raises(SignatureError) as exc_info:
+        SecretKey.from_text(damaged)
+    message = str(exc_info.value)
+    body = damaged.removeprefix("ed25519:")
+    assert body not in message
+    assert body[:16] not in message
+    assert seed.hex() not in message
+    assert exc_info.value.__cause__ is None
+
+
+# ------------------------------------------------------------------------- loading
+
+
+def _write_key_file(path: Path, key: SecretKey, mode: int) -> Path:
+    path.write_text(key.to_text() + "\n", encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
+def test_load_secret_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = SecretKey(b"\x05" * 32)
+    monkeypatch.setenv(ENV_VAR, key.to_text())
+    loaded = load_secret_key(env=ENV_VAR)
+    assert loaded.public_key == key.public_key
+    assert loaded.sign(b"x") == key.sign(b"x")
+
+
+def test_load_secret_key_env_missing_or_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    with pytest.raises(ConfigError, match=ENV_VAR):
+        load_secret_key(env=ENV_VAR)
+    monkeypatch.setenv(ENV_VAR, "")
+    with pytest.raises(ConfigError, match="not set or empty"):
+        load_secret_key(env=ENV_VAR)
+
+
+def test_load_secret_key_env_malformed_does_not_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+    seed = b"\x06" * 32
+    wrong = "ed25519:" + _b58(seed + SecretKey(b"\x07" * 32).public_key.raw)
+    monkeypatch.setenv(ENV_VAR, wrong)
+    with pytest.raises(ConfigError) as exc_info:
+        load_secret_key(env=ENV_VAR)
+    message = str(exc_info.value)
+    assert ENV_VAR in message
+    assert wrong.removeprefix("ed25519:") not in message
+    assert _b58(seed) not in message
+    assert exc_info.value.__cause__ is None
+
+
+def test_load_secret_key_from_0600_file(tmp_path: Path) -> None:
+    key = SecretKey(b"\x08" * 32)
+    path = _write_key_file(tmp_path / "key", key, 0o600)
+    loaded = load_secret_key(path=path)
+    assert loaded.public_key == key.public_key
+    assert load_secret_key(path=str(path)).public_key == key.public_key
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o610])
+def test_load_secret_key_refuses_group_or_world_access(tmp_path: Path, mode: int) -> None:
+    key = SecretKey(b"\x09" * 32)
+    path = _write_key_file(tmp_path / "key", key, mode)
+    with pytest.raises(ConfigError, match="chmod 600") as exc_info:
+        load_secret_key(path=path)
+    for fragment in _secret_fragments(key):
+        assert fragment not in str(exc_info.value)
+
+
+def test_load_secret_key_file_malformed_does_not_leak(tmp_path: Path) -> None:
+    seed = b"\x0a" * 32
+    wrong = "ed25519:" + _b58(seed + SecretKey(b"\x0b" * 32).public_key.raw)
+    path = tmp_path / "key"
+    path.write_text(wrong, encoding="utf-8")
+    path.chmod(0o600)
+    with pytest.raises(ConfigError, match="public half") as exc_info:
+        load_secret_key(path=path)
+    message = str(exc_info.value)
+    assert wrong.removeprefix("ed25519:") not in message
+    assert _b58(seed) not in message
+
+
+def test_load_secret_key_missing_file_and_no_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read key file"):
+        load_secret_key(path=tmp_path / "absent")
+    with pytest.raises(ConfigError, match="no key source"):
+        load_secret_key()
+
+
+def test_write_secret_key_is_owner_only_and_loads_back(tmp_path: Path) -> None:
+    key = SecretKey(b"\x0c" * 32)
+    old_umask = os.umask(0)  # even with a permissive umask the file is created 0600
+    try:
+        path = write_secret_key(key, tmp_path / "new.key")
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text(encoding="utf-8") == key.to_text() + "\n"
+    assert load_secret_key(path=path).public_key == key.public_key

@@ -1,0 +1,114 @@
+"""Inventory: confirmed balances, reservations of open quotes, floors (DESIGN "Inventory and risk").
+
+``free = confirmed − reserved − floor``. A signed quote reserves its outflow (amount_out plus
+the protocol fee on it) until it settles, is known lost, or its deadline has passed *and* a
+balance snapshot taken after that deadline has arrived. That last rule closes the race where a
+quote executed before its deadline without us hearing of it: releasing on the deadline alone
+would free funds the chain has already paid out until the next balance refresh. Pure: no I/O,
+no clock reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The outflow a signed quote may cause, and the inflow it would bring."""
+
+    quote_id: str
+    asset_out: str
+    amount_out: int  # includes the protocol fee the solver pays on it
+    asset_in: str
+    amount_in: int
+    deadline: datetime
+
+
+class Inventory:
+    def __init__(self, floors: Mapping[str, int] | None = None) -> None:
+        self.floors: dict[str, int] = dict(floors or {})
+        self.confirmed: dict[str, int] = {}
+        self.confirmed_at: datetime | None = None
+        self.reserved: dict[str, int] = {}
+        self.reservations: dict[str, Reservation] = {}
+
+    # ------------------------------------------------------------------ balances
+
+    def set_confirmed(
+        self, balances: Mapping[str, int], observed_at: datetime
+    ) -> list[Reservation]:
+        """Take a fresh on-chain snapshot; release reservations whose deadline passed before it.
+
+        ``observed_at`` must be a time *before* the balance request was sent, so the snapshot
+        includes every execution up to then.
+        """
+        self.confirmed.update(balances)
+        self.confirmed_at = observed_at
+        return self.release_expired(observed_at)
+
+    def balance_age_s(self, now: datetime) -> float | None:
+        return None if self.confirmed_at is None else (now - self.confirmed_at).total_seconds()
+
+    def free(self, asset: str) -> int:
+        value = (
+            self.confirmed.get(asset, 0) - self.reserved.get(asset, 0) - self.floors.get(asset, 0)
+        )
+        return value if value > 0 else 0
+
+    # ------------------------------------------------------------------ reservations
+
+    def reserve(self, reservation: Reservation) -> bool:
+        """Reserve the outflow if free inventory covers it; False (nothing changed) otherwise."""
+        if reservation.quote_id in self.reservations:
+            return False
+        if reservation.amount_out > self.free(reservation.asset_out):
+            return False
+        self.reservations[reservation.quote_id] = reservation
+        self.reserved[reservation.asset_out] = (
+            self.reserved.get(reservation.asset_out, 0) + reservation.amount_out
+        )
+        return True
+
+    def release(self, quote_id: str) -> Reservation | None:
+        """Drop a reservation (rejected or lost quote); the balances are unchanged."""
+        reservation = self.reservations.pop(quote_id, None)
+        if reservation is not None:
+            left = self.reserved.get(reservation.asset_out, 0) - reservation.amount_out
+            if left > 0:
+                self.reserved[reservation.asset_out] = left
+            else:
+                self.reserved.pop(reservation.asset_out, None)
+        return reservation
+
+    def settle(self, quote_id: str) -> Reservation | None:
+        """The quote executed: move the amounts into the confirmed balances and release.
+
+        Until the next snapshot this is our expectation of the chain; the snapshot replaces it.
+        """
+        reservation = self.release(quote_id)
+        if reservation is not None:
+            out, into = reservation.asset_out, reservation.asset_in
+            self.confirmed[out] = self.confirmed.get(out, 0) - reservation.amount_out
+            self.confirmed[into] = self.confirmed.get(into, 0) + reservation.amount_in
+        return reservation
+
+    def release_expired(self, snapshot_at: datetime) -> list[Reservation]:
+        expired = [r for r in self.reservations.values() if r.deadline < snapshot_at]
+        for reservation in expired:
+            self.release(reservation.quote_id)
+        return expired
+
+    def restore(self, reservations: Iterable[Reservation]) -> None:
+        """Rebuild reservations after a restart, without checking free inventory: they were
+        signed already, so the exposure exists whatever the balances say now."""
+        for reservation in reservations:
+            if reservation.quote_id not in self.reservations:
+                self.reservations[reservation.quote_id] = reservation
+                asset = reservation.asset_out
+                self.reserved[asset] = self.reserved.get(asset, 0) + reservation.amount_out
+
+    def open_outflow(self) -> dict[str, int]:
+        return dict(self.reserved)

@@ -1,0 +1,93 @@
+"""What a strategy sees: the request and a read-only view of the market (DESIGN "The quote path").
+
+Everything a pricing decision needs is cached here by scheduled jobs — free inventory, reference
+prices with their age, the protocol fee, token decimals and the time — so the hot path never
+does network I/O. Amounts are ints in the token's smallest unit; prices are USD per whole unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteRequest:
+    """A quote request as the core sees it (protocol-notes 6 ``quote`` event).
+
+    ``amount`` is the fixed side: the input for exact-in, the output for exact-out. A strategy
+    returns the other side.
+    """
+
+    quote_id: str
+    asset_in: str
+    asset_out: str
+    exact_in: bool
+    amount: int
+    min_deadline_ms: int
+    partner_id: str | None = None
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.asset_in, self.asset_out)
+
+
+@dataclass(frozen=True, slots=True)
+class ReferencePrice:
+    """USD price of one whole unit of an asset and when it was observed."""
+
+    usd: float
+    observed_at: datetime
+
+    def age_s(self, now: datetime) -> float:
+        return (now - self.observed_at).total_seconds()
+
+
+class MarketView(Protocol):
+    """Read-only market state handed to strategies. Implementations must not do I/O."""
+
+    @property
+    def now(self) -> datetime: ...
+
+    @property
+    def fee_pips(self) -> int: ...
+
+    def free(self, asset: str) -> int:
+        """Spendable balance: confirmed − reserved by open quotes − configured floor (≥ 0)."""
+        ...
+
+    def price(self, asset: str) -> ReferencePrice | None:
+        """The latest reference price, or None when there is none."""
+        ...
+
+    def decimals(self, asset: str) -> int: ...
+
+    def price_history(self, asset: str) -> list[tuple[datetime, float]]:
+        """Recent reference prices, oldest first (for volatility estimates)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StaticMarket:
+    """A plain MarketView from values: for tests, the conformance kit and the backtest."""
+
+    now: datetime
+    balances: Mapping[str, int]
+    prices: Mapping[str, ReferencePrice]
+    token_decimals: Mapping[str, int]
+    fee_pips: int = 0
+    history: Mapping[str, list[tuple[datetime, float]]] | None = None
+
+    def free(self, asset: str) -> int:
+        return max(0, self.balances.get(asset, 0))
+
+    def price(self, asset: str) -> ReferencePrice | None:
+        return self.prices.get(asset)
+
+    def decimals(self, asset: str) -> int:
+        return self.token_decimals[asset]
+
+    def price_history(self, asset: str) -> list[tuple[datetime, float]]:
+        return list((self.history or {}).get(asset, []))

@@ -1,0 +1,215 @@
+"""The quote pipeline: request → pair and size filters → strategy → limits and inventory →
+:class:`Quote` or :class:`Skip` with a reason (DESIGN "The quote path"; protocol-notes 6).
+
+Pure: the time comes in as ``now``; the only other input is the cached state. Every request
+ends in exactly one outcome with a reason. A strategy that raises, returns nonsense or overruns
+its budget means "no quote" with a logged reason; it never kills the loop. The returned quote
+has already reserved its outflow, so no quote can be signed that free inventory cannot pay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from solver.core.inventory import Inventory, Reservation
+from solver.core.limits import TokenBucket
+from solver.core.market import MarketView, QuoteRequest
+from solver.core.state import LiveMarketView, MarketState
+from solver.protocol.amounts import U128_MAX
+
+
+class PricingStrategy(Protocol):
+    def quote(self, request: QuoteRequest, market: MarketView) -> int | None: ...
+
+
+# Skip reasons: stable strings, used as metric labels and in logs.
+UNKNOWN_PAIR = "unknown_pair"
+PAIR_DISABLED = "pair_disabled"
+PAUSED = "paused"
+DEADLINE_TOO_LONG = "min_deadline_too_long"
+TOO_LATE = "too_late"
+NO_SALT = "no_salt"
+STALE_BALANCES = "stale_balances"
+NO_PRICE = "no_price"
+STALE_PRICE = "stale_price"
+BELOW_MIN_SIZE = "below_min_size"
+ABOVE_MAX_SIZE = "above_max_size"
+STRATEGY_ERROR = "strategy_error"
+STRATEGY_NO_QUOTE = "strategy_no_quote"
+STRATEGY_BAD_AMOUNT = "strategy_bad_amount"
+STRATEGY_SLOW = "strategy_slow"
+PRICE_GUARD = "price_guard"
+EXPOSURE_LIMIT = "exposure_limit"
+PER_TOKEN_LIMIT = "per_token_limit"
+RATE_LIMITED = "rate_limited"
+INSUFFICIENT_INVENTORY = "insufficient_inventory"
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    request: QuoteRequest
+    amount_in: int
+    amount_out: int
+    fee: int  # protocol fee the solver pays on amount_out (reserved with it)
+    deadline: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One direction of a configured pair."""
+
+    asset_in: str
+    asset_out: str
+    strategy: PricingStrategy
+    min_notional_usd: float = 0.0
+    max_notional_usd: float = float("inf")
+    enabled: bool = True
+
+    @property
+    def key(self) -> str:
+        return f"{self.asset_in}->{self.asset_out}"
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    deadline_margin_ms: int = 5_000
+    max_min_deadline_ms: int = 120_000
+    response_budget_ms: int = 2_500
+    balance_max_age_s: float = 15.0
+    price_max_age_s: float = 10.0
+    salt_max_age_s: float = 120.0
+    strategy_budget_ms: float = 5.0
+    max_giveaway_bps: float = 300.0  # refuse quotes giving away more than this vs reference
+    max_open_exposure_usd: float = 50_000.0
+    max_open_per_token: Mapping[str, int] = field(default_factory=dict)
+    max_quotes_per_s: float = 200.0
+
+
+class QuotePipeline:
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        routes: Mapping[tuple[str, str], Route],
+        inventory: Inventory,
+        state: MarketState,
+        *,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.settings = settings
+        self.routes = dict(routes)
+        self.inventory = inventory
+        self.state = state
+        self.timer = timer
+        rate = settings.max_quotes_per_s
+        self.bucket = TokenBucket(rate, max(1.0, rate))
+
+    def decide(
+        self, request: QuoteRequest, now: datetime, received_at: datetime | None = None
+    ) -> Quote | Skip:
+        s = self.settings
+        route = self.routes.get(request.pair)
+        if route is None:
+            return Skip(UNKNOWN_PAIR, f"{request.asset_in}->{request.asset_out}")
+        if not route.enabled:
+            return Skip(PAIR_DISABLED)
+        paused = self.state.pause_reason(route.key)
+        if paused:
+            return Skip(PAUSED, paused)
+        if request.min_deadline_ms > s.max_min_deadline_ms:
+            return Skip(
+                DEADLINE_TOO_LONG, f"{request.min_deadline_ms} ms > {s.max_min_deadline_ms} ms"
+            )
+        if (
+            received_at is not None
+            and (now - received_at).total_seconds() * 1000 > s.response_budget_ms
+        ):
+            return Skip(TOO_LATE, "the bus stops waiting before an answer could arrive")
+        state = self.state
+        if state.salt is None or state.salt_at is None:
+            return Skip(NO_SALT)
+        if (now - state.salt_at).total_seconds() > s.salt_max_age_s:
+            return Skip(NO_SALT, "salt is stale")
+        age = self.inventory.balance_age_s(now)
+        if age is None or age > s.balance_max_age_s:
+            return Skip(STALE_BALANCES, "no balance snapshot" if age is None else f"{age:.1f}s old")
+        price_in, price_out = (
+            state.prices.get(request.asset_in),
+            state.prices.get(request.asset_out),
+        )
+        if price_in is None or price_out is None:
+            return Skip(NO_PRICE)
+        if max(price_in.age_s(now), price_out.age_s(now)) > s.price_max_age_s:
+            return Skip(STALE_PRICE)
+        dec_in, dec_out = state.decimals[request.asset_in], state.decimals[request.asset_out]
+        fixed_usd = (
+            request.amount
+            * (price_in.usd if request.exact_in else price_out.usd)
+            / 10 ** (dec_in if request.exact_in else dec_out)
+        )
+        if fixed_usd < route.min_notional_usd:
+            return Skip(BELOW_MIN_SIZE, f"{fixed_usd:.2f} USD")
+        if fixed_usd > route.max_notional_usd:
+            return Skip(ABOVE_MAX_SIZE, f"{fixed_usd:.2f} USD")
+
+        view = LiveMarketView(state, self.inventory, now)
+        started = self.timer()
+        try:
+            other = route.strategy.quote(request, view)
+        except Exception as exc:  # user code is guarded (STYLE 5)
+            return Skip(STRATEGY_ERROR, f"{type(exc).__name__}: {str(exc)[:200]}")
+        elapsed_ms = (self.timer() - started) * 1000
+        if elapsed_ms > s.strategy_budget_ms:
+            return Skip(STRATEGY_SLOW, f"{elapsed_ms:.1f} ms")
+        if other is None:
+            return Skip(STRATEGY_NO_QUOTE)
+        if isinstance(other, bool) or not isinstance(other, int) or not 0 < other <= U128_MAX:
+            return Skip(STRATEGY_BAD_AMOUNT, repr(other)[:80])
+        amount_in, amount_out = (
+            (request.amount, other) if request.exact_in else (other, request.amount)
+        )
+
+        value_in = amount_in * price_in.usd / 10**dec_in
+        value_out = amount_out * price_out.usd / 10**dec_out
+        if value_out > value_in * (1 + s.max_giveaway_bps / 10_000):
+            return Skip(PRICE_GUARD, f"gives {value_out:.2f} USD for {value_in:.2f} USD")
+        fee = -(-amount_out * state.fee_pips // 1_000_000)
+        outflow = amount_out + fee
+        limit = s.max_open_per_token.get(request.asset_out)
+        if (
+            limit is not None
+            and self.inventory.reserved.get(request.asset_out, 0) + outflow > limit
+        ):
+            return Skip(PER_TOKEN_LIMIT)
+        if self._open_exposure_usd() + value_out > s.max_open_exposure_usd:
+            return Skip(EXPOSURE_LIMIT)
+        if outflow > self.inventory.free(request.asset_out):
+            return Skip(INSUFFICIENT_INVENTORY)
+        if not self.bucket.take(now.timestamp()):
+            return Skip(RATE_LIMITED)
+        deadline = now + timedelta(milliseconds=request.min_deadline_ms + s.deadline_margin_ms)
+        reserved = self.inventory.reserve(
+            Reservation(
+                request.quote_id, request.asset_out, outflow, request.asset_in, amount_in, deadline
+            )
+        )
+        if not reserved:
+            return Skip(INSUFFICIENT_INVENTORY, "duplicate quote_id or inventory changed")
+        return Quote(request, amount_in, amount_out, fee, deadline)
+
+    def _open_exposure_usd(self) -> float:
+        total = 0.0
+        for asset, amount in self.inventory.reserved.items():
+            price = self.state.prices.get(asset)
+            if price is not None:
+                total += amount * price.usd / 10 ** self.state.decimals.get(asset, 0)
+        return total

@@ -1,0 +1,104 @@
+"""The hot-path signer of a solver's quote: a ``token_diff`` under NEP-413 (spec 2.10–2.12,
+5.3; protocol-notes 1, 6).
+
+It writes the message string directly instead of going through pydantic models: the result is
+byte-identical to :func:`solver.protocol.intents.serialize_message` (a test holds them equal)
+but several times cheaper, which matters at thousands of quotes per second. The string that is
+hashed is the string that is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from solver.protocol.encoding import b58encode, b64encode
+from solver.protocol.intents import format_deadline
+from solver.protocol.keys import SecretKey
+from solver.protocol.signing import NEP413_TAG
+
+_json_cache: dict[str, str] = {}
+
+
+def _json_str(value: str) -> str:
+    cached = _json_cache.get(value)
+    if cached is None:
+        cached = _json_cache[value] = orjson.dumps(value).decode("utf-8")
+    return cached
+
+
+def token_diff_message(
+    signer_id: str,
+    deadline: datetime,
+    asset_in: str,
+    amount_in: int,
+    asset_out: str,
+    amount_out: int,
+) -> str:
+    """The solver's mirror diff ``{asset_in: "+amount_in", asset_out: "-amount_out"}``, one line,
+    keys ``deadline, intents, signer_id`` (positive deltas are written without a sign)."""
+    return (
+        '{"deadline":"' + format_deadline(deadline) + '","intents":[{"intent":"token_diff","diff":{'
+        + _json_str(asset_in) + ':"' + str(amount_in) + '",'
+        + _json_str(asset_out) + ':"-' + str(amount_out) + '"}}],"signer_id":'
+        + _json_str(signer_id) + "}"
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SignedQuote:
+    """A signed solver quote: the wire ``signed_data`` and its intent hash (= quote_hash)."""
+
+    signed_data: dict[str, Any]
+    quote_hash: str
+    nonce: bytes
+    message: str
+
+
+class QuoteSigner:
+    """Signs quotes for one account and verifying contract with one key."""
+
+    def __init__(self, key: SecretKey, signer_id: str, verifying_contract: str) -> None:
+        self._key = key
+        self.signer_id = signer_id
+        self.verifying_contract = verifying_contract
+        self.public_key = key.public_key.to_text()
+        recipient = verifying_contract.encode("utf-8")
+        self._suffix = struct.pack("<I", len(recipient)) + recipient + b"\x00"
+
+    def sign(
+        self,
+        *,
+        deadline: datetime,
+        nonce: bytes,
+        asset_in: str,
+        amount_in: int,
+        asset_out: str,
+        amount_out: int,
+    ) -> SignedQuote:
+        message = token_diff_message(
+            self.signer_id, deadline, asset_in, amount_in, asset_out, amount_out
+        )
+        raw = message.encode("utf-8")
+        digest = hashlib.sha256(
+            NEP413_TAG + struct.pack("<I", len(raw)) + raw + nonce + self._suffix
+        ).digest()
+        signed = {
+            "standard": "nep413",
+            "payload": {
+                "message": message,
+                "nonce": b64encode(nonce),
+                "recipient": self.verifying_contract,
+            },
+            "public_key": self.public_key,
+            "signature": "ed25519:" + b58encode(self._key.sign(digest)),
+        }
+        return SignedQuote(signed, b58encode(digest), nonce, message)
+
+    def __repr__(self) -> str:
+        return f"QuoteSigner(signer_id={self.signer_id!r}, public_key={self.public_key!r})"

@@ -1,0 +1,184 @@
+"""The quote pipeline ends every request in one outcome with a reason (DESIGN "The quote path")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from solver.core import quoting as q
+from solver.core.inventory import Inventory
+from solver.core.market import MarketView, QuoteRequest
+from solver.core.quoting import PipelineSettings, QuotePipeline, Route
+from solver.core.state import MarketState
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
+E6, E24 = 10**6, 10**24
+
+
+class Fixed:
+    """Returns a fixed answer (or raises it) and records what it saw."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.seen: list[QuoteRequest] = []
+
+    def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
+        self.seen.append(request)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer  # type: ignore[no-any-return]
+
+
+def build(answer: Any = 3 * E6, **settings: Any) -> tuple[QuotePipeline, Fixed]:
+    state = MarketState(decimals={USDC: 6, NEAR: 24})
+    state.set_salt(b"\x01\x02\x03\x04", NOW)
+    state.set_price(USDC, 1.0, NOW)
+    state.set_price(NEAR, 3.0, NOW)
+    inventory = Inventory(floors={USDC: E6})
+    inventory.set_confirmed({USDC: 1_000 * E6, NEAR: 1_000 * E24}, NOW)
+    strategy = Fixed(answer)
+    route = Route(NEAR, USDC, strategy, min_notional_usd=1.0, max_notional_usd=10_000.0)
+    pipeline = QuotePipeline(PipelineSettings(**settings), {(NEAR, USDC): route}, inventory, state)
+    return pipeline, strategy
+
+
+def req(
+    amount: int = E24, *, exact_in: bool = True, quote_id: str = "q1", min_deadline_ms: int = 60_000
+) -> QuoteRequest:
+    return QuoteRequest(quote_id, NEAR, USDC, exact_in, amount, min_deadline_ms)
+
+
+def test_happy_path_reserves_and_sets_the_deadline() -> None:
+    pipeline, strategy = build()
+    quote = pipeline.decide(req(), NOW)
+    assert isinstance(quote, q.Quote)
+    assert (quote.amount_in, quote.amount_out, quote.fee) == (E24, 3 * E6, 0)
+    assert quote.deadline == NOW + timedelta(milliseconds=65_000)
+    assert pipeline.inventory.reserved == {USDC: 3 * E6}
+    assert strategy.seen == [req()]
+
+
+def test_exact_out_puts_the_strategy_answer_on_the_input_side() -> None:
+    pipeline, _ = build(answer=2 * E24)
+    quote = pipeline.decide(req(6 * E6, exact_in=False), NOW)
+    assert isinstance(quote, q.Quote)
+    assert (quote.amount_in, quote.amount_out) == (2 * E24, 6 * E6)
+
+
+def test_protocol_fee_is_reserved_with_the_outflow() -> None:
+    pipeline, _ = build()
+    pipeline.state.fee_pips = 1_000  # 0.1 %
+    quote = pipeline.decide(req(), NOW)
+    assert isinstance(quote, q.Quote) and quote.fee == 3_000
+    assert pipeline.inventory.reserved[USDC] == 3 * E6 + 3_000
+
+
+@pytest.mark.parametrize(
+    ("setup", "request_kwargs", "reason"),
+    [
+        (lambda p: p.routes.clear(), {}, q.UNKNOWN_PAIR),
+        (
+            lambda p: p.routes.update(
+                {(NEAR, USDC): replace(p.routes[(NEAR, USDC)], enabled=False)}
+            ),
+            {},
+            q.PAIR_DISABLED,
+        ),
+        (lambda p: p.state.paused.update({"*": "drawdown"}), {}, q.PAUSED),
+        (lambda p: None, {"min_deadline_ms": 600_000}, q.DEADLINE_TOO_LONG),
+        (lambda p: setattr(p.state, "salt", None), {}, q.NO_SALT),
+        (
+            lambda p: setattr(p.inventory, "confirmed_at", NOW - timedelta(minutes=5)),
+            {},
+            q.STALE_BALANCES,
+        ),
+        (lambda p: p.state.prices.pop(NEAR), {}, q.NO_PRICE),
+        (
+            lambda p: (
+                p.state.set_price(NEAR, 3.0, NOW - timedelta(minutes=1))
+                or p.state.prices.update(
+                    {NEAR: replace(p.state.prices[NEAR], observed_at=NOW - timedelta(minutes=1))}
+                )
+            ),
+            {},
+            q.STALE_PRICE,
+        ),
+        (lambda p: None, {"amount": E24 // 10}, q.BELOW_MIN_SIZE),
+        (lambda p: None, {"amount": 5_000 * E24}, q.ABOVE_MAX_SIZE),
+    ],
+)
+def test_filters_skip_with_a_reason(
+    setup: Any, request_kwargs: dict[str, Any], reason: str
+) -> None:
+    pipeline, _ = build()
+    setup(pipeline)
+    outcome = pipeline.decide(req(**request_kwargs), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == reason
+    assert pipeline.inventory.reserved == {}
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (ZeroDivisionError("boom"), q.STRATEGY_ERROR),
+        (None, q.STRATEGY_NO_QUOTE),
+        (3.0e6, q.STRATEGY_BAD_AMOUNT),
+        (True, q.STRATEGY_BAD_AMOUNT),
+        (0, q.STRATEGY_BAD_AMOUNT),
+        (-5, q.STRATEGY_BAD_AMOUNT),
+        (2**128, q.STRATEGY_BAD_AMOUNT),
+        (4 * E6, q.PRICE_GUARD),  # 4 USDC for 3 USD of NEAR: gives away 33 %
+    ],
+)
+def test_misbehaving_strategies_mean_no_quote(answer: Any, reason: str) -> None:
+    pipeline, _ = build(answer=answer)
+    outcome = pipeline.decide(req(), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == reason
+    assert pipeline.inventory.reserved == {}
+
+
+def test_slow_strategy_is_skipped() -> None:
+    ticks = iter([0.0, 0.050])
+    pipeline, _ = build()
+    pipeline.timer = lambda: next(ticks)
+    outcome = pipeline.decide(req(), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.STRATEGY_SLOW
+
+
+def test_answer_after_the_bus_wait_is_too_late() -> None:
+    pipeline, _ = build()
+    outcome = pipeline.decide(req(), NOW, received_at=NOW - timedelta(seconds=3))
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.TOO_LATE
+
+
+def test_fifty_requests_for_the_whole_balance_reserve_it_once() -> None:
+    pipeline, _ = build(answer=999 * E6, max_open_exposure_usd=10**9, max_giveaway_bps=10**6)
+    pipeline.inventory.set_confirmed({USDC: 1_000 * E6}, NOW)
+    outcomes = [pipeline.decide(req(333 * E24, quote_id=f"q{i}"), NOW) for i in range(50)]
+    quotes = [o for o in outcomes if isinstance(o, q.Quote)]
+    assert len(quotes) == 1
+    assert {o.reason for o in outcomes if isinstance(o, q.Skip)} == {q.INSUFFICIENT_INVENTORY}
+    assert pipeline.inventory.free(USDC) == 0
+
+
+def test_exposure_and_rate_limits() -> None:
+    pipeline, _ = build(max_open_exposure_usd=5.0)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    outcome = pipeline.decide(req(quote_id="b"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.EXPOSURE_LIMIT
+    limited, _ = build(max_quotes_per_s=2)
+    results = [limited.decide(req(quote_id=f"r{i}"), NOW) for i in range(3)]
+    assert [type(r).__name__ for r in results] == ["Quote", "Quote", "Skip"]
+    later = limited.decide(req(quote_id="r9"), NOW + timedelta(seconds=1))
+    assert isinstance(later, q.Quote)
+
+
+def test_per_token_limit() -> None:
+    pipeline, _ = build(max_open_per_token={USDC: 5 * E6})
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    outcome = pipeline.decide(req(quote_id="b"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.PER_TOKEN_LIMIT

@@ -31,6 +31,7 @@ from solver.errors import ConfigError, SolverError
 PROG = "solver"
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "solver.cli_config",
     "solver.cli_intents",
     "solver.cli_keys",
     "solver.cli_sandbox",

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from solver.protocol.amounts import U128_MAX
 from solver.protocol.encoding import b58encode
-from solver.protocol.intents import TokenDiff
+from solver.protocol.intents import TokenDiff, serialize_message
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_signing import QuoteSigner, token_diff_message
-from solver.protocol.signing import parse_signed, serialize_message, sign_nep413, verify_signed
+from solver.protocol.signing import parse_signed, sign_nep413, verify_signed
 
 KEY = SecretKey(bytes(range(32)))
 ASSET_A = "nep141:usdc.sandbox"

@@ -35,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "solver.cli_intents",
     "solver.cli_keys",
     "solver.cli_sandbox",
+    "solver.cli_run",
 )
 """Modules that each register one subcommand group (``register(subparsers) -> None``)."""
 

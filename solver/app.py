@@ -1,0 +1,366 @@
+"""Wires core + io + the scheduler into the running bot (DESIGN "Packages").
+
+Scheduled jobs (apscheduler) keep the cached inputs of the quote path fresh — salt, balances,
+fee, reference prices — and drive settlement: ``get_status`` polls of won quotes with backoff,
+``is_nonce_used`` checks of quotes past their deadline, and the periodic summary line. The
+wall clock is read in one place: ``clock`` (injected, so tests and the demo can share it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from solver.config import BotConfig
+from solver.core.inventory import Inventory
+from solver.core.quoting import PipelineSettings, QuotePipeline, Route
+from solver.core.settlement import QuoteState, Transition
+from solver.core.state import MarketState
+from solver.engine import Engine, Journal
+from solver.errors import SolverError
+from solver.io.bus_rpc import BusRpcClient
+from solver.io.bus_ws import BusWsClient
+from solver.io.ledger_client import LedgerClient
+from solver.io.price_feeds import PriceFeeds
+from solver.protocol.bus import IntentStatus, QuoteStatusEvent
+from solver.protocol.keys import SecretKey
+from solver.protocol.quote_signing import QuoteSigner
+from strategies.registry import load_strategy
+
+log = logging.getLogger("solver.app")
+
+
+def utc_now() -> datetime:
+    """The one wall-clock read of the live bot."""
+    return datetime.now(UTC)
+
+
+def build_routes(config: BotConfig) -> dict[tuple[str, str], Route]:
+    routes: dict[tuple[str, str], Route] = {}
+    for pair in config.pairs:
+        strategy = load_strategy(pair.strategy, pair.params)
+        directions = {
+            "both": [(pair.base, pair.quote), (pair.quote, pair.base)],
+            "buy_base": [(pair.base, pair.quote)],
+            "sell_base": [(pair.quote, pair.base)],
+        }[pair.directions]
+        for asset_in, asset_out in directions:
+            routes[(asset_in, asset_out)] = Route(
+                asset_in,
+                asset_out,
+                strategy,
+                pair.min_notional_usd,
+                pair.max_notional_usd,
+                pair.enabled,
+            )
+    return routes
+
+
+def pipeline_settings(config: BotConfig) -> PipelineSettings:
+    return PipelineSettings(
+        deadline_margin_ms=config.quote.deadline_margin_ms,
+        max_min_deadline_ms=config.quote.max_min_deadline_ms,
+        response_budget_ms=config.quote.response_budget_ms,
+        balance_max_age_s=config.chain.balance_max_age_ms / 1000,
+        price_max_age_s=config.prices.max_age_ms / 1000,
+        salt_max_age_s=max(60.0, 6 * config.chain.salt_refresh_ms / 1000),
+        max_open_exposure_usd=config.risk.max_open_exposure_usd,
+        max_open_per_token=dict(config.risk.max_open_per_token),
+        max_quotes_per_s=config.risk.max_quotes_per_s,
+    )
+
+
+@dataclass
+class _Poll:
+    next_at: float
+    delay_s: float
+
+
+class SolverApp:
+    def __init__(
+        self,
+        config: BotConfig,
+        key: SecretKey,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        shadow: bool = False,
+        journal: Journal | None = None,
+        on_transition: Callable[[Transition], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.account = config.account.id
+        self.tokens = sorted(config.tokens)
+        self.state = MarketState(
+            decimals={a: t.decimals for a, t in config.tokens.items()},
+            history_size=config.prices.history_size,
+        )
+        self.inventory = Inventory(floors=dict(config.risk.floors))
+        self.pipeline = QuotePipeline(
+            pipeline_settings(config), build_routes(config), self.inventory, self.state
+        )
+        api_key = os.environ.get(config.bus.api_key_env) if config.bus.api_key_env else None
+        self.http = httpx.AsyncClient(timeout=config.chain.timeout_ms / 1000)
+        self.ledger = LedgerClient(
+            str(config.chain.rpc_url),
+            config.verifier_contract,
+            client=self.http,
+            timeout_s=config.chain.timeout_ms / 1000,
+        )
+        self.bus_rpc = BusRpcClient(
+            str(config.bus.rpc_url),
+            api_key=api_key,
+            asset_field_prefix=config.bus.asset_field_prefix,
+            client=self.http,
+        )
+        self.ws = BusWsClient(
+            str(config.bus.ws_url),
+            on_quote=self._on_quote,
+            on_quote_status=self._on_quote_status,
+            on_response=self._on_response,
+            on_state=self._on_ws_state,
+            api_key=api_key,
+            asset_field_prefix=config.bus.asset_field_prefix,
+            backoff_initial_s=config.bus.reconnect_initial_ms / 1000,
+            backoff_max_s=config.bus.reconnect_max_ms / 1000,
+            max_frame_bytes=config.bus.max_frame_bytes,
+        )
+        self.engine = Engine(
+            pipeline=self.pipeline,
+            signer=QuoteSigner(key, config.account.id, config.verifier_contract),
+            sender=self.ws,
+            clock=clock,
+            nonce_layout=config.nonce.layout,
+            journal=journal,
+            shadow=shadow,
+            on_transition=on_transition,
+        )
+        self.feeds = PriceFeeds(
+            self.state,
+            clock,
+            client=self.http,
+            bus=self.bus_rpc,
+            own_quote_hashes=self.engine.book.by_hash.keys,
+            assets=self.tokens,
+        )
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self._polls: dict[str, _Poll] = {}
+        self._balance_now = asyncio.Event()
+        self.job_errors: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ callbacks from the bus
+
+    async def _on_quote(self, event: object, metadata: dict[str, object]) -> None:
+        await self.engine.on_quote(event, metadata)  # type: ignore[arg-type]
+
+    def _on_quote_status(self, event: QuoteStatusEvent) -> None:
+        quote = self.engine.on_quote_status(event)
+        if quote is not None:
+            self._polls[quote.quote_id] = _Poll(0.0, 0.1)
+
+    def _on_response(self, quote_id: str, ok: bool, reason: str | None) -> None:
+        self.engine.on_response(quote_id, ok, reason)
+        if not ok and reason and "salt" in reason:
+            self.scheduler.add_job(self.refresh_salt)
+
+    def _on_ws_state(self, state: str) -> None:
+        log.info("bus connection: %s", state)
+
+    # ------------------------------------------------------------------ jobs
+
+    async def _guard(self, name: str, job: Callable[[], object]) -> None:
+        try:
+            result = job()
+            if asyncio.iscoroutine(result):
+                await result
+        except SolverError as exc:
+            self.job_errors[name] = self.job_errors.get(name, 0) + 1
+            log.warning("%s failed: %s", name, exc)
+
+    async def refresh_salt(self) -> None:
+        async def job() -> None:
+            observed = self.clock()
+            self.state.set_salt(await self.ledger.current_salt(), observed)
+
+        await self._guard("salt", job)
+
+    async def refresh_balances(self) -> None:
+        async def job() -> None:
+            observed = self.clock()  # before the request: the snapshot includes all up to now
+            values = await self.ledger.mt_batch_balance_of(self.account, self.tokens)
+            self.inventory.set_confirmed(dict(zip(self.tokens, values, strict=True)), observed)
+
+        await self._guard("balances", job)
+
+    async def refresh_fee(self) -> None:
+        async def job() -> None:
+            self.state.fee_pips = await self.ledger.fee()
+
+        await self._guard("fee", job)
+
+    async def check_deadlines(self) -> None:
+        """OPEN quotes past their deadline: a used nonce means it executed (while we missed the
+        status); an unused one means it can never execute now: LOST."""
+        for quote in self.engine.book.past_deadline(self.clock()):
+            try:
+                used = await self.ledger.is_nonce_used(self.account, quote.nonce)
+            except SolverError as exc:
+                log.warning("is_nonce_used failed: %s", exc)
+                return
+            if used:
+                self.engine.mark_settled(quote.quote_id, None)
+                self._balance_now.set()
+            else:
+                self.engine.mark_lost(quote.quote_id)
+
+    async def poll_settlements(self) -> None:
+        """``get_status`` of won quotes, each with its own exponential backoff."""
+        loop_now = asyncio.get_running_loop().time()
+        for quote_id, poll in list(self._polls.items()):
+            quote = self.engine.book.get(quote_id)
+            if quote is None or quote.intent_hash is None:
+                self._polls.pop(quote_id, None)
+                continue
+            if poll.next_at > loop_now:
+                continue
+            try:
+                status = await self.bus_rpc.get_status(quote.intent_hash)
+            except SolverError as exc:
+                log.debug("get_status failed: %s", exc)
+                status = None
+            poll.delay_s = min(poll.delay_s * 2, 5.0)
+            poll.next_at = loop_now + poll.delay_s
+            if status is None:
+                continue
+            tx_hash = status.data.hash if status.data else None
+            if status.status is IntentStatus.SETTLED:
+                self.engine.mark_settled(quote_id, tx_hash)
+                self._polls.pop(quote_id, None)
+                self._balance_now.set()
+            elif status.status is IntentStatus.TX_BROADCASTED:
+                self.engine.mark_settling(quote_id, tx_hash)
+            elif status.status is IntentStatus.NOT_FOUND_OR_NOT_VALID and (
+                quote.state is QuoteState.SETTLING or quote.deadline < self.clock()
+            ):
+                self.engine.mark_failed(quote_id, "NOT_FOUND_OR_NOT_VALID")
+                self._polls.pop(quote_id, None)
+                self._balance_now.set()
+
+    async def _balance_trigger(self, stop: asyncio.Event) -> None:
+        """A settlement asks for a fresh snapshot at once, not at the next period."""
+        while not stop.is_set():
+            await self._balance_now.wait()
+            self._balance_now.clear()
+            await self.refresh_balances()
+
+    def summary(self) -> str:
+        s = self.engine.stats
+        p50, p99 = s.percentile_us(0.5), s.percentile_us(0.99)
+        skipped = ",".join(f"{k}={v}" for k, v in s.skipped.most_common(6)) or "-"
+        free = " ".join(
+            f"{self.config.tokens[a].symbol}={self.inventory.free(a)}" for a in self.tokens
+        )
+        return (
+            f"requests={s.requests} quoted={s.quoted} skipped[{skipped}] "
+            f"outcomes={dict(s.outcomes)} decision_us p50={p50 or 0:.0f} p99={p99 or 0:.0f} "
+            f"open={len(self.engine.book.quotes)} connected={self.ws.connected} free: {free}"
+        )
+
+    def _schedule(self) -> None:
+        c = self.config
+        add = self.scheduler.add_job
+        opts = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
+        add(self.refresh_salt, "interval", seconds=c.chain.salt_refresh_ms / 1000, **opts)
+        add(self.refresh_balances, "interval", seconds=c.chain.balance_refresh_ms / 1000, **opts)
+        add(self.refresh_fee, "interval", seconds=60, **opts)
+        add(self.check_deadlines, "interval", seconds=1, **opts)
+        add(self.poll_settlements, "interval", seconds=0.1, **opts)
+        for source in c.prices.sources:
+            if source.kind == "static":
+                add(
+                    self.feeds.poll_static,
+                    "interval",
+                    seconds=1,
+                    args=[dict(source.prices)],
+                    **opts,
+                )
+            elif source.kind == "sandbox":
+                add(
+                    self.feeds.poll_sandbox,
+                    "interval",
+                    seconds=source.refresh_ms / 1000,
+                    args=[str(source.url)],
+                    **opts,
+                )
+            elif source.kind == "http_json":
+                add(
+                    self.feeds.poll_http_json,
+                    "interval",
+                    seconds=source.refresh_ms / 1000,
+                    args=[str(source.url), source.asset, source.json_path, source.headers_env],
+                    **opts,
+                )
+            else:
+                add(
+                    self.feeds.poll_bus_quote,
+                    "interval",
+                    seconds=source.refresh_ms / 1000,
+                    args=[source.asset, source.quote_asset, source.probe_amount],
+                    **opts,
+                )
+        if c.log.summary_every_s:
+            add(
+                lambda: log.info("summary %s", self.summary()),
+                "interval",
+                seconds=c.log.summary_every_s,
+                **opts,
+            )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def warm_up(self) -> None:
+        """Fetch every cached input once before answering anything."""
+        await asyncio.gather(self.refresh_salt(), self.refresh_balances(), self.refresh_fee())
+        for source in self.config.prices.sources:
+            if source.kind == "static":
+                self.feeds.poll_static(dict(source.prices))
+            elif source.kind == "sandbox":
+                await self.feeds.poll_sandbox(str(source.url))
+            elif source.kind == "http_json":
+                await self.feeds.poll_http_json(
+                    str(source.url), source.asset, source.json_path, source.headers_env
+                )
+
+    async def run(self, stop: asyncio.Event, *, shutdown_wait_s: float = 10.0) -> None:
+        """Quote until ``stop`` is set; then stop quoting, let open quotes settle or run out
+        (at most ``shutdown_wait_s``), flush and return."""
+        await self.warm_up()
+        self._schedule()
+        self.scheduler.start()
+        ws_stop = asyncio.Event()
+        ws_task = asyncio.create_task(self.ws.run(ws_stop))
+        trigger = asyncio.create_task(self._balance_trigger(ws_stop))
+        try:
+            await stop.wait()
+            self.state.paused["*"] = "shutting down"
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + shutdown_wait_s
+            while self.engine.book.quotes and loop.time() < give_up:  # noqa: ASYNC110 (jobs settle them)
+                await asyncio.sleep(0.1)
+        finally:
+            ws_stop.set()
+            self._balance_now.set()
+            self.scheduler.shutdown(wait=False)
+            for task in (ws_task, trigger):
+                with contextlib.suppress(asyncio.CancelledError, SolverError):
+                    await asyncio.wait_for(task, 5)
+            await self.http.aclose()
+            log.info("stopped: %s", self.summary())

@@ -1,0 +1,75 @@
+"""``solver run``: the bot, unattended, until SIGTERM / Ctrl-C; ``solver demo``: the bot against
+the local sandbox with simulated takers and a live terminal view."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from solver.config import load_bot_config
+from solver.errors import ConfigError
+from solver.logsetup import setup_logging
+from solver.protocol.keys import load_secret_key
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subparsers.add_parser(
+        "run",
+        help="run the bot on the message bus",
+        description=(
+            "Quote on the bus until SIGTERM or Ctrl-C, then stop quoting, let open quotes settle "
+            "or run out, flush and exit 0. The signing key comes from the environment variable "
+            "or 0600 file named in account.key_env / account.key_file."
+        ),
+    )
+    run.add_argument("--config", required=True, help="bot YAML (see config/default.yaml)")
+    run.add_argument(
+        "--shadow",
+        action="store_true",
+        help="run the whole pipeline on live flow, but sign and send nothing",
+    )
+    run.add_argument("--shutdown-wait", type=float, default=10.0, metavar="S", help="grace on stop")
+    run.set_defaults(handler=run_bot)
+
+    demo = subparsers.add_parser(
+        "demo",
+        help="the bot against the local sandbox with simulated takers, with a live view",
+        description="Start the sandbox and the bot in one process and show what happens.",
+    )
+    demo.add_argument("--config", default="config/sandbox.yaml", help="sandbox YAML")
+    demo.add_argument(
+        "--bot-config", default="config/default.yaml", help="bot YAML (URLs are filled in)"
+    )
+    demo.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")
+    demo.add_argument("--plain", action="store_true", help="no live view: one line per second")
+    demo.set_defaults(handler=run_demo)
+
+
+def run_bot(args: argparse.Namespace) -> int:
+    from solver.app import SolverApp
+
+    config = load_bot_config(args.config)
+    setup_logging(config.log.level, config.log.format)
+    key = load_secret_key(env=config.account.key_env, path=config.account.key_file)
+    if args.shutdown_wait < 0:
+        raise ConfigError("--shutdown-wait must be >= 0")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        app = SolverApp(config, key, shadow=args.shadow)
+        await app.run(stop, shutdown_wait_s=args.shutdown_wait)
+
+    asyncio.run(main())
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from solver.demo import demo
+
+    if args.seconds <= 0:
+        raise ConfigError("--seconds must be positive")
+    return asyncio.run(demo(args.config, args.bot_config, args.seconds, plain=args.plain))

@@ -1,0 +1,102 @@
+"""JSON-RPC 2.0 over HTTP POST, shared by the ledger and bus clients (STYLE 2, 7).
+
+The one place httpx errors enter the project: connect failures, timeouts and HTTP 5xx become
+:class:`~solver.errors.TransportError`, a body that is not JSON a
+:class:`~solver.errors.ProtocolError`. What the remote *said* (JSON-RPC ``error`` objects,
+contract panics) is left to the caller, which knows the method's shapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+import orjson
+
+from solver.errors import ConfigError, ProtocolError, TransportError
+
+JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
+# Statuses (besides every 5xx) that mean "not answering right now" rather than "no".
+TRANSIENT_STATUS = frozenset({408, 425, 429})
+
+
+class JsonRpcHttp:
+    """Base of the HTTP JSON-RPC clients: owns the ``httpx.AsyncClient`` only if it made it."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: httpx.AsyncClient | None,
+        timeout_s: float,
+        headers: dict[str, str] | None = None,
+        name: str,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ConfigError(f"{name}: timeout_s must be positive")
+        self.url = url
+        self.timeout_s = timeout_s
+        self._name = name
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+        self._headers = {**JSON_HEADERS, **(headers or {})}
+        self._ids = itertools.count(1)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it (an injected one stays open)."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    async def post(self, payload: Any, what: str) -> tuple[int, Any]:
+        """POST one JSON-RPC request; return (HTTP status, decoded JSON body).
+
+        Raises :class:`TransportError` when no usable answer arrived (connect error, timeout,
+        HTTP 408/429/5xx) and :class:`ProtocolError` when the body is not JSON.
+        """
+        try:
+            content = orjson.dumps(payload)
+        except TypeError as exc:
+            raise ProtocolError(f"{self._name} {what}: arguments are not JSON: {exc}") from None
+        try:
+            response = await self._client.post(
+                self.url, content=content, headers=self._headers, timeout=self.timeout_s
+            )
+        except httpx.TimeoutException as exc:
+            raise TransportError(
+                f"{self._name} {what}: timed out after {self.timeout_s:g} s"
+            ) from exc
+        except httpx.UnsupportedProtocol as exc:
+            raise ConfigError(f"{self._name}: unsupported URL {self.url!r}") from exc
+        except httpx.TransportError as exc:
+            raise TransportError(f"{self._name} {what}: {type(exc).__name__}: {exc}") from exc
+        except httpx.InvalidURL as exc:
+            raise ConfigError(f"{self._name}: invalid URL {self.url!r}") from exc
+        status = response.status_code
+        if status >= 500 or status in TRANSIENT_STATUS:
+            raise TransportError(f"{self._name} {what}: HTTP {status}")
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise ProtocolError(f"{self._name} {what}: HTTP {status} answer is not JSON") from None
+        return status, body
+
+
+def same_id(body: dict[str, Any], request_id: int) -> bool:
+    value = body.get("id")
+    return isinstance(value, int) and not isinstance(value, bool) and value == request_id

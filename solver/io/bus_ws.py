@@ -1,0 +1,571 @@
+"""The solver side of the message bus: one websocket, kept alive (protocol-notes 6; spec 4.7).
+
+:class:`BusWsClient` connects to ``{relay}/ws`` (``Authorization: Bearer <key>`` when a key is
+configured), subscribes to ``quote`` and ``quote_status``, turns event frames into typed
+objects for the callbacks, and sends ``quote_response`` requests. It is a thin adapter
+(STYLE 1): it decides nothing about prices; it parses, dispatches and sends.
+
+Robustness rules:
+
+- **Reconnect forever** (STYLE 8): :meth:`BusWsClient.run` loops over a :func:`backoff`
+  generator; :func:`classify` stops it only on a fatal error (bad URL, 401/403, a refused
+  subscription), which it raises as a :mod:`solver.errors` type. The backoff restarts after
+  every session that got subscribed. Subscriptions are re-made on every connection.
+- **Bad frames never kill the loop**: malformed JSON, non-objects, events whose data fails
+  validation (both or neither exact amount, JSON-number / zero / over-u128 amounts, negative
+  ``min_deadline_ms``, unknown asset format) and frames above ``max_frame_bytes`` are counted
+  in ``counters.bad_frames[reason]`` and skipped with a debug log. Unknown extra fields in
+  events are tolerated (real relays add ``min_wait_ms``, ``max_wait_ms``,
+  ``protocol_fee_included``, ``trusted_metadata``). Frames above ``transport_max_bytes`` cannot
+  be skipped — the websocket library closes the connection (1009) — and count as
+  ``too_large`` too before the reconnect.
+- **The hot path never waits**: frames are parsed with orjson from bytes, a callback returning
+  an awaitable runs as its own task, and :meth:`send_quote_response` only writes the frame; the
+  relay's reply (``"OK"`` or an error with a reason) is matched by id later and reported to
+  ``on_response(quote_id, ok, reason)``. No per-frame logging above debug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+
+from solver.errors import ConfigError, ProtocolError, RemoteError, SolverError, TransportError
+from solver.io.backoff import Jitter, backoff, classify
+from solver.protocol.amounts import WIRE
+from solver.protocol.bus import (
+    JSONRPC,
+    QuoteRequestEvent,
+    QuoteStatusEvent,
+    rename_asset_fields,
+    unwrap_event,
+)
+
+log = logging.getLogger("solver.io.bus_ws")
+
+MIB = 1 << 20
+MAX_PENDING_REPLIES = 10_000
+
+QuoteCallback = Callable[[QuoteRequestEvent, dict[str, Any]], Awaitable[None] | None]
+StatusCallback = Callable[[QuoteStatusEvent], Awaitable[None] | None]
+StateCallback = Callable[[str], None]
+ResponseCallback = Callable[[str, bool, str | None], None]
+
+# Connection states reported to ``on_state``.
+CONNECTING: Final = "connecting"
+CONNECTED: Final = "connected"  # connected *and* both subscriptions confirmed
+DISCONNECTED: Final = "disconnected"
+STOPPED: Final = "stopped"
+
+_AMOUNT_FIELDS = ("exact_amount_in", "exact_amount_out")
+_FIELD_REASONS = {
+    "exact_amount_in": "quote.amount",
+    "exact_amount_out": "quote.amount",
+    "core_asset_identifier_in": "quote.asset",
+    "core_asset_identifier_out": "quote.asset",
+    "min_deadline_ms": "quote.min_deadline_ms",
+    "quote_id": "quote.quote_id",
+}
+
+
+# ---------------------------------------------------------------------------- pure parsing
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Why a frame was not delivered: the key of ``counters.bad_frames``."""
+
+    reason: str
+
+
+def parse_quote_event(data: Mapping[str, Any]) -> QuoteRequestEvent | Skip:
+    """Validate ``quote`` event data (already ``core``-prefixed) as it came off the wire.
+
+    Returns the typed event or a :class:`Skip` whose reason names the offending field:
+    ``quote.exact_amount`` (both or neither given), ``quote.amount`` (not a u128 string, or
+    zero), ``quote.asset``, ``quote.min_deadline_ms``, ``quote.quote_id``, ``quote.invalid``.
+    """
+    given = sum(1 for name in _AMOUNT_FIELDS if data.get(name) is not None)
+    if given != 1:
+        return Skip("quote.exact_amount")
+    try:
+        return QuoteRequestEvent.model_validate(data, context=WIRE)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+        loc = first["loc"]
+        if loc:
+            return Skip(_FIELD_REASONS.get(str(loc[0]), "quote.invalid"))
+        # Model-level checks: a zero exact amount, or the same asset on both sides.
+        return Skip("quote.asset" if "asset" in first["msg"] else "quote.amount")
+
+
+def parse_quote_status_event(data: Mapping[str, Any]) -> QuoteStatusEvent | Skip:
+    try:
+        return QuoteStatusEvent.model_validate(data, context=WIRE)
+    except ValidationError:
+        return Skip("quote_status.invalid")
+
+
+# ---------------------------------------------------------------------------- the client
+
+
+@dataclass
+class WsCounters:
+    """Plain counters, cheap to bump, read by metrics and tests."""
+
+    connects: int = 0  # sessions that reached CONNECTED
+    reconnects: int = 0  # of those, the ones after the first
+    connect_failures: int = 0
+    disconnects: int = 0
+    frames_in: int = 0
+    quotes_in: int = 0
+    quote_statuses_in: int = 0
+    responses_sent: int = 0
+    responses_ok: int = 0
+    responses_failed: int = 0
+    callback_errors: int = 0
+    bad_frames: dict[str, int] = field(default_factory=dict)
+
+    def bad(self, reason: str) -> None:
+        self.bad_frames[reason] = self.bad_frames.get(reason, 0) + 1
+
+
+@dataclass(slots=True)
+class _Pending:
+    kind: str  # "subscribe" | "quote_response"
+    tag: str  # the subscription kind, or the quote_id
+
+
+def _noop_state(state: str) -> None:
+    return None
+
+
+class BusWsClient:
+    """A self-healing solver connection to the relay. Start it with ``await run(stop)``."""
+
+    def __init__(
+        self,
+        ws_url: str,
+        *,
+        on_quote: QuoteCallback,
+        on_quote_status: StatusCallback | None = None,
+        on_state: StateCallback | None = None,
+        on_response: ResponseCallback | None = None,
+        api_key: str | None = None,
+        asset_field_prefix: str = "core",
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        backoff_factor: float = 2.0,
+        backoff_jitter: Jitter = "full",
+        backoff_seed: int | None = None,
+        max_frame_bytes: int = MIB,
+        transport_max_bytes: int = 16 * MIB,
+        open_timeout_s: float = 10.0,
+        subscribe_timeout_s: float = 10.0,
+        ping_interval_s: float | None = 20.0,
+        max_inflight: int = 1024,
+    ) -> None:
+        if max_frame_bytes <= 0 or transport_max_bytes < max_frame_bytes:
+            raise ConfigError("need 0 < max_frame_bytes <= transport_max_bytes")
+        backoff(backoff_initial_s, backoff_max_s, backoff_factor, backoff_jitter)  # validate
+        self.url = ws_url
+        self.prefix = asset_field_prefix
+        self.counters = WsCounters()
+        self.connected = False
+        self.state = DISCONNECTED
+        self._on_quote = on_quote
+        self._on_quote_status = on_quote_status
+        self._on_state = on_state or _noop_state
+        self._on_response = on_response
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._backoff_args = (backoff_initial_s, backoff_max_s, backoff_factor, backoff_jitter)
+        self._backoff_seed = backoff_seed
+        self._max_frame = max_frame_bytes
+        self._transport_max = transport_max_bytes
+        self._open_timeout = open_timeout_s
+        self._subscribe_timeout = subscribe_timeout_s
+        self._ping_interval = ping_interval_s
+        self._max_inflight = max_inflight
+        self._ws: ClientConnection | None = None
+        self._subs: dict[str, str] = {}  # subscription id -> kind
+        self._subscribed = asyncio.Event()
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
+        self._next_id = 0
+        self._fatal: SolverError | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Connect, subscribe, dispatch; reconnect with backoff until ``stop`` is set.
+
+        Returns when ``stop`` is set; raises a :class:`SolverError` on a fatal error.
+        """
+        delays = self._delays()
+        self._fatal = None
+        try:
+            while not stop.is_set():
+                self._set_state(CONNECTING)
+                try:
+                    ws = await self._open(stop)
+                except Exception as exc:
+                    error = _map_connect_error(exc)
+                    self.counters.connect_failures += 1
+                    if classify(error) == "fatal":
+                        raise error from exc
+                    self._set_state(DISCONNECTED)
+                    delay = next(delays)
+                    log.info("relay connect failed (%s); retrying in %.2f s", error, delay)
+                    await _sleep_unless(stop, delay)
+                    continue
+                if ws is None:
+                    break
+                if await self._session(ws, stop):
+                    delays = self._delays()  # it worked: start the backoff over
+                if self._fatal is not None:
+                    raise self._fatal
+                if stop.is_set():
+                    break
+                delay = next(delays)
+                log.info("relay connection lost; reconnecting in %.2f s", delay)
+                await _sleep_unless(stop, delay)
+        finally:
+            self.connected = False
+            await self._cancel_tasks()
+            self._set_state(STOPPED)
+
+    async def _open(self, stop: asyncio.Event) -> ClientConnection | None:
+        """Open the websocket, or give up (None) as soon as ``stop`` is set."""
+
+        async def opening() -> ClientConnection:
+            return await connect(
+                self.url,
+                additional_headers=self._headers,
+                max_size=self._transport_max,
+                open_timeout=self._open_timeout,
+                ping_interval=self._ping_interval,
+                ping_timeout=self._ping_interval,
+                close_timeout=2,
+            )
+
+        open_task = asyncio.create_task(opening())
+        stop_wait = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({open_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+            if not open_task.done():
+                open_task.cancel()
+            await asyncio.gather(stop_wait, open_task, return_exceptions=True)
+        if open_task.cancelled():
+            return None
+        ws = open_task.result()  # raises the connect error
+        if stop.is_set():
+            await ws.close()
+            return None
+        return ws
+
+    def _delays(self) -> Iterator[float]:
+        initial, maximum, factor, jitter = self._backoff_args
+        return backoff(initial, maximum, factor, jitter, seed=self._backoff_seed)
+
+    async def _session(self, ws: ClientConnection, stop: asyncio.Event) -> bool:
+        """Serve one connection until it closes or ``stop``; True if it got subscribed."""
+        self._ws = ws
+        self._subs.clear()
+        self._subscribed = asyncio.Event()
+        watcher = asyncio.create_task(self._watch(ws, stop))
+        reached = False
+        try:
+            for kind in ("quote", "quote_status"):
+                await self._send_request("subscribe", kind, kind, ws)
+            while self._fatal is None:
+                raw = await ws.recv(decode=False)
+                self.counters.frames_in += 1
+                self.handle_frame(raw)
+        except ConnectionClosed as exc:
+            if exc.sent is not None and exc.sent.code == 1009:
+                self.counters.bad("too_large")
+            if not stop.is_set():
+                log.info("relay closed the connection: %s", exc)
+        except TransportError as exc:  # a subscribe could not be sent
+            log.info("relay connection lost: %s", exc)
+        finally:
+            reached = self._subscribed.is_set()
+            self._ws = None
+            if self.connected:
+                self.counters.disconnects += 1
+            self.connected = False
+            if not watcher.done():
+                watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await ws.close()
+            self._fail_pending("connection closed")
+            if not stop.is_set():
+                self._set_state(DISCONNECTED)
+        return reached
+
+    async def _watch(self, ws: ClientConnection, stop: asyncio.Event) -> None:
+        """Close the socket on ``stop``, or when the subscriptions are not confirmed in time."""
+        stop_wait = asyncio.create_task(stop.wait())
+        sub_wait = asyncio.create_task(self._subscribed.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {stop_wait, sub_wait},
+                timeout=self._subscribe_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not done:
+                log.warning("relay did not confirm the subscriptions; reconnecting")
+                await ws.close(1011, "subscribe timeout")
+                return
+            await stop_wait
+            await ws.close()
+        finally:
+            for task in (stop_wait, sub_wait):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(stop_wait, sub_wait, return_exceptions=True)
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        try:
+            self._on_state(state)
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("on_state callback failed")
+
+    async def _cancel_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_quote_response(self, params: Mapping[str, Any] | BaseModel) -> None:
+        """Send a ``quote_response`` (protocol-notes 6) without waiting for the reply.
+
+        The reply is reported later to ``on_response(quote_id, ok, reason)``. Raises
+        :class:`TransportError` when there is no open connection.
+        """
+        if isinstance(params, BaseModel):
+            data = params.model_dump(mode="json", exclude_none=True)
+        else:
+            data = params if isinstance(params, dict) else dict(params)
+        quote_id = data.get("quote_id")
+        ws = self._ws
+        if ws is None:
+            raise TransportError("not connected to the relay")
+        await self._send_request(
+            "quote_response", data, quote_id if isinstance(quote_id, str) else "", ws
+        )
+        self.counters.responses_sent += 1
+
+    async def _send_request(self, method: str, param: Any, tag: str, ws: ClientConnection) -> None:
+        self._next_id += 1
+        request_id = self._next_id
+        try:
+            frame = orjson.dumps(
+                {"jsonrpc": JSONRPC, "id": request_id, "method": method, "params": [param]}
+            )
+        except TypeError as exc:
+            raise ProtocolError(f"{method} params are not JSON: {exc}") from None
+        self._pending[request_id] = _Pending(method, tag)
+        if len(self._pending) > MAX_PENDING_REPLIES:
+            _, oldest = self._pending.popitem(last=False)
+            self._report(oldest, False, "no reply")
+        try:
+            await ws.send(frame, text=True)
+        except ConnectionClosed as exc:
+            self._pending.pop(request_id, None)
+            raise TransportError(f"relay connection closed: {exc}") from None
+
+    # ------------------------------------------------------------------ receiving
+
+    def handle_frame(self, raw: bytes | str) -> None:
+        """Handle one incoming frame; never raises on bad input (it is counted instead)."""
+        if len(raw) > self._max_frame:
+            self._bad("too_large", f"{len(raw)} bytes")
+            return
+        try:
+            frame = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self._bad("invalid_json", "")
+            return
+        if not isinstance(frame, dict):
+            self._bad("not_object", type(frame).__name__)
+            return
+        method = frame.get("method")
+        if method == "event":
+            self._on_event(frame.get("params"))
+        elif method is None and ("result" in frame or "error" in frame):
+            self._on_reply(frame)
+        else:
+            self._bad("unknown_frame", str(method)[:40])
+
+    def _on_event(self, params: Any) -> None:
+        try:
+            sub, data, metadata = unwrap_event(params)
+        except ValueError:
+            self._bad("bad_envelope", "event params are not an object")
+            return
+        kind = self._subs.get(sub) if sub is not None else None
+        if kind is None:  # before the subscribe reply, or a flat envelope without an id
+            kind = "quote" if "quote_id" in data else "quote_status" if "quote_hash" in data else ""
+        if kind == "quote":
+            if self.prefix != "core":
+                data = rename_asset_fields(data, self.prefix, "core")
+            event = parse_quote_event(data)
+            if isinstance(event, Skip):
+                self._bad(event.reason, str(data.get("quote_id"))[:80])
+                return
+            self.counters.quotes_in += 1
+            self._dispatch(self._on_quote, event, metadata)
+        elif kind == "quote_status":
+            status = parse_quote_status_event(data)
+            if isinstance(status, Skip):
+                self._bad(status.reason, "")
+                return
+            self.counters.quote_statuses_in += 1
+            if self._on_quote_status is not None:
+                self._dispatch(self._on_quote_status, status)
+        else:
+            self._bad("unknown_event", str(sub)[:40])
+
+    def _on_reply(self, frame: dict[str, Any]) -> None:
+        request_id = frame.get("id")
+        entry = self._pending.pop(request_id, None) if type(request_id) is int else None
+        error = frame.get("error")
+        if entry is None:
+            self._bad("unmatched_reply", _error_text(error) if error is not None else "")
+            return
+        result = frame.get("result")
+        if entry.kind == "subscribe":
+            if error is None and isinstance(result, str) and result:
+                self._subs[result] = entry.tag
+                if set(self._subs.values()) >= {"quote", "quote_status"}:
+                    self._confirm_subscribed()
+            else:
+                text = _error_text(error) if error is not None else f"bad result {result!r:.80}"
+                self._fatal = RemoteError(
+                    f"subscribe {entry.tag} refused: {text}", code=_error_code(error)
+                )
+            return
+        if error is None and result == "OK":
+            self._report(entry, True, None)
+        else:
+            reason = (
+                _error_text(error) if error is not None else f"unexpected result {result!r:.80}"
+            )
+            self._report(entry, False, reason)
+
+    def _confirm_subscribed(self) -> None:
+        if self._subscribed.is_set():
+            return
+        self._subscribed.set()
+        self.connected = True
+        self.counters.connects += 1
+        if self.counters.connects > 1:
+            self.counters.reconnects += 1
+        log.info("subscribed to the relay at %s", self.url)
+        self._set_state(CONNECTED)
+
+    def _report(self, entry: _Pending, ok: bool, reason: str | None) -> None:
+        if entry.kind != "quote_response":
+            return
+        if ok:
+            self.counters.responses_ok += 1
+        else:
+            self.counters.responses_failed += 1
+        if self._on_response is None:
+            return
+        try:
+            self._on_response(entry.tag, ok, reason)
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("on_response callback failed")
+
+    def _fail_pending(self, reason: str) -> None:
+        pending, self._pending = self._pending, OrderedDict()
+        for entry in pending.values():
+            self._report(entry, False, reason)
+
+    def _dispatch(self, callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
+        """Call a user callback; an awaitable result runs as a task. Errors are contained."""
+        if len(self._tasks) >= self._max_inflight:
+            self._bad("overloaded", "too many callbacks in flight")
+            return
+        try:
+            result = callback(*args)
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("event callback failed")
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.get_running_loop().create_task(self._guard(result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _guard(self, awaitable: Awaitable[None]) -> None:
+        try:
+            await awaitable
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("event callback failed")
+
+    def _bad(self, reason: str, detail: str) -> None:
+        self.counters.bad(reason)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("skipped a relay frame (%s) %s", reason, detail)
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str):
+            return message
+    return str(error)[:200]
+
+
+def _error_code(error: Any) -> int | None:
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _map_connect_error(exc: Exception) -> SolverError:
+    """websockets / OS errors at connect time → the project's errors (STYLE 7)."""
+    if isinstance(exc, SolverError):
+        return exc
+    if isinstance(exc, InvalidURI):
+        return ConfigError(f"invalid relay URL: {exc}")
+    if isinstance(exc, InvalidStatus):
+        status = exc.response.status_code
+        if status in (401, 403):
+            return RemoteError("unauthorized", code=status)
+        if classify(exc) == "retry":
+            return TransportError(f"relay answered HTTP {status}")
+        return RemoteError(f"relay refused the websocket: HTTP {status}", code=status)
+    if classify(exc) == "retry":
+        return TransportError(f"{type(exc).__name__}: {exc}".rstrip(": "))
+    return ProtocolError(f"relay handshake failed: {type(exc).__name__}: {exc}")
+
+
+async def _sleep_unless(stop: asyncio.Event, delay: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), delay)

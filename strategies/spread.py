@@ -1,0 +1,113 @@
+"""Reference price ± a spread that widens with size.
+
+The plainest market-making rule: value the fixed side at the cached reference prices and keep a
+spread. Larger trades carry more adverse selection and more inventory risk, so the spread grows
+linearly with the USD notional of the fixed side; beyond ``max_spread_bps`` the size is more than
+the strategy is willing to price and it declines (None) rather than quote an absurd rate.
+
+With ``fair`` the fixed amount converted at reference prices (``strategies.pricing.convert``),
+``s = (spread_bps + widen_bps_per_1k_usd * notional_usd / 1000) / 1e4`` and the protocol fee
+``ceil(out * fee_pips / 1e6)`` paid by the solver on its outflow:
+
+- exact-in: ``out`` = the largest int with ``out + fee(out) <= fair(in) * (1 - s)``;
+- exact-out: ``in = ceil(fair(out + fee(out)) / (1 - s))``.
+
+Both keep ``s`` of the input's value for the solver. No quote when either reference price is
+missing or older than ``max_price_age_s``, or when free inventory cannot cover the outflow plus
+fee. The stated edge is ``spread_bps`` (widening only adds to it).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from solver.core.market import MarketView, QuoteRequest
+from strategies.base import Strategy, StrategyConfig
+from strategies.pricing import (
+    BPS,
+    as_quote,
+    ceil_int,
+    convert,
+    fresh_price,
+    gross_outflow,
+    max_out_for_budget,
+    request_ok,
+    usd_value,
+)
+
+__all__ = ["SpreadConfig", "SpreadStrategy"]
+
+
+class SpreadConfig(StrategyConfig):
+    """Knobs of :class:`SpreadStrategy`; all spreads in basis points of the input's value."""
+
+    spread_bps: float = Field(default=20.0, ge=0, lt=BPS)
+    widen_bps_per_1k_usd: float = Field(default=0.0, ge=0)
+    max_spread_bps: float = Field(default=500.0, gt=0, lt=BPS)
+    max_price_age_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _spread_within_max(self) -> SpreadConfig:
+        if self.spread_bps > self.max_spread_bps:
+            raise ValueError("spread_bps must not exceed max_spread_bps")
+        return self
+
+
+class SpreadStrategy(Strategy):
+    """Reference price minus a size-dependent spread, protocol fee priced in."""
+
+    name: ClassVar[str] = "spread"
+    Config: ClassVar[type[StrategyConfig]] = SpreadConfig
+    config: SpreadConfig
+
+    def spread_bps(self, request: QuoteRequest, market: MarketView) -> Fraction | None:
+        """The total spread for this request, or None when it exceeds ``max_spread_bps``."""
+        cfg = self.config
+        fixed_asset = request.asset_in if request.exact_in else request.asset_out
+        spread = Fraction(cfg.spread_bps)
+        if cfg.widen_bps_per_1k_usd > 0:
+            price = fresh_price(market, fixed_asset, cfg.max_price_age_s)
+            if price is None:
+                return None
+            notional = usd_value(market, fixed_asset, request.amount, price)
+            if notional is None:
+                return None
+            spread += Fraction(cfg.widen_bps_per_1k_usd) * notional / 1000
+        if spread > Fraction(cfg.max_spread_bps):
+            return None
+        return spread
+
+    def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
+        if not request_ok(request):
+            return None
+        spread = self.spread_bps(request, market)
+        if spread is None:
+            return None
+        keep = 1 - spread / BPS
+        free_out = market.free(request.asset_out)
+        age = self.config.max_price_age_s
+        if request.exact_in:
+            fair = convert(market, request.amount, request.asset_in, request.asset_out, age)
+            if fair is None:
+                return None
+            out = max_out_for_budget(fair * keep, market.fee_pips)
+            if gross_outflow(out, market.fee_pips) > free_out:
+                return None
+            return as_quote(out)
+        gross = gross_outflow(request.amount, market.fee_pips)
+        if gross > free_out:
+            return None
+        fair_in = convert(market, gross, request.asset_out, request.asset_in, age)
+        if fair_in is None:
+            return None
+        return as_quote(ceil_int(fair_in / keep))
+
+    def reference_amount(self, request: QuoteRequest, market: MarketView) -> Fraction | None:
+        fixed, other = request.pair if request.exact_in else request.pair[::-1]
+        return convert(market, request.amount, fixed, other, self.config.max_price_age_s)
+
+    def stated_edge_bps(self) -> float:
+        return self.config.spread_bps

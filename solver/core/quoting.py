@@ -19,7 +19,7 @@ from solver.core.inventory import Inventory, Reservation
 from solver.core.limits import TokenBucket
 from solver.core.market import MarketView, QuoteRequest
 from solver.core.state import LiveMarketView, MarketState
-from solver.protocol.amounts import U128_MAX
+from solver.protocol.amounts import I128_MAX
 
 
 class PricingStrategy(Protocol):
@@ -125,6 +125,8 @@ class QuotePipeline:
         paused = self.state.pause_reason(route.key)
         if paused:
             return Skip(PAUSED, paused)
+        if request.amount > I128_MAX:
+            return Skip(ABOVE_MAX_SIZE, "amount does not fit a token_diff delta (i128)")
         if request.min_deadline_ms > s.max_min_deadline_ms:
             return Skip(
                 DEADLINE_TOO_LONG, f"{request.min_deadline_ms} ms > {s.max_min_deadline_ms} ms"
@@ -172,7 +174,8 @@ class QuotePipeline:
             return Skip(STRATEGY_SLOW, f"{elapsed_ms:.1f} ms")
         if other is None:
             return Skip(STRATEGY_NO_QUOTE)
-        if isinstance(other, bool) or not isinstance(other, int) or not 0 < other <= U128_MAX:
+        # Both sides become token_diff deltas, so they must fit i128 (protocol-notes 2).
+        if isinstance(other, bool) or not isinstance(other, int) or not 0 < other <= I128_MAX:
             return Skip(STRATEGY_BAD_AMOUNT, repr(other)[:80])
         amount_in, amount_out = (
             (request.amount, other) if request.exact_in else (other, request.amount)

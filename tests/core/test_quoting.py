@@ -131,6 +131,7 @@ def test_filters_skip_with_a_reason(
         (0, q.STRATEGY_BAD_AMOUNT),
         (-5, q.STRATEGY_BAD_AMOUNT),
         (2**128, q.STRATEGY_BAD_AMOUNT),
+        (2**127, q.STRATEGY_BAD_AMOUNT),  # a delta must fit i128
         (4 * E6, q.PRICE_GUARD),  # 4 USDC for 3 USD of NEAR: gives away 33 %
     ],
 )

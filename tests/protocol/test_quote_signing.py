@@ -9,7 +9,7 @@ import base58
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.protocol.amounts import U128_MAX
+from solver.protocol.amounts import I128_MAX
 from solver.protocol.encoding import b58encode
 from solver.protocol.intents import TokenDiff, serialize_message
 from solver.protocol.keys import SecretKey
@@ -23,8 +23,8 @@ ASSET_B = "nep245:v2_1.omni.hot.tg:56_11111111111111111111"
 
 @settings(max_examples=100, deadline=None)
 @given(
-    amount_in=st.integers(1, U128_MAX),
-    amount_out=st.integers(1, U128_MAX),
+    amount_in=st.integers(1, I128_MAX),
+    amount_out=st.integers(1, I128_MAX),
     micros=st.integers(0, 10**12),
 )
 def test_fast_signer_equals_model_signer(amount_in: int, amount_out: int, micros: int) -> None:

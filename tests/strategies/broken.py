@@ -27,6 +27,10 @@ class HonestHalf(Strategy):
     """Correct: quotes half the reference value (a 50 % spread), fee and inventory checked."""
 
     def reference_amount(self, request: QuoteRequest, market: MarketView) -> Fraction | None:
+        return self.fair(request, market)
+
+    def fair(self, request: QuoteRequest, market: MarketView) -> Fraction | None:
+        """The non-fixed side at reference prices (no age limit)."""
         fixed, other = (
             (request.asset_in, request.asset_out)
             if request.exact_in
@@ -42,7 +46,7 @@ class HonestHalf(Strategy):
         if not request_ok(request):
             return None
         if request.exact_in:
-            fair = self.reference_amount(request, market)
+            fair = self.fair(request, market)
             return None if fair is None else as_quote(max_out_for_budget(fair / 2, market.fee_pips))
         gross = gross_outflow(request.amount, market.fee_pips)
         fair_in = convert(market, gross, request.asset_out, request.asset_in, None)
@@ -98,7 +102,7 @@ class IgnoresSpread(HonestHalf):
     """States a 100 bp edge but quotes the reference itself."""
 
     def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
-        fair = self.reference_amount(request, market)
+        fair = self.fair(request, market)
         if fair is None or not request_ok(request):
             return None
         amount = floor_int(fair) if request.exact_in else ceil_int(fair)
@@ -115,7 +119,7 @@ class RoundsWrongWay(HonestHalf):
         return 0.0
 
     def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
-        fair = self.reference_amount(request, market)
+        fair = self.fair(request, market)
         if fair is None or not request_ok(request):
             return None
         amount = ceil_int(fair) if request.exact_in else floor_int(fair)
@@ -157,3 +161,17 @@ class BadEdge(HonestHalf):
 
 class NotAStrategy:
     """A class that is not a Strategy, for the loader."""
+
+
+class EdgeRaises(HonestHalf):
+    """Cannot even state its edge."""
+
+    def stated_edge_bps(self) -> float:
+        raise ValueError("no idea")
+
+
+class BadReference(HonestHalf):
+    """Returns its reference as text."""
+
+    def reference_amount(self, request: QuoteRequest, market: MarketView) -> Fraction | None:
+        return "12.5"  # type: ignore[return-value]

@@ -63,6 +63,8 @@ def test_builtins_conform(strategy: Strategy) -> None:
         (broken.ReturnsNegative, Check.OUT_OF_RANGE),
         (broken.NeverQuotes, Check.NO_QUOTES),
         (broken.BadEdge, Check.BAD_EDGE),
+        (broken.EdgeRaises, Check.RAISED),
+        (broken.BadReference, Check.BAD_TYPE),
     ],
 )
 def test_broken_strategies_fail_by_name(cls: type[Strategy], expected: Check) -> None:

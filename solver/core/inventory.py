@@ -84,15 +84,16 @@ class Inventory:
         return reservation
 
     def settle(self, quote_id: str) -> Reservation | None:
-        """The quote executed: move the amounts into the confirmed balances and release.
+        """The quote executed: debit the outflow from the confirmed balance and release.
 
-        Until the next snapshot this is our expectation of the chain; the snapshot replaces it.
+        The inflow is *not* credited: the last snapshot may already include this execution
+        (it can land on chain before we hear of it), and crediting it again would overstate
+        what we can pay. Debiting twice only understates it. The next snapshot sets both right.
         """
         reservation = self.release(quote_id)
         if reservation is not None:
-            out, into = reservation.asset_out, reservation.asset_in
+            out = reservation.asset_out
             self.confirmed[out] = self.confirmed.get(out, 0) - reservation.amount_out
-            self.confirmed[into] = self.confirmed.get(into, 0) + reservation.amount_in
         return reservation
 
     def release_expired(self, snapshot_at: datetime) -> list[Reservation]:

@@ -85,3 +85,37 @@ def check_stale(
     if worst is not None and worst > limits.max_stale_s:
         return [Breach("stale_data", f"inputs {worst:.0f}s old > {limits.max_stale_s:.0f}s")]
     return []
+
+
+class Reconciler:
+    """Expected balances = first snapshot + the diffs of every own settlement since.
+
+    Never reset from later snapshots (a snapshot may or may not already contain a settlement
+    we are about to hear of); a mismatch found is reported once and then absorbed, so only new
+    unexplained moves are reported again.
+    """
+
+    def __init__(self) -> None:
+        self.expected: dict[str, int] | None = None
+        self.last: dict[str, int] = {}
+
+    def on_settled(self, asset_in: str, amount_in: int, asset_out: str, outflow: int) -> None:
+        if self.expected is not None:
+            self.expected[asset_out] = self.expected.get(asset_out, 0) - outflow
+            self.expected[asset_in] = self.expected.get(asset_in, 0) + amount_in
+
+    def on_snapshot(
+        self, actual: Mapping[str, int], open_quotes: Iterable[Reservation]
+    ) -> dict[str, int]:
+        if self.expected is None:
+            self.expected = dict(actual)
+            self.last = {asset: 0 for asset in actual}
+            return dict(self.last)
+        found = mismatches(self.expected, actual, open_quotes)
+        for asset, gap in found.items():
+            if gap:
+                self.expected[asset] += gap
+        for asset in actual:
+            self.expected.setdefault(asset, actual[asset])
+        self.last = found
+        return found

@@ -40,12 +40,13 @@ def test_duplicate_quote_id_is_refused() -> None:
     assert inv.reserved[A] == 10
 
 
-def test_settle_moves_amounts_and_releases() -> None:
+def test_settle_debits_the_outflow_but_waits_for_a_snapshot_to_credit() -> None:
     inv = Inventory()
     inv.set_confirmed({A: 1000, B: 5}, T0)
     inv.reserve(res("q", 300, into=70))
     inv.settle("q")
-    assert (inv.confirmed[A], inv.confirmed[B], inv.free(A)) == (700, 75, 700)
+    # Conservative both ways: the snapshot may or may not include the execution already.
+    assert (inv.confirmed[A], inv.confirmed[B], inv.free(A)) == (700, 5, 700)
     assert inv.reservations == {}
 
 

@@ -56,7 +56,7 @@ def test_marked_pnl_peak_drawdown_and_daily_loss() -> None:
         RiskLimits(5.0, 15.0, {}), tracker.daily_loss_usd(pnl), tracker.drawdown_usd(pnl)
     )
     assert [b.kind for b in breaches] == ["daily_loss", "drawdown"]
-    assert tracker.mark(T0, {USDC: 1}, {}.get) is None
+    assert tracker.mark(T0, {USDC: 1}, lambda asset: None) is None
 
 
 def _res(asset_out: str, out: int, asset_in: str, into: int) -> Reservation:
@@ -100,3 +100,18 @@ def test_stale_inputs_breach_after_the_limit() -> None:
     limits = RiskLimits(1, 1, {}, max_stale_s=60)
     assert check_stale(limits, 10.0, 59.0) == []
     assert [b.kind for b in check_stale(limits, 61.0, None)] == ["stale_data"]
+
+
+def test_reconciler_follows_settlements_whenever_the_snapshot_sees_them() -> None:
+    from solver.core.risk import Reconciler
+
+    rec = Reconciler()
+    assert rec.on_snapshot({USDC: 1000, NEAR: 50}, []) == {USDC: 0, NEAR: 0}
+    quote = _res(USDC, 300, NEAR, 7)
+    # The snapshot already shows the execution while the quote is still open: explained.
+    assert rec.on_snapshot({USDC: 700, NEAR: 57}, [quote]) == {USDC: 0, NEAR: 0}
+    rec.on_settled(NEAR, 7, USDC, 300)
+    assert rec.on_snapshot({USDC: 700, NEAR: 57}, []) == {USDC: 0, NEAR: 0}
+    # Someone took 100 USDC: reported once, then absorbed.
+    assert rec.on_snapshot({USDC: 600, NEAR: 57}, []) == {USDC: -100, NEAR: 0}
+    assert rec.on_snapshot({USDC: 600, NEAR: 57}, []) == {USDC: 0, NEAR: 0}

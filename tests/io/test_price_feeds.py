@@ -1,0 +1,139 @@
+"""Reference price sources against real servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from sandbox.server import Sandbox
+from solver.core.state import MarketState
+from solver.io.bus_rpc import BusRpcClient
+from solver.io.price_feeds import PriceFeeds, extract_json_path, parse_usd
+from solver.protocol.keys import SecretKey
+from tests.sandbox.scripted import NEAR, USDC, ScriptedSolver, sandbox_config
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def feeds(
+    client: httpx.AsyncClient, bus: BusRpcClient | None = None, own: frozenset[str] = frozenset()
+) -> PriceFeeds:
+    state = MarketState(decimals={USDC: 6, NEAR: 24})
+    return PriceFeeds(
+        state, lambda: T0, client=client, bus=bus, own_quote_hashes=lambda: own, assets=[USDC, NEAR]
+    )
+
+
+@pytest.fixture
+async def sandbox() -> AsyncIterator[Sandbox]:
+    async with Sandbox(sandbox_config(), run_takers=False) as sb:
+        yield sb
+
+
+def test_json_path_and_price_parsing() -> None:
+    doc = {"data": {"items": [{"price": "3.25"}]}}
+    assert extract_json_path(doc, "data.items.0.price") == "3.25"
+    with pytest.raises(KeyError):
+        extract_json_path(doc, "data.missing")
+    assert parse_usd("3.25") == 3.25 and parse_usd(2) == 2.0
+    for bad in ("abc", "-1", "0", True, "NaN", "Infinity"):
+        with pytest.raises(ValueError):
+            parse_usd(bad)
+
+
+def test_static_prices_are_restamped() -> None:
+    feed = PriceFeeds(MarketState(decimals={USDC: 6}), lambda: T0, client=httpx.AsyncClient())
+    feed.poll_static({USDC: 1.0})
+    assert feed.state.prices[USDC].usd == 1.0 and feed.state.prices[USDC].observed_at == T0
+
+
+async def test_sandbox_source_reads_every_configured_token(sandbox: Sandbox) -> None:
+    async with httpx.AsyncClient() as client:
+        feed = feeds(client)
+        await feed.poll_sandbox(sandbox.urls()["prices"])
+        assert feed.state.prices[NEAR].usd == pytest.approx(sandbox.prices.usd(NEAR))
+        assert feed.state.prices[USDC].usd == pytest.approx(1.0)
+        await feed.poll_sandbox(sandbox.urls()["prices"].replace("/prices", "/nothing"))
+        assert feed.errors == {"sandbox:HTTPStatusError": 1}
+
+
+async def _serve(app: FastAPI) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, task, sock.getsockname()[1]
+
+
+async def test_http_json_source_and_its_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = FastAPI()
+    seen_headers: list[str | None] = []
+
+    @app.get("/ok")
+    async def ok() -> dict[str, object]:
+        return {"data": {"price": "3.5"}}
+
+    @app.get("/garbage")
+    async def garbage() -> dict[str, object]:
+        return {"data": {"price": "n/a"}}
+
+    @app.get("/auth")
+    async def auth(x_api_key: str | None = None) -> dict[str, object]:
+        seen_headers.append(x_api_key)
+        return {"p": 4}
+
+    server, task, port = await _serve(app)
+    try:
+        async with httpx.AsyncClient() as client:
+            feed = feeds(client)
+            await feed.poll_http_json(f"http://127.0.0.1:{port}/ok", NEAR, "data.price", None)
+            assert feed.state.prices[NEAR].usd == 3.5
+            await feed.poll_http_json(f"http://127.0.0.1:{port}/garbage", NEAR, "data.price", None)
+            await feed.poll_http_json(f"http://127.0.0.1:{port}/ok", NEAR, "data.nope", None)
+            assert feed.state.prices[NEAR].usd == 3.5
+            assert feed.errors == {"http_json:ValueError": 1, "http_json:KeyError": 1}
+            monkeypatch.setenv("PRICE_HEADERS", '{"x-api-key": "abc"}')
+            await feed.poll_http_json(f"http://127.0.0.1:{port}/auth", USDC, "p", "PRICE_HEADERS")
+            assert feed.state.prices[USDC].usd == 4.0
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_bus_quote_source_prices_from_other_solvers_only(sandbox: Sandbox) -> None:
+    key_solver = ScriptedSolver(
+        sandbox.urls()["relay_ws"],
+        SecretKey.generate(),
+        sandbox.ledger,
+        rate_num=31 * 10**6,
+        rate_den=10 * 10**24,
+    )
+    sandbox.ledger.deposit(key_solver.account, USDC, 10**12)
+    await key_solver.start()
+    try:
+        async with (
+            httpx.AsyncClient() as client,
+            BusRpcClient(sandbox.urls()["relay_rpc"], client=client) as bus,
+        ):
+            feed = feeds(client, bus)
+            feed.state.set_price(USDC, 1.0, T0)
+            await feed.poll_bus_quote(NEAR, USDC, 10**24)
+            assert feed.state.prices[NEAR].usd == pytest.approx(3.1)
+            # Our own answers are excluded: with only our quote hash on offer, nothing is learned.
+            mine = feeds(client, bus)
+            mine.state.set_price(USDC, 1.0, T0)
+            mine.own_quote_hashes = lambda: frozenset(sandbox.bus.quotes)  # every hash is "ours"
+            await mine.poll_bus_quote(NEAR, USDC, 10**24)
+            assert NEAR not in mine.state.prices
+            assert mine.errors == {"bus_quote:no offers from others": 1}
+    finally:
+        await key_solver.stop()

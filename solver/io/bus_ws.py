@@ -170,12 +170,14 @@ class BusWsClient:
         backoff_jitter: Jitter = "full",
         backoff_seed: int | None = None,
         max_frame_bytes: int = MIB,
-        transport_max_bytes: int = 16 * MIB,
+        transport_max_bytes: int | None = None,
         open_timeout_s: float = 10.0,
         subscribe_timeout_s: float = 10.0,
         ping_interval_s: float | None = 20.0,
         max_inflight: int = 1024,
     ) -> None:
+        if transport_max_bytes is None:  # skip what we can, let the library refuse only the absurd
+            transport_max_bytes = max(16 * MIB, max_frame_bytes)
         if max_frame_bytes <= 0 or transport_max_bytes < max_frame_bytes:
             raise ConfigError("need 0 < max_frame_bytes <= transport_max_bytes")
         backoff(backoff_initial_s, backoff_max_s, backoff_factor, backoff_jitter)  # validate
@@ -261,13 +263,20 @@ class BusWsClient:
 
         open_task = asyncio.create_task(opening())
         stop_wait = asyncio.create_task(stop.wait())
+        cancelled = False
         try:
             await asyncio.wait({open_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop_wait.cancel()
-            if not open_task.done():
-                open_task.cancel()
-            await asyncio.gather(stop_wait, open_task, return_exceptions=True)
+        except asyncio.CancelledError:
+            cancelled = True
+        stop_wait.cancel()
+        if not open_task.done():
+            open_task.cancel()
+        await asyncio.gather(stop_wait, open_task, return_exceptions=True)
+        opened = not open_task.cancelled() and open_task.exception() is None
+        if cancelled:
+            if opened:
+                await open_task.result().close()  # opened as we were cancelled: do not leak it
+            raise asyncio.CancelledError
         if open_task.cancelled():
             return None
         ws = open_task.result()  # raises the connect error

@@ -51,5 +51,5 @@ async def http_peer(handler: HttpHandler) -> AsyncIterator[str]:
 async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
     """Poll ``predicate`` every 10 ms until true; fail the test after ``timeout_s``."""
     async with asyncio.timeout(timeout_s):
-        while not predicate():  # noqa: ASYNC110 - polling state owned by the code under test
+        while not predicate():
             await asyncio.sleep(0.01)

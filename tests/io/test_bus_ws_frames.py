@@ -208,6 +208,9 @@ async def test_frame_over_the_transport_limit_costs_a_reconnect_only() -> None:
 async def test_replies_are_matched_and_lost_ones_reported() -> None:
     async def script(ws: ServerConnection, n: int) -> None:
         await answer_subscribes(ws)
+        if n > 0:  # the client reconnects after "c": nothing more to say
+            await ws.wait_closed()
+            return
         await ws.send(event(GOOD))
         for _ in range(3):
             request = orjson.loads(await ws.recv())
@@ -324,3 +327,27 @@ def test_handle_frame_needs_no_network() -> None:
     client.handle_frame(b"nope")
     assert [e.quote_id for e, _ in sink.quotes] == ["q-good"]
     assert client.counters.bad_frames == {"invalid_json": 1}
+
+
+async def test_cancelling_run_closes_cleanly() -> None:
+    async def script(ws: ServerConnection, n: int) -> None:
+        await answer_subscribes(ws)
+        await ws.wait_closed()
+
+    sink = Sink()
+    async with relay_peer(script) as url:
+        client = client_for(url, sink)
+        task = asyncio.create_task(client.run(asyncio.Event()))
+        await wait_for(lambda: client.connected)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert client.state == "stopped" and not client.connected
+    # Cancelled while connecting (nobody listens on that port any more) is clean too.
+    client = client_for(url, sink)
+    task = asyncio.create_task(client.run(asyncio.Event()))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.state == "stopped"

@@ -22,14 +22,19 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from solver.config import BotConfig
 from solver.core.inventory import Inventory
 from solver.core.quoting import PipelineSettings, QuotePipeline, Route
+from solver.core.risk import GLOBAL, RiskLimits
 from solver.core.settlement import QuoteState, Transition
 from solver.core.state import MarketState
 from solver.engine import Engine, Journal
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import BusWsClient
+from solver.io.control import ControlServer, create_control_app, serve_control
 from solver.io.ledger_client import LedgerClient
+from solver.io.metrics import Metrics
 from solver.io.price_feeds import PriceFeeds
+from solver.io.store import Store
+from solver.operations import Operations
 from solver.protocol.bus import IntentStatus, QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_signing import QuoteSigner
@@ -94,8 +99,16 @@ class SolverApp:
         shadow: bool = False,
         journal: Journal | None = None,
         on_transition: Callable[[Transition], None] | None = None,
+        store: Store | None = None,
+        use_store: bool = True,
     ) -> None:
         self.config = config
+        self.shadow = shadow
+        # Shadow mode signs nothing, so it writes no journal: it must never touch a live store.
+        self.store = store or (
+            Store(config.storage.path) if use_store and not shadow and journal is None else None
+        )
+        self.metrics = Metrics()
         self.clock = clock
         self.account = config.account.id
         self.tokens = sorted(config.tokens)
@@ -139,10 +152,26 @@ class SolverApp:
             sender=self.ws,
             clock=clock,
             nonce_layout=config.nonce.layout,
-            journal=journal,
+            journal=journal or self.store,
             shadow=shadow,
-            on_transition=on_transition,
+            on_transition=self._transition,
+            metrics=self.metrics,
         )
+        self._external_transition = on_transition
+        risk = config.risk
+        self.ops = Operations(
+            self,
+            store=self.store,
+            metrics=self.metrics,
+            limits=RiskLimits(
+                risk.max_daily_loss_usd,
+                risk.max_drawdown_usd,
+                dict(risk.max_reconciliation_mismatch),
+                risk.halt_on_mismatch,
+                risk.max_stale_s,
+            ),
+        )
+        self.control: ControlServer | None = None
         self.feeds = PriceFeeds(
             self.state,
             clock,
@@ -157,6 +186,11 @@ class SolverApp:
         self.job_errors: dict[str, int] = {}
 
     # ------------------------------------------------------------------ callbacks from the bus
+
+    def _transition(self, transition: Transition) -> None:
+        self.ops.on_transition(transition)
+        if self._external_transition is not None:
+            self._external_transition(transition)
 
     async def _on_quote(self, event: object, metadata: dict[str, object]) -> None:
         await self.engine.on_quote(event, metadata)  # type: ignore[arg-type]
@@ -196,7 +230,9 @@ class SolverApp:
         async def job() -> None:
             observed = self.clock()  # before the request: the snapshot includes all up to now
             values = await self.ledger.mt_batch_balance_of(self.account, self.tokens)
-            self.inventory.set_confirmed(dict(zip(self.tokens, values, strict=True)), observed)
+            actual = dict(zip(self.tokens, values, strict=True))
+            self.ops.on_balances(actual, observed)
+            self.inventory.set_confirmed(actual, observed)
 
         await self._guard("balances", job)
 
@@ -283,6 +319,7 @@ class SolverApp:
         add(self.refresh_fee, "interval", seconds=60, **opts)
         add(self.check_deadlines, "interval", seconds=1, **opts)
         add(self.poll_settlements, "interval", seconds=0.1, **opts)
+        add(self.ops.tick, "interval", seconds=1, **opts)
         for source in c.prices.sources:
             if source.kind == "static":
                 add(
@@ -339,10 +376,37 @@ class SolverApp:
                     str(source.url), source.asset, source.json_path, source.headers_env
                 )
 
+    async def recover(self) -> None:
+        """After a restart: rebuild open quotes and their reservations from the store, and
+        re-check them before quoting resumes (a quote may have settled while we were down)."""
+        if self.store is None:
+            return
+        quotes = self.store.load_open_quotes()
+        if not quotes:
+            return
+        self.state.paused[GLOBAL] = "recovering open quotes"
+        for quote in quotes:
+            self.engine.book.add(quote)
+        self.inventory.restore(Store.reservations_for(quotes))
+        for quote in quotes:
+            if quote.intent_hash is not None:
+                self._polls[quote.quote_id] = _Poll(0.0, 0.1)
+        await self.check_deadlines()
+        await self.poll_settlements()
+        log.info("recovered %d open quotes from the store", len(quotes))
+        if self.state.paused.get(GLOBAL) == "recovering open quotes":
+            del self.state.paused[GLOBAL]
+
     async def run(self, stop: asyncio.Event, *, shutdown_wait_s: float = 10.0) -> None:
         """Quote until ``stop`` is set; then stop quoting, let open quotes settle or run out
         (at most ``shutdown_wait_s``), flush and return."""
         await self.warm_up()
+        await self.recover()
+        self.ops.tick()
+        if self.config.metrics.listen:
+            self.control = await serve_control(
+                create_control_app(self.ops, self.metrics), self.config.metrics.listen
+            )
         self._schedule()
         self.scheduler.start()
         ws_stop = asyncio.Event()
@@ -363,4 +427,8 @@ class SolverApp:
                 with contextlib.suppress(asyncio.CancelledError, SolverError):
                     await asyncio.wait_for(task, 5)
             await self.http.aclose()
+            if self.control is not None:
+                await self.control.stop()
+            if self.store is not None:
+                self.store.close()
             log.info("stopped: %s", self.summary())

@@ -34,8 +34,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "solver.cli_config",
     "solver.cli_intents",
     "solver.cli_keys",
+    "solver.cli_funds",
     "solver.cli_sandbox",
     "solver.cli_run",
+    "solver.cli_history",
+    "solver.cli_ops",
 )
 """Modules that each register one subcommand group (``register(subparsers) -> None``)."""
 

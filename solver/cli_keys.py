@@ -9,18 +9,36 @@ on an explicit ``--show-secret``. It never appears in an error line: the key-sou
 refuse values that look like a key instead of echoing them.
 
 This module also holds the key-source options (``--key-env`` / ``--key-file``) that every
-signing command shares.
+signing command shares, and the options and runner of the operator commands that sign and
+publish intents for the configured account (``keys add`` / ``keys remove`` here, ``withdraw`` /
+``transfer`` in :mod:`solver.cli_funds`; the library is :mod:`solver.ops_intents`).
+
+Operator commands print one JSON line ``{intent_hash, status, tx_hash?, reason?, deadline}``
+and exit 0 when the intent SETTLED (or, with ``--dry-run``, simulated cleanly), 1 when it did not
+(FAILED, NOT_FOUND_OR_NOT_VALID, no final status within ``--wait-s``, a failed simulation), 2 on
+bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
-from solver.cli import print_json
+from pydantic import BaseModel
+
+from solver import ops_intents
+from solver.cli import print_json, warn
+from solver.config import BotConfig, load_bot_config, load_signing_key
 from solver.errors import ConfigError
+from solver.protocol.ids import validate_account_id
+from solver.protocol.intents import RemovePublicKey
 from solver.protocol.keys import ED25519_PREFIX, SecretKey, load_secret_key, write_secret_key
+
+EXIT_NOT_SETTLED = 1
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -61,6 +79,110 @@ def load_key_from_args(args: argparse.Namespace) -> SecretKey:
     return load_secret_key(path=path)
 
 
+# ---------------------------------------------------------------- operator commands: shared
+
+OPERATOR_EPILOG = """\
+The intent is signed (nep413) for account.id of the config with the current salt from the
+ledger and a fresh nonce, published alone on the bus (no solver quote), and followed with
+get_status. Output: one JSON line {intent_hash, status, tx_hash?, reason?, deadline}.
+status: SETTLED; FAILED (refused at once, reason is the verifier's); NOT_FOUND_OR_NOT_VALID
+(accepted, not executed); PENDING / TX_BROADCASTED / UNKNOWN (no final status within --wait-s:
+it may still execute until its deadline, so check before sending it again).
+--dry-run signs and simulates (simulate_intents) without publishing: status SIMULATED or
+SIMULATION_FAILED, with the signed item and the simulation.
+
+Exit status: 0 settled (dry run: simulated cleanly), 1 not settled, 2 bad input.
+"""
+
+
+def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config``, an optional signing-key override, ``--deadline-s``, ``--wait-s``,
+    ``--dry-run``: the options every operator command shares."""
+    parser.add_argument(
+        "--config", required=True, metavar="FILE", help="bot YAML (see config/default.yaml)"
+    )
+    group = parser.add_argument_group(
+        "signing key (default: account.key_env / account.key_file of the config)"
+    )
+    source = group.add_mutually_exclusive_group()
+    source.add_argument(
+        "--key-env",
+        metavar="VAR",
+        help="sign with the key in this environment variable instead (one added with 'keys add')",
+    )
+    source.add_argument(
+        "--key-file", metavar="PATH", help="sign with the key in this 0600 file instead"
+    )
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=ops_intents.DEFAULT_DEADLINE_S,
+        metavar="S",
+        help=f"intent deadline, seconds from now (default {ops_intents.DEFAULT_DEADLINE_S:g})",
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=ops_intents.DEFAULT_WAIT_S,
+        metavar="S",
+        help="how long to follow the status before giving up "
+        f"(default {ops_intents.DEFAULT_WAIT_S:g})",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="sign and simulate (simulate_intents) without publishing; prints the signed item",
+    )
+
+
+def operator_key(args: argparse.Namespace, config: BotConfig) -> SecretKey:
+    """The override key (``--key-env`` / ``--key-file``) if given, else the config's key."""
+    if args.key_env is not None or args.key_file is not None:
+        return load_key_from_args(args)
+    return load_signing_key(config.account)
+
+
+def _seconds(value: float, option: str, limit: float) -> float:
+    if not math.isfinite(value) or not 0 < value <= limit:
+        raise ConfigError(f"{option} must be a number of seconds in (0, {limit:g}]")
+    return value
+
+
+IntentBuilder = Callable[[BotConfig], list[BaseModel]]
+KeyCheck = Callable[[BotConfig, SecretKey, list[BaseModel]], None]
+
+
+def run_operator_command(
+    args: argparse.Namespace, build: IntentBuilder, check: KeyCheck | None = None
+) -> int:
+    """Load the config, build the intents from the options (bad input fails before any secret
+    is read), load the key, ``check`` them against it, sign, publish or simulate, print."""
+    deadline_s = _seconds(args.deadline_s, "--deadline-s", ops_intents.MAX_DEADLINE_S)
+    wait_s = _seconds(args.wait_s, "--wait-s", ops_intents.MAX_WAIT_S)
+    config = load_bot_config(args.config)
+    intents = build(config)
+    key = operator_key(args, config)
+    if check is not None:
+        check(config, key, intents)
+    result = asyncio.run(
+        ops_intents.run_operation(
+            config, key, intents, deadline_s=deadline_s, wait_s=wait_s, dry_run=args.dry_run
+        )
+    )
+    if args.dry_run:
+        warn(
+            "dry run: nothing was published, but the printed signed item is a valid "
+            f"authorization until {result.deadline}; anyone holding it can publish it"
+        )
+    print_json(result.to_json())
+    return 0 if result.ok else EXIT_NOT_SETTLED
+
+
+def input_error(option: str, exc: ValueError) -> ConfigError:
+    """A ``ValueError`` from parsing an option, as the one-line usage error (exit code 2)."""
+    return ConfigError(f"{option}: {exc}")
+
+
 # ---------------------------------------------------------------------------------- commands
 
 
@@ -97,6 +219,59 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     new.set_defaults(handler=cmd_new)
 
+    listing = commands.add_parser(
+        "list",
+        help="the public keys that may sign for the account (ledger public_keys_of)",
+        description=(
+            "Print JSON {account_id, public_keys}: the keys the verifier accepts for the "
+            "account (an implicit account's own key included until it is removed). "
+            "No secret is read."
+        ),
+    )
+    listing.add_argument(
+        "--config", required=True, metavar="FILE", help="bot YAML (see config/default.yaml)"
+    )
+    listing.add_argument(
+        "--account", metavar="ID", help="another account to look at (default: account.id)"
+    )
+    listing.set_defaults(handler=cmd_list)
+
+    add = commands.add_parser(
+        "add",
+        help="sign and publish add_public_key for the account",
+        description=(
+            "Let another key sign for the account: an add_public_key intent, signed by the "
+            "account's current key. The usual setup is a dedicated quoting key, which can "
+            "later be revoked with 'keys remove' without touching funds."
+        ),
+        epilog=OPERATOR_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add.add_argument("--public-key", required=True, metavar="KEY", help="ed25519:<base58>")
+    add_operator_arguments(add)
+    add.set_defaults(handler=cmd_add)
+
+    remove = commands.add_parser(
+        "remove",
+        help="sign and publish remove_public_key (revoke a key: the hard stop)",
+        description=(
+            "Revoke a key: a remove_public_key intent. Intents signed by the key stop "
+            "executing once this settles; funds are not touched. Removing the key that signs "
+            "this request is refused unless --yes-remove-signing-key is given: if it is the "
+            "account's only key, the account is locked out for good."
+        ),
+        epilog=OPERATOR_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    remove.add_argument("--public-key", required=True, metavar="KEY", help="ed25519:<base58>")
+    remove.add_argument(
+        "--yes-remove-signing-key",
+        action="store_true",
+        help="allow removing the key that signs this request",
+    )
+    add_operator_arguments(remove)
+    remove.set_defaults(handler=cmd_remove)
+
 
 def cmd_new(args: argparse.Namespace) -> int:
     key = SecretKey.generate()
@@ -119,3 +294,61 @@ def cmd_new(args: argparse.Namespace) -> int:
         result["secret_key_file"] = str(written)
     print_json(result)
     return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = load_bot_config(args.config)
+    account: str = args.account or config.account.id
+    if args.account is not None:
+        try:
+            validate_account_id(account)
+        except ValueError as exc:
+            raise input_error("--account", exc) from None
+    keys = asyncio.run(ops_intents.public_keys(config, account))
+    print_json({"account_id": account, "public_keys": keys})
+    return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    def build(config: BotConfig) -> list[BaseModel]:
+        try:
+            return [ops_intents.add_public_key(args.public_key)]
+        except ValueError as exc:
+            raise input_error("--public-key", exc) from None
+
+    return run_operator_command(args, build)
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    def build(config: BotConfig) -> list[BaseModel]:
+        try:
+            return [ops_intents.remove_public_key(args.public_key)]
+        except ValueError as exc:
+            raise input_error("--public-key", exc) from None
+
+    def check(config: BotConfig, key: SecretKey, intents: list[BaseModel]) -> None:
+        (intent,) = intents
+        assert isinstance(intent, RemovePublicKey)
+        if intent.public_key == key.public_key.to_text():
+            if not args.yes_remove_signing_key:
+                raise ConfigError(
+                    f"{intent.public_key} is the key signing this request; removing it leaves "
+                    "the account without it, and locked out if it is the only key. Sign with "
+                    "another key of the account (--key-env / --key-file), or give "
+                    "--yes-remove-signing-key"
+                )
+            others = [
+                k for k in asyncio.run(ops_intents.public_keys(config)) if k != intent.public_key
+            ]
+            if others:
+                warn(
+                    f"removing the signing key {intent.public_key}; the account keeps "
+                    f"{len(others)} other key(s)"
+                )
+            else:
+                warn(
+                    f"removing the signing key {intent.public_key}, the account's ONLY key: "
+                    "nothing will be able to sign for it again"
+                )
+
+    return run_operator_command(args, build, check)

@@ -346,6 +346,10 @@ class RiskSpec(BaseModel):
     """Kill switch: fall of marked PnL from its peak."""
     max_reconciliation_mismatch: dict[AssetId, Amount] = Field(default_factory=dict)
     """Kill switch: largest tolerated gap between expected and on-chain balance, per asset."""
+    halt_on_mismatch: bool = True
+    """A reconciliation mismatch beyond tolerance pauses quoting (false: alert only)."""
+    max_stale_s: Annotated[float, Field(gt=0, le=86_400, allow_inf_nan=False)] = 120.0
+    """Kill switch: balances or prices older than this pause quoting until ``solver resume``."""
 
 
 class QuoteSpec(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,9 +19,10 @@ from typing import Any, Protocol
 from solver.core.inventory import Inventory
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, QuotePipeline, Skip
-from solver.core.settlement import QuoteBook, QuoteState, TrackedQuote, Transition
+from solver.core.settlement import TERMINAL, QuoteBook, QuoteState, TrackedQuote, Transition
 from solver.core.state import MarketState
 from solver.errors import SolverError
+from solver.io.metrics import Metrics
 from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
 from solver.protocol.nonce import NonceLayout, new_nonce
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote
@@ -81,6 +82,7 @@ class Engine:
         journal: Journal | None = None,
         shadow: bool = False,
         on_transition: Callable[[Transition], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.signer = signer
@@ -91,6 +93,8 @@ class Engine:
         self.shadow = shadow
         self.book = QuoteBook()
         self.stats = EngineStats()
+        self.metrics = metrics
+        self.last_terminal: OrderedDict[str, TrackedQuote] = OrderedDict()  # recent, for fills
         self._on_transition = on_transition
 
     @property
@@ -117,8 +121,14 @@ class Engine:
             metadata.get("partner_id") if isinstance(metadata.get("partner_id"), str) else None,
         )
         outcome = self.pipeline.decide(request, now)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.inc_request()
+            metrics.observe_decision(time.perf_counter() - started)
         if isinstance(outcome, Skip):
             self.stats.skipped[outcome.reason] += 1
+            if metrics is not None:
+                metrics.inc_skip(outcome.reason)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "skip %s: %s %s",
@@ -181,7 +191,11 @@ class Engine:
             self._move(tracked.quote_id, QuoteState.REJECTED, reason=f"send failed: {exc}")
             return
         self.stats.quoted += 1
-        self.stats.decision_us.append((time.perf_counter() - started) * 1e6)
+        elapsed = time.perf_counter() - started
+        self.stats.decision_us.append(elapsed * 1e6)
+        if self.metrics is not None:
+            self.metrics.inc_quote()
+            self.metrics.observe_response(elapsed)
 
     # ------------------------------------------------------------------ relay replies, statuses
 
@@ -219,7 +233,7 @@ class Engine:
             return
         if quote.state is QuoteState.OPEN:
             self._move(quote_id, QuoteState.WON, reason="settled without a quote_status")
-        self.inventory.settle(quote_id)
+        self.inventory.settle(quote_id, self.clock())
         self._move(quote_id, QuoteState.SETTLED, tx_hash=tx_hash)
 
     def mark_failed(self, quote_id: str, reason: str) -> None:
@@ -233,7 +247,12 @@ class Engine:
             self._move(quote_id, QuoteState.LOST, reason="deadline passed, nonce unused")
 
     def _move(self, quote_id: str, new: QuoteState, **kwargs: Any) -> None:
+        quote = self.book.get(quote_id)
         transition = self.book.move(quote_id, new, self.clock(), **kwargs)
+        if quote is not None and new in TERMINAL:
+            self.last_terminal[quote_id] = quote
+            while len(self.last_terminal) > 10_000:
+                self.last_terminal.popitem(last=False)
         if new in (QuoteState.REJECTED, QuoteState.LOST, QuoteState.FAILED):
             self.inventory.release(quote_id)
         self.stats.outcomes[new.value] += 1

@@ -34,6 +34,8 @@ class Inventory:
         self.confirmed_at: datetime | None = None
         self.reserved: dict[str, int] = {}
         self.reservations: dict[str, Reservation] = {}
+        # Settlements heard of (at the datetime) that no snapshot is known to include yet.
+        self.unconfirmed_settlements: dict[str, tuple[Reservation, datetime]] = {}
 
     # ------------------------------------------------------------------ balances
 
@@ -43,10 +45,22 @@ class Inventory:
         """Take a fresh on-chain snapshot; release reservations whose deadline passed before it.
 
         ``observed_at`` must be a time *before* the balance request was sent, so the snapshot
-        includes every execution up to then.
+        includes every execution up to then. Snapshots can arrive out of order (a scheduled
+        refresh and a triggered one in flight together): one older than the current snapshot
+        is ignored. A snapshot requested before we heard of a settlement may predate its
+        execution, so that settlement's outflow is debited from it again (if it did include the
+        execution, free inventory is only understated until the next snapshot).
         """
+        if self.confirmed_at is not None and observed_at < self.confirmed_at:
+            return []
         self.confirmed.update(balances)
         self.confirmed_at = observed_at
+        for quote_id, (reservation, seen_at) in list(self.unconfirmed_settlements.items()):
+            if seen_at <= observed_at:
+                del self.unconfirmed_settlements[quote_id]  # this snapshot includes it
+            elif reservation.asset_out in balances:
+                out = reservation.asset_out
+                self.confirmed[out] = self.confirmed[out] - reservation.amount_out
         return self.release_expired(observed_at)
 
     def balance_age_s(self, now: datetime) -> float | None:
@@ -83,17 +97,23 @@ class Inventory:
                 self.reserved.pop(reservation.asset_out, None)
         return reservation
 
-    def settle(self, quote_id: str) -> Reservation | None:
+    def settle(self, quote_id: str, seen_at: datetime | None = None) -> Reservation | None:
         """The quote executed: debit the outflow from the confirmed balance and release.
 
         The inflow is *not* credited: the last snapshot may already include this execution
         (it can land on chain before we hear of it), and crediting it again would overstate
         what we can pay. Debiting twice only understates it. The next snapshot sets both right.
+
+        ``seen_at`` is when we heard of the execution: until a snapshot requested at or after
+        it arrives, the debit is re-applied to older snapshots that land late (see
+        :meth:`set_confirmed`); without it such a snapshot would undo the debit.
         """
         reservation = self.release(quote_id)
         if reservation is not None:
             out = reservation.asset_out
             self.confirmed[out] = self.confirmed.get(out, 0) - reservation.amount_out
+            if seen_at is not None:
+                self.unconfirmed_settlements[quote_id] = (reservation, seen_at)
         return reservation
 
     def release_expired(self, snapshot_at: datetime) -> list[Reservation]:

@@ -1,0 +1,299 @@
+"""``solver history`` and ``solver store export``: read the bot's SQLite store.
+
+``solver history`` shows recent fills or quotes, newest first, as a table, CSV or JSON. The
+store is the config's ``storage.path`` (``--config``) or ``--db``. The config is read only for
+that path and for token symbols and decimals (the table shows whole units, ``1.5 wNEAR``); the
+signing key is never loaded. CSV and JSON keep raw amounts in the smallest unit, as strings.
+
+``solver store export`` streams a whole table as CSV or JSON Lines, values as stored.
+
+Both read a store the bot may be writing at the same time: WAL readers do not block it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console, JustifyMethod
+from rich.table import Table
+
+from solver.cli import EXIT_OK, print_json
+from solver.config import TokenSpec, load_bot_config
+from solver.core.settlement import TrackedQuote
+from solver.errors import ConfigError
+from solver.io.store import Fill, Store
+from solver.io.store_schema import TABLES
+
+_RELATIVE = re.compile(r"-?(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    history = subparsers.add_parser(
+        "history",
+        help="show recent fills or quotes from the store",
+        description=(
+            "Show recent fills or quotes from the bot's store, newest first. The store is the "
+            "config's storage.path, or --db. The signing key is not needed."
+        ),
+    )
+    _add_store_arguments(history)
+    history.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only rows at or after WHEN: an ISO time (UTC if no offset) or a relative "
+        "time such as -90s, -30m, -1h, -24h, -7d",
+    )
+    history.add_argument(
+        "--pair",
+        metavar="BASE/QUOTE",
+        help="only this pair, both directions; token symbols from the config or asset ids",
+    )
+    # argparse takes "-1h" for an option unless it looks like a negative number: widen the
+    # pattern so ``--since -1h`` works as written (no option of this parser starts with a digit).
+    history._negative_number_matcher = re.compile(r"^-\d+(?:\.\d+)?[smhdw]?$|^-\d*\.\d+$")
+    history.add_argument(
+        "--kind", choices=("fills", "quotes"), default="fills", help="what to list (fills)"
+    )
+    history.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table (whole units, symbols), or csv / json (raw amounts as strings)",
+    )
+    history.add_argument(
+        "--limit", type=_positive_int, default=50, metavar="N", help="at most N rows (50)"
+    )
+    history.set_defaults(handler=cmd_history)
+
+    store = subparsers.add_parser(
+        "store",
+        help="maintain the bot's SQLite store",
+        description="Maintain the bot's SQLite store (quotes, fills, balances, alerts).",
+    )
+    commands = store.add_subparsers(title="commands", dest="store_command", metavar="COMMAND")
+    commands.required = True
+    export = commands.add_parser(
+        "export",
+        help="stream a table as CSV or JSON Lines",
+        description=(
+            "Write every row of a table as CSV (with a header) or JSON Lines, values as stored: "
+            "amounts as decimal strings, times in ISO 8601 UTC, nonces in hex."
+        ),
+    )
+    _add_store_arguments(export)
+    export.add_argument("--table", choices=TABLES, required=True)
+    export.add_argument("--format", choices=("csv", "jsonl"), required=True)
+    export.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    export.set_defaults(handler=cmd_export)
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="the bot's YAML config (storage.path)")
+    parser.add_argument("--db", metavar="PATH", help="the store's file (overrides the config)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+# ---------------------------------------------------------------------------------- inputs
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``-1h`` / ``-30m`` / ``-7d`` (before ``now``) or an ISO time, naive ones read as UTC."""
+    match = _RELATIVE.fullmatch(text.strip())
+    if match is not None:
+        return now - timedelta(seconds=float(match.group(1)) * _UNIT_S[match.group(2)])
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--since {text!r}: give an ISO time (2025-01-31T12:00:00Z) or -30m, -1h, -7d"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def parse_pair(text: str, tokens: dict[str, TokenSpec]) -> tuple[str, str]:
+    """``BASE/QUOTE`` of symbols (case-insensitive) or asset ids, resolved through ``tokens``."""
+    by_symbol = {spec.symbol.lower(): asset for asset, spec in tokens.items()}
+
+    def resolve(name: str) -> str | None:
+        return name if name in tokens else by_symbol.get(name.lower())
+
+    cuts = [i for i, c in enumerate(text) if c == "/"]
+    for cut in cuts:  # asset ids may hold "/": prefer a cut where both sides are known
+        base, quote = resolve(text[:cut]), resolve(text[cut + 1 :])
+        if base is not None and quote is not None:
+            return base, quote
+    if len(cuts) != 1 or not text[: cuts[0]] or not text[cuts[0] + 1 :]:
+        raise ConfigError(f"--pair {text!r}: give BASE/QUOTE, as symbols or asset ids")
+    base_text, quote_text = text[: cuts[0]], text[cuts[0] + 1 :]
+    return resolve(base_text) or base_text, resolve(quote_text) or quote_text
+
+
+def _open_store(args: argparse.Namespace) -> tuple[Store, dict[str, TokenSpec]]:
+    tokens: dict[str, TokenSpec] = {}
+    path: Path | None = Path(args.db) if args.db else None
+    if args.config:
+        config = load_bot_config(args.config)  # validates the file; the key is not loaded
+        tokens = dict(config.tokens)
+        path = path or config.storage.path
+    if path is None:
+        raise ConfigError("give --config FILE (its storage.path) or --db PATH")
+    return Store(path, create=False, checkpoint_every_s=None), tokens
+
+
+# ---------------------------------------------------------------------------------- rows
+
+
+def quote_record(q: TrackedQuote) -> dict[str, Any]:
+    return {
+        "created_at": q.created_at.isoformat(),
+        "quote_id": q.quote_id,
+        "state": q.state.value,
+        "asset_in": q.asset_in,
+        "amount_in": str(q.amount_in),
+        "asset_out": q.asset_out,
+        "amount_out": str(q.amount_out),
+        "fee": str(q.fee),
+        "deadline": q.deadline.isoformat(),
+        "quote_hash": q.quote_hash,
+        "intent_hash": q.intent_hash,
+        "tx_hash": q.tx_hash,
+        "reason": q.reason,
+    }
+
+
+def fill_record(f: Fill) -> dict[str, Any]:
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    return {
+        "at": f.at.isoformat(),
+        "quote_id": f.quote_id,
+        "asset_in": f.asset_in,
+        "amount_in": str(f.amount_in),
+        "asset_out": f.asset_out,
+        "amount_out": str(f.amount_out),
+        "fee": str(f.fee),
+        "price_in_usd": text(f.price_in_usd),
+        "price_out_usd": text(f.price_out_usd),
+        "realized_pnl_usd": text(f.realized_pnl_usd),
+        "markouts": dict(f.markouts),
+        "quote_hash": f.quote_hash,
+        "intent_hash": f.intent_hash,
+        "tx_hash": f.tx_hash,
+    }
+
+
+def format_amount(amount: str, asset: str, tokens: dict[str, TokenSpec]) -> str:
+    """Whole units and symbol when the config knows the token (exact: no float)."""
+    spec = tokens.get(asset)
+    if spec is None:
+        return f"{amount} {asset}"
+    whole, frac = divmod(int(amount), 10**spec.decimals)
+    digits = f"{frac:0{spec.decimals}d}".rstrip("0") if spec.decimals else ""
+    return f"{whole}{'.' + digits if digits else ''} {spec.symbol}"
+
+
+# ---------------------------------------------------------------------------------- commands
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    now = datetime.now(UTC)
+    store, tokens = _open_store(args)
+    with store:
+        since = parse_since(args.since, now) if args.since else None
+        pair = parse_pair(args.pair, tokens) if args.pair else None
+        if args.kind == "fills":
+            rows = [fill_record(f) for f in store.fills_since(since, pair, args.limit)]
+        else:
+            rows = [quote_record(q) for q in store.quotes_since(since, pair, args.limit)]
+    if args.format == "json":
+        print_json(rows)
+    elif args.format == "csv":
+        _write_csv(rows, args.kind)
+    else:
+        _print_table(rows, args.kind, since, tokens)
+    return EXIT_OK
+
+
+def _write_csv(rows: list[dict[str, Any]], kind: str) -> None:
+    fields = list(rows[0] if rows else _empty_record(kind))
+    writer = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {k: orjson.dumps(v).decode() if isinstance(v, dict) else v for k, v in row.items()}
+        )
+    sys.stdout.flush()
+
+
+def _empty_record(kind: str) -> dict[str, Any]:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    if kind == "fills":
+        return fill_record(Fill("", "", epoch, "", 0, "", 0, 0))
+    return quote_record(TrackedQuote("", "", "", "", 0, 0, 0, epoch, b"", epoch))
+
+
+def _print_table(
+    rows: list[dict[str, Any]], kind: str, since: datetime | None, tokens: dict[str, TokenSpec]
+) -> None:
+    when = f"since {since.isoformat(timespec='seconds')}" if since else "all time"
+    table = Table(title=f"{kind}, {when}, newest first", title_justify="left")
+    time_key = "at" if kind == "fills" else "created_at"
+    columns = ["time", "quote_id"] + (["state"] if kind == "quotes" else [])
+    columns += ["in", "out", "fee"]
+    columns += ["px in USD", "px out USD", "PnL USD", "tx"] if kind == "fills" else ["reason"]
+    numeric = {"in", "out", "fee", "px in USD", "px out USD", "PnL USD"}
+    for name in columns:
+        justify: JustifyMethod = "right" if name in numeric else "left"
+        table.add_column(name, justify=justify, overflow="fold")
+    for row in rows:
+        cells = [row[time_key][:19].replace("T", " "), row["quote_id"]]
+        if kind == "quotes":
+            cells.append(row["state"])
+        cells += [
+            format_amount(row["amount_in"], row["asset_in"], tokens),
+            format_amount(row["amount_out"], row["asset_out"], tokens),
+            format_amount(row["fee"], row["asset_out"], tokens),
+        ]
+        if kind == "fills":
+            cells += [row["price_in_usd"] or "", row["price_out_usd"] or ""]
+            cells += [row["realized_pnl_usd"] or "", row["tx_hash"] or ""]
+        else:
+            cells.append(row["reason"] or "")
+        table.add_row(*cells)
+    if not rows:
+        table.caption = f"no {kind}"
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store, _ = _open_store(args)
+    with store:
+        if args.out is None:
+            store.export(args.table, args.format, sys.stdout)
+            sys.stdout.flush()
+            return EXIT_OK
+        try:
+            with open(args.out, "w", encoding="utf-8", newline="") as out:
+                store.export(args.table, args.format, out)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
+    return EXIT_OK

@@ -1,0 +1,401 @@
+"""The SQLite store's schema and migrations, its SQL, the records it reads back, and exports.
+
+Migrations are an ordered list: migration ``n`` takes a database from version ``n - 1`` to
+``n``, and ``schema_version`` holds the version reached. Opening an older database applies the
+missing ones, each in its own transaction, so a crash mid-migration leaves the last complete
+version. A shipped migration is never edited; a change is a new entry at the end. A database
+newer than the code is refused rather than guessed at.
+
+Conventions of every table:
+
+- Amounts are decimal TEXT: a u128 does not fit SQLite's 64-bit INTEGER, and text keeps them
+  exact. USD figures (reference prices, PnL) are decimal TEXT too, written from ``Decimal``.
+- Times are TEXT, ISO 8601 in UTC with microseconds (``2025-01-02T03:04:05.000006+00:00``):
+  readable in ``sqlite3`` and exports, exact to the microsecond, and one fixed width, so text
+  order is time order and ranges use the indexes.
+"""
+
+from __future__ import annotations
+
+import csv
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, TextIO
+
+import orjson
+
+from solver.core.settlement import QuoteState, TrackedQuote
+from solver.errors import SolverError
+
+
+class StoreError(SolverError):
+    """The store cannot be opened or written (missing file, not a database, disk full...)."""
+
+
+class NonceReusedError(StoreError):
+    """A nonce signed before (in this run or an earlier one) was about to be recorded again."""
+
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: the quote journal: every signed quote, its nonce, and its state changes.
+    (
+        """CREATE TABLE quotes (
+            quote_id TEXT PRIMARY KEY,
+            quote_hash TEXT NOT NULL UNIQUE,
+            created_at TEXT NOT NULL,
+            deadline TEXT NOT NULL,
+            asset_in TEXT NOT NULL,
+            asset_out TEXT NOT NULL,
+            amount_in TEXT NOT NULL,
+            amount_out TEXT NOT NULL,
+            fee TEXT NOT NULL,
+            nonce BLOB NOT NULL,
+            signed_data TEXT NOT NULL,
+            state TEXT NOT NULL,
+            intent_hash TEXT,
+            tx_hash TEXT,
+            reason TEXT,
+            updated_at TEXT
+        )""",
+        "CREATE INDEX quotes_created_at ON quotes (created_at)",
+        "CREATE INDEX quotes_open ON quotes (state) WHERE state IN ('OPEN', 'WON', 'SETTLING')",
+        """CREATE TABLE transitions (
+            id INTEGER PRIMARY KEY,
+            quote_id TEXT NOT NULL,
+            old TEXT NOT NULL,
+            new TEXT NOT NULL,
+            at TEXT NOT NULL,
+            reason TEXT,
+            intent_hash TEXT,
+            tx_hash TEXT
+        )""",
+        "CREATE INDEX transitions_quote_id ON transitions (quote_id)",
+        """CREATE TABLE nonces (
+            account TEXT NOT NULL,
+            nonce TEXT NOT NULL,
+            quote_id TEXT,
+            signed_at TEXT NOT NULL,
+            PRIMARY KEY (account, nonce)
+        ) WITHOUT ROWID""",
+    ),
+    # 2: what settled and what it earned, balance snapshots, alerts.
+    (
+        """CREATE TABLE fills (
+            quote_id TEXT PRIMARY KEY,
+            quote_hash TEXT NOT NULL,
+            intent_hash TEXT,
+            tx_hash TEXT,
+            at TEXT NOT NULL,
+            asset_in TEXT NOT NULL,
+            amount_in TEXT NOT NULL,
+            asset_out TEXT NOT NULL,
+            amount_out TEXT NOT NULL,
+            fee TEXT NOT NULL,
+            price_in_usd TEXT,
+            price_out_usd TEXT,
+            realized_pnl_usd TEXT,
+            markouts TEXT NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX fills_at ON fills (at)",
+        """CREATE TABLE balance_snapshots (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            asset TEXT NOT NULL,
+            amount TEXT NOT NULL,
+            expected TEXT
+        )""",
+        "CREATE INDEX balance_snapshots_at ON balance_snapshots (at)",
+        """CREATE TABLE alerts (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            resolved_at TEXT
+        )""",
+        "CREATE INDEX alerts_open ON alerts (kind) WHERE resolved_at IS NULL",
+    ),
+    # 3: a sample of the quote requests seen; the request side of each quote.
+    (
+        """CREATE TABLE requests (
+            id INTEGER PRIMARY KEY,
+            ts TEXT NOT NULL,
+            quote_id TEXT NOT NULL,
+            asset_in TEXT NOT NULL,
+            asset_out TEXT NOT NULL,
+            exact_in INTEGER NOT NULL,
+            amount TEXT NOT NULL,
+            min_deadline_ms INTEGER NOT NULL,
+            partner_id TEXT,
+            outcome TEXT NOT NULL,
+            reason TEXT
+        )""",
+        "CREATE INDEX requests_ts ON requests (ts)",
+        "ALTER TABLE quotes ADD COLUMN exact_in INTEGER",
+        "ALTER TABLE quotes ADD COLUMN partner_id TEXT",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+TABLES = ("requests", "quotes", "transitions", "fills", "balance_snapshots", "alerts", "nonces")
+JSON_COLUMNS = frozenset({"signed_data", "markouts"})
+"""Columns holding JSON text (exports embed them as JSON values)."""
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else 0
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Bring the database up to ``target``; return the version it was at.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Each step runs under
+    ``BEGIN IMMEDIATE`` and re-reads the version inside it, so two processes opening one old
+    database at once migrate it once.
+    """
+    start = schema_version(conn)
+    if start > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store is at schema version {start}, newer than this program's "
+            f"{SCHEMA_VERSION}: upgrade the program"
+        )
+    for version in range(start + 1, target + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if schema_version(conn) < version:
+                for statement in MIGRATIONS[version - 1]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return start
+
+
+# ------------------------------------------------------------------------------ statements
+
+INSERT_QUOTE = (
+    "INSERT INTO quotes (quote_id, quote_hash, created_at, deadline, asset_in, asset_out, "
+    "amount_in, amount_out, fee, nonce, signed_data, state, updated_at, exact_in, partner_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_NONCE = "INSERT INTO nonces (account, nonce, quote_id, signed_at) VALUES (?, ?, ?, ?)"
+UPDATE_STATE = (
+    "UPDATE quotes SET state = ?, updated_at = ?, reason = COALESCE(?, reason), "
+    "intent_hash = COALESCE(?, intent_hash), tx_hash = COALESCE(?, tx_hash) WHERE quote_id = ?"
+)
+INSERT_TRANSITION = (
+    "INSERT INTO transitions (quote_id, old, new, at, reason, intent_hash, tx_hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_REQUEST = (
+    "INSERT INTO requests (ts, quote_id, asset_in, asset_out, exact_in, amount, "
+    "min_deadline_ms, partner_id, outcome, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+QUOTE_COLUMNS = (
+    "SELECT quote_id, quote_hash, asset_in, asset_out, amount_in, amount_out, fee, deadline, "
+    "nonce, created_at, state, updated_at, intent_hash, tx_hash, reason FROM quotes "
+)
+PAIR = "(?1 IS NULL OR (asset_in = ?1 AND asset_out = ?2) OR (asset_in = ?2 AND asset_out = ?1))"
+# The literal state list matches the partial index ``quotes_open``, so the planner uses it.
+SELECT_OPEN = QUOTE_COLUMNS + "WHERE state IN ('OPEN', 'WON', 'SETTLING') ORDER BY created_at"
+SELECT_QUOTES = (
+    QUOTE_COLUMNS + f"WHERE created_at >= ?3 AND {PAIR} ORDER BY created_at DESC LIMIT ?4"
+)
+INSERT_FILL = (
+    "INSERT OR REPLACE INTO fills (quote_id, quote_hash, at, asset_in, amount_in, asset_out, "
+    "amount_out, fee, intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, "
+    "markouts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+FILL_COLUMNS = (
+    "SELECT quote_id, quote_hash, at, asset_in, amount_in, asset_out, amount_out, fee, "
+    "intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, markouts FROM fills "
+)
+SELECT_FILLS = FILL_COLUMNS + f"WHERE at >= ?3 AND {PAIR} ORDER BY at DESC LIMIT ?4"
+
+# ------------------------------------------------------------------------------ values
+
+
+def ts(moment: datetime) -> str:
+    """A timezone-aware time as the store writes it (UTC, microseconds, fixed width)."""
+    if moment.tzinfo is None:
+        raise ValueError("the store takes timezone-aware datetimes only")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def from_ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def opt_ts(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def usd(value: float | Decimal | str | None) -> Decimal | None:
+    """A USD figure as an exact ``Decimal`` (a float keeps its shortest repr)."""
+    if value is None or isinstance(value, Decimal):
+        return value
+    return Decimal(str(value))
+
+
+def opt_text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """A settled quote and what it was worth when it settled."""
+
+    quote_id: str
+    quote_hash: str
+    at: datetime
+    asset_in: str
+    amount_in: int
+    asset_out: str
+    amount_out: int
+    fee: int
+    intent_hash: str | None = None
+    tx_hash: str | None = None
+    price_in_usd: Decimal | None = None
+    price_out_usd: Decimal | None = None
+    realized_pnl_usd: Decimal | None = None
+    markouts: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_quote(
+        cls,
+        quote: TrackedQuote,
+        at: datetime,
+        *,
+        price_in_usd: float | Decimal | str | None = None,
+        price_out_usd: float | Decimal | str | None = None,
+        realized_pnl_usd: float | Decimal | str | None = None,
+        markouts: Mapping[str, Any] | None = None,
+    ) -> Fill:
+        return cls(
+            quote.quote_id,
+            quote.quote_hash,
+            at,
+            quote.asset_in,
+            quote.amount_in,
+            quote.asset_out,
+            quote.amount_out,
+            quote.fee,
+            quote.intent_hash,
+            quote.tx_hash,
+            usd(price_in_usd),
+            usd(price_out_usd),
+            usd(realized_pnl_usd),
+            dict(markouts or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceSnapshot:
+    """On-chain balances at one time, with what the bookkeeping expected (when it knew)."""
+
+    at: datetime
+    balances: dict[str, int]
+    expected: dict[str, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    id: int
+    at: datetime
+    kind: str
+    detail: str
+    resolved_at: datetime | None = None
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def query_params(
+    since: datetime | None, pair: tuple[str, str] | None, limit: int
+) -> tuple[str | int | None, ...]:
+    # "" sorts before every stored time: no lower bound, and the time index still applies.
+    a, b = pair if pair is not None else (None, None)
+    return (a, b, "" if since is None else ts(since), limit)
+
+
+def tracked_row(row: tuple[Any, ...]) -> TrackedQuote:
+    return TrackedQuote(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        int(row[4]),
+        int(row[5]),
+        int(row[6]),
+        from_ts(row[7]),
+        bytes(row[8]),
+        from_ts(row[9]),
+        QuoteState(row[10]),
+        opt_ts(row[11]),
+        row[12],
+        row[13],
+        row[14],
+    )
+
+
+def fill_row(row: tuple[Any, ...]) -> Fill:
+    return Fill(
+        row[0],
+        row[1],
+        from_ts(row[2]),
+        row[3],
+        int(row[4]),
+        row[5],
+        int(row[6]),
+        int(row[7]),
+        row[8],
+        row[9],
+        usd(row[10]),
+        usd(row[11]),
+        usd(row[12]),
+        orjson.loads(row[13]),
+    )
+
+
+# ------------------------------------------------------------------------------ export
+
+
+def export_rows(conn: sqlite3.Connection, table: str, fmt: str, out: TextIO) -> int:
+    """Stream ``table`` to ``out`` as CSV or JSON Lines (see ``Store.export``); the row count."""
+    if table not in TABLES:
+        raise StoreError(f"unknown table {table!r}: one of {', '.join(TABLES)}")
+    if fmt not in ("csv", "jsonl"):
+        raise StoreError(f"unknown export format {fmt!r}: csv or jsonl")
+    order = "signed_at, account, nonce" if table == "nonces" else "rowid"  # WITHOUT ROWID
+    cursor = conn.execute(f"SELECT * FROM {table} ORDER BY {order}")  # noqa: S608
+    names = [d[0] for d in cursor.description]
+    writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
+    if writer is not None:
+        writer.writerow(names)
+    count = 0
+    for row in _batches(cursor):
+        values = [v.hex() if isinstance(v, bytes) else v for v in row]
+        if writer is not None:
+            writer.writerow(values)
+        else:
+            record = {
+                n: orjson.Fragment(v) if n in JSON_COLUMNS and v is not None else v
+                for n, v in zip(names, values, strict=True)
+            }
+            out.write(orjson.dumps(record).decode() + "\n")
+        count += 1
+    return count
+
+
+def _batches(cursor: sqlite3.Cursor, size: int = 500) -> Iterator[tuple[Any, ...]]:
+    while rows := cursor.fetchmany(size):
+        yield from rows

@@ -1,0 +1,477 @@
+"""Operator intents: sign and publish account operations for the configured account (spec 2.12).
+
+``add_public_key`` / ``remove_public_key`` (key rotation, and the hard stop: revoke a dedicated
+quoting key without touching funds), ``transfer`` and ``ft_withdraw``. Each operation is one
+signed item published *alone* (``quote_hashes`` empty: no solver quote is involved), then
+followed with ``get_status`` until a final status or a bounded wait.
+
+Signing follows spec 5.3: ``nep413`` over the message, the current salt fetched from the ledger
+just before, a fresh nonce of the configured layout (protocol-notes 3) and a deadline
+``deadline_s`` ahead.
+
+Outcome (:class:`OperationResult`), as the CLI prints it:
+
+- ``SETTLED``: executed on the ledger;
+- ``FAILED``: the bus refused it at once (``reason`` is the verifier's, from its simulation);
+- ``NOT_FOUND_OR_NOT_VALID``: accepted, then not executed; the bus's ``get_status`` gives no
+  reason, so ``reason`` reports what simulating the item *now* says (the likely cause);
+- ``PENDING`` / ``TX_BROADCASTED`` / ``UNKNOWN``: no final status within the wait. The item may
+  still execute until its deadline (``reason`` says until when): check before resending.
+- dry runs: ``SIMULATED`` or ``SIMULATION_FAILED``, nothing published.
+
+Before reporting anything but ``SETTLED``, the ledger is asked whether the item's nonce is used:
+a used nonce means the item executed, whatever the bus said (the ledger is the truth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from solver.config import BotConfig
+from solver.errors import ConfigError, ProtocolError, RemoteError, TransportError
+from solver.io.bus_rpc import BusRpcClient
+from solver.io.ledger_client import LedgerClient
+from solver.protocol.amounts import U128_MAX, parse_u128
+from solver.protocol.bus import IntentStatus, PublishStatus
+from solver.protocol.encoding import b58encode
+from solver.protocol.ids import asset_contract, validate_account_id, validate_asset_id
+from solver.protocol.intents import (
+    AddPublicKey,
+    FtWithdraw,
+    Nep413Signed,
+    RemovePublicKey,
+    Transfer,
+    format_deadline,
+)
+from solver.protocol.keys import PublicKey, SecretKey
+from solver.protocol.nonce import NonceLayout, new_nonce
+from solver.protocol.signing import intent_hash, sign_nep413
+
+DEFAULT_DEADLINE_S = 120.0
+MAX_DEADLINE_S = 86_400.0
+DEFAULT_WAIT_S = 60.0
+MAX_WAIT_S = 3_600.0
+NOT_FOUND_GRACE_S = 2.0
+"""A NOT_FOUND_OR_NOT_VALID seen before any other status this soon after publishing is read as
+"the relay does not know it yet" and polled again."""
+
+SETTLED = IntentStatus.SETTLED.value
+NOT_FOUND = IntentStatus.NOT_FOUND_OR_NOT_VALID.value
+FAILED = PublishStatus.FAILED.value
+SIMULATED = "SIMULATED"
+SIMULATION_FAILED = "SIMULATION_FAILED"
+UNKNOWN = "UNKNOWN"
+
+
+# ------------------------------------------------------------------------------ amounts
+
+
+_WHOLE_RE = re.compile(r"[0-9]{1,80}(?:\.[0-9]{1,80})?")
+
+
+def parse_amount(text: str) -> int:
+    """A positive amount in the token's smallest unit: a plain decimal integer string, u128.
+
+    Raises ``ValueError`` with a message that fits an error line (``--amount-whole`` is the way
+    to give a whole-token amount such as ``1.5``).
+    """
+    if not isinstance(text, str):
+        raise ValueError("amount must be a string")
+    if "." in text or "e" in text.lower():
+        raise ValueError(
+            f"amount {text[:50]!r} is not a whole number of the token's smallest unit; "
+            "give a whole-token amount such as 1.5 with --amount-whole"
+        )
+    if text.startswith("-"):
+        raise ValueError(f"amount {text[:50]!r} is negative")
+    value = parse_u128(text)
+    if value == 0:
+        raise ValueError("amount must be positive")
+    return value
+
+
+def parse_whole_amount(text: str, decimals: int) -> int:
+    """``1.5`` whole tokens → smallest units (``decimals`` of the token), exactly.
+
+    Decimal arithmetic on the digits (no float, no context rounding); more fractional digits than
+    ``decimals`` allow are refused, not rounded (``1.50`` with one decimal is fine: it is exact).
+    """
+    if not isinstance(text, str) or not _WHOLE_RE.fullmatch(text):
+        raise ValueError(
+            f"whole amount {str(text)[:50]!r} must be digits with an optional fraction, like 1.5 "
+            "(no sign, exponent or separators)"
+        )
+    if not 0 <= decimals <= 38:
+        raise ValueError("decimals must be in 0..38")
+    _, digits, exponent = Decimal(text).as_tuple()
+    assert isinstance(exponent, int)  # finite: the pattern admits no NaN or Infinity
+    coefficient = int("".join(map(str, digits)))
+    shift = exponent + decimals
+    if shift >= 0:
+        value = coefficient * int(10**shift)
+    else:
+        value, rest = divmod(coefficient, int(10**-shift))
+        if rest:
+            raise ValueError(
+                f"whole amount {text} has more precision than the token's {decimals} decimals"
+            )
+    if value == 0:
+        raise ValueError("amount must be positive")
+    if value > U128_MAX:
+        raise ValueError(f"whole amount {text} exceeds u128 in the smallest unit")
+    return value
+
+
+# ------------------------------------------------------------------------------ intents
+
+
+def add_public_key(public_key: str) -> AddPublicKey:
+    """``add_public_key``; the key is checked to be a well-formed ``ed25519:`` key."""
+    return AddPublicKey(public_key=_ed25519_key(public_key))
+
+
+def remove_public_key(public_key: str) -> RemovePublicKey:
+    return RemovePublicKey(public_key=_ed25519_key(public_key))
+
+
+def _ed25519_key(text: str) -> str:
+    try:
+        return PublicKey.from_text(text).to_text()
+    except ProtocolError:
+        # Never repeat the value: a pasted secret key is a likely mistake.
+        raise ValueError(
+            "public key must be ed25519:<base58 of 32 bytes> (a public key, not a secret key)"
+        ) from None
+
+
+def transfer(
+    signer_id: str, asset_id: str, amount: int, receiver_id: str, memo: str | None = None
+) -> Transfer:
+    """``transfer`` of one token inside the verifier to another account."""
+    validate_asset_id(asset_id)
+    validate_account_id(receiver_id)
+    if receiver_id == signer_id:
+        raise ValueError("a transfer to the signing account itself is invalid")
+    return Transfer(receiver_id=receiver_id, tokens={asset_id: amount}, memo=memo)
+
+
+def nep141_contract(token: str) -> str:
+    """The token contract for ``ft_withdraw``: from ``nep141:<contract>`` or ``<contract>``."""
+    if ":" in token:
+        validate_asset_id(token)
+        if not token.startswith("nep141:"):
+            raise ValueError(f"ft_withdraw withdraws nep141 tokens only, not {token[:70]!r}")
+        return asset_contract(token)
+    return validate_account_id(token)
+
+
+def ft_withdraw(
+    token: str,
+    amount: int,
+    receiver_id: str,
+    *,
+    memo: str | None = None,
+    msg: str | None = None,
+    storage_deposit: int | None = None,
+) -> FtWithdraw:
+    """``ft_withdraw`` (spec 2.12): ``token`` is ``nep141:<contract>`` or the bare contract."""
+    contract = nep141_contract(token)
+    validate_account_id(receiver_id)
+    return FtWithdraw(
+        token=contract,
+        receiver_id=receiver_id,
+        amount=amount,
+        memo=memo,
+        msg=msg,
+        storage_deposit=storage_deposit or None,
+    )
+
+
+# ------------------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True, slots=True)
+class OperationResult:
+    """What happened to one operator intent (see the module docstring for the statuses)."""
+
+    intent_hash: str
+    status: str
+    tx_hash: str | None = None
+    reason: str | None = None
+    deadline: str | None = None
+    signed_data: dict[str, Any] | None = field(default=None, repr=False)
+    simulation: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Settled, or (dry run) simulated without error."""
+        return self.status in (SETTLED, SIMULATED)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{intent_hash, status, tx_hash?, reason?, ...}``: absent fields left out."""
+        out: dict[str, Any] = {"intent_hash": self.intent_hash, "status": self.status}
+        for name in ("tx_hash", "reason", "deadline", "signed_data", "simulation"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+# ------------------------------------------------------------------------------ signing
+
+
+@dataclass(frozen=True, slots=True)
+class SignedOperation:
+    """A signed item and what the follow-up needs to know about it."""
+
+    item: Nep413Signed
+    intent_hash: str
+    signer_id: str
+    nonce: bytes
+    deadline: datetime
+
+    def wire(self) -> dict[str, Any]:
+        return self.item.model_dump(mode="json", exclude_none=True)
+
+
+async def sign_operation(
+    ledger: LedgerClient,
+    key: SecretKey,
+    *,
+    signer_id: str,
+    intents: list[BaseModel],
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    layout: NonceLayout = "salted",
+    now: datetime | None = None,
+) -> SignedOperation:
+    """Sign ``intents`` for ``signer_id`` (nep413) with the ledger's current salt (spec 5.3)."""
+    if not 0 < deadline_s <= MAX_DEADLINE_S:
+        raise ConfigError(f"deadline must be within (0, {MAX_DEADLINE_S:g}] seconds")
+    salt = await ledger.current_salt()
+    moment = (now or datetime.now(UTC)) + timedelta(seconds=deadline_s)
+    deadline = moment.replace(microsecond=moment.microsecond // 1000 * 1000)  # the signed ms
+    nonce = new_nonce(layout, salt, deadline)
+    item = sign_nep413(
+        key,
+        signer_id=signer_id,
+        verifying_contract=ledger.verifier_contract,
+        deadline=deadline,
+        nonce=nonce,
+        intents=intents,
+    )
+    return SignedOperation(item, b58encode(intent_hash(item)), signer_id, nonce, deadline)
+
+
+# ------------------------------------------------------------------------------ simulating
+
+
+async def simulate_operation(ledger: LedgerClient, op: SignedOperation) -> OperationResult:
+    """Dry-run the item with ``simulate_intents``; nothing is published or changed."""
+    signed = op.wire()
+    try:
+        simulation = await ledger.simulate_intents([signed])
+    except RemoteError as exc:
+        return OperationResult(
+            op.intent_hash,
+            SIMULATION_FAILED,
+            reason=exc.reason,
+            deadline=format_deadline(op.deadline),
+            signed_data=signed,
+        )
+    violated = simulation.get("invariant_violated")
+    return OperationResult(
+        op.intent_hash,
+        SIMULATION_FAILED if violated else SIMULATED,
+        reason=f"invariant violated: {violated}" if violated else None,
+        deadline=format_deadline(op.deadline),
+        signed_data=signed,
+        simulation=simulation,
+    )
+
+
+async def _simulation_reason(ledger: LedgerClient, op: SignedOperation) -> str | None:
+    """Why the verifier would refuse the item now (its text), or None if it would not."""
+    try:
+        result = await ledger.simulate_intents([op.wire()])
+    except RemoteError as exc:
+        return exc.reason
+    except (TransportError, ProtocolError):
+        return None
+    violated = result.get("invariant_violated")
+    return f"invariant violated: {violated}" if violated else None
+
+
+async def _nonce_used(ledger: LedgerClient, op: SignedOperation) -> bool:
+    try:
+        return await ledger.is_nonce_used(op.signer_id, op.nonce)
+    except (TransportError, RemoteError, ProtocolError):
+        return False
+
+
+# ------------------------------------------------------------------------------ publishing
+
+
+async def publish_operation(
+    bus: BusRpcClient,
+    ledger: LedgerClient,
+    op: SignedOperation,
+    *,
+    wait_s: float = DEFAULT_WAIT_S,
+    poll_s: float = 0.1,
+    max_poll_s: float = 1.0,
+) -> OperationResult:
+    """Publish the item alone (``quote_hashes`` empty) and follow it to a final status.
+
+    The wait is bounded by ``wait_s``; polling starts every ``poll_s`` and slows to
+    ``max_poll_s``. A transport failure while publishing does not prove the bus never got the
+    item, so the status of its (locally computed) hash is followed all the same.
+    """
+    if not 0 < wait_s <= MAX_WAIT_S:
+        raise ConfigError(f"wait must be within (0, {MAX_WAIT_S:g}] seconds")
+    deadline_text = format_deadline(op.deadline)
+    started = time.monotonic()
+    publish_error: str | None = None
+    try:
+        published = await bus.publish_intent([], op.item)
+    except TransportError as exc:
+        publish_error = f"publish_intent got no answer ({exc})"
+    except RemoteError as exc:  # a JSON-RPC error: the bus did not take it
+        return OperationResult(op.intent_hash, FAILED, reason=exc.reason, deadline=deadline_text)
+    else:
+        hash_text = published.intent_hash or op.intent_hash
+        if published.status == PublishStatus.FAILED:
+            return OperationResult(
+                hash_text, FAILED, reason=published.reason or "refused", deadline=deadline_text
+            )
+        if hash_text != op.intent_hash:
+            raise ProtocolError(
+                f"bus publish_intent: intent_hash {hash_text} differs from the signed item's "
+                f"{op.intent_hash}"
+            )
+
+    status: str | None = None
+    tx_hash: str | None = None
+    seen_other = False
+    delay = poll_s
+    while True:
+        try:
+            answer = await bus.get_status(op.intent_hash)
+        except (TransportError, RemoteError, ProtocolError):
+            answer = None  # keep following until the wait ends; the ledger is asked last
+        if answer is not None:
+            status = answer.status.value
+            if answer.data is not None:
+                tx_hash = answer.data.hash
+            if status == SETTLED:
+                return OperationResult(op.intent_hash, SETTLED, tx_hash, deadline=deadline_text)
+            if status == NOT_FOUND:
+                early = time.monotonic() - started < NOT_FOUND_GRACE_S
+                if seen_other or not early or publish_error is not None:
+                    break
+            else:
+                seen_other = True
+        if time.monotonic() - started >= wait_s:
+            break
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, max_poll_s)
+
+    # The ledger is the truth: a used nonce means the item executed.
+    if await _nonce_used(ledger, op):
+        return OperationResult(op.intent_hash, SETTLED, tx_hash, deadline=deadline_text)
+    if status == NOT_FOUND:
+        why = await _simulation_reason(ledger, op)
+        if publish_error is not None:
+            reason = publish_error
+        elif why is not None:
+            reason = f"not executed; the verifier now says: {why}"
+        else:
+            reason = "not executed (the bus reports it not found, expired or failed)"
+        return OperationResult(op.intent_hash, NOT_FOUND, tx_hash, reason, deadline_text)
+    reason = (
+        f"no final status after {wait_s:g} s; it may still execute until its deadline "
+        f"{deadline_text}: check its status before sending it again"
+    )
+    if publish_error is not None:
+        reason = f"{publish_error}; {reason}"
+    return OperationResult(op.intent_hash, status or UNKNOWN, tx_hash, reason, deadline_text)
+
+
+# ------------------------------------------------------------------------------ one call
+
+
+@dataclass
+class OperatorClients:
+    """The ledger and bus clients of one configuration, sharing one HTTP client."""
+
+    config: BotConfig
+    http: httpx.AsyncClient
+    ledger: LedgerClient
+    bus: BusRpcClient
+
+    @classmethod
+    def open(cls, config: BotConfig) -> OperatorClients:
+        timeout_s = config.chain.timeout_ms / 1000
+        api_key = os.environ.get(config.bus.api_key_env) if config.bus.api_key_env else None
+        http = httpx.AsyncClient(timeout=timeout_s)
+        ledger = LedgerClient(
+            str(config.chain.rpc_url), config.verifier_contract, client=http, timeout_s=timeout_s
+        )
+        bus = BusRpcClient(
+            str(config.bus.rpc_url),
+            api_key=api_key,
+            asset_field_prefix=config.bus.asset_field_prefix,
+            client=http,
+        )
+        return cls(config, http, ledger, bus)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> OperatorClients:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def run_operation(
+    config: BotConfig,
+    key: SecretKey,
+    intents: list[BaseModel],
+    *,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    wait_s: float = DEFAULT_WAIT_S,
+    dry_run: bool = False,
+    poll_s: float = 0.1,
+) -> OperationResult:
+    """Sign ``intents`` as ``config.account.id`` and publish them (or, dry, simulate them)."""
+    async with OperatorClients.open(config) as clients:
+        op = await sign_operation(
+            clients.ledger,
+            key,
+            signer_id=config.account.id,
+            intents=intents,
+            deadline_s=deadline_s,
+            layout=config.nonce.layout,
+        )
+        if dry_run:
+            return await simulate_operation(clients.ledger, op)
+        return await publish_operation(
+            clients.bus, clients.ledger, op, wait_s=wait_s, poll_s=poll_s
+        )
+
+
+async def public_keys(config: BotConfig, account_id: str | None = None) -> list[str]:
+    """The keys that may sign for the account (``public_keys_of``)."""
+    async with OperatorClients.open(config) as clients:
+        return await clients.ledger.public_keys_of(account_id or config.account.id)

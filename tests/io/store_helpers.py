@@ -1,0 +1,63 @@
+"""Helpers of the store tests: really signed quotes with u128-sized amounts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from solver.core.market import QuoteRequest
+from solver.core.settlement import TrackedQuote
+from solver.protocol.keys import SecretKey
+from solver.protocol.nonce import salted_nonce
+from solver.protocol.quote_signing import QuoteSigner, SignedQuote
+
+U128_MAX = 2**128 - 1
+USDC = "nep141:usdc.sandbox"
+WNEAR = "nep141:wrap.sandbox"
+ETH = "nep141:eth.sandbox"
+ACCOUNT = "solver.sandbox"
+SALT = bytes.fromhex("252812b3")
+T0 = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+_SIGNER = QuoteSigner(SecretKey.generate(), ACCOUNT, "intents.sandbox")
+
+Signed = tuple[TrackedQuote, SignedQuote, QuoteRequest]
+
+
+def signed_quote(
+    quote_id: str,
+    *,
+    at: datetime = T0,
+    asset_in: str = USDC,
+    asset_out: str = WNEAR,
+    amount_in: int = U128_MAX,
+    amount_out: int = U128_MAX - 1,
+    fee: int = U128_MAX - 2,
+    nonce: bytes | None = None,
+    exact_in: bool = True,
+) -> Signed:
+    """A quote signed for real, its tracked form, and the request it answers."""
+    deadline = at + timedelta(seconds=60)
+    nonce = nonce if nonce is not None else salted_nonce(SALT)
+    signed = _SIGNER.sign(
+        deadline=deadline,
+        nonce=nonce,
+        asset_in=asset_in,
+        amount_in=amount_in,
+        asset_out=asset_out,
+        amount_out=amount_out,
+    )
+    tracked = TrackedQuote(
+        quote_id,
+        signed.quote_hash,
+        asset_in,
+        asset_out,
+        amount_in,
+        amount_out,
+        fee,
+        deadline,
+        nonce,
+        at,
+    )
+    amount = amount_in if exact_in else amount_out
+    request = QuoteRequest(quote_id, asset_in, asset_out, exact_in, amount, 30_000, "partner-1")
+    return tracked, signed, request

@@ -156,6 +156,7 @@ class SolverApp:
             shadow=shadow,
             on_transition=self._transition,
             metrics=self.metrics,
+            sample_requests=self.store is not None and config.storage.sample_requests > 0,
         )
         self._external_transition = on_transition
         risk = config.risk

@@ -370,6 +370,11 @@ class StorageSpec(BaseModel):
     model_config = _STRICT
     path: Path = Path("var/solver.sqlite")
     """Relative paths are relative to the working directory."""
+    sample_requests: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
+    """Fraction of quote requests kept with their outcome (0: none, 1: all); sampled by id."""
+    synchronous: Literal["normal", "full"] = "normal"
+    """``normal``: a committed quote survives a crash of the bot; ``full``: also a power loss
+    (an fsync per quote)."""
 
 
 def _listen(value: str | None) -> str | None:

@@ -39,6 +39,10 @@ class Journal(Protocol):
 
     def record_transition(self, transition: Transition) -> None: ...
 
+    def record_request(
+        self, request: QuoteRequest, outcome: str, at: datetime, reason: str | None = None
+    ) -> bool: ...
+
 
 class NullJournal:
     def record_quote(self, quote: TrackedQuote, signed: SignedQuote, request: QuoteRequest) -> None:
@@ -46,6 +50,11 @@ class NullJournal:
 
     def record_transition(self, transition: Transition) -> None:
         return None
+
+    def record_request(
+        self, request: QuoteRequest, outcome: str, at: datetime, reason: str | None = None
+    ) -> bool:
+        return False
 
 
 class Sender(Protocol):
@@ -83,7 +92,9 @@ class Engine:
         shadow: bool = False,
         on_transition: Callable[[Transition], None] | None = None,
         metrics: Metrics | None = None,
+        sample_requests: bool = False,
     ) -> None:
+        self.sample_requests = sample_requests
         self.pipeline = pipeline
         self.signer = signer
         self.sender = sender
@@ -129,6 +140,8 @@ class Engine:
             self.stats.skipped[outcome.reason] += 1
             if metrics is not None:
                 metrics.inc_skip(outcome.reason)
+            if self.sample_requests:
+                self.journal.record_request(request, "skipped", now, outcome.reason)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "skip %s: %s %s",
@@ -170,8 +183,19 @@ class Engine:
             signed.nonce,
             now,
         )
+        try:
+            self.journal.record_quote(tracked, signed, request)  # durable before it leaves
+        except SolverError as exc:
+            # Without a durable record the exposure could be forgotten: never send, and stop
+            # quoting until an operator looks (disk full, nonce reuse, a corrupt store).
+            self.inventory.release(request.quote_id)
+            self.stats.skipped["store_error"] += 1
+            self.state.paused.setdefault("*", f"store error: {exc}")
+            log.error("cannot record quote %s: %s; quoting paused", request.quote_id, exc)
+            return
         self.book.add(tracked)
-        self.journal.record_quote(tracked, signed, request)  # durable before it leaves
+        if self.sample_requests:
+            self.journal.record_request(request, "quoted", now)
         output = (
             {"amount_out": str(quote.amount_out)}
             if request.exact_in

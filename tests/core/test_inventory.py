@@ -95,3 +95,23 @@ def test_reservations_never_exceed_free_inventory(ops: list[tuple[str, int, int]
         assert sum(r.amount_out for r in inv.reservations.values()) == inv.reserved.get(A, 0)
         assert inv.reserved.get(A, 0) <= inv.confirmed[A] - 50
         assert inv.free(A) == inv.confirmed[A] - 50 - inv.reserved.get(A, 0)
+
+
+def test_a_late_snapshot_from_before_a_settlement_cannot_undo_its_debit() -> None:
+    inv = Inventory()
+    inv.set_confirmed({A: 1000, B: 5}, T0)
+    inv.reserve(res("q", 300, into=70))
+    # Heard of the execution at +2 s; a balance request sent at +1 s (it may have been
+    # answered before the execution) lands only now.
+    inv.settle("q", T0 + timedelta(seconds=2))
+    inv.set_confirmed({A: 1000, B: 5}, T0 + timedelta(seconds=1))
+    assert (inv.confirmed[A], inv.free(A)) == (700, 700)
+    # Out of order: a +1.5 s snapshot after a +1 s one is still re-debited, an older one ignored.
+    inv.set_confirmed({A: 1000, B: 5}, T0 + timedelta(seconds=1.5))
+    assert inv.set_confirmed({A: 1000, B: 5}, T0 + timedelta(seconds=1.2)) == []
+    assert inv.confirmed_at == T0 + timedelta(seconds=1.5) and inv.free(A) == 700
+    # A request sent after we heard of it includes the execution: it is the truth, once.
+    inv.set_confirmed({A: 700, B: 75}, T0 + timedelta(seconds=3))
+    assert inv.confirmed == {A: 700, B: 75} and inv.unconfirmed_settlements == {}
+    inv.set_confirmed({A: 700, B: 75}, T0 + timedelta(seconds=4))
+    assert inv.confirmed == {A: 700, B: 75}

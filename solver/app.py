@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -81,6 +81,17 @@ def pipeline_settings(config: BotConfig) -> PipelineSettings:
         max_open_per_token=dict(config.risk.max_open_per_token),
         max_quotes_per_s=config.risk.max_quotes_per_s,
     )
+
+
+def _on_loop(fn: Callable[..., object]) -> Callable[..., Awaitable[None]]:
+    """A plain function as a coroutine job. apscheduler's asyncio executor runs plain functions
+    in a worker thread, but the bot's state and its SQLite connection belong to the event
+    loop's thread: every job must run on the loop."""
+
+    async def job(*args: object) -> None:
+        fn(*args)
+
+    return job
 
 
 @dataclass
@@ -320,11 +331,11 @@ class SolverApp:
         add(self.refresh_fee, "interval", seconds=60, **opts)
         add(self.check_deadlines, "interval", seconds=1, **opts)
         add(self.poll_settlements, "interval", seconds=0.1, **opts)
-        add(self.ops.tick, "interval", seconds=1, **opts)
+        add(_on_loop(self.ops.tick), "interval", seconds=1, **opts)
         for source in c.prices.sources:
             if source.kind == "static":
                 add(
-                    self.feeds.poll_static,
+                    _on_loop(self.feeds.poll_static),
                     "interval",
                     seconds=1,
                     args=[dict(source.prices)],
@@ -356,7 +367,7 @@ class SolverApp:
                 )
         if c.log.summary_every_s:
             add(
-                lambda: log.info("summary %s", self.summary()),
+                _on_loop(lambda: log.info("summary %s", self.summary())),
                 "interval",
                 seconds=c.log.summary_every_s,
                 **opts,

@@ -1,0 +1,323 @@
+"""The live bot against the real sandbox on 127.0.0.1 port 0 (issue 4 acceptance).
+
+:func:`live_bot` starts a :class:`~sandbox.server.Sandbox` (no takers unless asked), funds a
+fresh solver key on its ledger, builds the bot's configuration from ``config/default.yaml``
+with the sandbox's URLs and short refresh periods, runs :meth:`SolverApp.run` as a task, waits
+until the bot is warmed up and subscribed, and stops it at the end. A scripted user asks for
+quotes over the real ``/rpc`` and publishes the mirrored intent (:meth:`LiveBot.take`).
+Nothing of our own network code is mocked; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sandbox.config import SandboxConfig, TokenSpec
+from sandbox.server import Sandbox
+from solver.app import SolverApp
+from solver.config import BotConfig, load_bot_config
+from solver.core.settlement import Transition
+from solver.protocol.keys import SecretKey
+from tests.sandbox.scripted import rpc, user_item
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_YAML = ROOT / "config" / "default.yaml"
+
+USDC = "nep141:usdc.sandbox"
+NEAR = "nep141:wrap.sandbox"
+ETH = "nep141:eth.sandbox"
+TOKENS = (USDC, NEAR, ETH)
+E6, E18, E24 = 10**6, 10**18, 10**24
+# The floors of config/default.yaml: never quoted away.
+FLOORS = {USDC: 1_000 * E6, NEAR: 100 * E24, ETH: E18 // 10}
+DEFAULT_BALANCES = {USDC: 20_000 * E6, NEAR: 5_000 * E24, ETH: 5 * E18}
+
+
+def sandbox_config(state_dir: Path, *, fee_pips: int = 0, **bus: Any) -> SandboxConfig:
+    """Three tokens at constant prices (1, 3, 3000 USD): quotes are exactly predictable."""
+    return SandboxConfig(
+        fee_pips=fee_pips,
+        state_dir=state_dir,
+        tokens={
+            USDC: TokenSpec(symbol="USDC", decimals=6, usd=1.0),
+            NEAR: TokenSpec(symbol="wNEAR", decimals=24, usd=3.0),
+            ETH: TokenSpec(symbol="ETH", decimals=18, usd=3000.0),
+        },
+        bus={"solver_wait_ms": 500, "settlement_delay_ms": 100, **bus},
+        prices={"tick_ms": 100},
+        takers={"enabled": False},
+    )
+
+
+def bot_overrides(
+    sandbox: Sandbox, account: str, key_env: str, storage: Path, *, relay_ws: str | None = None
+) -> dict[str, Any]:
+    """Dotted overrides of ``config/default.yaml`` that point the bot at ``sandbox``."""
+    urls = sandbox.urls()
+    return {
+        "account.id": account,
+        "account.key_env": key_env,
+        "account.key_file": None,
+        "verifier_contract": sandbox.ledger.contract_id,
+        "bus.ws_url": relay_ws or urls["relay_ws"],
+        "bus.rpc_url": urls["relay_rpc"],
+        "bus.wait_ms": 500,
+        "quote.response_budget_ms": 400,
+        "bus.reconnect_initial_ms": 100,
+        "bus.reconnect_max_ms": 500,
+        "chain.rpc_url": urls["chain_rpc"],
+        "chain.balance_refresh_ms": 300,
+        "chain.balance_max_age_ms": 3000,
+        "chain.salt_refresh_ms": 500,
+        "prices.sources": [{"kind": "sandbox", "url": urls["prices"], "refresh_ms": 200}],
+        "storage.path": str(storage),
+        "metrics.listen": None,
+        "log.level": "WARNING",
+        "log.summary_every_s": 0,
+    }
+
+
+def build_bot_config(
+    sandbox: Sandbox,
+    key: SecretKey,
+    tmp_path: Path,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    key_env: str = "SOLVER_APP_TEST_KEY",
+    relay_ws: str | None = None,
+) -> BotConfig:
+    account = key.public_key.implicit_account_id()
+    base = bot_overrides(sandbox, account, key_env, tmp_path / "solver.sqlite", relay_ws=relay_ws)
+    return load_bot_config(DEFAULT_YAML).with_overrides({**base, **(overrides or {})})
+
+
+async def eventually(
+    predicate: Callable[[], bool], what: str, timeout_s: float = 5.0, every_s: float = 0.02
+) -> None:
+    """Poll ``predicate`` until true; fail with ``what`` after ``timeout_s`` (never hangs)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for: {what}")
+        await asyncio.sleep(every_s)
+
+
+class ErrorLog(logging.Handler):
+    """Collects ERROR records (a scheduler job that raised, a callback that failed): a live
+    run that logs one has a bug even when every assertion holds."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"{record.name}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+        self.lines.append(text)
+
+
+@dataclass
+class User:
+    key: SecretKey
+    account: str
+
+
+@dataclass
+class LiveBot:
+    """A running bot, its sandbox, and a scripted user's side of the bus."""
+
+    sandbox: Sandbox
+    app: SolverApp
+    key: SecretKey
+    http: httpx.AsyncClient
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+    shutdown_wait_s: float
+    transitions: list[Transition] = field(default_factory=list)
+    listeners: list[Callable[[Transition], None]] = field(default_factory=list)
+
+    overstated: list[str] = field(default_factory=list)
+
+    def audit(self) -> None:
+        """The bot never believes it holds more than the ledger says: per asset,
+        ``confirmed - reserved <= on-chain balance``. (An execution it has not heard of yet is
+        still reserved; an inflow it has not seen yet only makes the chain hold more.)"""
+        inventory = self.app.inventory
+        if inventory.confirmed_at is None:
+            return
+        chain = self.balances()
+        for asset in TOKENS:
+            believed = inventory.confirmed.get(asset, 0) - inventory.reserved.get(asset, 0)
+            if believed > chain[asset]:
+                self.overstated.append(f"{asset}: believed {believed} > on chain {chain[asset]}")
+
+    async def auditor(self, every_s: float = 0.005) -> None:
+        while True:
+            self.audit()
+            await asyncio.sleep(every_s)
+
+    def on_transition(self, transition: Transition) -> None:
+        """The app's ``on_transition``: recorded, audited, then passed to each listener."""
+        self.transitions.append(transition)
+        self.audit()
+        for listener in self.listeners:
+            listener(transition)
+
+    @property
+    def account(self) -> str:
+        return self.app.account
+
+    @property
+    def rpc_url(self) -> str:
+        return self.sandbox.urls()["relay_rpc"]
+
+    def balances(self, account: str | None = None) -> dict[str, int]:
+        """Balances on the sandbox ledger (the truth), of the solver unless told."""
+        owner = account or self.account
+        return dict(
+            zip(TOKENS, self.sandbox.ledger.mt_batch_balance_of(owner, list(TOKENS)), strict=True)
+        )
+
+    def new_user(self, balances: Mapping[str, int]) -> User:
+        key = SecretKey.generate()
+        account = key.public_key.implicit_account_id()
+        for asset, amount in balances.items():
+            self.sandbox.ledger.deposit(account, asset, amount)
+        return User(key, account)
+
+    async def quote(
+        self,
+        asset_in: str,
+        asset_out: str,
+        *,
+        exact_in: int | None = None,
+        exact_out: int | None = None,
+        min_deadline_ms: int = 60_000,
+    ) -> list[dict[str, Any]]:
+        """A user's ``quote`` over ``/rpc``: the offers, best first."""
+        params: dict[str, Any] = {
+            "core_asset_identifier_in": asset_in,
+            "core_asset_identifier_out": asset_out,
+            "min_deadline_ms": min_deadline_ms,
+        }
+        if exact_in is not None:
+            params["exact_amount_in"] = str(exact_in)
+        if exact_out is not None:
+            params["exact_amount_out"] = str(exact_out)
+        body = await rpc(self.http, self.rpc_url, "quote", params)
+        assert "result" in body, body
+        offers: list[dict[str, Any]] = body["result"]
+        return offers
+
+    async def take(self, user: User, offer: Mapping[str, Any]) -> str:
+        """Publish the user's mirror of ``offer`` (gives amount_in, gets amount_out)."""
+        diff = {
+            offer["core_asset_identifier_in"]: -int(offer["amount_in"]),
+            offer["core_asset_identifier_out"]: int(offer["amount_out"]),
+        }
+        item = user_item(user.key, self.sandbox.ledger, diff)
+        body = await rpc(
+            self.http,
+            self.rpc_url,
+            "publish_intent",
+            {"quote_hashes": [offer["quote_hash"]], "signed_data": item},
+        )
+        assert body.get("result", {}).get("status") == "OK", body
+        intent_hash: str = body["result"]["intent_hash"]
+        return intent_hash
+
+    async def shutdown(self) -> float:
+        """Set stop and wait for ``run`` to return; the seconds it took."""
+        started = time.monotonic()
+        self.stop.set()
+        await asyncio.wait_for(asyncio.shield(self.task), self.shutdown_wait_s + 10)
+        return time.monotonic() - started
+
+
+def fund(sandbox: Sandbox, account: str, balances: Mapping[str, int]) -> None:
+    for asset, amount in balances.items():
+        if amount:
+            sandbox.ledger.deposit(account, asset, amount)
+
+
+@contextlib.asynccontextmanager
+async def running_sandbox(
+    tmp_path: Path, *, run_takers: bool = False, fee_pips: int = 0, **bus: Any
+) -> AsyncIterator[Sandbox]:
+    config = sandbox_config(tmp_path / "sandbox", fee_pips=fee_pips, **bus)
+    async with Sandbox(config, run_takers=run_takers) as sandbox:
+        yield sandbox
+
+
+@contextlib.asynccontextmanager
+async def live_bot(
+    tmp_path: Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    balances: Mapping[str, int] | None = None,
+    sandbox: Sandbox | None = None,
+    relay_ws: str | None = None,
+    fee_pips: int = 0,
+    shutdown_wait_s: float = 1.0,
+    connect_timeout_s: float = 10.0,
+) -> AsyncIterator[LiveBot]:
+    """Sandbox + funded key + running :class:`SolverApp`, ready to quote.
+
+    ``sandbox``: use this running sandbox instead of starting one. ``relay_ws``: connect the
+    bot's websocket there instead of the sandbox relay (chain RPC and prices stay the
+    sandbox's). The bot is stopped on exit; an exception from ``run`` fails the test.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        if sandbox is None:
+            sandbox = await stack.enter_async_context(running_sandbox(tmp_path, fee_pips=fee_pips))
+        key = SecretKey.generate()
+        fund(sandbox, key.public_key.implicit_account_id(), balances or DEFAULT_BALANCES)
+        config = build_bot_config(sandbox, key, tmp_path, overrides, relay_ws=relay_ws)
+        hook: list[LiveBot] = []
+
+        def on_transition(transition: Transition) -> None:  # the bot exists by the first one
+            hook[0].on_transition(transition)
+
+        app = SolverApp(config, key, on_transition=on_transition)
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
+        errors = ErrorLog()
+        logging.getLogger().addHandler(errors)
+        stack.callback(logging.getLogger().removeHandler, errors)
+        stop = asyncio.Event()
+        task = asyncio.create_task(app.run(stop, shutdown_wait_s=shutdown_wait_s))
+        bot = LiveBot(sandbox, app, key, http, stop, task, shutdown_wait_s)
+        hook.append(bot)
+        auditor = asyncio.create_task(bot.auditor())
+        try:
+            await eventually(
+                lambda: app.ws.connected or task.done(), "the bot to subscribe", connect_timeout_s
+            )
+            if task.done():
+                task.result()  # raises what run() raised
+            assert app.state.salt is not None and app.inventory.confirmed_at is not None
+            assert set(app.state.prices) >= set(TOKENS), app.state.prices
+            yield bot
+            assert bot.overstated == [], bot.overstated[:5]
+        finally:
+            auditor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await auditor
+            stop.set()
+            try:
+                await asyncio.wait_for(task, shutdown_wait_s + 10)
+            finally:
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        assert errors.lines == [], errors.lines[:5]

@@ -1,0 +1,115 @@
+"""Nonces never repeat across 100k quotes (issue 4, item 3).
+
+The engine's real quote path (decide -> nonce -> NEP-413 sign -> book -> send) runs 100,000
+times in-process against a collecting sender, on a clock that moves 1 ms per request, with the
+salt rotated every 20,000 quotes; every nonce that left is collected in a set. Each quote is
+then marked LOST (it ran out unused), as in a long live run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from solver.core.inventory import Inventory
+from solver.core.market import MarketView, QuoteRequest
+from solver.core.quoting import PipelineSettings, QuotePipeline, Route
+from solver.core.state import MarketState
+from solver.engine import Engine
+from solver.protocol.bus import QuoteRequestEvent
+from solver.protocol.encoding import b64decode
+from solver.protocol.keys import SecretKey
+from solver.protocol.nonce import NonceLayout, new_nonce, parse_nonce
+from solver.protocol.quote_signing import QuoteSigner
+from tests.app.harness import E6, E24, NEAR, USDC
+
+QUOTES = 100_000
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+class FixedRate:
+    """3 USDC per wNEAR, exact-in only: the cheapest strategy, so the test measures the path."""
+
+    def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
+        return request.amount * 3 * E6 // E24
+
+
+class Collect:
+    """The engine's ``Sender``: keeps the nonce of every answer that was sent."""
+
+    def __init__(self) -> None:
+        self.nonces: list[str] = []
+
+    async def send_quote_response(self, params: dict[str, Any]) -> None:
+        self.nonces.append(params["signed_data"]["payload"]["nonce"])
+
+
+def build_engine(layout: NonceLayout, clock: Callable[[], datetime]) -> tuple[Engine, Collect]:
+    state = MarketState(decimals={USDC: 6, NEAR: 24})
+    inventory = Inventory()
+    inventory.set_confirmed({USDC: 10**30, NEAR: 0}, T0)
+    for asset, usd in ((USDC, 1.0), (NEAR, 3.0)):
+        state.set_price(asset, usd, T0)
+    state.set_salt(bytes.fromhex("0badc0de"), T0)
+    settings = PipelineSettings(
+        balance_max_age_s=1e9,
+        price_max_age_s=1e9,
+        salt_max_age_s=1e9,
+        max_open_exposure_usd=float("inf"),
+        max_quotes_per_s=1e9,
+        strategy_budget_ms=1e3,  # a GC pause must not turn into a skip here
+    )
+    routes = {(NEAR, USDC): Route(NEAR, USDC, FixedRate())}
+    key = SecretKey.generate()
+    sender = Collect()
+    engine = Engine(
+        pipeline=QuotePipeline(settings, routes, inventory, state),
+        signer=QuoteSigner(key, key.public_key.implicit_account_id(), "intents.sandbox"),
+        sender=sender,
+        clock=clock,
+        nonce_layout=layout,
+    )
+    return engine, sender
+
+
+async def test_nonces_never_repeat_across_100k_quotes() -> None:
+    layout: NonceLayout = "salted"  # the configured default
+    now = [T0]
+    engine, sender = build_engine(layout, lambda: now[0])
+    salts = [bytes.fromhex(s) for s in ("0badc0de", "5a170002", "5a170003", "5a170004", "5a170005")]
+    event = QuoteRequestEvent.model_validate(
+        {
+            "quote_id": "q",
+            "core_asset_identifier_in": NEAR,
+            "core_asset_identifier_out": USDC,
+            "exact_amount_in": str(E24),
+            "min_deadline_ms": 60_000,
+        }
+    )
+    for i in range(QUOTES):
+        if i % 20_000 == 0:
+            engine.state.set_salt(salts[i // 20_000], now[0])
+        now[0] = T0 + timedelta(milliseconds=i)
+        # One request, asked again and again: each answer is a new quote with a new nonce.
+        await engine.on_quote(event, {})
+        engine.mark_lost("q")  # it ran out unused: the book and reservations stay small
+
+    assert engine.stats.quoted == QUOTES, engine.stats.skipped
+    assert len(sender.nonces) == QUOTES
+    assert len(set(sender.nonces)) == QUOTES  # not one repeat
+    assert engine.stats.outcomes["LOST"] == QUOTES and not engine.book.quotes
+    # Each nonce carries the salt that was current when it was signed.
+    for i in (0, 19_999, 20_000, QUOTES - 1):
+        parsed = parse_nonce(b64decode(sender.nonces[i], length=32, what="nonce"))
+        assert (parsed.layout, parsed.salt) == (layout, salts[i // 20_000])
+
+
+def test_versioned_nonces_never_repeat_across_100k_deadlines() -> None:
+    """The deployed V1 layout: salt, the deadline in ns and 15 random bytes; even with the same
+    salt and the same deadline for every quote, no two of 100k nonces are equal."""
+    salt, deadline = bytes.fromhex("0badc0de"), T0 + timedelta(minutes=1)
+    nonces = {new_nonce("versioned", salt, deadline) for _ in range(QUOTES)}
+    assert len(nonces) == QUOTES
+    parsed = parse_nonce(next(iter(nonces)))
+    assert (parsed.layout, parsed.salt, parsed.deadline) == ("versioned", salt, deadline)

@@ -1,0 +1,69 @@
+"""Events of a recorded quote stream (format version 1), as plain frozen dataclasses.
+
+The stream is JSON Lines (optionally gzip), one event per line, in time order; the first line is
+the header. These types are what the reader yields and the writer takes; the JSON shapes are in
+``docs/backtest.md``:
+
+- header: ``{"v": 1, "kind": "header", "created": ISO, "source": str, "tokens": {asset: {"symbol",
+  "decimals"}}}``
+- ``quote_request``: ``{"v": 1, "ts", "kind", "data": {quote_id, core_asset_identifier_in,
+  core_asset_identifier_out, exact_amount_in | exact_amount_out, min_deadline_ms}, "meta":
+  {partner_id?}}``
+- ``price``: ``{"data": {"asset", "usd": decimal-string}}`` — reference price of one whole unit
+- ``competitor``: ``{"data": {"quote_id", "best_amount": amount-string}}`` — the best competing
+  answer (amount_out for exact-in, amount_in for exact-out)
+- ``quote_status``: ``{"data": {quote_hash, intent_hash, tx_hash}}``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from solver.core.market import QuoteRequest
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    symbol: str
+    decimals: int
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    created: datetime
+    source: str
+    tokens: dict[str, TokenInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvent:
+    ts: datetime
+    request: QuoteRequest  # min_deadline_ms, exact side, amounts as ints
+
+
+@dataclass(frozen=True, slots=True)
+class PriceEvent:
+    ts: datetime
+    asset: str
+    usd: str  # decimal string, kept exact; converted to float only for pricing
+
+
+@dataclass(frozen=True, slots=True)
+class CompetitorEvent:
+    ts: datetime
+    quote_id: str
+    best_amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusEvent:
+    ts: datetime
+    quote_hash: str
+    intent_hash: str
+    tx_hash: str | None
+
+
+StreamEvent = RequestEvent | PriceEvent | CompetitorEvent | StatusEvent

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -34,13 +36,17 @@ from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import Metrics
 from solver.io.price_feeds import PriceFeeds
 from solver.io.store import Store
+from solver.io.swap_client import SwapApiClient
 from solver.operations import Operations
-from solver.protocol.bus import IntentStatus, QuoteStatusEvent
+from solver.protocol.bus import IntentStatus, QuoteRequestEvent, QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_signing import QuoteSigner
+from solver.rebalance import Rebalancer
 from strategies.registry import load_strategy
 
 log = logging.getLogger("solver.app")
+DEADLINE_GRACE = timedelta(seconds=2)
+NONCE_CHECKS_AT_ONCE = 32
 
 
 def utc_now() -> datetime:
@@ -156,6 +162,7 @@ class SolverApp:
             backoff_initial_s=config.bus.reconnect_initial_ms / 1000,
             backoff_max_s=config.bus.reconnect_max_ms / 1000,
             max_frame_bytes=config.bus.max_frame_bytes,
+            compression=config.bus.compression,
         )
         self.engine = Engine(
             pipeline=self.pipeline,
@@ -195,7 +202,36 @@ class SolverApp:
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self._polls: dict[str, _Poll] = {}
         self._balance_now = asyncio.Event()
+        self._jobs_running = 0
         self.job_errors: dict[str, int] = {}
+        self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
+
+    def _rebalancer(self, key: SecretKey) -> Rebalancer:
+        """The rebalancer (docs/rebalance.md); dry in shadow mode, whatever the config says."""
+        spec = self.config.swap_api
+        assert spec is not None  # the config requires swap_api when rebalance.enabled
+        swap = SwapApiClient.from_env(
+            str(spec.base_url), spec.token_env, client=self.http, timeout_s=spec.timeout_ms / 1000
+        )
+        rebalancer = Rebalancer(
+            self.config.rebalance,
+            account=self.account,
+            key=key,
+            swap=swap,
+            bus=self.bus_rpc,
+            ledger=self.ledger,
+            store=self.store,
+            inventory=self.inventory,
+            state=self.state,
+            clock=self.clock,
+            balance_max_age_s=self.config.chain.balance_max_age_ms / 1000,
+            nonce_layout=self.config.nonce.layout,
+            dry_run=True if self.shadow else None,
+            on_flow=self.ops.on_own_flow,
+            on_balance_change=self._balance_now.set,
+        )
+        self.ops.own_moves = rebalancer
+        return rebalancer
 
     # ------------------------------------------------------------------ callbacks from the bus
 
@@ -204,8 +240,8 @@ class SolverApp:
         if self._external_transition is not None:
             self._external_transition(transition)
 
-    async def _on_quote(self, event: object, metadata: dict[str, object]) -> None:
-        await self.engine.on_quote(event, metadata)  # type: ignore[arg-type]
+    def _on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
+        self.engine.handle_quote(event, metadata)  # synchronous: no task per request
 
     def _on_quote_status(self, event: QuoteStatusEvent) -> None:
         quote = self.engine.on_quote_status(event)
@@ -215,12 +251,26 @@ class SolverApp:
     def _on_response(self, quote_id: str, ok: bool, reason: str | None) -> None:
         self.engine.on_response(quote_id, ok, reason)
         if not ok and reason and "salt" in reason:
-            self.scheduler.add_job(self.refresh_salt)
+            self.scheduler.add_job(self._tracked(self.refresh_salt))
 
     def _on_ws_state(self, state: str) -> None:
         log.info("bus connection: %s", state)
 
     # ------------------------------------------------------------------ jobs
+
+    def _tracked(self, fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        """A scheduled job whose runs are counted, so a stop can let the runs in flight finish:
+        the scheduler's shutdown cancels them, and logs each one as a job that failed."""
+
+        @functools.wraps(fn)
+        async def job(*args: object) -> None:
+            self._jobs_running += 1
+            try:
+                await fn(*args)
+            finally:
+                self._jobs_running -= 1
+
+        return job
 
     async def _guard(self, name: str, job: Callable[[], object]) -> None:
         try:
@@ -256,18 +306,28 @@ class SolverApp:
 
     async def check_deadlines(self) -> None:
         """OPEN quotes past their deadline: a used nonce means it executed (while we missed the
-        status); an unused one means it can never execute now: LOST."""
-        for quote in self.engine.book.past_deadline(self.clock()):
-            try:
-                used = await self.ledger.is_nonce_used(self.account, quote.nonce)
-            except SolverError as exc:
-                log.warning("is_nonce_used failed: %s", exc)
-                return
-            if used:
-                self.engine.mark_settled(quote.quote_id, None)
-                self._balance_now.set()
-            else:
-                self.engine.mark_lost(quote.quote_id)
+        status); an unused one means it can never execute now: LOST.
+
+        Checked ``DEADLINE_GRACE`` after the deadline (a transaction included just before it
+        must reach finality first), in concurrent chunks so a burst of expiries cannot build
+        a backlog one RPC at a time.
+        """
+        due = self.engine.book.past_deadline(self.clock() - DEADLINE_GRACE)
+        for start in range(0, len(due), NONCE_CHECKS_AT_ONCE):
+            chunk = due[start : start + NONCE_CHECKS_AT_ONCE]
+            results = await asyncio.gather(
+                *(self.ledger.is_nonce_used(self.account, q.nonce) for q in chunk),
+                return_exceptions=True,
+            )
+            for quote, used in zip(chunk, results, strict=True):
+                if isinstance(used, BaseException):
+                    log.warning("is_nonce_used failed: %s", used)
+                    return
+                if used:
+                    self.engine.mark_settled(quote.quote_id, None)
+                    self._balance_now.set()
+                else:
+                    self.engine.mark_lost(quote.quote_id)
 
     async def poll_settlements(self) -> None:
         """``get_status`` of won quotes, each with its own exponential backoff."""
@@ -302,6 +362,10 @@ class SolverApp:
                 self._polls.pop(quote_id, None)
                 self._balance_now.set()
 
+    async def rebalance(self) -> None:
+        assert self.rebalancer is not None
+        await self._guard("rebalance", self.rebalancer.tick)
+
     async def _balance_trigger(self, stop: asyncio.Event) -> None:
         """A settlement asks for a fresh snapshot at once, not at the next period."""
         while not stop.is_set():
@@ -324,7 +388,10 @@ class SolverApp:
 
     def _schedule(self) -> None:
         c = self.config
-        add = self.scheduler.add_job
+
+        def add(fn: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any) -> None:
+            self.scheduler.add_job(self._tracked(fn), *args, **kwargs)
+
         opts = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
         add(self.refresh_salt, "interval", seconds=c.chain.salt_refresh_ms / 1000, **opts)
         add(self.refresh_balances, "interval", seconds=c.chain.balance_refresh_ms / 1000, **opts)
@@ -365,6 +432,8 @@ class SolverApp:
                     args=[source.asset, source.quote_asset, source.probe_amount],
                     **opts,
                 )
+        if self.rebalancer is not None:
+            add(self.rebalance, "interval", seconds=c.rebalance.tick_s, **opts)
         if c.log.summary_every_s:
             add(
                 _on_loop(lambda: log.info("summary %s", self.summary())),
@@ -405,6 +474,11 @@ class SolverApp:
                 self._polls[quote.quote_id] = _Poll(0.0, 0.1)
         await self.check_deadlines()
         await self.poll_settlements()
+        # The warm-up snapshot was taken before these re-checks: it may or may not include
+        # the executions they just found (they happened while the bot was down), so the
+        # reconciliation baseline is taken again, after them.
+        self.ops.rebaseline()
+        await self.refresh_balances()
         log.info("recovered %d open quotes from the store", len(quotes))
         if self.state.paused.get(GLOBAL) == "recovering open quotes":
             del self.state.paused[GLOBAL]
@@ -414,6 +488,17 @@ class SolverApp:
         (at most ``shutdown_wait_s``), flush and return."""
         await self.warm_up()
         await self.recover()
+        if self.rebalancer is not None and await self.rebalancer.resume():
+            # What resumed rebalances did while the bot was down is found now, and the
+            # reconciliation's baseline is taken after it (as recover() does for quotes).
+            await self.rebalance()
+            self.ops.rebaseline()
+            await self.refresh_balances()
+        elif self.rebalancer is None and self.store is not None and self.store.open_rebalances():
+            log.warning(
+                "the store holds unfinished rebalances but rebalance.enabled is false: they "
+                "are not followed (see solver swap status)"
+            )
         self.ops.tick()
         if self.config.metrics.listen:
             self.control = await serve_control(
@@ -434,6 +519,13 @@ class SolverApp:
         finally:
             ws_stop.set()
             self._balance_now.set()
+            # No new runs; the ones in flight finish (bounded by the RPC timeout) rather than
+            # being cancelled by the shutdown.
+            self.scheduler.pause()
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + self.config.chain.timeout_ms / 1000 + 1
+            while self._jobs_running and loop.time() < give_up:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
             self.scheduler.shutdown(wait=False)
             for task in (ws_task, trigger):
                 with contextlib.suppress(asyncio.CancelledError, SolverError):

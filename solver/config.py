@@ -183,6 +183,8 @@ class BusSpec(BaseModel):
     """Cap of the reconnection delay."""
     max_frame_bytes: Annotated[int, Field(ge=1024, le=16 << 20)] = 1 << 20
     """Largest websocket frame accepted."""
+    compression: bool = False
+    """Offer permessage-deflate to the relay; off by default: it costs CPU on every answer."""
 
     @model_validator(mode="after")
     def _backoff_order(self) -> BusSpec:
@@ -405,6 +407,111 @@ class LogSpec(BaseModel):
     """Period of the one-line summary (counts, PnL, inventory); 0 disables it."""
 
 
+class SwapApiSpec(BaseModel):
+    """The swap API (spec 4.1, 4.2): quotes and deposit submissions, for rebalancing."""
+
+    model_config = _STRICT
+    base_url: HttpUrl
+    """``{base_url}``: the API serves ``/v0/quote``, ``/v0/deposit/submit``, ``/v0/status``."""
+    token_env: EnvName | None = None
+    """Name of the environment variable holding the bearer JWT; ``None``: no token, and the
+    0.2 % platform fee applies (spec 5.1.3)."""
+    timeout_ms: Millis = 10_000
+    """Timeout of one request."""
+
+
+class HistoryApiSpec(BaseModel):
+    """The history API (spec 4.3, 4.4): past swaps, for ``import-history``."""
+
+    model_config = _STRICT
+    api_url: HttpUrl
+    """``{api_url}``: the API serves ``/api/v0/transactions`` and ``/api/v0/transactions-pages``."""
+    token_env: EnvName
+    """Name of the environment variable holding the bearer JWT (required, spec 5.1.4)."""
+    timeout_ms: Millis = 10_000
+
+
+NonNegativeUsd = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+_BAND_AMOUNT = ("min", "max", "target")
+_BAND_USD = ("min_usd", "max_usd", "target_usd")
+
+
+class BandSpec(BaseModel):
+    """The band of one asset's balance: all three of ``min`` / ``max`` / ``target`` (smallest
+    unit) or all three of ``min_usd`` / ``max_usd`` / ``target_usd`` (USD at the reference
+    price), with ``min <= target <= max`` and ``min < max``."""
+
+    model_config = _STRICT
+    min: Amount | None = None
+    max: Amount | None = None
+    target: Amount | None = None
+    min_usd: NonNegativeUsd | None = None
+    max_usd: NonNegativeUsd | None = None
+    target_usd: NonNegativeUsd | None = None
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> BandSpec:
+        amounts = [getattr(self, name) for name in _BAND_AMOUNT]
+        usds = [getattr(self, name) for name in _BAND_USD]
+        given = [values for values in (amounts, usds) if any(v is not None for v in values)]
+        if len(given) != 1 or any(v is None for v in given[0]):
+            raise PydanticCustomError(
+                "band",
+                "give all of min, max, target (smallest unit, quoted strings) or all of "
+                "min_usd, max_usd, target_usd, not a mix",
+            )
+        low, high, target = given[0]
+        if not low <= target <= high or not low < high:
+            raise PydanticCustomError("order", "a band needs min <= target <= max and min < max")
+        return self
+
+    @property
+    def in_usd(self) -> bool:
+        return self.min_usd is not None
+
+
+class RebalanceSpec(BaseModel):
+    """The rebalancer: swaps inventory back into its bands through the swap API."""
+
+    model_config = _STRICT
+    enabled: bool = False
+    dry_run: bool = True
+    """Only log the plan: nothing is quoted, paid or persisted."""
+    bands: dict[AssetId, BandSpec] = Field(default_factory=dict)
+    counter_asset: AssetId | None = None
+    """The other side of every rebalance: an asset above its band is sold for it, one below is
+    bought with it. It has no band of its own."""
+    max_swap_usd: Usd = 1000.0
+    """Largest value one rebalance moves, USD."""
+    min_interval_s: Annotated[float, Field(ge=0, le=7 * 86_400, allow_inf_nan=False)] = 900.0
+    """Least time between the starts of two rebalances."""
+    slippage_bps: Annotated[int, Field(ge=0, le=10_000)] = 50
+    """``slippageTolerance`` of the quote request, basis points."""
+    max_cost_bps: Annotated[int, Field(ge=0, le=10_000)] = 100
+    """A quote whose ``amountOut`` is worth less than the input by more than this, at reference
+    prices, is refused."""
+    tick_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 5.0
+    """Period of the rebalancer job (band checks, following swaps in flight)."""
+    swap_deadline_s: Annotated[float, Field(ge=60, le=86_400, allow_inf_nan=False)] = 1800.0
+    """``deadline`` of the quote request, from now: refunds begin after it."""
+    deposit_deadline_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 120.0
+    """Deadline of the signed ``transfer`` paying the deposit, from signing."""
+    deposit_wait_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 60.0
+    """How long one tick follows the deposit transfer before leaving it to the next tick."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> RebalanceSpec:
+        if self.counter_asset is not None and self.counter_asset in self.bands:
+            raise PydanticCustomError(
+                "counter", "counter_asset is what rebalances trade against: it cannot have a band"
+            )
+        if self.enabled and (self.counter_asset is None or not self.bands):
+            raise PydanticCustomError(
+                "enabled", "an enabled rebalancer needs counter_asset and at least one band"
+            )
+        return self
+
+
 class BotConfig(BaseModel):
     """The whole configuration of the bot."""
 
@@ -422,6 +529,9 @@ class BotConfig(BaseModel):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     log: LogSpec = Field(default_factory=LogSpec)
+    swap_api: SwapApiSpec | None = None
+    history_api: HistoryApiSpec | None = None
+    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
 
     @field_validator("tokens")
     @classmethod
@@ -584,6 +694,15 @@ def _cross_errors(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
         table = risk.get(field) if isinstance(risk, Mapping) else None
         for asset in table if isinstance(table, Mapping) else ():
             need_token(("risk", field, asset), asset)
+
+    rebalance = data.get("rebalance")
+    if isinstance(rebalance, Mapping):
+        bands = rebalance.get("bands")
+        for asset in bands if isinstance(bands, Mapping) else ():
+            need_token(("rebalance", "bands", asset), asset)
+        need_token(("rebalance", "counter_asset"), rebalance.get("counter_asset"))
+        if rebalance.get("enabled") is True and data.get("swap_api") is None:
+            errors.append((("rebalance", "enabled"), "the rebalancer needs the swap_api section"))
 
     wait_ms = _int(data.get("bus"), "wait_ms", BusSpec)
     budget_ms = _int(data.get("quote"), "response_budget_ms", QuoteSpec)
@@ -895,7 +1014,7 @@ def load_signing_key(account: AccountSpec) -> SecretKey:
     return key
 
 
-_ENV_NAME_FIELDS = frozenset({"key_env", "api_key_env", "headers_env"})
+_ENV_NAME_FIELDS = frozenset({"key_env", "api_key_env", "headers_env", "token_env"})
 
 
 def redacted_dump(config: BotConfig) -> dict[str, Any]:

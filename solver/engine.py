@@ -8,6 +8,7 @@ from the cached state. Settlement follows the :mod:`solver.core.settlement` stat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter, OrderedDict, deque
@@ -43,6 +44,10 @@ class Journal(Protocol):
         self, request: QuoteRequest, outcome: str, at: datetime, reason: str | None = None
     ) -> bool: ...
 
+    def commit(self) -> None:
+        """Make every quote recorded so far durable (group commit)."""
+        ...
+
 
 class NullJournal:
     def record_quote(self, quote: TrackedQuote, signed: SignedQuote, request: QuoteRequest) -> None:
@@ -55,6 +60,9 @@ class NullJournal:
         self, request: QuoteRequest, outcome: str, at: datetime, reason: str | None = None
     ) -> bool:
         return False
+
+    def commit(self) -> None:
+        return None
 
 
 class Sender(Protocol):
@@ -107,6 +115,9 @@ class Engine:
         self.metrics = metrics
         self.last_terminal: OrderedDict[str, TrackedQuote] = OrderedDict()  # recent, for fills
         self._on_transition = on_transition
+        self._outbox: list[tuple[str, dict[str, Any], float]] = []
+        self._flush_scheduled = False
+        self._sending: set[asyncio.Task[None]] = set()
 
     @property
     def inventory(self) -> Inventory:
@@ -118,10 +129,17 @@ class Engine:
 
     # ------------------------------------------------------------------ the quote path
 
-    async def on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
+    def handle_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
+        """The hot path, synchronous: decide, sign, journal, and queue the answer.
+
+        Answers queued in one turn of the event loop are made durable by one commit
+        (:meth:`_flush`), then sent: the record still precedes the answer, but a burst of
+        requests pays for one transaction instead of one each (group commit).
+        """
         started = time.perf_counter()
         now = self.clock()
         self.stats.requests += 1
+        partner = metadata.get("partner_id")
         request = QuoteRequest(
             event.quote_id,
             event.core_asset_identifier_in,
@@ -129,7 +147,7 @@ class Engine:
             event.is_exact_in,
             event.exact_amount,
             event.min_deadline_ms,
-            metadata.get("partner_id") if isinstance(metadata.get("partner_id"), str) else None,
+            partner if isinstance(partner, str) else None,
         )
         outcome = self.pipeline.decide(request, now)
         metrics = self.metrics
@@ -157,9 +175,14 @@ class Engine:
             self.stats.shadow_quotes += 1
             self.stats.decision_us.append((time.perf_counter() - started) * 1e6)
             return
-        await self._sign_and_send(outcome, now, started)
+        self._sign_and_queue(outcome, now, started)
 
-    async def _sign_and_send(self, quote: Quote, now: datetime, started: float) -> None:
+    async def on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
+        """:meth:`handle_quote`, then wait until its answer has been sent (tests, tools)."""
+        self.handle_quote(event, metadata)
+        await self.drain()
+
+    def _sign_and_queue(self, quote: Quote, now: datetime, started: float) -> None:
         request = quote.request
         salt = self.state.salt
         assert salt is not None  # decide() skips without a salt
@@ -184,14 +207,9 @@ class Engine:
             now,
         )
         try:
-            self.journal.record_quote(tracked, signed, request)  # durable before it leaves
+            self.journal.record_quote(tracked, signed, request)  # made durable by _flush
         except SolverError as exc:
-            # Without a durable record the exposure could be forgotten: never send, and stop
-            # quoting until an operator looks (disk full, nonce reuse, a corrupt store).
-            self.inventory.release(request.quote_id)
-            self.stats.skipped["store_error"] += 1
-            self.state.paused.setdefault("*", f"store error: {exc}")
-            log.error("cannot record quote %s: %s; quoting paused", request.quote_id, exc)
+            self._store_failed([request.quote_id], exc)
             return
         self.book.add(tracked)
         if self.sample_requests:
@@ -201,25 +219,66 @@ class Engine:
             if request.exact_in
             else {"amount_in": str(quote.amount_in)}
         )
-        try:
-            await self.sender.send_quote_response(
-                {
-                    "quote_id": request.quote_id,
-                    "quote_output": output,
-                    "signed_data": signed.signed_data,
-                }
-            )
-        except SolverError as exc:
-            # Not sent: the relay never saw it, so nobody can use it. Release and mark.
-            self.stats.send_failed += 1
-            self._move(tracked.quote_id, QuoteState.REJECTED, reason=f"send failed: {exc}")
+        params = {
+            "quote_id": request.quote_id,
+            "quote_output": output,
+            "signed_data": signed.signed_data,
+        }
+        self._outbox.append((tracked.quote_id, params, started))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _store_failed(self, quote_ids: list[str], exc: Exception) -> None:
+        """Without a durable record the exposure could be forgotten: never send, and stop
+        quoting until an operator looks (disk full, nonce reuse, a corrupt store)."""
+        for quote_id in quote_ids:
+            self.stats.skipped["store_error"] += 1
+            if self.book.get(quote_id) is not None:
+                self._move(quote_id, QuoteState.REJECTED, reason=f"not recorded: {exc}")
+            else:
+                self.inventory.release(quote_id)
+        self.state.paused.setdefault("*", f"store error: {exc}")
+        log.error("cannot record %d quote(s): %s; quoting paused", len(quote_ids), exc)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        batch, self._outbox = self._outbox, []
+        if not batch:
             return
-        self.stats.quoted += 1
-        elapsed = time.perf_counter() - started
-        self.stats.decision_us.append(elapsed * 1e6)
-        if self.metrics is not None:
-            self.metrics.inc_quote()
-            self.metrics.observe_response(elapsed)
+        try:
+            self.journal.commit()  # the durable point: nothing below runs before it
+        except SolverError as exc:
+            self._store_failed([quote_id for quote_id, _, _ in batch], exc)
+            return
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[tuple[str, dict[str, Any], float]]) -> None:
+        for quote_id, params, started in batch:
+            try:
+                await self.sender.send_quote_response(params)
+            except SolverError as exc:
+                # Not sent: the relay never saw it, so nobody can use it. Release and mark.
+                self.stats.send_failed += 1
+                if self.book.get(quote_id) is not None:
+                    self._move(quote_id, QuoteState.REJECTED, reason=f"send failed: {exc}")
+                continue
+            self.stats.quoted += 1
+            elapsed = time.perf_counter() - started
+            self.stats.decision_us.append(elapsed * 1e6)
+            if self.metrics is not None:
+                self.metrics.inc_quote()
+                self.metrics.observe_response(elapsed)
+
+    async def drain(self) -> None:
+        """Wait until every queued answer has been committed and sent."""
+        while self._outbox or self._flush_scheduled or self._sending:
+            if self._sending:
+                await asyncio.gather(*list(self._sending), return_exceptions=True)
+            else:
+                await asyncio.sleep(0)
 
     # ------------------------------------------------------------------ relay replies, statuses
 

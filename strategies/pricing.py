@@ -153,4 +153,7 @@ def convert(
     d_to = token_decimals(market, to_asset)
     if p_from is None or p_to is None or d_from is None or d_to is None:
         return None
-    return Fraction(amount) * p_from * scale(d_to) / (p_to * scale(d_from))
+    # One Fraction built from integers: a single gcd instead of one per operation.
+    numerator = amount * p_from.numerator * p_to.denominator * scale(d_to)
+    denominator = p_from.denominator * p_to.numerator * scale(d_from)
+    return Fraction(numerator, denominator)

@@ -175,6 +175,7 @@ class BusWsClient:
         subscribe_timeout_s: float = 10.0,
         ping_interval_s: float | None = 20.0,
         max_inflight: int = 1024,
+        compression: bool = False,
     ) -> None:
         if transport_max_bytes is None:  # skip what we can, let the library refuse only the absurd
             transport_max_bytes = max(16 * MIB, max_frame_bytes)
@@ -199,6 +200,8 @@ class BusWsClient:
         self._subscribe_timeout = subscribe_timeout_s
         self._ping_interval = ping_interval_s
         self._max_inflight = max_inflight
+        # permessage-deflate costs CPU on every frame of the hot path; off unless asked for.
+        self._compression: str | None = "deflate" if compression else None
         self._ws: ClientConnection | None = None
         self._subs: dict[str, str] = {}  # subscription id -> kind
         self._subscribed = asyncio.Event()
@@ -259,6 +262,7 @@ class BusWsClient:
                 ping_interval=self._ping_interval,
                 ping_timeout=self._ping_interval,
                 close_timeout=2,
+                compression=self._compression,
             )
 
         open_task = asyncio.create_task(opening())

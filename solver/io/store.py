@@ -27,6 +27,7 @@ other processes (``solver history``) do not block the writer under WAL.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sqlite3
@@ -45,8 +46,11 @@ from solver.io.store_schema import (
     INSERT_FILL,
     INSERT_NONCE,
     INSERT_QUOTE,
+    INSERT_REBALANCE_STEP,
     INSERT_REQUEST,
     INSERT_TRANSITION,
+    REBALANCE_COLUMNS,
+    SAVE_REBALANCE,
     SCHEMA_VERSION,
     SELECT_FILLS,
     SELECT_OPEN,
@@ -56,6 +60,7 @@ from solver.io.store_schema import (
     BalanceSnapshot,
     Fill,
     NonceReusedError,
+    RebalanceRecord,
     StoreError,
     export_rows,
     fill_row,
@@ -63,6 +68,8 @@ from solver.io.store_schema import (
     migrate,
     opt_text,
     query_params,
+    rebalance_row,
+    rebalance_values,
     schema_version,
     tracked_row,
     ts,
@@ -75,6 +82,7 @@ __all__ = [
     "BalanceSnapshot",
     "Fill",
     "NonceReusedError",
+    "RebalanceRecord",
     "Store",
     "StoreError",
 ]
@@ -104,6 +112,7 @@ class Store:
         create: bool = True,
         busy_timeout_ms: int = 5000,
         checkpoint_every_s: float | None = 0.25,
+        group_commit: bool = False,
     ) -> None:
         """Open (``create``: or create, with its parent directory) and migrate the database.
 
@@ -117,6 +126,7 @@ class Store:
         if synchronous not in ("normal", "full"):
             raise ValueError('synchronous must be "normal" or "full"')
         self.path = Path(path)
+        self.group_commit = group_commit
         self.sample_requests = sample_requests
         self._sample_below = int(sample_requests * 2**64)
         if not create and not self.path.is_file():
@@ -150,6 +160,10 @@ class Store:
             self._checkpointer.start()
 
     def close(self) -> None:
+        self.commit()
+        self._close()
+
+    def _close(self) -> None:
         """Stop the checkpointer and close; the last connection out folds the WAL back in."""
         if self._checkpointer is not None:
             self._checkpointer.stop()
@@ -166,8 +180,19 @@ class Store:
     def schema_version(self) -> int:
         return schema_version(self._conn)
 
+    def commit(self) -> None:
+        """Commit the quotes recorded since the last commit (group commit, see record_quote)."""
+        if self._conn.in_transaction:
+            try:
+                self._cur.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._cur.execute("ROLLBACK")
+                raise StoreError(f"cannot commit recorded quotes: {exc}") from None
+
     def _write(self, statements: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
         """Run the statements in one transaction; return the last one's rowcount."""
+        self.commit()  # quotes recorded under group commit go first
         cur = self._cur
         rowcount = 0
         try:
@@ -195,6 +220,24 @@ class Store:
                None if quote.updated_at is None else ts(quote.updated_at), request.exact_in,
                request.partner_id)  # fmt: skip
         cur = self._cur
+        if self.group_commit:
+            # Inside the open batch transaction, in a savepoint of its own: a failing quote
+            # (a reused nonce) rolls back alone; commit() makes the batch durable.
+            try:
+                if not self._conn.in_transaction:
+                    cur.execute("BEGIN")
+                cur.execute("SAVEPOINT quote")
+                try:
+                    cur.execute(INSERT_QUOTE, row)
+                    cur.execute(INSERT_NONCE, (account, nonce.hex(), quote.quote_id, created))
+                except sqlite3.Error:
+                    cur.execute("ROLLBACK TO quote")
+                    cur.execute("RELEASE quote")
+                    raise
+                cur.execute("RELEASE quote")
+            except sqlite3.Error as exc:
+                raise self._quote_error(exc, quote, account) from None
+            return
         try:
             cur.execute("BEGIN")
             cur.execute(INSERT_QUOTE, row)
@@ -203,12 +246,16 @@ class Store:
         except sqlite3.Error as exc:
             if self._conn.in_transaction:
                 cur.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.IntegrityError) and "nonces." in str(exc):
-                raise NonceReusedError(
-                    f"nonce {nonce.hex()} of {account} was signed before; quote {quote.quote_id} "
-                    "not recorded"
-                ) from None
-            raise StoreError(f"cannot record quote {quote.quote_id}: {exc}") from None
+            raise self._quote_error(exc, quote, account) from None
+
+    @staticmethod
+    def _quote_error(exc: sqlite3.Error, quote: TrackedQuote, account: str) -> StoreError:
+        if isinstance(exc, sqlite3.IntegrityError) and "nonces." in str(exc):
+            return NonceReusedError(
+                f"nonce {quote.nonce.hex()} of {account} was signed before; quote {quote.quote_id} "
+                "not recorded"
+            )
+        return StoreError(f"cannot record quote {quote.quote_id}: {exc}")
 
     def record_transition(self, transition: Transition) -> None:
         at = ts(transition.at)
@@ -375,6 +422,48 @@ class Store:
             if want is not None:
                 expected[asset] = int(want)
         return BalanceSnapshot(from_ts(row[0]), balances, expected or None)
+
+    # ------------------------------------------------------------------ rebalances
+
+    def save_rebalance(
+        self, record: RebalanceRecord, detail: str | None = None, *, nonce_of: str | None = None
+    ) -> None:
+        """Write ``record`` (insert or replace) and one ``rebalance_steps`` row, atomically.
+
+        ``nonce_of``: also record ``record.deposit_nonce`` as signed by that account in
+        ``nonces``, in the same transaction, so a nonce is never signed twice across restarts
+        (:class:`NonceReusedError`).
+        """
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            (SAVE_REBALANCE, rebalance_values(record)),
+            (INSERT_REBALANCE_STEP, (record.id, ts(record.updated_at), record.state, detail)),
+        ]
+        if nonce_of is not None and record.deposit_nonce is not None:
+            nonce_row = (nonce_of, record.deposit_nonce.hex(), None, ts(record.updated_at))
+            statements.insert(0, (INSERT_NONCE, nonce_row))
+        try:
+            self._write(statements)
+        except StoreError as exc:
+            if nonce_of is not None and "nonces." in str(exc):
+                raise NonceReusedError(
+                    f"nonce of rebalance {record.id} was signed before; step not recorded"
+                ) from None
+            raise
+
+    def open_rebalances(self) -> list[RebalanceRecord]:
+        """Rebalances not finished yet, oldest first."""
+        sql = REBALANCE_COLUMNS + "WHERE finished_at IS NULL ORDER BY created_at"
+        return [rebalance_row(row) for row in self._conn.execute(sql)]
+
+    def rebalances(self, limit: int = 100) -> list[RebalanceRecord]:
+        """The latest rebalances, newest first."""
+        sql = REBALANCE_COLUMNS + "ORDER BY created_at DESC LIMIT ?"
+        return [rebalance_row(row) for row in self._conn.execute(sql, (limit,))]
+
+    def rebalance_steps(self, rebalance_id: str) -> list[tuple[datetime, str, str | None]]:
+        """``(at, state, detail)`` of every step of one rebalance, in order."""
+        sql = "SELECT at, state, detail FROM rebalance_steps WHERE rebalance_id = ? ORDER BY id"
+        return [(from_ts(a), s, d) for a, s, d in self._conn.execute(sql, (rebalance_id,))]
 
     # ------------------------------------------------------------------ export
 

@@ -24,8 +24,9 @@ USDC, NEAR = "nep141:usdc.sandbox", "nep141:wrap.sandbox"
 
 
 class Recorder:
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, fail_commit: bool = False) -> None:
         self.fail = fail
+        self.fail_commit = fail_commit
         self.events: list[str] = []
 
     def record_quote(self, quote: TrackedQuote, signed: SignedQuote, request: QuoteRequest) -> None:
@@ -40,6 +41,11 @@ class Recorder:
         self, request: QuoteRequest, outcome: str, at: datetime, reason: str | None = None
     ) -> bool:
         return False
+
+    def commit(self) -> None:
+        if self.fail_commit:
+            raise SolverError("disk full at commit")
+        self.events.append("commit")
 
     async def send_quote_response(self, params: dict[str, Any]) -> None:
         self.events.append(f"send:{params['quote_id']}")
@@ -85,7 +91,7 @@ async def test_quote_is_recorded_before_it_is_sent_and_verifies() -> None:
     journal = Recorder()
     engine = build(journal)
     await engine.on_quote(event(), {})
-    assert journal.events == ["record:q1", "send:q1"]
+    assert journal.events == ["record:q1", "commit", "send:q1"]
     verified = verify_signed(parse_signed(journal.sent["signed_data"]))
     assert verified.message.signer_id == "solver.sandbox"
     assert journal.sent["quote_output"] == {"amount_out": str(2_992_500)}  # 3 USD - 25 bps
@@ -121,3 +127,26 @@ async def test_relay_rejection_releases_the_reservation() -> None:
     assert engine.inventory.reserved == {}
     assert journal.events[-1] == "q1:REJECTED"
     assert engine.state.salt_at is None  # forces a salt refresh before quoting again
+
+
+async def test_a_burst_is_committed_once_then_sent() -> None:
+    journal = Recorder()
+    engine = build(journal)
+    for i in range(5):
+        engine.handle_quote(event(f"b{i}"), {})
+    await engine.drain()
+    assert journal.events == [f"record:b{i}" for i in range(5)] + ["commit"] + [
+        f"send:b{i}" for i in range(5)
+    ]
+
+
+async def test_a_failed_commit_sends_nothing_and_rejects_the_batch() -> None:
+    journal = Recorder(fail_commit=True)
+    engine = build(journal)
+    engine.handle_quote(event("c1"), {})
+    engine.handle_quote(event("c2"), {})
+    await engine.drain()
+    assert not any(e.startswith("send") for e in journal.events)
+    assert engine.inventory.reserved == {} and engine.book.quotes == {}
+    assert engine.stats.outcomes["REJECTED"] == 2
+    assert engine.state.paused["*"].startswith("store error")

@@ -557,3 +557,24 @@ def test_a_store_is_readable_while_another_connection_writes(db: Path) -> None:
         assert [q.quote_id for q in reader.quotes_since()] == ["q1"]
         record(writer, signed_quote("q2"))
         assert {q.quote_id for q in reader.load_open_quotes()} == {"q1", "q2"}
+
+
+def test_group_commit_batches_quotes_and_a_bad_one_rolls_back_alone(db: Path) -> None:
+    first = signed_quote("g1")
+    with Store(db, group_commit=True) as store:
+        record(store, first)
+        # Not committed yet: another connection does not see it.
+        with sqlite3.connect(db) as other:
+            assert other.execute("SELECT COUNT(*) FROM quotes").fetchone()[0] == 0
+        with pytest.raises(NonceReusedError):
+            record(store, signed_quote("g2", nonce=first[0].nonce, amount_in=7))
+        record(store, signed_quote("g3"))
+        store.commit()
+        with sqlite3.connect(db) as other:
+            ids = [r[0] for r in other.execute("SELECT quote_id FROM quotes ORDER BY quote_id")]
+        assert ids == ["g1", "g3"]
+        # A later ordinary write commits any pending batch first.
+        record(store, signed_quote("g4"))
+        store.record_alert("test", "detail", T0)
+        with sqlite3.connect(db) as other:
+            assert other.execute("SELECT COUNT(*) FROM quotes").fetchone()[0] == 3

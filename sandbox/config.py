@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from solver.errors import ConfigError
 from solver.protocol.amounts import U128
-from solver.protocol.ids import AccountId, AssetId
+from solver.protocol.ids import AccountId, AssetId, ChainId
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -85,6 +85,37 @@ class PricesSpec(BaseModel):
     tick_ms: Annotated[int, Field(ge=10, le=60_000)] = 250
 
 
+class SwapSpec(BaseModel):
+    """The swap API ({base_url}) and history API ({api_url}) of the sandbox (docs/swap-api.md).
+
+    Secrets are named, never stored: ``service_key_env`` names an environment variable with the
+    ed25519 key that signs quotes (unset or empty: generated into
+    ``<state_dir>/swap_service.key``), ``jwt_secret_env`` one with the HS256 secret that partner
+    tokens are verified with (unset or empty: generated into ``<state_dir>/swap_jwt.secret``).
+    """
+
+    model_config = _STRICT
+    service_key_env: str | None = "SANDBOX_SWAP_SERVICE_KEY"
+    jwt_secret_env: str | None = "SANDBOX_SWAP_JWT_SECRET"
+    platform_fee_bps: Annotated[int, Field(ge=0, le=1000)] = 20
+    fee_account: AccountId = "fees.swap.sandbox"
+    memo_deposit_account: AccountId = "memo.swap.sandbox"
+    quote_validity_ms: Annotated[int, Field(ge=1000, le=86_400_000)] = 60_000
+    min_deadline_ms: Annotated[int, Field(ge=0, le=86_400_000)] = 10_000
+    refund_fee_usd: Annotated[float, Field(ge=0, le=1000)] = 0.01
+    time_estimate_s: Annotated[int, Field(ge=0, le=86_400)] = 10
+    poll_interval_ms: Annotated[int, Field(ge=10, le=60_000)] = 250
+    stop_watching_after_ms: Annotated[int, Field(ge=0)] = 3_600_000
+    database: Path | None = None
+    explorer_tx_url: Annotated[str, Field(pattern=r"\{hash\}")] = (
+        "https://explorer.sandbox.invalid/tx/{hash}"
+    )
+    chains: dict[AssetId, ChainId] = Field(default_factory=dict)
+    test_referral_prefix: Annotated[str, Field(min_length=1)] = "test"
+    test_accounts: list[AccountId] = Field(default_factory=list)
+    max_body_bytes: Annotated[int, Field(ge=1024, le=16 << 20)] = 65_536
+
+
 class SandboxConfig(BaseModel):
     model_config = _STRICT
     verifier_contract: AccountId = "intents.sandbox"
@@ -95,6 +126,7 @@ class SandboxConfig(BaseModel):
     bus: BusSpec = Field(default_factory=BusSpec)
     prices: PricesSpec = Field(default_factory=PricesSpec)
     takers: TakersSpec = Field(default_factory=TakersSpec)
+    swap: SwapSpec = Field(default_factory=SwapSpec)
     accounts: list[FundedAccount] = Field(default_factory=list)
 
     @field_validator("tokens")
@@ -138,6 +170,9 @@ def load_sandbox_config(path: str | Path) -> SandboxConfig:
         for asset in (pair.base, pair.quote):
             if asset not in config.tokens:
                 raise ConfigError(f"{path}: takers.pairs: {asset} is not in tokens")
+    for asset in config.swap.chains:
+        if asset not in config.tokens:
+            raise ConfigError(f"{path}: swap.chains: {asset} is not in tokens")
     for account in config.accounts:
         for asset in account.balances:
             if asset not in config.tokens:

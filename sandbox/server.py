@@ -1,5 +1,6 @@
-"""Run the whole sandbox service in one asyncio loop: ledger RPC node, message bus, price feed
-and simulated takers, each on its own loopback port (spec 4.6, 4.7; protocol-notes 5, 6).
+"""Run the whole sandbox service in one asyncio loop: ledger RPC node, message bus, price feed,
+swap API, history API and simulated takers, each on its own loopback port (spec 4.1–4.7;
+protocol-notes 5, 6; docs/swap-api.md).
 
 Separate ports mirror the real deployment ({relay_url}, {chain_rpc_url}, ...) and let tests stop
 and restart one service — the bus dropping solvers, the ledger RPC going down — without
@@ -24,15 +25,18 @@ from sandbox.bus import MessageBus
 from sandbox.bus_server import create_bus_app
 from sandbox.chain import SandboxChain
 from sandbox.config import FundedAccount, SandboxConfig
+from sandbox.history_api import create_history_app
 from sandbox.ledger import VerifierLedger
 from sandbox.prices import PriceProcess, create_prices_app
 from sandbox.rpc_node import RpcNodeFaults, create_rpc_node_app
+from sandbox.swap_api import create_swap_app
+from sandbox.swap_service import SwapService
 from sandbox.takers import TakerPopulation
 from solver.errors import ConfigError
 from solver.protocol.keys import SecretKey, load_secret_key, write_secret_key
 
 log = logging.getLogger("sandbox")
-SERVICES = ("relay", "chain_rpc", "prices")
+SERVICES = ("relay", "chain_rpc", "prices", "swap_api", "history_api")
 
 
 @dataclass
@@ -83,6 +87,14 @@ class Sandbox:
         self.rpc_faults = RpcNodeFaults()
         self.prices = PriceProcess(config.tokens, seed=config.seed, spec=config.prices)
         api_key = os.environ.get(config.bus.api_key_env) if config.bus.api_key_env else None
+        self.swap = SwapService(
+            config.swap,
+            chain=self.chain,
+            bus=self.bus,
+            prices=self.prices,
+            tokens=config.tokens,
+            state_dir=config.state_dir,
+        )
         self.services: dict[str, _Service] = {
             "relay": _Service(
                 "relay",
@@ -93,6 +105,8 @@ class Sandbox:
             ),
             "chain_rpc": _Service("chain_rpc", create_rpc_node_app(self.chain, self.rpc_faults), 0),
             "prices": _Service("prices", create_prices_app(self.prices), 0),
+            "swap_api": _Service("swap_api", create_swap_app(self.swap), 0),
+            "history_api": _Service("history_api", create_history_app(self.swap), 0),
         }
         self.accounts: dict[str, FundedAccountInfo] = {}
         self.takers: TakerPopulation | None = None
@@ -110,10 +124,12 @@ class Sandbox:
 
     async def start(self) -> None:
         self._fund_accounts()
+        self.swap.start()
         for offset, name in enumerate(SERVICES):
             port = self.base_port + offset if self.base_port else 0
             await self.start_service(name, port)
         self._background.append(asyncio.create_task(self.prices.run(self._stop)))
+        self._background.append(asyncio.create_task(self.swap.run(self._stop)))
         if self.run_takers:
             self.takers = TakerPopulation(
                 self.config.takers,
@@ -132,8 +148,8 @@ class Sandbox:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 5)
         await self.bus.close()
-        for name in SERVICES:
-            await self.stop_service(name)
+        await asyncio.gather(*(self.stop_service(name) for name in SERVICES))
+        self.swap.close()
 
     async def start_service(self, name: str, port: int | None = None) -> None:
         """Start (or restart, on its previous port) one service."""
@@ -212,6 +228,8 @@ class Sandbox:
             "relay_rpc": base("relay") + "/rpc",
             "chain_rpc": base("chain_rpc") + "/",
             "prices": base("prices") + "/prices",
+            "swap_api": base("swap_api"),
+            "history_api": base("history_api"),
         }
 
     def info(self) -> dict[str, Any]:
@@ -220,6 +238,8 @@ class Sandbox:
             **self.urls(),
             "verifier_contract": self.ledger.contract_id,
             "asset_field_prefix": self.config.bus.asset_field_prefix,
+            "swap_service_public_key": self.swap.public_key,
+            "swap_token_file": str(self.swap.token_file) if self.swap.token_file else None,
             "accounts": {
                 name: {
                     "account_id": a.account_id,

@@ -39,6 +39,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "solver.cli_run",
     "solver.cli_history",
     "solver.cli_ops",
+    "solver.cli_backtest",
+    "solver.cli_backtest_run",
+    "solver.cli_swap",
 )
 """Modules that each register one subcommand group (``register(subparsers) -> None``)."""
 

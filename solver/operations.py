@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from solver.core.inventory import Reservation
 from solver.core.pnl import PnlTracker, usd_value
@@ -39,6 +39,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("solver.ops")
 
 
+class OwnMoves(Protocol):
+    """Balance moves of our own that are not quote settlements (a rebalance's deposit, its
+    output): what they may still move, and whether balances may show one half done."""
+
+    def open_flows(self) -> list[Reservation]: ...
+
+    def settling(self) -> bool: ...
+
+
 class Operations:
     def __init__(
         self,
@@ -55,6 +64,16 @@ class Operations:
         self.pnl = PnlTracker(app.state.decimals)
         self.reconciler = Reconciler()
         self.last_reconciliation: dict[str, Any] | None = None
+        # Gaps beyond tolerance found since the operator last resumed: the reconciler absorbs
+        # a gap at once (so only new moves are reported again), but the operator must still
+        # see it in status, /healthz and the mismatch gauge until ``solver resume``.
+        self.unresolved_mismatch: dict[str, int] = {}
+        # Own settlements heard of (at the datetime) that no snapshot is known to include yet:
+        # a snapshot requested before we heard may predate the execution (see on_balances).
+        self._unconfirmed: dict[str, tuple[Reservation, datetime]] = {}
+        self._snapshot_at: datetime | None = None
+        # Moves of our own outside the quote book (the rebalancer, when the app runs one).
+        self.own_moves: OwnMoves | None = None
         self.pnl_usd: Decimal | None = None
         self.started = time.monotonic()
         self.symbols = {asset: spec.symbol for asset, spec in app.config.tokens.items()}
@@ -76,9 +95,18 @@ class Operations:
         quote = self.app.engine.last_terminal.get(transition.quote_id)
         if quote is None:
             return
-        self.reconciler.on_settled(
-            quote.asset_in, quote.amount_in, quote.asset_out, quote.amount_out + quote.fee
-        )
+        outflow = quote.amount_out + quote.fee
+        self.reconciler.on_settled(quote.asset_in, quote.amount_in, quote.asset_out, outflow)
+        # Until a snapshot requested after now, the execution may be missing from a snapshot:
+        # the reverse of an open quote (asset_in may still lack amount_in, asset_out may still
+        # hold the outflow).
+        self._unconfirmed[quote.quote_id] = (
+            Reservation(
+                quote.quote_id, quote.asset_in, quote.amount_in, quote.asset_out, outflow,
+                quote.deadline,
+            ),
+            transition.at,
+        )  # fmt: skip
         fill = self.pnl.record_fill(
             quote_id=quote.quote_id,
             at=transition.at,
@@ -117,25 +145,62 @@ class Operations:
     # ------------------------------------------------------------------ balances
 
     def on_balances(self, actual: Mapping[str, int], observed: datetime) -> None:
-        """Reconcile a fresh snapshot before the inventory takes it (see core.risk)."""
+        """Reconcile a fresh snapshot before the inventory takes it (see core.risk).
+
+        ``observed`` is when the snapshot was requested. Snapshots can land out of order (a
+        scheduled and a triggered refresh in flight together): an older one than the last
+        reconciled tells nothing new and is skipped, as the inventory skips it. A snapshot
+        requested before we heard of an own settlement may or may not include its execution,
+        while the expected balances already do: both are accepted.
+        """
+        if self._snapshot_at is not None and observed < self._snapshot_at:
+            return
+        self._snapshot_at = observed
+        for quote_id, (_, heard_at) in list(self._unconfirmed.items()):
+            if heard_at <= observed:
+                del self._unconfirmed[quote_id]  # this snapshot, and every later one, has it
         open_quotes = [
             Reservation(
                 q.quote_id, q.asset_out, q.amount_out + q.fee, q.asset_in, q.amount_in, q.deadline
             )
             for q in self.app.engine.book.quotes.values()
         ]
+        open_quotes += [reverse for reverse, _ in self._unconfirmed.values()]
+        if self.own_moves is not None:
+            open_quotes += self.own_moves.open_flows()
         expected_before = dict(self.reconciler.expected or actual)
         found = self.reconciler.on_snapshot(actual, open_quotes)
         breaches = check_mismatch(self.limits, found)
+        for asset, gap in found.items():
+            if gap and abs(gap) > self.limits.max_mismatch.get(asset, 0):
+                self.unresolved_mismatch[asset] = self.unresolved_mismatch.get(asset, 0) + gap
+        gaps = {a: g for a, g in found.items() if g} | self.unresolved_mismatch
         self.last_reconciliation = {
             "at": observed.isoformat(timespec="milliseconds"),
-            "ok": not breaches,
-            "mismatches": {a: str(g) for a, g in found.items() if g},
+            "ok": not self.unresolved_mismatch,
+            "mismatches": {a: str(g) for a, g in gaps.items()},
         }
         if self.store is not None:
             self.store.record_balances(observed, actual, expected_before)
         for breach in breaches:
             self._breach(breach, halt=self.limits.halt_on_mismatch)
+
+    def on_own_flow(
+        self, key: str, asset_in: str, amount_in: int, asset_out: str, outflow: int
+    ) -> None:
+        """A settled move of our own outside the quote book (a rebalance's deposit, its
+        output or refund): the expected balances follow it as they follow an own settlement,
+        and until a later snapshot it may be missing from one."""
+        at = self.clock()
+        self.reconciler.on_settled(asset_in, amount_in, asset_out, outflow)
+        self._unconfirmed[key] = (Reservation(key, asset_in, amount_in, asset_out, outflow, at), at)
+
+    def rebaseline(self) -> None:
+        """Take the expected balances afresh from the next snapshot. After a restart the
+        warm-up snapshot may or may not include what the recovered quotes did while the bot
+        was down, so recovery calls this once it has re-checked them."""
+        self.reconciler = Reconciler()
+        self._unconfirmed.clear()
 
     # ------------------------------------------------------------------ the risk tick
 
@@ -147,8 +212,11 @@ class Operations:
                 self.store.update_markouts(
                     fill.quote_id, {str(h): str(v) for h, v in fill.markouts_usd.items()}
                 )
-        pnl = self.pnl.mark(now, app.inventory.confirmed, self._price)
-        if pnl is not None:
+        # While an own move is half seen (value in transit), the balances would mark a loss or
+        # a gain that is not one: the last mark stands until a snapshot shows the move done.
+        settling = self.own_moves is not None and self.own_moves.settling()
+        pnl = self.pnl_usd if settling else self.pnl.mark(now, app.inventory.confirmed, self._price)
+        if pnl is not None and not settling:
             self.pnl_usd = pnl
             for breach in check_pnl(
                 self.limits, self.pnl.daily_loss_usd(pnl), self.pnl.drawdown_usd(pnl)
@@ -166,7 +234,8 @@ class Operations:
                 reserved={a: app.inventory.reserved.get(a, 0) for a in app.tokens},
                 decimals=dict(app.state.decimals),
                 pnl_usd=float(pnl) if pnl is not None else None,
-                mismatch={a: int(g) for a, g in (self.reconciler.last or {}).items()},
+                mismatch={a: int(g) for a, g in self.reconciler.last.items()}
+                | self.unresolved_mismatch,
                 connected=app.ws.connected,
                 paused=GLOBAL in app.state.paused,
                 open_quotes=len(app.engine.book.quotes),
@@ -209,9 +278,11 @@ class Operations:
     def resume(self, pair: str | None) -> None:
         for scope in self._scopes(pair):
             self.app.state.paused.pop(scope, None)
-        if pair is None and self.store is not None:
-            for kind in ("daily_loss", "drawdown", "reconciliation", "stale_data"):
-                self.store.resolve_alerts(kind, self.clock())
+        if pair is None:
+            self.unresolved_mismatch.clear()  # acknowledged: the next snapshot reports afresh
+            if self.store is not None:
+                for kind in ("daily_loss", "drawdown", "reconciliation", "stale_data"):
+                    self.store.resolve_alerts(kind, self.clock())
         log.warning("resumed %s by operator", pair or "everything")
 
     def health(self) -> tuple[bool, list[str]]:

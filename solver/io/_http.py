@@ -1,9 +1,10 @@
-"""JSON-RPC 2.0 over HTTP POST, shared by the ledger and bus clients (STYLE 2, 7).
+"""HTTP for the clients: JSON-RPC 2.0 over POST (ledger, bus) and :func:`send` (also used by
+the REST clients of the swap and history APIs) (STYLE 2, 7).
 
 The one place httpx errors enter the project: connect failures, timeouts and HTTP 5xx become
 :class:`~solver.errors.TransportError`, a body that is not JSON a
 :class:`~solver.errors.ProtocolError`. What the remote *said* (JSON-RPC ``error`` objects,
-contract panics) is left to the caller, which knows the method's shapes.
+contract panics, HTTP 4xx) is left to the caller, which knows the method's shapes.
 """
 
 from __future__ import annotations
@@ -73,28 +74,58 @@ class JsonRpcHttp:
             content = orjson.dumps(payload)
         except TypeError as exc:
             raise ProtocolError(f"{self._name} {what}: arguments are not JSON: {exc}") from None
-        try:
-            response = await self._client.post(
-                self.url, content=content, headers=self._headers, timeout=self.timeout_s
-            )
-        except httpx.TimeoutException as exc:
-            raise TransportError(
-                f"{self._name} {what}: timed out after {self.timeout_s:g} s"
-            ) from exc
-        except httpx.UnsupportedProtocol as exc:
-            raise ConfigError(f"{self._name}: unsupported URL {self.url!r}") from exc
-        except httpx.TransportError as exc:
-            raise TransportError(f"{self._name} {what}: {type(exc).__name__}: {exc}") from exc
-        except httpx.InvalidURL as exc:
-            raise ConfigError(f"{self._name}: invalid URL {self.url!r}") from exc
+        response = await send(
+            self._client,
+            "POST",
+            self.url,
+            name=self._name,
+            what=what,
+            timeout_s=self.timeout_s,
+            headers=self._headers,
+            content=content,
+        )
         status = response.status_code
-        if status >= 500 or status in TRANSIENT_STATUS:
-            raise TransportError(f"{self._name} {what}: HTTP {status}")
         try:
             body = orjson.loads(response.content)
         except orjson.JSONDecodeError:
             raise ProtocolError(f"{self._name} {what}: HTTP {status} answer is not JSON") from None
         return status, body
+
+
+async def send(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    name: str,
+    what: str,
+    timeout_s: float,
+    headers: dict[str, str],
+    content: bytes | None = None,
+    params: dict[str, str] | None = None,
+) -> httpx.Response:
+    """One HTTP request whose answer is usable: any status but 5xx and 408/425/429.
+
+    Raises :class:`TransportError` when no usable answer arrived (connect error, timeout, a
+    transient status) and :class:`ConfigError` for a URL httpx cannot use. Error texts name
+    ``name`` and ``what`` and the URL, never the headers (they may carry a bearer token).
+    """
+    try:
+        response = await client.request(
+            method, url, content=content, params=params, headers=headers, timeout=timeout_s
+        )
+    except httpx.TimeoutException as exc:
+        raise TransportError(f"{name} {what}: timed out after {timeout_s:g} s") from exc
+    except httpx.UnsupportedProtocol as exc:
+        raise ConfigError(f"{name}: unsupported URL {url!r}") from exc
+    except httpx.TransportError as exc:
+        raise TransportError(f"{name} {what}: {type(exc).__name__}: {exc}") from exc
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"{name}: invalid URL {url!r}") from exc
+    status = response.status_code
+    if status >= 500 or status in TRANSIENT_STATUS:
+        raise TransportError(f"{name} {what}: HTTP {status}")
+    return response
 
 
 def same_id(body: dict[str, Any], request_id: int) -> bool:

@@ -136,11 +136,71 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE quotes ADD COLUMN exact_in INTEGER",
         "ALTER TABLE quotes ADD COLUMN partner_id TEXT",
     ),
+    # 4: rebalances through the swap API, each step as it happened (solver.rebalance).
+    (
+        """CREATE TABLE rebalances (
+            id TEXT PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            state TEXT NOT NULL,
+            asset TEXT NOT NULL,
+            asset_in TEXT NOT NULL,
+            asset_out TEXT NOT NULL,
+            amount_in TEXT NOT NULL,
+            plan TEXT NOT NULL,
+            reason TEXT,
+            quote_request TEXT,
+            quote_response TEXT,
+            quote_signature TEXT,
+            deposit_address TEXT,
+            deposit_memo TEXT,
+            amount_out TEXT,
+            min_amount_out TEXT,
+            deposit_intent_hash TEXT,
+            deposit_signed TEXT,
+            deposit_nonce TEXT,
+            deposit_deadline TEXT,
+            deposit_tx_hash TEXT,
+            swap_status TEXT,
+            status_response TEXT,
+            finished_at TEXT
+        )""",
+        "CREATE INDEX rebalances_created_at ON rebalances (created_at)",
+        "CREATE INDEX rebalances_open ON rebalances (state) WHERE finished_at IS NULL",
+        """CREATE TABLE rebalance_steps (
+            id INTEGER PRIMARY KEY,
+            rebalance_id TEXT NOT NULL,
+            at TEXT NOT NULL,
+            state TEXT NOT NULL,
+            detail TEXT
+        )""",
+        "CREATE INDEX rebalance_steps_rebalance_id ON rebalance_steps (rebalance_id)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-TABLES = ("requests", "quotes", "transitions", "fills", "balance_snapshots", "alerts", "nonces")
-JSON_COLUMNS = frozenset({"signed_data", "markouts"})
+TABLES = (
+    "requests",
+    "quotes",
+    "transitions",
+    "fills",
+    "balance_snapshots",
+    "alerts",
+    "nonces",
+    "rebalances",
+    "rebalance_steps",
+)
+JSON_COLUMNS = frozenset(
+    {
+        "signed_data",
+        "markouts",
+        "plan",
+        "quote_request",
+        "quote_response",
+        "deposit_signed",
+        "status_response",
+    }
+)
 """Columns holding JSON text (exports embed them as JSON values)."""
 
 
@@ -217,6 +277,22 @@ FILL_COLUMNS = (
     "intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, markouts FROM fills "
 )
 SELECT_FILLS = FILL_COLUMNS + f"WHERE at >= ?3 AND {PAIR} ORDER BY at DESC LIMIT ?4"
+REBALANCE_FIELDS = (
+    "id", "created_at", "updated_at", "state", "asset", "asset_in", "asset_out", "amount_in",
+    "plan", "reason", "quote_request", "quote_response", "quote_signature", "deposit_address",
+    "deposit_memo", "amount_out", "min_amount_out", "deposit_intent_hash", "deposit_signed",
+    "deposit_nonce", "deposit_deadline", "deposit_tx_hash", "swap_status", "status_response",
+    "finished_at",
+)  # fmt: skip
+# The column names are the constant tuple above, never input.
+SAVE_REBALANCE = (
+    f"INSERT OR REPLACE INTO rebalances ({', '.join(REBALANCE_FIELDS)}) "  # noqa: S608
+    f"VALUES ({', '.join('?' * len(REBALANCE_FIELDS))})"
+)
+INSERT_REBALANCE_STEP = (
+    "INSERT INTO rebalance_steps (rebalance_id, at, state, detail) VALUES (?, ?, ?, ?)"
+)
+REBALANCE_COLUMNS = f"SELECT {', '.join(REBALANCE_FIELDS)} FROM rebalances "  # noqa: S608
 
 # ------------------------------------------------------------------------------ values
 
@@ -314,6 +390,95 @@ class Alert:
     kind: str
     detail: str
     resolved_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceRecord:
+    """One rebalance as stored (``solver.rebalance`` owns the states): the plan, the quote
+    exactly as received (with the service's signature), the signed deposit ``transfer``, the
+    last swap status. ``finished_at`` is set once the state is terminal."""
+
+    id: str
+    created_at: datetime
+    updated_at: datetime
+    state: str
+    asset: str  # the asset whose band was left
+    asset_in: str  # the swap's origin asset (paid into the deposit address)
+    asset_out: str
+    amount_in: int
+    plan: Mapping[str, Any]
+    reason: str | None = None
+    quote_request: Mapping[str, Any] | None = None
+    quote_response: Mapping[str, Any] | None = None
+    quote_signature: str | None = None
+    deposit_address: str | None = None
+    deposit_memo: str | None = None
+    amount_out: int | None = None
+    min_amount_out: int | None = None
+    deposit_intent_hash: str | None = None
+    deposit_signed: Mapping[str, Any] | None = None
+    deposit_nonce: bytes | None = None
+    deposit_deadline: datetime | None = None
+    deposit_tx_hash: str | None = None
+    swap_status: str | None = None
+    status_response: Mapping[str, Any] | None = None
+    finished_at: datetime | None = None
+
+
+def _json_text(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else orjson.dumps(dict(value)).decode()
+
+
+def _opt_json(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def _opt_int(text: str | None) -> int | None:
+    return None if text is None else int(text)
+
+
+def rebalance_values(r: RebalanceRecord) -> tuple[Any, ...]:
+    """The row of ``r`` in the order of :data:`REBALANCE_FIELDS`."""
+    return (r.id, ts(r.created_at), ts(r.updated_at), r.state, r.asset, r.asset_in, r.asset_out,
+            str(r.amount_in), _json_text(r.plan), r.reason, _json_text(r.quote_request),
+            _json_text(r.quote_response), r.quote_signature, r.deposit_address, r.deposit_memo,
+            None if r.amount_out is None else str(r.amount_out),
+            None if r.min_amount_out is None else str(r.min_amount_out), r.deposit_intent_hash,
+            _json_text(r.deposit_signed),
+            None if r.deposit_nonce is None else r.deposit_nonce.hex(),
+            None if r.deposit_deadline is None else ts(r.deposit_deadline), r.deposit_tx_hash,
+            r.swap_status, _json_text(r.status_response),
+            None if r.finished_at is None else ts(r.finished_at))  # fmt: skip
+
+
+def rebalance_row(row: tuple[Any, ...]) -> RebalanceRecord:
+    return RebalanceRecord(
+        id=row[0],
+        created_at=from_ts(row[1]),
+        updated_at=from_ts(row[2]),
+        state=row[3],
+        asset=row[4],
+        asset_in=row[5],
+        asset_out=row[6],
+        amount_in=int(row[7]),
+        plan=orjson.loads(row[8]),
+        reason=row[9],
+        quote_request=_opt_json(row[10]),
+        quote_response=_opt_json(row[11]),
+        quote_signature=row[12],
+        deposit_address=row[13],
+        deposit_memo=row[14],
+        amount_out=_opt_int(row[15]),
+        min_amount_out=_opt_int(row[16]),
+        deposit_intent_hash=row[17],
+        deposit_signed=_opt_json(row[18]),
+        deposit_nonce=None if row[19] is None else bytes.fromhex(row[19]),
+        deposit_deadline=opt_ts(row[20]),
+        deposit_tx_hash=row[21],
+        swap_status=row[22],
+        status_response=_opt_json(row[23]),
+        finished_at=opt_ts(row[24]),
+    )
 
 
 # ------------------------------------------------------------------------------ rows

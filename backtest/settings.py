@@ -1,0 +1,121 @@
+"""Backtest-only settings: what the bot YAML does not (and must not) describe.
+
+The replay takes the bot's own YAML (:class:`~solver.config.BotConfig`: tokens, pairs and
+strategies, risk, quote timing) unchanged, so a configuration is tested exactly as it would run.
+``BotConfig`` forbids unknown keys, so everything that only exists in a simulation lives here,
+in a small YAML given with ``solver backtest run --backtest-config FILE`` (every key optional;
+``config/backtest.yaml`` documents each one with its default)::
+
+    balances:                  # starting balances of the solver, smallest units (quoted strings)
+      nep141:usdc.sandbox: "100000000000"
+    starting_usd: 100000       # tokens not in ``balances`` start with this much USD at first price
+    settlement_delay_ms: 1000  # a won quote settles this long after its request
+    fee_pips: 0                # the ledger's protocol fee (1 pip = 1e-6)
+    latency: {kind: fixed, ms: 0}          # or {kind: lognormal, median_ms: 40, sigma: 0.5}
+    fill: {model: competitor}              # always | competitor | logistic (with a, b)
+    seed: 0                    # numpy / nonce randomness; same seed, same result
+    sign: false                # sign quotes and settle through the verifier's full checks
+    kill_switch: true          # the live drawdown / daily-loss kill switch pauses quoting
+
+Command-line options (``--fill-model``, ``--seed``, ``--sign``) override the file. The output of
+``solver backtest calibrate`` is itself a valid file of this kind (a ``fill`` section).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from solver.config import Amount, parse_yaml, yaml_path
+from solver.errors import ConfigError
+from solver.protocol.ids import AccountId, AssetId
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+FillModelName = Literal["always", "competitor", "logistic"]
+FILL_MODELS: tuple[FillModelName, ...] = ("always", "competitor", "logistic")
+
+
+class LatencySpec(BaseModel):
+    """Time from a request to our answer reaching the bus (network + decision).
+
+    ``fixed``: always ``ms``. ``lognormal``: ``median_ms * exp(sigma * N(0, 1))``. The decision
+    runs at ``request ts + latency``; an answer later than ``bus.wait_ms`` loses.
+    """
+
+    model_config = _STRICT
+    kind: Literal["fixed", "lognormal"] = "fixed"
+    ms: Annotated[float, Field(ge=0, le=60_000, allow_inf_nan=False)] = 0.0
+    median_ms: Annotated[float, Field(gt=0, le=60_000, allow_inf_nan=False)] = 40.0
+    sigma: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.5
+
+
+class FillSpec(BaseModel):
+    """Which quotes win (see :mod:`backtest.fills`); ``a`` and ``b`` are the logistic's."""
+
+    model_config = _STRICT
+    model: FillModelName = "competitor"
+    a: Annotated[float, Field(allow_inf_nan=False)] = 0.0
+    """Log-odds of winning at zero edge."""
+    b: Annotated[float, Field(allow_inf_nan=False)] = 0.05
+    """Change of the log-odds per basis point of edge given to the user."""
+
+
+class BacktestSettings(BaseModel):
+    model_config = _STRICT
+    balances: dict[AssetId, Amount] = Field(default_factory=dict)
+    starting_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 100_000.0
+    settlement_delay_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1000
+    fee_pips: Annotated[int, Field(ge=0, lt=1_000_000)] = 0
+    latency: LatencySpec = Field(default_factory=LatencySpec)
+    fill: FillSpec = Field(default_factory=FillSpec)
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    sign: bool = False
+    kill_switch: bool = True
+    user_account: AccountId = "user.backtest"
+    """The simulated taker: effectively unlimited funds, mirrors every won quote."""
+    lookahead_events: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
+    """How far the replay reads ahead for the first price of each token it may hold (default
+    balances, starting equity)."""
+
+
+def validate_settings(data: Any, source: str = "backtest config") -> BacktestSettings:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: (top level): must be a mapping of keys")
+    try:
+        return BacktestSettings.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: {yaml_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_settings(path: str | Path | None, **overrides: Any) -> BacktestSettings:
+    """Read ``path`` (or the defaults), then apply the non-None ``overrides`` (CLI options).
+
+    ``fill_model`` sets ``fill.model``; other keys are top-level settings.
+    """
+    data: dict[str, Any] = {}
+    source = "backtest config"
+    if path is not None:
+        file = Path(path)
+        source = str(file)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {file}: {exc.strerror}") from None
+        loaded = parse_yaml(text, source)
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: (top level): must be a mapping of keys")
+        data = dict(loaded or {})
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "fill_model":
+            data["fill"] = {**dict(data.get("fill") or {}), "model": value}
+        else:
+            data[key] = value
+    return validate_settings(data, source)

@@ -1,0 +1,318 @@
+"""The replay engine: the live pipeline's decisions, settlement on the ledger, the clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+
+from backtest.engine import Replay
+from backtest.events import CompetitorEvent, PriceEvent, RequestEvent, StreamEvent
+from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
+from backtest.tracker import Downsampled, FillRecord
+from solver.app import build_routes, pipeline_settings
+from solver.core.inventory import Inventory
+from solver.core.market import QuoteRequest
+from solver.core.quoting import Quote, QuotePipeline, Skip
+from solver.core.state import MarketState
+from tests.backtest.replay_helpers import (
+    E6,
+    E24,
+    HEADER,
+    NEAR,
+    USDC,
+    at,
+    bot_config,
+    competitor,
+    flow,
+    price,
+    prices,
+    request,
+    run,
+    settings,
+)
+
+
+def _ceil_fee(amount: int, pips: int) -> int:
+    return -(-amount * pips // 1_000_000)
+
+
+def test_replay_makes_the_decisions_of_the_live_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every answer loses (a competitor always beats it), so reservations pile up until their
+    # deadlines and small balances and an exposure limit make some requests skip: the live
+    # pipeline, fed the same
+    # events, must make exactly the same decision for every request.
+    config = bot_config(risk__max_open_exposure_usd=1_500.0)
+    events = flow(400, every=0.25)
+    with_competitors: list[StreamEvent] = []
+    for event in events:
+        with_competitors.append(event)
+        if isinstance(event, RequestEvent):
+            best = 10**36 if event.request.exact_in else 1
+            with_competitors.append(CompetitorEvent(event.ts, event.request.quote_id, best))
+    replay = Replay(
+        config,
+        settings(
+            balances={USDC: str(900 * E6), NEAR: str(300 * E24)}, fill={"model": "competitor"}
+        ),
+    )
+    seen: dict[str, Quote | Skip] = {}
+    original = replay.pipeline.decide
+
+    def recording(
+        req: QuoteRequest, now: datetime, received_at: datetime | None = None
+    ) -> Quote | Skip:
+        outcome = original(req, now, received_at)
+        seen[req.quote_id] = outcome
+        return outcome
+
+    monkeypatch.setattr(replay.pipeline, "decide", recording)
+    result = replay.run(with_competitors, HEADER)
+
+    state = MarketState(decimals={USDC: 6, NEAR: 24})
+    inventory = Inventory(floors=dict(config.risk.floors))
+    live = QuotePipeline(pipeline_settings(config), build_routes(config), inventory, state)
+    expected: dict[str, Quote | Skip] = {}
+    for event in events:
+        if isinstance(event, PriceEvent):
+            state.set_price(event.asset, float(event.usd), event.ts)
+        elif isinstance(event, RequestEvent):
+            state.set_salt(b"\x00\x00\x00\x01", event.ts)
+            inventory.set_confirmed(result.start_inventory, event.ts)  # expires past deadlines
+            expected[event.request.quote_id] = live.decide(event.request, event.ts)
+    assert seen == expected
+    reasons = {type(o).__name__ if isinstance(o, Quote) else o.reason for o in seen.values()}
+    assert {"Quote", "strategy_no_quote", "exposure_limit"} <= reasons
+    assert result.tracker.won == 0 and result.final_inventory == result.start_inventory
+
+
+def test_winning_fills_move_the_ledger_by_exactly_their_diffs_and_fees() -> None:
+    fills: list[FillRecord] = []
+    events = [
+        *prices(0),
+        request(1, "a", 10 * E24),
+        request(2, "b", 30 * E6, asset_in=USDC, asset_out=NEAR),
+        request(3, "c", 5 * E6, exact_in=False),
+        request(4, "d", 2 * E24, asset_in=USDC, asset_out=NEAR, exact_in=False),
+    ]
+    replay = Replay(
+        bot_config(), settings(fill={"model": "always"}, fee_pips=300), on_fill=fills.append
+    )
+    result = replay.run(events, HEADER)
+    assert [f.quote_id for f in fills] == ["a", "b", "c", "d"]
+    expected = dict(result.start_inventory)
+    for fill in fills:
+        assert fill.fee == _ceil_fee(fill.amount_out, 300) > 0
+        expected[fill.asset_in] += fill.amount_in
+        expected[fill.asset_out] -= fill.amount_out + fill.fee
+    assert result.final_inventory == expected
+    ledger = replay.settler.ledger
+    for token in (USDC, NEAR):
+        solver_fees = sum(f.fee for f in fills if f.asset_out == token)
+        user_fees = sum(_ceil_fee(f.amount_in, 300) for f in fills if f.asset_in == token)
+        assert ledger.mt_balance_of(ledger.fee_collector, token) == solver_fees + user_fees
+        assert ledger.total_supply(token) == result.start_inventory[token] + USER_FUNDS
+    # The inventory took the ledger's balances; nothing stays reserved.
+    assert {a: replay.inventory.confirmed[a] for a in (USDC, NEAR)} == result.final_inventory
+    assert replay.inventory.reserved == {} and result.open_at_end == 0
+    fee_usd = sum(f.fee * f.price_out / 10 ** (6 if f.asset_out == USDC else 24) for f in fills)
+    assert result.tracker.fees == pytest.approx(fee_usd)
+    assert result.tracker.won == 4 and result.tracker.quoted == 4
+
+
+def test_a_losing_quote_keeps_its_reservation_until_its_deadline() -> None:
+    config = bot_config()
+    snapshots: list[dict[str, int]] = []
+    replay = Replay(
+        config,
+        settings(
+            balances={USDC: str(10_000 * E6), NEAR: str(10_000 * E24)}, fill={"model": "competitor"}
+        ),
+    )
+
+    def events() -> Iterator[StreamEvent]:
+        yield from prices(0)
+        yield request(1, "a", 10 * E24, min_deadline_ms=10_000)  # deadline 1 + 10 + 5 = 16 s
+        yield competitor(1, "a", 10**30)  # far better for the user: we lose at 2 s
+        for seconds in (2.5, 15.9, 16.0, 16.5):
+            yield price(seconds, NEAR, "3.0")
+            snapshots.append(dict(replay.inventory.reserved))  # after the event was handled
+
+    result = replay.run(events(), HEADER)
+    assert config.quote.deadline_margin_ms == 5_000
+    held = snapshots[0][USDC]
+    assert held > 0
+    assert snapshots == [{USDC: held}, {USDC: held}, {USDC: held}, {}]
+    assert result.tracker.lost == {"competitor": 1} and result.tracker.won == 0
+    assert result.final_inventory == result.start_inventory
+
+
+@pytest.mark.parametrize(
+    ("strategy", "reason"),
+    [
+        ("spread", "strategy_no_quote"),  # the strategy looks at free inventory itself
+        ("tests.backtest.replay_helpers:Greedy", "insufficient_inventory"),  # the pipeline does
+    ],
+)
+def test_the_inventory_guard_holds_no_fill_beyond_the_balance(strategy: str, reason: str) -> None:
+    # 100 USDC, 30 of them a floor: one 20-NEAR sale (~60 USD out) fits, the next ones do not,
+    # neither while it is reserved nor after it settled (40 USDC left, 10 free).
+    config = bot_config(
+        risk__floors={USDC: str(30 * E6)}, pairs__0__strategy=strategy, pairs__0__params={}
+    )
+    events = [*prices(0), *(request(1 + i * 0.4, f"q{i}", 20 * E24) for i in range(6))]
+    _, result = run(
+        events, config, balances={USDC: str(100 * E6), NEAR: "0"}, fill={"model": "always"}
+    )
+    assert result.tracker.won == 1
+    assert result.tracker.skips == {reason: 5}
+    assert result.tracker.settle_failed == {}
+    assert 30 * E6 <= result.final_inventory[USDC] < 100 * E6
+    assert result.final_inventory[NEAR] == 20 * E24
+
+
+@pytest.mark.parametrize("sign", [False, True])
+def test_the_ledger_refuses_an_outflow_beyond_the_balance(sign: bool) -> None:
+    settler = LedgerSettler(
+        contract="intents.near",
+        solver_account="solver.near",
+        user_account="user.near",
+        fee_pips=100,
+        sign=sign,
+    )
+    settler.fund({USDC: 10 * E6}, [USDC, NEAR])
+    req = QuoteRequest("x", NEAR, USDC, True, E24, 10_000)
+    quote = Quote(req, E24, 10 * E6, _ceil_fee(10 * E6, 100), at(60))  # fee does not fit
+    before = settler.ledger.state_digest()
+    with pytest.raises(SettlementFailed, match="insufficient balance"):
+        settler.settle(quote, settler.sign(quote), at(1))
+    assert settler.ledger.state_digest() == before
+    ok = Quote(req, E24, 9 * E6, _ceil_fee(9 * E6, 100), at(60))
+    assert settler.settle(ok, settler.sign(ok), at(1)) == ok.fee
+    assert settler.balance(USDC) == E6 - ok.fee
+
+
+def test_signing_on_and_off_leave_the_same_ledger_and_summary() -> None:
+    events = flow(60)
+    results = {}
+    for sign in (False, True):
+        replay, result = run(events, fill={"model": "always"}, fee_pips=250, sign=sign)
+        ledger = replay.settler.ledger
+        results[sign] = (
+            {a: dict(b) for a, b in ledger.balances.items()},
+            result.final_inventory,
+            result.tracker.won,
+            result.tracker.realized,
+            dict(result.tracker.skips),
+        )
+        assert result.tracker.won > 20 and result.tracker.settle_failed == {}
+    assert results[False] == results[True]
+
+
+def test_a_settlement_after_the_deadline_fails_and_releases() -> None:
+    events = [*prices(0), request(1, "a", 10 * E24, min_deadline_ms=1_000), price(30, NEAR, "3.0")]
+    replay, result = run(events, fill={"model": "always"}, settlement_delay_ms=20_000)
+    assert result.tracker.settle_failed == {"deadline has expired": 1}
+    assert result.tracker.won == 0 and replay.inventory.reserved == {}
+    assert result.final_inventory == result.start_inventory
+
+
+def test_an_answer_slower_than_the_bus_wait_loses() -> None:
+    events = [*prices(0), request(1, "a", 10 * E24), request(2, "b", 10 * E24)]
+    _, result = run(events, fill={"model": "always"}, latency={"kind": "fixed", "ms": 3_001})
+    assert result.tracker.quoted == 2 and result.tracker.lost == {"late": 2}
+    _, result = run(events, fill={"model": "always"}, latency={"kind": "fixed", "ms": 2_000})
+    assert result.tracker.won == 2
+
+
+def test_competitor_events_count_until_the_outcome_is_decided() -> None:
+    events = [
+        *prices(0),
+        competitor(0.5, "early", 10**30),  # before its request: still counts
+        request(1, "early", 10 * E24),
+        request(1, "late", 10 * E24),
+        competitor(2.5, "late", 10**30),  # after the outcome (1 s + 1 s): too late to matter
+        competitor(2.5, "never-asked", 1),
+    ]
+    _, result = run(events, fill={"model": "competitor"})
+    assert result.tracker.lost == {"competitor": 1} and result.tracker.won == 1
+
+
+def test_the_kill_switch_pauses_quoting_after_a_drawdown() -> None:
+    events = [
+        *prices(0),
+        request(1, "a", 10 * E24),
+        price(5, NEAR, "2.5"),  # the NEAR held (100k USD worth) loses a sixth of its value
+        request(6, "b", 10 * E24),
+    ]
+    config = bot_config(risk__max_drawdown_usd=1_000.0)
+    _, result = run(events, config, fill={"model": "always"})
+    assert result.halted is not None and result.halted["reason"].startswith("drawdown")
+    assert result.tracker.skips == {"paused": 1}
+    _, result = run(events, config, fill={"model": "always"}, kill_switch=False)
+    assert result.halted is None and result.tracker.won == 2
+
+
+def test_static_price_sources_stay_fresh_until_the_stream_prices_the_asset() -> None:
+    config = bot_config(
+        prices__sources=[{"kind": "static", "prices": {USDC: 1.0, NEAR: 3.0}}],
+    )
+    events: list[StreamEvent] = [request(1, "a", 10 * E24), request(100, "b", 10 * E24)]
+    _, result = run(events, config, fill={"model": "always"})
+    assert result.tracker.won == 2
+    assert result.start_inventory[USDC] == 100_000 * E6
+    # Once the stream prices NEAR, that price goes stale like any other.
+    events = [request(1, "a", 10 * E24), price(2, NEAR, "3.0"), request(100, "b", 10 * E24)]
+    _, result = run(events, config, fill={"model": "always"})
+    assert result.tracker.skips == {"stale_price": 1}
+
+
+def test_starting_balances_default_to_a_usd_amount_at_the_first_price() -> None:
+    events: list[StreamEvent] = [price(0, USDC, "1.0"), request(1, "a", E24), price(2, NEAR, "4.0")]
+    _, result = run(events, starting_usd=1_000.0, balances={USDC: "5"})
+    assert result.start_inventory == {USDC: 5, NEAR: 250 * E24}
+    assert result.tracker.start_equity == pytest.approx(1_000.0 + 5e-6)
+
+
+def test_pnl_is_marked_from_the_first_prices_even_when_they_come_late() -> None:
+    events: list[StreamEvent] = [
+        request(1, "early", E24),  # no price yet: skipped
+        *prices(5),
+        price(9, NEAR, "3.3"),
+    ]
+    _, result = run(events, balances={USDC: str(1_000 * E6), NEAR: str(100 * E24)})
+    assert result.tracker.skips == {"no_price": 1}
+    assert result.tracker.start_equity == pytest.approx(1_300.0)
+    assert result.tracker.pnl == pytest.approx(30.0)
+    assert result.tracker.max_drawdown == 0.0
+
+
+def test_decimals_disagreeing_with_the_stream_header_are_refused() -> None:
+    from backtest.events import Header, TokenInfo
+    from solver.errors import ConfigError
+
+    header = Header(HEADER.created, "x", {USDC: TokenInfo("USDC", 18)})
+    with pytest.raises(ConfigError, match="decimals"):
+        Replay(bot_config(), settings()).run([], header)
+
+
+def test_an_empty_stream_gives_an_empty_result() -> None:
+    _, result = run([])
+    assert result.tracker.requests == 0 and result.tracker.first_ts is None
+
+
+def test_memory_stays_bounded_by_the_open_work() -> None:
+    events: list[StreamEvent] = []
+    for i, event in enumerate(flow(3_000, every=0.1)):
+        events.append(event)
+        if i % 10 == 0:  # answers to requests we never saw: forgotten after a while
+            events.append(CompetitorEvent(event.ts, f"nobody{i}", 1))
+    replay, result = run(events, fill={"model": "always"})
+    assert result.tracker.won > 1_000 and result.tracker.events["competitor"] > 300
+    assert not replay._heap and not result.tracker.open_fills
+    assert len(replay.competitors) < 100
+    series = Downsampled(capacity=10)
+    for i in range(10_000):
+        series.add(float(i), (float(i),))
+    assert len(series.points) < 20 and series.series()[-1] == (9_999.0, (9_999.0,))

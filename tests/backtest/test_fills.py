@@ -1,0 +1,125 @@
+"""Fill models, the latency model and the backtest settings."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from backtest.fills import (
+    LOST_COMPETITOR,
+    LOST_MODEL,
+    AlwaysFill,
+    CompetitorFill,
+    LatencyModel,
+    LogisticFill,
+    edge_bps,
+    make_fill_model,
+    seeded,
+)
+from backtest.settings import FillSpec, LatencySpec, load_settings
+from solver.core.market import QuoteRequest
+from solver.core.quoting import Quote
+from solver.errors import ConfigError
+from tests.backtest.replay_helpers import NEAR, USDC, at
+
+
+def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
+    fixed = amount_in if exact_in else amount_out
+    return Quote(
+        QuoteRequest("q", NEAR, USDC, exact_in, fixed, 10_000), amount_in, amount_out, 0, at(60)
+    )
+
+
+@pytest.mark.parametrize(
+    ("exact_in", "amount_in", "amount_out", "best", "wins"),
+    [
+        (True, 1000, 100, 99, True),  # exact-in: more out than the best competitor
+        (True, 1000, 100, 100, False),  # a tie is not better for the user
+        (True, 1000, 100, 101, False),
+        (True, 1000, 100, None, True),  # nobody else answered
+        (False, 100, 1000, 101, True),  # exact-out: less in than the best competitor
+        (False, 100, 1000, 100, False),
+        (False, 100, 1000, 99, False),
+        (False, 100, 1000, None, True),
+    ],
+)
+def test_competitor_model(
+    exact_in: bool, amount_in: int, amount_out: int, best: int | None, wins: bool
+) -> None:
+    verdict = CompetitorFill().decide(quote(exact_in, amount_in, amount_out), best, -20.0)
+    assert verdict == (None if wins else LOST_COMPETITOR)
+
+
+def test_always_wins() -> None:
+    assert AlwaysFill().decide(quote(True, 1, 1), 10**30, -1e6) is None
+
+
+def test_logistic_is_deterministic_for_a_seed_and_follows_its_probability() -> None:
+    def decisions(seed: int, edge: float, n: int = 20_000) -> list[bool]:
+        model = LogisticFill(0.5, 0.1, seeded(seed, 1))
+        q = quote(True, 1, 1)
+        return [model.decide(q, None, edge) is None for _ in range(n)]
+
+    first, again, other = decisions(3, -10.0), decisions(3, -10.0), decisions(4, -10.0)
+    assert first == again and first != other
+    p = 1 / (1 + math.exp(-(0.5 - 1.0)))
+    assert sum(first) / len(first) == pytest.approx(p, abs=0.015)
+    model = LogisticFill(0.0, 1.0, seeded(0, 1))
+    assert model.probability(-1e6) == 0.0 and model.probability(1e6) == 1.0  # no overflow
+    assert model.probability(0.0) == 0.5
+    assert LogisticFill(0.0, 0.0, seeded(0, 1)).decide(quote(True, 1, 1), None, 0) in (
+        None,
+        LOST_MODEL,
+    )
+
+
+def test_make_fill_model_by_name() -> None:
+    assert make_fill_model(FillSpec(model="always"), 0).name == "always"
+    assert make_fill_model(FillSpec(model="competitor"), 0).name == "competitor"
+    logistic = make_fill_model(FillSpec(model="logistic", a=1.0, b=0.2), 0)
+    assert isinstance(logistic, LogisticFill) and (logistic.a, logistic.b) == (1.0, 0.2)
+
+
+def test_edge_is_the_users_gain_against_the_reference() -> None:
+    # 1 NEAR (3 USD) for 2.994 USDC: the user gives up 20 bps.
+    assert edge_bps(10**24, 3.0 / 1e24, 2_994_000, 1.0 / 1e6) == pytest.approx(-20.0)
+    assert edge_bps(10**24, 3.0 / 1e24, 3_000_000, 1.0 / 1e6) == pytest.approx(0.0)
+    assert edge_bps(0, 3.0, 1, 1.0) == 0.0
+
+
+def test_latency_model() -> None:
+    assert LatencyModel(LatencySpec(kind="fixed", ms=12.5), 0).sample() == 12.5
+    spec = LatencySpec(kind="lognormal", median_ms=40.0, sigma=0.5)
+    draws = [LatencyModel(spec, 9).sample() for _ in range(3)]
+    assert draws[0] == draws[1] == draws[2]  # a new model, the same first draw
+    model = LatencyModel(spec, 9)
+    samples = sorted(model.sample() for _ in range(10_001))
+    assert samples[5_000] == pytest.approx(40.0, rel=0.05)
+    assert samples[0] > 0
+
+
+def test_settings_file_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "bt.yaml"
+    path.write_text(
+        f'balances: {{"{USDC}": "123"}}\nsettlement_delay_ms: 250\nfill: {{model: logistic, a: 1, b: 0.3}}\n'
+    )
+    settings = load_settings(path, fill_model="always", seed=7, sign=None)
+    assert settings.balances == {USDC: 123}
+    assert settings.settlement_delay_ms == 250 and settings.seed == 7 and not settings.sign
+    assert (settings.fill.model, settings.fill.a, settings.fill.b) == ("always", 1.0, 0.3)
+    assert load_settings(None).fill.model == "competitor"
+    path.write_text("settlement_delay: 5\n")
+    with pytest.raises(ConfigError, match="settlement_delay"):
+        load_settings(path)
+    path.write_text(f'balances: {{"{USDC}": 1.5}}\n')
+    with pytest.raises(ConfigError, match="balances"):
+        load_settings(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "missing.yaml")
+
+
+def test_the_documented_example_is_the_defaults() -> None:
+    example = Path(__file__).resolve().parents[2] / "config" / "backtest.yaml"
+    assert load_settings(example) == load_settings(None)

@@ -172,7 +172,9 @@ class LedgerSettler:
         ``_credit`` under its undo journal; the invariant is checked over the deltas. A test holds
         the result equal to :meth:`VerifierLedger.execute_intents` on signed items.
         """
-        if quote.deadline < at:
+        deadline = quote.deadline
+        signed_deadline = deadline.replace(microsecond=deadline.microsecond // 1000 * 1000)
+        if signed_deadline < at:  # a signed deadline has whole milliseconds (format_deadline)
             raise LedgerError(ERR_DEADLINE, 0)
         request = quote.request
         asset_in, asset_out = request.asset_in, request.asset_out

@@ -316,3 +316,9 @@ def test_memory_stays_bounded_by_the_open_work() -> None:
     for i in range(10_000):
         series.add(float(i), (float(i),))
     assert len(series.points) < 20 and series.series()[-1] == (9_999.0, (9_999.0,))
+
+
+def test_a_replay_runs_once() -> None:
+    replay, _ = run(prices(0))
+    with pytest.raises(RuntimeError, match="once"):
+        replay.run(prices(0), HEADER)

@@ -10,6 +10,11 @@ rounds to 1e-6 USD):
   held inventory. ``max_drawdown_usd`` is the largest fall of pnl from its running peak, checked
   at every price change and settlement.
 - **volume**: USD value of what we received, at settlement prices.
+- **inventory risk**: how far the inventory is from where it started, in USD: half the sum over
+  tokens of ``|balance - starting balance| * price`` (a swap of $x of one token for $x of
+  another moves it by x), updated at every price change and settlement.
+  ``inventory_risk_usd`` is its time-weighted mean over the run, ``max_inventory_risk_usd`` its
+  peak. The sweep's default objective penalises it (:mod:`backtest.sweep`).
 
 Memory is flat in the stream length: histograms have fixed bins, time series are downsampled
 (:class:`Downsampled`), and a fill leaves memory once its last markout is known and it was
@@ -111,6 +116,9 @@ class Tracker:
         self.inventory_series = Downsampled()
         self.first_ts: datetime | None = None
         self.last_ts: datetime | None = None
+        self.start_balances: dict[str, int] = {}
+        self.exposure = self.max_exposure = self.exposure_integral = 0.0
+        self._exposure_t0 = self._exposure_t = 0.0
 
     # ------------------------------------------------------------------ equity
 
@@ -120,6 +128,7 @@ class Tracker:
         for first prices); until then PnL is not marked."""
         self.marks.update(prices)
         self.balances.update(balances)
+        self.start_balances = dict(self.balances)
         for asset in self.balances:
             self._value(asset)
         self._record(t)
@@ -139,6 +148,8 @@ class Tracker:
                 return
             self.started = True
             self.start_equity = self.equity
+            self._exposure_t0 = self._exposure_t = t
+        self._update_exposure(t)
         pnl = self.pnl = self.equity - self.start_equity
         self.peak = max(self.peak, pnl)
         drawdown = self.peak - pnl
@@ -147,6 +158,29 @@ class Tracker:
         if day != self.day:
             self.day, self.day_start_pnl = day, pnl
         self.pnl_series.add(t, (pnl, drawdown))
+
+    def _update_exposure(self, t: float) -> None:
+        """Integrate the inventory risk up to ``t``, then take its new value."""
+        if t > self._exposure_t:
+            self.exposure_integral += self.exposure * (t - self._exposure_t)
+            self._exposure_t = t
+        marks, scale, start = self.marks, self.scale, self.start_balances
+        moved = 0.0
+        for asset, amount in self.balances.items():
+            price = marks.get(asset)
+            if price is not None:
+                delta = amount - start.get(asset, 0)
+                if delta:
+                    moved += abs(delta) * price / scale[asset]
+        self.exposure = moved / 2
+        self.max_exposure = max(self.max_exposure, self.exposure)
+
+    def inventory_risk(self) -> float:
+        """The time-weighted mean inventory risk (USD) from the start to the last update."""
+        span = self._exposure_t - self._exposure_t0
+        if span <= 0:
+            return self.exposure
+        return self.exposure_integral / span
 
     def daily_loss(self) -> float:
         return max(0.0, self.day_start_pnl - self.pnl)
@@ -224,6 +258,10 @@ class Tracker:
             if self.sink is not None:
                 self.sink(record)
 
-    def finish(self) -> None:
-        """Hand the fills whose markouts fell after the end of the stream to the sink."""
+    def finish(self, t: float | None = None) -> None:
+        """Hand the fills whose markouts fell after the end of the stream to the sink, and
+        carry the inventory risk to ``t`` (the end of the replay)."""
+        if t is not None and self.started and t > self._exposure_t:
+            self.exposure_integral += self.exposure * (t - self._exposure_t)
+            self._exposure_t = t
         self._flush(everything=True)

@@ -328,6 +328,7 @@ class SwapExecutor:
         record.amount_in_actual, record.amount_out_actual = record.deposited, 0
         record.usd_in, record.usd_out = svc.usd(record.origin_asset, record.deposited), "0"
         intents, given, fee = self._refund_intents(record, balance)
+        record.refund_fee_charged = 0
         if not intents:
             record.status = SwapStatus.FAILED
             record.refund_reason = RefundReason.AMOUNT_LESS_THAN_MIN_WITHDRAWABLE

@@ -21,6 +21,7 @@ import jwt
 
 from sandbox.swap_http import verify_jwt
 from sandbox.swap_rules import deposit_seed
+from solver.errors import ConfigError
 from solver.protocol.keys import SecretKey, load_secret_key, write_secret_key
 
 _ROOT_LABEL = b"sandbox-swap:deposit-key-root"
@@ -53,13 +54,17 @@ class SwapKeys:
         self.token_file: Path | None = None
 
     def load(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.service_key = self._service_key()
-        self.jwt_secret = self._jwt_secret()
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.service_key = self._service_key()
+            self.jwt_secret = self._jwt_secret()
+            token_file = self.state_dir / "swap_partner.jwt"
+            _write_private(token_file, self.issue_token("sandbox-partner"))
+        except OSError as exc:
+            raise ConfigError(f"swap secrets under {self.state_dir}: {exc.strerror}") from None
+        self.token_file = token_file
         # Signatures are deterministic: the root is a secret only the service key can make.
         self.root = hashlib.sha256(self.service_key.sign(_ROOT_LABEL)).digest()
-        self.token_file = self.state_dir / "swap_partner.jwt"
-        _write_private(self.token_file, self.issue_token("sandbox-partner"))
 
     def _service_key(self) -> SecretKey:
         env = self.service_key_env

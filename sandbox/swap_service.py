@@ -329,6 +329,13 @@ class SwapService:
     def _view(self, record: SwapRecord, *, submission: bool = False) -> dict[str, Any]:
         return status_body(record, self.decimals, self.spec.explorer_tx_url, submission=submission)
 
+    def _credit(self, record: SwapRecord, amount: int) -> None:
+        """A simulated deposit arrives at the quote's deposit account."""
+        try:
+            self.chain.ledger.deposit(record.deposit_account, record.origin_asset, amount)
+        except ValueError:
+            raise invalid_body("the deposit would overflow the deposit account", "amount") from None
+
     def status(self, address: str, memo: str | None) -> dict[str, Any]:
         return self._view(self._find(address, memo))
 
@@ -349,8 +356,7 @@ class SwapService:
             and self.chain.ledger.mt_balance_of(record.deposit_account, record.origin_asset) == 0
         )
         if simulate:
-            amount = record.terms.get("amount_in") or 0
-            self.chain.ledger.deposit(record.deposit_account, record.origin_asset, amount)
+            self._credit(record, record.terms.get("amount_in") or 0)
         record.updated_at = _millis(self.chain.clock())
         self.store.save(record)
         self.executor.watch(record)
@@ -361,7 +367,7 @@ class SwapService:
         if req.amount == 0:
             raise invalid_body("amount must be positive", "amount")
         record = self._find(req.deposit_address, req.deposit_memo)
-        self.chain.ledger.deposit(record.deposit_account, record.origin_asset, req.amount)
+        self._credit(record, req.amount)
         tx_hash = req.tx_hash or self.chain.next_tx_hash()
         if tx_hash not in record.deposit_tx_hashes:
             record.deposit_tx_hashes.append(tx_hash)

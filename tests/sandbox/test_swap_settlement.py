@@ -53,6 +53,11 @@ async def test_exact_input_below_amount_in_waits_then_refunds_partial(world: Swa
     assert details["refundReason"] == "PARTIAL_DEPOSIT"
     assert details["refundedAmount"] == str(E24)
     assert w.balance("alice.near", NEAR) == E24 and w.balance("bob.near", USDC) == 0
+    history = await w.client.get(w.api + "/api/v0/transactions", headers=w.auth)
+    record = history.json()[0]
+    assert (record["status"], record["refundReason"]) == ("REFUNDED", "PARTIAL_DEPOSIT")
+    assert (record["refundFee"], record["refundFeeFormatted"]) == ("0", "0")
+    assert (record["amountIn"], record["amountOut"]) == (str(E24), "0")
 
 
 async def test_exact_input_top_up_before_the_deadline_swaps(world: SwapWorld) -> None:
@@ -151,9 +156,12 @@ async def test_flex_input_refunds_when_the_price_moved_below_min_amount_out(
 # ---------------------------------------------------------------------------------- ANY_INPUT
 
 
-async def test_any_input_converts_a_small_deposit(world: SwapWorld) -> None:
-    _, done = await quote_and_deposit(world, E24 // 10, swapType="ANY_INPUT")
-    assert done["status"] == "SUCCESS" and world.balance("bob.near", USDC) == 3 * E6 // 10
+@pytest.mark.parametrize("deposit", [E24 // 10, 6 * E24])  # far below and above `amount`
+async def test_any_input_converts_whatever_arrives(world: SwapWorld, deposit: int) -> None:
+    _, done = await quote_and_deposit(world, deposit, swapType="ANY_INPUT")
+    assert done["status"] == "SUCCESS" and done["swapDetails"]["amountIn"] == str(deposit)
+    assert world.balance("bob.near", USDC) == deposit * 3 * E6 // E24
+    assert world.balance("alice.near", NEAR) == 0
 
 
 # ---------------------------------------------------------------------------------- refund reasons
@@ -235,3 +243,12 @@ async def test_destination_chain_payout_withdraws_with_the_message(world: SwapWo
     ]
     assert withdrawals[-1]["receiver_id"] == "bob.near"
     assert withdrawals[-1]["msg"] == "memo-42" and withdrawals[-1]["amount"] == str(6 * E6)
+
+
+async def test_a_deposit_that_would_overflow_is_refused(world: SwapWorld) -> None:
+    quote = (await world.ok_quote(world.auth))["quote"]
+    body = {"depositAddress": quote["depositAddress"], "amount": str(2**128 - 1)}
+    first = await world.client.post(world.base + "/sandbox/deposit", json=body)
+    assert first.status_code == 200
+    second = await world.client.post(world.base + "/sandbox/deposit", json=body)
+    assert second.status_code == 422 and second.json()["field"] == "amount"

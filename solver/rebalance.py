@@ -29,8 +29,9 @@ each step written to the store (``rebalances`` / ``rebalance_steps``) before the
 5. ``SUBMITTED``: ``POST /v0/deposit/submit`` reported it; ``GET /v0/status`` is then polled
    every tick until ``SUCCESS``, ``REFUNDED`` or ``FAILED``.
 
-A transfer the bus refuses or loses is never re-signed: it is followed until its deadline has
-passed with the nonce unused (it can no longer execute), then the rebalance is ``ABANDONED``.
+A transfer the bus refuses or loses is never re-signed: the same signed item is published
+again each tick (its nonce lets it execute at most once) until it executes or its deadline has
+passed with the nonce unused (it can no longer execute); then the rebalance is ``ABANDONED``.
 Transport errors leave a step as it is for the next tick. While a transfer or swap is in flight
 its possible flows are reported to the reconciliation (:meth:`Rebalancer.open_flows`), and the
 settled amounts are reported as they become known (``on_flow``), so a rebalance is never taken
@@ -110,6 +111,7 @@ TERMINAL = frozenset(
         RebalanceState.ABANDONED,
     }
 )
+BUS_HAS_IT = frozenset({IntentStatus.PENDING.value, IntentStatus.TX_BROADCASTED.value})
 SWAP_TERMINAL = {
     SwapStatus.SUCCESS: RebalanceState.SUCCESS,
     SwapStatus.REFUNDED: RebalanceState.REFUNDED,
@@ -429,9 +431,8 @@ class Rebalancer:
         self.in_flight: dict[str, RebalanceRecord] = {}
         self.last_started_at: datetime | None = None
         self.last_finished_at: datetime | None = None
-        self.last_plan: Plan | None = None
         self.last_moved_at: datetime | None = None  # end of the last rebalance that moved funds
-        self._published: set[str] = set()
+        self._bus_status: dict[str, str] = {}  # last status of each deposit published here
         self._last_hold: str | None = None
 
     # ------------------------------------------------------------------ the job
@@ -453,7 +454,6 @@ class Rebalancer:
             self._last_hold = reason
             return
         self._last_hold = None
-        self.last_plan = decision
         self.last_started_at = now
         if self.dry_run:
             log.info("rebalance plan (dry run, nothing done): %s", self._describe(decision))
@@ -461,7 +461,7 @@ class Rebalancer:
         if self.store is None:
             log.warning("rebalance not started: no store to persist its steps in")
             return
-        started = await self.start(decision, now)
+        started = self.start(decision, now)
         if started is not None:
             await self._advance(started)
 
@@ -492,7 +492,7 @@ class Rebalancer:
 
     # ------------------------------------------------------------------ start and resume
 
-    async def start(self, plan: Plan, now: datetime) -> RebalanceRecord | None:
+    def start(self, plan: Plan, now: datetime) -> RebalanceRecord | None:
         """Record ``plan`` as PLANNED, reserve its input and pause its direction."""
         assert self.store is not None
         record = RebalanceRecord(
@@ -640,12 +640,12 @@ class Rebalancer:
 
     async def _sign_deposit(self, record: RebalanceRecord) -> None:
         now = self.clock()
+        assert record.quote_response is not None and record.deposit_address is not None
         response = from_wire(QuoteResponse, record.quote_response)
         for moment in (response.quote.time_when_inactive, response.quote.deadline):
             if moment is not None and moment <= now + timedelta(seconds=QUOTE_MARGIN_S):
                 self._finish(record, RebalanceState.ABANDONED, "the quote expired unpaid")
                 return
-        assert record.deposit_address is not None
         try:
             intent = ops_intents.transfer(
                 self.account,
@@ -706,17 +706,21 @@ class Rebalancer:
             why = record.reason or "the transfer was not executed"
             self._finish(record, RebalanceState.ABANDONED, f"deposit expired unexecuted: {why}")
             return
-        if record.id in self._published:
-            return  # published by this process: the ledger is asked again next tick
-        self._published.add(record.id)
+        if self._bus_status.get(record.id) in BUS_HAS_IT:
+            return  # the bus holds it: the ledger is asked again next tick
+        # Never published here, lost, or refused: (re-)publish the same signed item. Its nonce
+        # lets it execute at most once, however often it is sent.
         result = await ops_intents.publish_operation(
             self.bus, self.ledger, op, wait_s=self.spec.deposit_wait_s
         )
+        self._bus_status[record.id] = result.status
         if result.status == ops_intents.SETTLED:
             await self._deposited(record, result.tx_hash)
-        elif result.reason and result.reason != record.reason:
-            log.warning("rebalance %s: deposit %s: %s", record.id, result.status, result.reason)
-            self._save(record, reason=f"deposit {result.status}: {result.reason}")
+            return
+        reason = f"deposit {result.status}: {result.reason or 'no final status yet'}"
+        if reason != record.reason:
+            log.warning("rebalance %s: %s", record.id, reason)
+            self._save(record, reason=reason)
 
     async def _tx_hash(self, intent_hash: str) -> str | None:
         try:
@@ -803,7 +807,7 @@ class Rebalancer:
     ) -> None:
         self._save(record, state, reason, reason=reason, **changes)
         self.in_flight.pop(record.id, None)
-        self._published.discard(record.id)
+        self._bus_status.pop(record.id, None)
         self.inventory.release(_reservation_id(record.id))
         self._unpause(record)
         self.last_finished_at = self.clock()
@@ -889,15 +893,3 @@ class Rebalancer:
         key = self._route_key(record)
         if self.state.paused.get(key) == f"rebalancing ({record.id})":
             del self.state.paused[key]
-
-    def status(self) -> dict[str, Any]:
-        """For logs and the operator: what is in flight and the last plan."""
-        return {
-            "dry_run": self.dry_run,
-            "in_flight": [
-                {"id": r.id, "state": r.state, "asset_in": r.asset_in, "asset_out": r.asset_out}
-                for r in self.in_flight.values()
-            ],
-            "last_plan": None if self.last_plan is None else self.last_plan.to_json(),
-            "hold": self._last_hold,
-        }

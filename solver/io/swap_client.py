@@ -24,7 +24,7 @@ Errors (spec 7.7 leaves the HTTP statuses and error body open), mapped here (STY
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import httpx
@@ -330,11 +330,3 @@ class HistoryApiClient(_RestClient):
                 )
             seen.add(cursor)
             current = current.after(last)
-
-
-def query_from(values: Mapping[str, Any]) -> TransactionsQuery:
-    """A cursor query from Python names (``start_timestamp=…``) with the model's checks."""
-    try:
-        return TransactionsQuery.model_validate(dict(values))
-    except ValidationError as exc:
-        raise ConfigError(f"history query: {first_error(exc)}") from None

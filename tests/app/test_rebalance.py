@@ -420,6 +420,23 @@ async def test_a_restart_resumes_a_deposit_the_bus_never_got(tmp_path: Path) -> 
             assert w.inventory.reserved == {} and w.state.paused == {}
 
 
+async def test_a_deposit_the_bus_lost_is_published_again_until_it_executes(
+    tmp_path: Path,
+) -> None:
+    async with world(tmp_path) as w, dead_url() as down:
+        with w.store() as store:
+            rebalancer = w.rebalancer(store, spec(deposit_wait_s=0.3), bus_url=down + "rpc")
+            await rebalancer.tick()
+            lost = only(store)
+            assert lost.state == RebalanceState.DEPOSIT_SENT
+            # The bus is back: the same signed transfer goes out again and executes.
+            rebalancer.bus = BusRpcClient(w.sandbox.urls()["relay_rpc"], client=w.swaps.http)
+            done = await until_finished(rebalancer, store)
+            assert done.state == RebalanceState.SUCCESS, done.reason
+            assert done.deposit_intent_hash == lost.deposit_intent_hash
+            assert w.balances() == {NEAR: 5_000 * E24, USDC: 35_000 * E6, ETH: 0}
+
+
 async def test_a_deposit_never_executed_by_its_deadline_is_abandoned(tmp_path: Path) -> None:
     async with world(tmp_path) as w, dead_url() as down:
         with w.store() as store:
@@ -534,7 +551,7 @@ async def test_a_restart_before_the_deposit_was_signed_abandons(tmp_path: Path) 
             inputs_now = rebalancer._inputs(w.clock())
             decided = plan_rebalance(rebalancer.spec, inputs_now, balance_max_age_s=60)
             assert isinstance(decided, Plan)
-            assert await rebalancer.start(decided, w.clock()) is not None
+            assert rebalancer.start(decided, w.clock()) is not None
         w.inventory = Inventory()
         with w.store() as store:
             again = w.rebalancer(store)

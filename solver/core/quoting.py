@@ -112,6 +112,8 @@ class QuotePipeline:
         self.timer = timer
         rate = settings.max_quotes_per_s
         self.bucket = TokenBucket(rate, max(1.0, rate))
+        # 10**decimals as floats, once: USD notionals are estimates for limits, never amounts.
+        self._unit = {asset: 10.0**dec for asset, dec in state.decimals.items()}
 
     def decide(
         self, request: QuoteRequest, now: datetime, received_at: datetime | None = None
@@ -152,12 +154,11 @@ class QuotePipeline:
             return Skip(NO_PRICE)
         if max(price_in.age_s(now), price_out.age_s(now)) > s.price_max_age_s:
             return Skip(STALE_PRICE)
-        dec_in, dec_out = state.decimals[request.asset_in], state.decimals[request.asset_out]
-        fixed_usd = (
-            request.amount
-            * (price_in.usd if request.exact_in else price_out.usd)
-            / 10 ** (dec_in if request.exact_in else dec_out)
-        )
+        unit_in, unit_out = self._unit[request.asset_in], self._unit[request.asset_out]
+        if request.exact_in:
+            fixed_usd = request.amount * price_in.usd / unit_in
+        else:
+            fixed_usd = request.amount * price_out.usd / unit_out
         if fixed_usd < route.min_notional_usd:
             return Skip(BELOW_MIN_SIZE, f"{fixed_usd:.2f} USD")
         if fixed_usd > route.max_notional_usd:
@@ -181,8 +182,8 @@ class QuotePipeline:
             (request.amount, other) if request.exact_in else (other, request.amount)
         )
 
-        value_in = amount_in * price_in.usd / 10**dec_in
-        value_out = amount_out * price_out.usd / 10**dec_out
+        value_in = amount_in * price_in.usd / unit_in
+        value_out = amount_out * price_out.usd / unit_out
         if value_out > value_in * (1 + s.max_giveaway_bps / 10_000):
             return Skip(PRICE_GUARD, f"gives {value_out:.2f} USD for {value_in:.2f} USD")
         fee = -(-amount_out * state.fee_pips // 1_000_000)
@@ -211,8 +212,9 @@ class QuotePipeline:
 
     def _open_exposure_usd(self) -> float:
         total = 0.0
+        prices, unit = self.state.prices, self._unit
         for asset, amount in self.inventory.reserved.items():
-            price = self.state.prices.get(asset)
+            price = prices.get(asset)
             if price is not None:
-                total += amount * price.usd / 10 ** self.state.decimals.get(asset, 0)
+                total += amount * price.usd / unit.get(asset, 1.0)
         return total

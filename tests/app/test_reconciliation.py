@@ -67,6 +67,13 @@ def outcome(bot: LiveBot, state: QuoteState) -> int:
     return bot.app.engine.stats.outcomes[state.value]
 
 
+async def one_offer(bot: LiveBot, asset_in: str, asset_out: str, **amount: int) -> dict[str, Any]:
+    """The bot's one offer for a request (with what the bot and the bus saw if there is none)."""
+    offers = await bot.quote(asset_in, asset_out, **amount)
+    assert len(offers) == 1, (bot.app.engine.stats, bot.app.state.paused, bot.sandbox.bus.stats)
+    return offers[0]
+
+
 async def fresh_snapshot(bot: LiveBot) -> None:
     """Wait for a balance snapshot requested after now (reconciled and applied)."""
     app = bot.app
@@ -81,7 +88,7 @@ async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(tmp_path: Path)
     async with live_bot(tmp_path) as bot:
         app, store = bot.app, store_of(bot)
         user = bot.new_user({NEAR: 10 * E24})
-        (offer,) = await bot.quote(NEAR, USDC, exact_in=10 * E24)
+        offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24)
         quote = app.engine.book.find_hash(offer["quote_hash"])
         assert quote is not None
         # The journal holds the signed item exactly as the bus received it (for disputes),
@@ -137,9 +144,7 @@ async def test_a_won_quote_whose_execution_fails_is_failed_and_released(tmp_path
         before = bot.balances()
         free_usdc = app.inventory.free(USDC)
         user = bot.new_user({NEAR: 10 * E24})
-        offers = await bot.quote(NEAR, USDC, exact_in=10 * E24)
-        assert len(offers) == 1, (app.engine.stats, app.ws.counters, bot.sandbox.bus.stats)
-        (offer,) = offers
+        offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24)
         quote = app.engine.book.find_hash(offer["quote_hash"])
         assert quote is not None
         assert app.inventory.reserved == {USDC: int(offer["amount_out"])}
@@ -168,7 +173,7 @@ async def test_a_quote_nobody_uses_is_lost_after_its_deadline(tmp_path: Path) ->
     async with live_bot(tmp_path, overrides={"quote.deadline_margin_ms": 300}) as bot:
         app = bot.app
         free_usdc = app.inventory.free(USDC)
-        (offer,) = await bot.quote(NEAR, USDC, exact_in=10 * E24, min_deadline_ms=1000)
+        offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24, min_deadline_ms=1000)
         quote = app.engine.book.find_hash(offer["quote_hash"])
         assert quote is not None
         amount_out = int(offer["amount_out"])
@@ -202,7 +207,7 @@ async def test_a_status_missed_during_a_bus_outage_is_recovered_through_the_nonc
         app, sandbox = bot.app, bot.sandbox
         before = bot.balances()
         user = bot.new_user({NEAR: 10 * E24})
-        (offer,) = await bot.quote(NEAR, USDC, exact_in=10 * E24, min_deadline_ms=2500)
+        offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24, min_deadline_ms=2500)
         quote = app.engine.book.find_hash(offer["quote_hash"])
         assert quote is not None
         intent_hash = await bot.take(user, offer)
@@ -300,7 +305,7 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         code = await asyncio.to_thread(main, ["resume", "--url", url])
         assert code == 0
         assert GLOBAL not in app.state.paused and store.open_alerts() == []
-        assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
+        await one_offer(bot, NEAR, USDC, exact_in=E24)
         await fresh_snapshot(bot)
         assert app.ops.last_reconciliation["ok"] is True
         await asyncio.sleep(1.1)
@@ -374,7 +379,7 @@ async def test_a_snapshot_read_before_an_execution_but_landing_after_it_is_no_mi
             app, store = bot.app, store_of(bot)
             before = bot.balances()
             user = bot.new_user({NEAR: 10 * E24})
-            (offer,) = await bot.quote(NEAR, USDC, exact_in=10 * E24)
+            offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24)
             proxy.delay_s = 1.0
             intent_hash = await bot.take(user, offer)
             intent = sandbox.bus.intents[intent_hash]

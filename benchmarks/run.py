@@ -1,0 +1,129 @@
+"""Entry point of ``make bench``: ``python -m benchmarks.run [--only NAME] [--quick]``.
+
+Each benchmark writes ``<name>.json`` (every figure), ``<name>.md`` (a short summary) and PNG
+plots into the results folder (default: ``benchmarks/``); scratch files (configs, child logs,
+raw profiles) go to ``<results>/scratch.tmp/``, which git ignores. Exit status 0 when every
+benchmark ran, 1 when one failed to run; a missed performance target is reported in the
+results, not in the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import quote_path, sandbox_load
+from benchmarks.common import RESULTS_DIR, Progress, wait_for_quiet
+
+NAMES = ("quote_path", "sandbox_load")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Run the benchmarks and write JSON, markdown and PNG results.",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=NAMES,
+        help="run only this benchmark (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a short smoke run (seconds instead of minutes)"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS_DIR,
+        help="folder for the results (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="py-spy profiles: quote_path profiles the bot when a target is missed (auto) or "
+        "always; sandbox_load profiles the sandbox during the load unless never "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="quote_path: pin the bot to the last core and the driver and sandbox to the others "
+        "(best on an otherwise idle machine)",
+    )
+    parser.add_argument(
+        "--no-deflate",
+        action="store_true",
+        help="quote_path: refuse permessage-deflate on the driver's websocket "
+        "(the sandbox relay accepts it, so it is on by default)",
+    )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="before each benchmark wait up to S seconds for other processes to use under "
+        "0.25 cores (default: %(default)s; the load measured is recorded either way)",
+    )
+    return parser.parse_args(argv)
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    args.results.mkdir(parents=True, exist_ok=True)
+    names = args.only or list(NAMES)
+    command = "python -m benchmarks.run " + " ".join(sys.argv[1:])
+    failed = []
+    for name in names:
+        started = time.monotonic()
+        print(f"== {name} ==", file=sys.stderr, flush=True)
+        quiet = await wait_for_quiet(args.wait_quiet, progress=Progress(name))
+        print(
+            f"== background load {quiet['background_cores_at_start']:.2f} cores "
+            f"(waited {quiet['waited_s']} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            if name == "quote_path":
+                options = quote_path.Options(
+                    quick=args.quick,
+                    profile=args.profile,
+                    pin=args.pin,
+                    deflate=not args.no_deflate,
+                    command=command,
+                    quiet=quiet,
+                )
+                result = await quote_path.run(args.results, options)
+            else:
+                result = await sandbox_load.run(
+                    args.results,
+                    quick=args.quick,
+                    command=command,
+                    quiet=quiet,
+                    profile=args.profile,
+                )
+        except Exception as exc:
+            print(f"== {name} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            failed.append(name)
+            continue
+        if result.get("errors"):
+            failed.append(name)
+        print(
+            f"== {name} done in {time.monotonic() - started:.0f} s -> "
+            f"{args.results / (name + '.md')}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(main_async(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

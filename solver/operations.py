@@ -159,17 +159,14 @@ class Operations:
         for quote_id, (_, heard_at) in list(self._unconfirmed.items()):
             if heard_at <= observed:
                 del self._unconfirmed[quote_id]  # this snapshot, and every later one, has it
-        open_quotes = [
-            Reservation(
-                q.quote_id, q.asset_out, q.amount_out + q.fee, q.asset_in, q.amount_in, q.deadline
-            )
-            for q in self.app.engine.book.quotes.values()
-        ]
-        open_quotes += [reverse for reverse, _ in self._unconfirmed.values()]
+        book = self.app.engine.book
+        open_quotes = [reverse for reverse, _ in self._unconfirmed.values()]
         if self.own_moves is not None:
             open_quotes += self.own_moves.open_flows()
         expected_before = dict(self.reconciler.expected or actual)
-        found = self.reconciler.on_snapshot(actual, open_quotes)
+        found = self.reconciler.on_snapshot(
+            actual, open_quotes, totals=(book.open_outflow, book.open_inflow)
+        )
         breaches = check_mismatch(self.limits, found)
         for asset, gap in found.items():
             if gap and abs(gap) > self.limits.max_mismatch.get(asset, 0):

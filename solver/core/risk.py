@@ -23,15 +23,31 @@ from solver.core.inventory import Reservation
 GLOBAL = "*"
 
 
-def mismatches(
-    expected: Mapping[str, int], actual: Mapping[str, int], open_quotes: Iterable[Reservation]
-) -> dict[str, int]:
-    """Per asset, how far ``actual`` lies outside what open quotes can explain (0 = fine)."""
+def open_flow_totals(open_quotes: Iterable[Reservation]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per asset, the outflows and inflows the open quotes could still cause."""
     outflow: dict[str, int] = {}
     inflow: dict[str, int] = {}
     for quote in open_quotes:
         outflow[quote.asset_out] = outflow.get(quote.asset_out, 0) + quote.amount_out
         inflow[quote.asset_in] = inflow.get(quote.asset_in, 0) + quote.amount_in
+    return outflow, inflow
+
+
+def mismatches(
+    expected: Mapping[str, int], actual: Mapping[str, int], open_quotes: Iterable[Reservation]
+) -> dict[str, int]:
+    """Per asset, how far ``actual`` lies outside what open quotes can explain (0 = fine)."""
+    outflow, inflow = open_flow_totals(open_quotes)
+    return mismatches_from_totals(expected, actual, outflow, inflow)
+
+
+def mismatches_from_totals(
+    expected: Mapping[str, int],
+    actual: Mapping[str, int],
+    outflow: Mapping[str, int],
+    inflow: Mapping[str, int],
+) -> dict[str, int]:
+    """:func:`mismatches` from per-asset totals (kept incrementally by the quote book)."""
     result: dict[str, int] = {}
     for asset, value in actual.items():
         base = expected.get(asset)
@@ -105,13 +121,25 @@ class Reconciler:
             self.expected[asset_in] = self.expected.get(asset_in, 0) + amount_in
 
     def on_snapshot(
-        self, actual: Mapping[str, int], open_quotes: Iterable[Reservation]
+        self,
+        actual: Mapping[str, int],
+        open_quotes: Iterable[Reservation] = (),
+        *,
+        totals: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
     ) -> dict[str, int]:
+        """``totals``: (outflow, inflow) per asset, added to ``open_quotes``'s own, so the
+        caller need not list every open quote (the quote book keeps them incrementally)."""
         if self.expected is None:
             self.expected = dict(actual)
             self.last = {asset: 0 for asset in actual}
             return dict(self.last)
-        found = mismatches(self.expected, actual, open_quotes)
+        outflow, inflow = open_flow_totals(open_quotes)
+        if totals is not None:
+            for asset, amount in totals[0].items():
+                outflow[asset] = outflow.get(asset, 0) + amount
+            for asset, amount in totals[1].items():
+                inflow[asset] = inflow.get(asset, 0) + amount
+        found = mismatches_from_totals(self.expected, actual, outflow, inflow)
         for asset, gap in found.items():
             if gap:
                 self.expected[asset] += gap

@@ -86,12 +86,28 @@ class QuoteBook:
     quotes: dict[str, TrackedQuote] = field(default_factory=dict)
     by_hash: dict[str, str] = field(default_factory=dict)
     terminal_counts: dict[QuoteState, int] = field(default_factory=dict)
+    # What the open quotes could still move, per asset, kept as quotes enter and leave: the
+    # reconciliation needs these totals at every snapshot, without walking the whole book.
+    open_outflow: dict[str, int] = field(default_factory=dict)
+    open_inflow: dict[str, int] = field(default_factory=dict)
+
+    def _account(self, quote: TrackedQuote, sign: int) -> None:
+        out, into = quote.asset_out, quote.asset_in
+        self.open_outflow[out] = self.open_outflow.get(out, 0) + sign * (
+            quote.amount_out + quote.fee
+        )
+        self.open_inflow[into] = self.open_inflow.get(into, 0) + sign * quote.amount_in
+        if not self.open_outflow[out]:
+            del self.open_outflow[out]
+        if not self.open_inflow[into]:
+            del self.open_inflow[into]
 
     def add(self, quote: TrackedQuote) -> None:
         if quote.quote_id in self.quotes:
             raise IllegalTransition(f"quote {quote.quote_id} is already tracked")
         self.quotes[quote.quote_id] = quote
         self.by_hash[quote.quote_hash] = quote.quote_id
+        self._account(quote, +1)
 
     def get(self, quote_id: str) -> TrackedQuote | None:
         return self.quotes.get(quote_id)
@@ -123,6 +139,7 @@ class QuoteBook:
         if new in TERMINAL:
             del self.quotes[quote_id]
             self.by_hash.pop(quote.quote_hash, None)
+            self._account(quote, -1)
             self.terminal_counts[new] = self.terminal_counts.get(new, 0) + 1
         return Transition(
             quote_id, quote.quote_hash, old, new, at, reason, quote.intent_hash, quote.tx_hash

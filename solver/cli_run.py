@@ -11,6 +11,7 @@ from solver.config import load_bot_config
 from solver.errors import ConfigError
 from solver.logsetup import setup_logging
 from solver.protocol.keys import load_secret_key
+from solver.runtime import run_service
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,7 +64,7 @@ def run_bot(args: argparse.Namespace) -> int:
         app = SolverApp(config, key, shadow=args.shadow)
         await app.run(stop, shutdown_wait_s=args.shutdown_wait)
 
-    asyncio.run(main())
+    run_service(main())
     return 0
 
 
@@ -72,4 +73,4 @@ def run_demo(args: argparse.Namespace) -> int:
 
     if args.seconds <= 0:
         raise ConfigError("--seconds must be positive")
-    return asyncio.run(demo(args.config, args.bot_config, args.seconds, plain=args.plain))
+    return run_service(demo(args.config, args.bot_config, args.seconds, plain=args.plain))

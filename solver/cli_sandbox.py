@@ -16,6 +16,7 @@ import sys
 import orjson
 
 from solver.cli import print_json
+from solver.runtime import run_service
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,7 +56,7 @@ def run_sandbox(args: argparse.Namespace) -> int:
         from solver.errors import ConfigError
 
         raise ConfigError("--port must be between 0 and 65530")
-    asyncio.run(_serve(config, args))
+    run_service(_serve(config, args))
     return 0
 
 

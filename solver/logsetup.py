@@ -45,5 +45,8 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "websockets", "apscheduler", "uvicorn.access"):
+    for noisy in ("httpx", "httpcore", "websockets", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # "skipped: maximum number of running instances" fires every period a job overruns; the
+    # overrun itself is visible in the job's own metrics and logs.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)

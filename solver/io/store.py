@@ -213,7 +213,7 @@ class Store:
         # Everything that can raise outside SQLite is computed before BEGIN.
         nonce = quote.nonce
         created = ts(quote.created_at)
-        account = orjson.loads(signed.message).get("signer_id", "")
+        account = signed.signer_id or orjson.loads(signed.message).get("signer_id", "")
         row = (quote.quote_id, quote.quote_hash, created, ts(quote.deadline), quote.asset_in,
                quote.asset_out, str(quote.amount_in), str(quote.amount_out), str(quote.fee),
                nonce, orjson.dumps(signed.signed_data).decode(), quote.state.value,

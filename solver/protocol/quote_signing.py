@@ -58,6 +58,7 @@ class SignedQuote:
     quote_hash: str
     nonce: bytes
     message: str
+    signer_id: str = ""
 
 
 class QuoteSigner:
@@ -98,7 +99,7 @@ class QuoteSigner:
             "public_key": self.public_key,
             "signature": "ed25519:" + b58encode(self._key.sign(digest)),
         }
-        return SignedQuote(signed, b58encode(digest), nonce, message)
+        return SignedQuote(signed, b58encode(digest), nonce, message, self.signer_id)
 
     def __repr__(self) -> str:
         return f"QuoteSigner(signer_id={self.signer_id!r}, public_key={self.public_key!r})"

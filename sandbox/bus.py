@@ -345,7 +345,7 @@ class MessageBus:
             )
         signed_dict = signed.model_dump(mode="json", exclude_none=True)
         try:
-            self.chain.ledger.simulate_intents([signed_dict], now)
+            self.chain.ledger.simulate_intents([verified], now)  # verified above: not again
         except LedgerError as exc:
             raise BusRpcError(wire.INVALID_PARAMS, f"simulation failed: {exc.text}") from None
         quote_hash = b58encode(verified.intent_hash)

@@ -52,6 +52,9 @@ from solver.protocol.nonce import datetime_to_ns, parse_nonce
 from solver.protocol.signing import VerifiedItem, parse_signed, verify_signed
 
 SignedItem = Nep413Signed | RawEd25519Signed | Erc191Signed
+# A VerifiedItem is an item whose signature and JSON the caller has already checked with
+# verify_signed (the bus does when an answer arrives): its checks are not run twice.
+LedgerItem = SignedItem | dict[str, Any] | VerifiedItem
 EVENT_STANDARD = "dip4"
 EVENT_VERSION = "0.3.0"
 DEFAULT_WRAPPED_NATIVE = "nep141:wrap.near"
@@ -260,7 +263,7 @@ class VerifierLedger:
     # ------------------------------------------------------------------ execution
 
     def execute_intents(
-        self, signed: Sequence[SignedItem | dict[str, Any]], now: datetime
+        self, signed: Sequence[LedgerItem], now: datetime
     ) -> ExecutionResult:
         """Execute a batch all-or-nothing; raise :class:`LedgerError` with the verifier's text."""
         journal = _Journal()
@@ -278,7 +281,7 @@ class VerifierLedger:
         return result
 
     def simulate_intents(
-        self, signed: Sequence[SignedItem | dict[str, Any]], now: datetime
+        self, signed: Sequence[LedgerItem], now: datetime
     ) -> dict[str, Any]:
         """Dry-run: same checks, no state change; the output shape of protocol-notes 4.
 
@@ -307,7 +310,7 @@ class VerifierLedger:
         return out
 
     def _run(
-        self, signed: Sequence[SignedItem | dict[str, Any]], now: datetime, journal: _Journal
+        self, signed: Sequence[LedgerItem], now: datetime, journal: _Journal
     ) -> ExecutionResult:
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
@@ -342,7 +345,9 @@ class VerifierLedger:
         unmatched = {token: total for token, total in sums.items() if total != 0}
         return ExecutionResult(executed, logs, min_deadline, unmatched)
 
-    def _verify(self, raw_item: SignedItem | dict[str, Any], index: int) -> VerifiedItem:
+    def _verify(self, raw_item: LedgerItem, index: int) -> VerifiedItem:
+        if isinstance(raw_item, VerifiedItem):
+            return raw_item
         try:
             item = raw_item if isinstance(raw_item, BaseModel) else parse_signed(raw_item)
             return verify_signed(item)

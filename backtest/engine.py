@@ -32,12 +32,13 @@ open quotes and the markout horizon, measurements are fixed-size (:mod:`backtest
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from backtest.events import (
     CompetitorEvent,
@@ -54,6 +55,7 @@ from backtest.tracker import HORIZONS_S, FillRecord, Tracker
 from solver.app import build_routes, pipeline_settings
 from solver.config import BotConfig
 from solver.core.inventory import Inventory
+from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, QuotePipeline, Skip
 from solver.core.risk import GLOBAL
 from solver.core.state import MarketState
@@ -62,8 +64,13 @@ from solver.protocol.quote_signing import SignedQuote
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
-_RESOLVE, _EXPIRE, _MARKOUT = 0, 1, 2
+_END_OF_TIME = 2**63
+_EXPIRE, _MARKOUT = 1, 2
 PROGRESS_EVERY = 8192
+REC_REQUEST, REC_PRICE, REC_COMPETITOR, REC_STATUS = 0, 1, 2, 3
+"""Kinds of compact records (:meth:`Replay.run_records`)."""
+Record = tuple[Any, ...]
+_T = TypeVar("_T")
 
 
 def micros(moment: datetime) -> int:
@@ -140,7 +147,11 @@ class Replay:
             if source.kind == "static":
                 self.static.update(source.prices)
         self._heap: list[tuple[int, int, int, Any]] = []
+        # Resolutions are due a constant delay after their request, so they come due in the
+        # order they were scheduled: a FIFO, merged with the heap by (time, sequence).
+        self._resolves: deque[tuple[int, int, _Pending]] = deque()
         self._seq = 0
+        self._fixed_latency = settings.latency.ms if settings.latency.kind == "fixed" else None
         self._clock_us = -(2**62)
         self.competitors = CompetitorBook(
             (int(self.wait_ms) + settings.settlement_delay_ms + 60_000) * 1000
@@ -158,13 +169,83 @@ class Replay:
 
     def run(self, events: Iterable[StreamEvent], header: Header) -> ReplayResult:
         """Replay ``events`` (in time order) and return what was measured. Once per Replay."""
+        self._begin(header)
+        it = iter(events)
+        buffered, first_prices = self._lookahead(it, _event_price)
+        start_at = buffered[0].ts if buffered else header.created
+        start = self._setup(start_at, first_prices)
+        count = 0
+        heap, resolves, handlers = self._heap, self._resolves, self._handlers
+        progress = self.progress
+        last_ts: datetime | None = None
+        t_us = clock = self._clock_us
+        for event in _chain(buffered, it):
+            ts = event.ts
+            if ts is not last_ts:  # a competitor often shares its request's ts object
+                last_ts, t_us = ts, micros(ts)
+            if t_us < clock:
+                self.tracker.events["out_of_order"] += 1
+                t_us = clock
+            self._clock_us = clock = t_us
+            if (resolves and resolves[0][0] <= t_us) or (heap and heap[0][0] <= t_us):
+                self._run_due(t_us)
+            handlers[type(event)](event, t_us)
+            count += 1
+            if progress is not None and count % PROGRESS_EVERY == 0:
+                progress(self._progress(count))
+        return self._finish(count, start_at, start)
+
+    def run_records(self, batches: Iterable[Sequence[Record]], header: Header) -> ReplayResult:
+        """:meth:`run` on compact records (:mod:`backtest.prefetch`: a stream parsed in another
+        process), in batches; the same decisions and results as :meth:`run` on the events the
+        records were made from. Once per Replay.
+
+        A record is ``(kind, t_us, ...)`` with ``t_us`` the event time in µs since the epoch:
+        ``(REC_REQUEST, t_us, quote_id, asset_in, asset_out, exact_in, amount, min_deadline_ms,
+        partner_id)``, ``(REC_PRICE, t_us, asset, usd)``, ``(REC_COMPETITOR, t_us, quote_id,
+        best_amount)``, ``(REC_STATUS, t_us)``.
+        """
+        self._begin(header)
+        it = itertools.chain.from_iterable(batches)
+        buffered, first_prices = self._lookahead(it, _record_price)
+        start_at = _at(buffered[0][1]) if buffered else header.created
+        start = self._setup(start_at, first_prices)
+        count = 0
+        heap, resolves = self._heap, self._resolves
+        progress = self.progress
+        events = self.tracker.events
+        on_request, on_price, on_competitor = self._request, self._price, self._competitor
+        clock = self._clock_us
+        for record in _chain(buffered, it):
+            t_us = record[1]
+            if t_us < clock:
+                events["out_of_order"] += 1
+                t_us = clock
+            self._clock_us = clock = t_us
+            if (resolves and resolves[0][0] <= t_us) or (heap and heap[0][0] <= t_us):
+                self._run_due(t_us)
+            kind = record[0]
+            if kind == REC_REQUEST:
+                on_request(QuoteRequest(*record[2:]), _at(record[1]), t_us)
+            elif kind == REC_COMPETITOR:
+                on_competitor(record[2], record[3], t_us)
+            elif kind == REC_PRICE:
+                on_price(record[2], record[3], _at(record[1]), t_us)
+            else:
+                events["status"] += 1
+            count += 1
+            if progress is not None and count % PROGRESS_EVERY == 0:
+                progress(self._progress(count))
+        return self._finish(count, start_at, start)
+
+    def _begin(self, header: Header) -> None:
         if self._started:
             raise RuntimeError("a Replay runs once: make a new one for another run")
         self._started = True
         self._check_header(header)
-        it = iter(events)
-        buffered, first_prices = self._lookahead(it)
-        start_at = buffered[0].ts if buffered else header.created
+
+    def _setup(self, start_at: datetime, first_prices: dict[str, float]) -> dict[str, int]:
+        """Fund the ledger, take the first snapshot and prices; the starting balances."""
         start = self._starting_balances(first_prices)
         self.settler.fund(start, self.tokens)
         self.state.fee_pips = self.settler.fee_pips
@@ -173,25 +254,13 @@ class Replay:
         for asset, usd in self.static.items():
             self.state.set_price(asset, usd, start_at)
         self.tracker.start(start, {**self.static, **first_prices}, micros(start_at) / 1e6)
-        count = 0
-        for event in _chain(buffered, it):
-            t_us = micros(event.ts)
-            if t_us < self._clock_us:
-                self.tracker.events["out_of_order"] += 1
-                t_us = self._clock_us
-            self._clock_us = t_us
-            heap = self._heap
-            while heap and heap[0][0] <= t_us:
-                self._run_scheduled(*heapq.heappop(heap))
-            self._handlers[type(event)](event, t_us)
-            count += 1
-            if self.progress is not None and count % PROGRESS_EVERY == 0:
-                self.progress(self._progress(count))
+        return start
+
+    def _finish(self, count: int, start_at: datetime, start: dict[str, int]) -> ReplayResult:
         self.tracker.first_ts = start_at if count else None
         self.tracker.last_ts = EPOCH + timedelta(microseconds=self._clock_us) if count else None
-        while self._heap:  # the stream ended: settle and expire what is pending
-            self._run_scheduled(*heapq.heappop(self._heap))
-        self.tracker.finish()
+        self._run_due(None)  # the stream ended: settle and expire what is pending
+        self.tracker.finish(self._clock_us / 1e6 if count else None)
         if self.progress is not None:
             self.progress(self._progress(count))
         return ReplayResult(
@@ -214,28 +283,32 @@ class Replay:
                     f"{asset}: the stream says {info.decimals} decimals, the config {ours}"
                 )
 
-    def _lookahead(self, it: Iterator[StreamEvent]) -> tuple[deque[StreamEvent], dict[str, float]]:
+    def _lookahead(
+        self, it: Iterator[_T], price_of: Callable[[_T], tuple[str, str] | None]
+    ) -> tuple[deque[_T], dict[str, float]]:
         """Read ahead until every token that may be held has a price: the traded ones (for
-        their default balance, and to mark PnL from the start) and those given a balance."""
+        their default balance, and to mark PnL from the start) and those given a balance.
+        ``price_of`` gives an item's ``(asset, usd)`` if it is a price."""
         need = {a for pair in self.routes for a in pair}
         need |= {a for a, amount in self.settings.balances.items() if amount}
         need -= set(self.static)
-        buffered: deque[StreamEvent] = deque()
+        buffered: deque[_T] = deque()
         first: dict[str, float] = {}
         while need and len(buffered) < self.settings.lookahead_events:
-            event = next(it, None)
-            if event is None:
+            item = next(it, None)
+            if item is None:
                 break
-            buffered.append(event)
-            if isinstance(event, PriceEvent) and event.asset not in first:
-                usd = float(event.usd)
+            buffered.append(item)
+            price = price_of(item)
+            if price is not None and price[0] not in first:
+                usd = float(price[1])
                 if usd > 0:
-                    first[event.asset] = usd
-                    need.discard(event.asset)
+                    first[price[0]] = usd
+                    need.discard(price[0])
         if not buffered:
-            event = next(it, None)
-            if event is not None:
-                buffered.append(event)
+            item = next(it, None)
+            if item is not None:
+                buffered.append(item)
         return buffered, first
 
     def _starting_balances(self, first_prices: dict[str, float]) -> dict[str, int]:
@@ -258,10 +331,32 @@ class Replay:
         self._seq += 1
         heapq.heappush(self._heap, (at_us, self._seq, kind, payload))
 
+    def _run_due(self, t_us: int | None) -> None:
+        """Run the scheduled work due at or before ``t_us`` (None: all of it) in (time,
+        sequence) order: the resolution FIFO and the heap merged."""
+        heap, resolves = self._heap, self._resolves
+        heappop = heapq.heappop
+        release = self.inventory.release
+        limit = _END_OF_TIME if t_us is None else t_us
+        while True:
+            if resolves and resolves[0][0] <= limit:
+                if heap and heap[0][0] <= limit and heap[0][:2] < resolves[0][:2]:
+                    item = heappop(heap)
+                else:
+                    at_us, _seq, pending = resolves.popleft()
+                    self._resolve(pending, at_us)
+                    continue
+            elif heap and heap[0][0] <= limit:
+                item = heappop(heap)
+            else:
+                return
+            if item[2] == _EXPIRE:
+                release(item[3])
+            else:
+                self._run_scheduled(*item)
+
     def _run_scheduled(self, at_us: int, _seq: int, kind: int, payload: Any) -> None:
-        if kind == _RESOLVE:
-            self._resolve(payload, at_us)
-        elif kind == _EXPIRE:
+        if kind == _EXPIRE:
             self.inventory.release(payload)
         else:
             record, horizon = payload
@@ -273,54 +368,69 @@ class Replay:
     # ------------------------------------------------------------------ events
 
     def _on_request(self, event: RequestEvent, t_us: int) -> None:
+        self._request(event.request, event.ts, t_us)
+
+    def _on_price(self, event: PriceEvent, t_us: int) -> None:
+        self._price(event.asset, event.usd, event.ts, t_us)
+
+    def _on_competitor(self, event: CompetitorEvent, t_us: int) -> None:
+        self._competitor(event.quote_id, event.best_amount, t_us)
+
+    def _on_status(self, event: StatusEvent, t_us: int) -> None:
+        self.tracker.events["status"] += 1  # the recorder's own quotes: nothing to replay
+
+    def _request(self, request: QuoteRequest, ts: datetime, t_us: int) -> None:
         tracker = self.tracker
         tracker.requests += 1
-        request = event.request
-        latency = self.latency.sample()
-        now = event.ts + timedelta(milliseconds=latency) if latency else event.ts
+        latency = self._fixed_latency
+        if latency is None:
+            latency = self.latency.sample()
+        now = ts + timedelta(milliseconds=latency) if latency else ts
         self.inventory.confirmed_at = now  # the ledger is the snapshot: always fresh
         self.state.salt_at = now
         if self.static:
             for asset, usd in self.static.items():
                 self.state.set_price(asset, usd, now)
         outcome = self.pipeline.decide(request, now)
-        if isinstance(outcome, Skip):
+        if type(outcome) is Skip:
             tracker.skips[outcome.reason] += 1
             return
+        outcome = cast(Quote, outcome)
         tracker.quoted += 1
         signed = self.settler.sign(outcome) if self.settler.signing else None
         prices = self.state.prices
-        p_in, p_out = prices[request.asset_in].usd, prices[request.asset_out].usd
-        s_in, s_out = tracker.scale[request.asset_in], tracker.scale[request.asset_out]
+        scale = tracker.scale
+        asset_in, asset_out = request.asset_in, request.asset_out
+        v_in = prices[asset_in].usd / scale[asset_in]
+        v_out = prices[asset_out].usd / scale[asset_out]
+        amount_in = outcome.amount_in
         pending = _Pending(
             outcome,
             signed,
-            event.ts,
-            edge_bps(outcome.amount_in, p_in / s_in, outcome.amount_out, p_out / s_out),
-            outcome.amount_in * p_in / s_in,
+            ts,
+            edge_bps(amount_in, v_in, outcome.amount_out, v_out),
+            amount_in * v_in,
         )
         if latency > self.wait_ms:
             self._lose(pending, LOST_LATE, t_us)
         else:
-            self._push(t_us + self.delay_us, _RESOLVE, pending)
+            self._seq += 1
+            self._resolves.append((t_us + self.delay_us, self._seq, pending))
 
-    def _on_price(self, event: PriceEvent, t_us: int) -> None:
+    def _price(self, asset: str, usd_text: str, ts: datetime, t_us: int) -> None:
         self.tracker.events["price"] += 1
-        usd = float(event.usd)
+        usd = float(usd_text)
         if not usd > 0:
             self.tracker.events["bad_price"] += 1
             return
-        self.static.pop(event.asset, None)
-        self.state.set_price(event.asset, usd, event.ts)
-        self.tracker.on_price(event.asset, usd, t_us / 1e6)
-        self._check_kill(event.ts)
+        self.static.pop(asset, None)
+        self.state.set_price(asset, usd, ts)
+        self.tracker.on_price(asset, usd, t_us / 1e6)
+        self._check_kill(ts)
 
-    def _on_competitor(self, event: CompetitorEvent, t_us: int) -> None:
+    def _competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
         self.tracker.events["competitor"] += 1
-        self.competitors.add(event.quote_id, event.best_amount, t_us)
-
-    def _on_status(self, event: StatusEvent, t_us: int) -> None:
-        self.tracker.events["status"] += 1  # the recorder's own quotes: nothing to replay
+        self.competitors.add(quote_id, best_amount, t_us)
 
     # ------------------------------------------------------------------ outcomes
 
@@ -336,14 +446,17 @@ class Replay:
             self._settle(pending, at_us)
 
     def _lose(self, pending: _Pending, reason: str, at_us: int) -> None:
-        self.tracker.lost[reason] += 1
-        self.tracker.on_resolved(pending.edge_bps, pending.notional_usd, won=False)
-        quote_id = pending.quote.request.quote_id
-        deadline_us = micros(pending.quote.deadline)
+        tracker = self.tracker
+        tracker.lost[reason] += 1
+        tracker.on_resolved(pending.edge_bps, pending.notional_usd, False)
+        quote = pending.quote
+        quote_id = quote.request.quote_id
+        deadline_us = (quote.deadline - EPOCH) // _US
         if deadline_us < at_us:
             self.inventory.release(quote_id)
         else:  # live: released once the deadline passed with the nonce unused
-            self._push(deadline_us + 1, _EXPIRE, quote_id)
+            self._seq += 1
+            heapq.heappush(self._heap, (deadline_us + 1, self._seq, _EXPIRE, quote_id))
 
     def _settle(self, pending: _Pending, at_us: int) -> None:
         quote = pending.quote
@@ -396,12 +509,24 @@ class Replay:
             self.halted = {"at": at.isoformat(timespec="microseconds"), "reason": reason}
 
 
+def _event_price(event: StreamEvent) -> tuple[str, str] | None:
+    return (event.asset, event.usd) if type(event) is PriceEvent else None
+
+
+def _record_price(record: Record) -> tuple[str, str] | None:
+    return (record[2], record[3]) if record[0] == REC_PRICE else None
+
+
+def _at(t_us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=t_us)
+
+
 def _no_time() -> float:
     """The pipeline's strategy timer in replay: wall-clock budgets are not enforced."""
     return 0.0
 
 
-def _chain(buffered: deque[StreamEvent], rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+def _chain(buffered: deque[_T], rest: Iterator[_T]) -> Iterator[_T]:
     while buffered:
         yield buffered.popleft()
     yield from rest

@@ -7,7 +7,9 @@ strings, and nothing in them depends on the wall clock or the machine. Wall-cloc
 
 ``summary.json`` keys: ``requests``, ``quoted``, ``won``, ``win_rate`` (won / quoted), ``lost``
 and ``skips`` and ``settle_failed`` (counts by reason), ``volume_usd``, ``pnl_usd`` (marked to
-market), ``realized_pnl_usd``, ``max_drawdown_usd``, ``fees_paid_usd``, ``start_equity_usd``,
+market), ``realized_pnl_usd``, ``max_drawdown_usd``, ``inventory_risk_usd`` and
+``max_inventory_risk_usd`` (how far inventory moved from the start, in USD: time-weighted mean
+and peak, see :mod:`backtest.tracker`), ``fees_paid_usd``, ``start_equity_usd``,
 ``end_equity_usd``, ``start_inventory`` and ``final_inventory`` (per asset, smallest units as
 strings), ``markouts_usd`` (per horizon ``1s`` / ``10s`` / ``60s``: ``mean``, ``total``, ``n``),
 ``events`` (counts by kind), ``open_at_end``, ``halted`` (kill switch: when and why, or null),
@@ -118,6 +120,8 @@ def summary(result: ReplayResult, *, fill_model: str, seed: int) -> dict[str, An
         "pnl_usd": usd(t.pnl),
         "realized_pnl_usd": usd(t.realized),
         "max_drawdown_usd": usd(t.max_drawdown),
+        "inventory_risk_usd": usd(t.inventory_risk()),
+        "max_inventory_risk_usd": usd(t.max_exposure),
         "fees_paid_usd": usd(t.fees),
         "start_equity_usd": usd(t.start_equity),
         "end_equity_usd": usd(t.equity),

@@ -212,7 +212,11 @@ class Tracker:
     # ------------------------------------------------------------------ quotes
 
     def on_resolved(self, edge_bps: float, notional_usd: float, won: bool) -> None:
-        bin_ = round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge_bps)))
+        # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge_bps))), NaN to -EDGE_CLAMP_BPS
+        if -EDGE_CLAMP_BPS <= edge_bps <= EDGE_CLAMP_BPS:
+            bin_ = round(edge_bps)
+        else:
+            bin_ = EDGE_CLAMP_BPS if edge_bps > EDGE_CLAMP_BPS else -EDGE_CLAMP_BPS
         counts = self.edge_bins.get(bin_)
         if counts is None:
             counts = self.edge_bins[bin_] = [0, 0]

@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import quote_path, sandbox_load
+from benchmarks import quote_path, replay, sandbox_load
 from benchmarks.common import RESULTS_DIR, Progress, wait_for_quiet
 
-NAMES = ("quote_path", "sandbox_load")
+NAMES = ("quote_path", "sandbox_load", "replay")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -98,6 +98,11 @@ async def main_async(args: argparse.Namespace) -> int:
                     quiet=quiet,
                 )
                 result = await quote_path.run(args.results, options)
+            elif name == "replay":
+                result = await replay.run(
+                    args.results, quick=args.quick, command=command, quiet=quiet,
+                    profile=args.profile,
+                )  # fmt: skip
             else:
                 result = await sandbox_load.run(
                     args.results,

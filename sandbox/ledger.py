@@ -262,9 +262,7 @@ class VerifierLedger:
 
     # ------------------------------------------------------------------ execution
 
-    def execute_intents(
-        self, signed: Sequence[LedgerItem], now: datetime
-    ) -> ExecutionResult:
+    def execute_intents(self, signed: Sequence[LedgerItem], now: datetime) -> ExecutionResult:
         """Execute a batch all-or-nothing; raise :class:`LedgerError` with the verifier's text."""
         journal = _Journal()
         try:
@@ -280,9 +278,7 @@ class VerifierLedger:
         self.events.extend(result.logs)
         return result
 
-    def simulate_intents(
-        self, signed: Sequence[LedgerItem], now: datetime
-    ) -> dict[str, Any]:
+    def simulate_intents(self, signed: Sequence[LedgerItem], now: datetime) -> dict[str, Any]:
         """Dry-run: same checks, no state change; the output shape of protocol-notes 4.
 
         An unbalanced batch is not an error here: it is reported as ``invariant_violated``

@@ -215,7 +215,13 @@ class _ProgressBar:
             self._progress.stop()
 
 
-BACKTEST_COMMANDS: tuple[Callable[[Group], None], ...] = (_register_synth,)
+def _register_sweep(group: Group) -> None:
+    from solver.cli_backtest_sweep import register_sweep  # imports this module: not at the top
+
+    register_sweep(group)
+
+
+BACKTEST_COMMANDS: tuple[Callable[[Group], None], ...] = (_register_synth, _register_sweep)
 """Functions that each add one ``solver backtest`` subcommand (via :func:`add_backtest_command`).
 Add ``run``, ``calibrate``, ``sweep`` here."""
 

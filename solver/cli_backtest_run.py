@@ -75,6 +75,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument(
         "--strict", action="store_true", help="stop at the first malformed stream line"
     )
+    run.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="read and parse the stream in a second process (faster with a free core; "
+        "the same results)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=cmd_run)
 
@@ -146,6 +152,7 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from backtest.engine import Replay
+    from backtest.prefetch import PrefetchReader
     from backtest.report import FillsCsv, summary, write_json, write_report
     from backtest.settings import load_settings
     from backtest.stream import read_stream
@@ -158,7 +165,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         sign=True if args.sign else None,
     )
     out = Path(args.out)
-    reader = read_stream(args.stream, strict=args.strict)  # a bad stream fails before any output
+    # A bad stream fails before any output.
+    reader: Any = (
+        PrefetchReader(args.stream, strict=args.strict)
+        if args.prefetch
+        else read_stream(args.stream, strict=args.strict)
+    )
     with reader:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +181,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             sink = FillsCsv(fills_file)
             replay = Replay(config, settings, on_fill=sink, progress=progress)
             started_cpu, started = time.process_time(), time.perf_counter()
-            result = replay.run(reader, reader.header)
+            if args.prefetch:
+                result = replay.run_records(reader, reader.header)
+            else:
+                result = replay.run(reader, reader.header)
             elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     stats = reader.stats
     figures = summary(result, fill_model=settings.fill.model, seed=settings.seed)
@@ -188,6 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "requests_per_s": round(tracker.requests / elapsed, 1) if elapsed > 0 else None,
             "events_per_s": round(stats.total_events / elapsed, 1) if elapsed > 0 else None,
             "signing": settings.sign,
+            "prefetch": bool(args.prefetch),
             "python": platform.python_version(),
             "machine": platform.machine(),
         },

@@ -28,10 +28,9 @@ from solver.core.market import MarketView, QuoteRequest
 from strategies.base import Strategy, StrategyConfig
 from strategies.pricing import (
     BPS,
+    PIPS,
     as_quote,
-    ceil_int,
     gross_outflow,
-    max_out_for_budget,
     request_ok,
 )
 
@@ -62,15 +61,20 @@ class AmmStrategy(Strategy):
         y = market.free(request.asset_out)
         if x <= 0 or y <= 0:
             return None
-        keep = self._keep()
+        # keep = 1 - m as an integer ratio: the same exact rationals as the formulas above,
+        # without a Fraction (and its gcd) per operation; identical results.
+        mn, md = self.config.margin_bps.as_integer_ratio()
+        keep_n, keep_d = BPS * md - mn, BPS * md
+        fee_pips = market.fee_pips
         if request.exact_in:
-            effective = request.amount * keep
-            budget = y * effective / (x + effective)
-            return as_quote(max_out_for_budget(budget, market.fee_pips))
-        gross = gross_outflow(request.amount, market.fee_pips)
+            a = request.amount * keep_n  # effective input, times keep_d
+            whole = (y * a) // (x * keep_d + a)  # floor(y * eff / (x + eff))
+            return as_quote((whole * PIPS) // (PIPS + max(fee_pips, 0)) if whole > 0 else 0)
+        gross = gross_outflow(request.amount, fee_pips)
         if gross >= y:
             return None
-        return as_quote(ceil_int(Fraction(x * gross) / ((y - gross) * keep)))
+        # ceil(x * g / ((y - g) * keep))
+        return as_quote(-((-x * gross * keep_d) // ((y - gross) * keep_n)))
 
     def reference_amount(self, request: QuoteRequest, market: MarketView) -> Fraction | None:
         x = market.free(request.asset_in)

@@ -28,6 +28,7 @@ __all__ = [
     "U128_MAX",
     "as_quote",
     "ceil_int",
+    "conversion_rate",
     "convert",
     "fee_on",
     "floor_int",
@@ -157,3 +158,41 @@ def convert(
     numerator = amount * p_from.numerator * p_to.denominator * scale(d_to)
     denominator = p_from.denominator * p_to.numerator * scale(d_from)
     return Fraction(numerator, denominator)
+
+
+def conversion_rate(
+    market: MarketView, from_asset: str, to_asset: str, max_age_s: float | None
+) -> tuple[int, int] | None:
+    """:func:`convert`'s rate as an integer ``(numerator, denominator)``, not reduced:
+    ``amount`` of ``from_asset`` is worth ``amount * numerator / denominator`` smallest units of
+    ``to_asset``, exactly. The same checks (and calls on ``market``, in the same order) as
+    :func:`convert`, without a Fraction: for hot paths that finish with one floor or ceiling.
+    """
+    ref_from = market.price(from_asset)
+    ref_to = market.price(to_asset)
+    if ref_from is None or ref_to is None:
+        return None
+    usd_from, usd_to = ref_from.usd, ref_to.usd
+    if not (math.isfinite(usd_from) and usd_from > 0 and math.isfinite(usd_to) and usd_to > 0):
+        return None
+    if max_age_s is not None:
+        now = market.now
+        if ref_from.age_s(now) > max_age_s or ref_to.age_s(now) > max_age_s:
+            return None
+    d_from = token_decimals(market, from_asset)
+    d_to = token_decimals(market, to_asset)
+    if d_from is None or d_to is None:
+        return None
+    from_n, from_d = usd_from.as_integer_ratio()
+    to_n, to_d = usd_to.as_integer_ratio()
+    return from_n * to_d * _scale(d_to), from_d * to_n * _scale(d_from)
+
+
+def _scale(decimals: int) -> int:
+    cached = _SCALES.get(decimals)
+    if cached is None:
+        cached = _SCALES[decimals] = int(10**decimals)
+    return cached
+
+
+_SCALES: dict[int, int] = {}

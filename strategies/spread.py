@@ -28,8 +28,10 @@ from solver.core.market import MarketView, QuoteRequest
 from strategies.base import Strategy, StrategyConfig
 from strategies.pricing import (
     BPS,
+    PIPS,
     as_quote,
     ceil_int,
+    conversion_rate,
     convert,
     fresh_price,
     gross_outflow,
@@ -83,6 +85,38 @@ class SpreadStrategy(Strategy):
     def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
         if not request_ok(request):
             return None
+        cfg = self.config
+        if cfg.widen_bps_per_1k_usd > 0 or not cfg.spread_bps <= cfg.max_spread_bps:
+            return self._quote_widening(request, market)
+        # A constant spread: the same exact rationals as :meth:`_quote_widening`, as one
+        # integer numerator and denominator each (no Fraction, no gcd): identical results.
+        sn, sd = cfg.spread_bps.as_integer_ratio()
+        keep_n, keep_d = BPS * sd - sn, BPS * sd  # keep = 1 - spread / BPS, > 0
+        free_out = market.free(request.asset_out)
+        age = cfg.max_price_age_s
+        fee_pips = market.fee_pips
+        if request.exact_in:
+            rate = conversion_rate(market, request.asset_in, request.asset_out, age)
+            if rate is None:
+                return None
+            num, den = rate
+            whole = (request.amount * num * keep_n) // (den * keep_d)  # floor(fair * keep)
+            out = (whole * PIPS) // (PIPS + max(fee_pips, 0)) if whole > 0 else 0
+            if gross_outflow(out, fee_pips) > free_out:
+                return None
+            return as_quote(out)
+        gross = gross_outflow(request.amount, fee_pips)
+        if gross > free_out:
+            return None
+        rate = conversion_rate(market, request.asset_out, request.asset_in, age)
+        if rate is None:
+            return None
+        num, den = rate
+        # ceil(fair_in / keep)
+        return as_quote(-((-gross * num * keep_d) // (den * keep_n)))
+
+    def _quote_widening(self, request: QuoteRequest, market: MarketView) -> int | None:
+        """The general path, in Fractions (a spread that widens with size)."""
         spread = self.spread_bps(request, market)
         if spread is None:
             return None

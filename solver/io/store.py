@@ -76,6 +76,8 @@ from solver.io.store_schema import (
 )
 from solver.protocol.quote_signing import SignedQuote
 
+DELETE_NONCE = "DELETE FROM nonces WHERE account = ? AND nonce = ?"
+
 __all__ = [
     "SCHEMA_VERSION",
     "Alert",
@@ -221,20 +223,18 @@ class Store:
                request.partner_id)  # fmt: skip
         cur = self._cur
         if self.group_commit:
-            # Inside the open batch transaction, in a savepoint of its own: a failing quote
-            # (a reused nonce) rolls back alone; commit() makes the batch durable.
+            # Inside the open batch transaction; commit() makes the batch durable. No savepoint
+            # is needed: a failing INSERT undoes only itself in SQLite. The nonce goes first,
+            # so a reused nonce writes nothing; a failing quote row takes its nonce row back.
             try:
                 if not self._conn.in_transaction:
                     cur.execute("BEGIN")
-                cur.execute("SAVEPOINT quote")
+                cur.execute(INSERT_NONCE, (account, nonce.hex(), quote.quote_id, created))
                 try:
                     cur.execute(INSERT_QUOTE, row)
-                    cur.execute(INSERT_NONCE, (account, nonce.hex(), quote.quote_id, created))
                 except sqlite3.Error:
-                    cur.execute("ROLLBACK TO quote")
-                    cur.execute("RELEASE quote")
+                    cur.execute(DELETE_NONCE, (account, nonce.hex()))
                     raise
-                cur.execute("RELEASE quote")
             except sqlite3.Error as exc:
                 raise self._quote_error(exc, quote, account) from None
             return

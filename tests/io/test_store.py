@@ -578,3 +578,15 @@ def test_group_commit_batches_quotes_and_a_bad_one_rolls_back_alone(db: Path) ->
         store.record_alert("test", "detail", T0)
         with sqlite3.connect(db) as other:
             assert other.execute("SELECT COUNT(*) FROM quotes").fetchone()[0] == 3
+
+
+def test_group_commit_duplicate_quote_id_leaves_no_orphan_nonce(db: Path) -> None:
+    with Store(db, group_commit=True) as store:
+        record(store, signed_quote("d1"))
+        duplicate = signed_quote("d1", amount_in=9)
+        with pytest.raises(StoreError, match="cannot record quote d1"):
+            record(store, duplicate)
+        store.commit()
+        assert not store.nonce_used_before(ACCOUNT, duplicate[0].nonce)
+        with sqlite3.connect(db) as other:
+            assert other.execute("SELECT COUNT(*) FROM nonces").fetchone()[0] == 1

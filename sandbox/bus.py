@@ -40,7 +40,7 @@ from solver.protocol import bus as wire
 from solver.protocol.amounts import WIRE
 from solver.protocol.encoding import b58encode
 from solver.protocol.intents import TokenDiff, format_deadline
-from solver.protocol.signing import first_error, intent_hash, parse_signed, verify_signed
+from solver.protocol.signing import first_error, intent_hash, verify_signed
 
 log = logging.getLogger("sandbox.bus")
 
@@ -556,8 +556,3 @@ def _safe_id(value: Any) -> int | str | None:
 
 def _dump(obj: Any) -> str:
     return orjson.dumps(obj).decode("utf-8")
-
-
-def parse_user_item(data: Any) -> Any:
-    """Validate a user's signed item (any standard); exposed for the swap API."""
-    return parse_signed(data)

@@ -13,12 +13,10 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI
 
 from sandbox.bus import MessageBus
@@ -29,6 +27,7 @@ from sandbox.history_api import create_history_app
 from sandbox.ledger import VerifierLedger
 from sandbox.prices import PriceProcess, create_prices_app
 from sandbox.rpc_node import RpcNodeFaults, create_rpc_node_app
+from sandbox.serving import RunningServer, start_server
 from sandbox.swap_api import create_swap_app
 from sandbox.swap_service import SwapService
 from sandbox.takers import TakerPopulation
@@ -44,8 +43,7 @@ class _Service:
     name: str
     app: FastAPI
     port: int
-    server: uvicorn.Server | None = None
-    task: asyncio.Task[None] | None = None
+    running: RunningServer | None = None
 
 
 @dataclass
@@ -154,34 +152,21 @@ class Sandbox:
     async def start_service(self, name: str, port: int | None = None) -> None:
         """Start (or restart, on its previous port) one service."""
         service = self.services[name]
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, service.port if port is None else port))
-        service.port = sock.getsockname()[1]
-        config = uvicorn.Config(
+        running = await start_server(
             service.app,
-            log_level="warning",
-            lifespan="off",
+            self.host,
+            service.port if port is None else port,
             ws="websockets-sansio",
             ws_max_size=self.config.bus.max_frame_bytes,
             timeout_graceful_shutdown=2,
         )
-        server = uvicorn.Server(config)
-        service.server = server
-        service.task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if service.task.done():
-                service.task.result()
-            await asyncio.sleep(0.01)
+        service.port, service.running = running.port, running
 
     async def stop_service(self, name: str) -> None:
         service = self.services[name]
-        if service.server is None or service.task is None:
-            return
-        service.server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await service.task
-        service.server, service.task = None, None
+        if service.running is not None:
+            await service.running.stop()
+            service.running = None
 
     # ------------------------------------------------------------------ accounts
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from sandbox.server import Sandbox
+from sandbox.serving import start_server
 from solver.core.state import MarketState
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.price_feeds import PriceFeeds, extract_json_path, parse_usd
@@ -64,16 +62,6 @@ async def test_sandbox_source_reads_every_configured_token(sandbox: Sandbox) -> 
         assert feed.errors == {"sandbox:HTTPStatusError": 1}
 
 
-async def _serve(app: FastAPI) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    return server, task, sock.getsockname()[1]
-
-
 async def test_http_json_source_and_its_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     app = FastAPI()
     seen_headers: list[str | None] = []
@@ -91,7 +79,8 @@ async def test_http_json_source_and_its_failures(monkeypatch: pytest.MonkeyPatch
         seen_headers.append(x_api_key)
         return {"p": 4}
 
-    server, task, port = await _serve(app)
+    running = await start_server(app)
+    port = running.port
     try:
         async with httpx.AsyncClient() as client:
             feed = feeds(client)
@@ -105,8 +94,7 @@ async def test_http_json_source_and_its_failures(monkeypatch: pytest.MonkeyPatch
             await feed.poll_http_json(f"http://127.0.0.1:{port}/auth", USDC, "p", "PRICE_HEADERS")
             assert feed.state.prices[USDC].usd == 4.0
     finally:
-        server.should_exit = True
-        await task
+        await running.stop()
 
 
 async def test_bus_quote_source_prices_from_other_solvers_only(sandbox: Sandbox) -> None:

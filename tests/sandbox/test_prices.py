@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
 from sandbox.config import PricesSpec, TokenSpec
 from sandbox.prices import (
@@ -25,6 +20,7 @@ from sandbox.prices import (
     format_usd,
     usd_to_amount,
 )
+from sandbox.serving import serving as serve
 
 USDC = "nep141:usdc.sandbox"
 WNEAR = "nep141:wrap.sandbox"
@@ -51,31 +47,6 @@ class StepClock:
 
 def make(seed: int = 1, tokens: dict[str, TokenSpec] | None = None) -> PriceProcess:
     return PriceProcess(tokens or TOKENS, seed=seed, clock=StepClock())
-
-
-@asynccontextmanager
-async def serve(app: FastAPI) -> AsyncIterator[str]:
-    """Run ``app`` with uvicorn on 127.0.0.1, port chosen by the OS; yield its base URL.
-
-    The socket names ``IPPROTO_TCP`` explicitly: asyncio sets TCP_NODELAY on accepted
-    connections only when ``sock.proto == IPPROTO_TCP``, and a bare ``socket.socket()`` has
-    proto 0, which costs every response a ~40 ms Nagle / delayed-ACK stall.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(1000):  # up to ~5 s; uvicorn exposes a flag, not an event
-            if server.started or task.done():
-                break
-            await asyncio.sleep(0.005)
-        assert server.started, "uvicorn did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 def test_same_seed_same_path_and_different_seed_differs() -> None:

@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
@@ -21,7 +20,6 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.requests import ClientDisconnect
@@ -30,6 +28,7 @@ from sandbox.chain import SandboxChain
 from sandbox.config import PairSpec, TakersSpec, TokenSpec
 from sandbox.ledger import LedgerError, VerifierLedger
 from sandbox.prices import PriceProcess, usd_to_amount
+from sandbox.serving import serving as serve
 from sandbox.takers import TakerPopulation, TakerRequest
 from solver.protocol.encoding import b58encode, b64decode
 from solver.protocol.intents import TokenDiff, format_deadline
@@ -162,31 +161,6 @@ class FakeRelay:
             except LedgerError as exc:
                 return {"status": "FAILED", "intent_hash": ihash, "reason": exc.text}
         return {"status": "OK", "intent_hash": ihash}
-
-
-@asynccontextmanager
-async def serve(app: FastAPI) -> AsyncIterator[str]:
-    """Run ``app`` with uvicorn on 127.0.0.1, port chosen by the OS; yield its base URL.
-
-    The socket names ``IPPROTO_TCP`` explicitly: asyncio sets TCP_NODELAY on accepted
-    connections only when ``sock.proto == IPPROTO_TCP``, and a bare ``socket.socket()`` has
-    proto 0, which costs every response a ~40 ms Nagle / delayed-ACK stall.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(1000):  # up to ~5 s; uvicorn exposes a flag, not an event
-            if server.started or task.done():
-                break
-            await asyncio.sleep(0.005)
-        assert server.started, "uvicorn did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 @dataclass

@@ -1,0 +1,73 @@
+"""uvicorn on a pre-bound loopback socket, inside an existing event loop.
+
+One place for what every sandbox service (and every test server) needs:
+
+- the socket names ``IPPROTO_TCP``: asyncio sets TCP_NODELAY on accepted connections only when
+  ``sock.proto == IPPROTO_TCP``, and a bare ``socket.socket()`` has proto 0, which costs every
+  response a ~40 ms Nagle / delayed-ACK stall;
+- the server does not capture SIGINT / SIGTERM: several servers share one process (and the bot
+  in ``solver demo``), and the process owner decides when they stop, not the last server
+  started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+
+class EmbeddedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+@dataclass
+class RunningServer:
+    server: EmbeddedServer
+    task: asyncio.Task[None]
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+async def start_server(
+    app: Any, host: str = "127.0.0.1", port: int = 0, **config: Any
+) -> RunningServer:
+    """Bind, start ``app`` and return once it accepts connections (``port=0``: any free one)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    options: dict[str, Any] = {"log_level": "warning", "lifespan": "off", **config}
+    server = EmbeddedServer(uvicorn.Config(app, **options))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("uvicorn stopped before it started")
+        await asyncio.sleep(0.005)
+    return RunningServer(server, task, host, sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, **config: Any) -> AsyncIterator[str]:
+    """``async with serving(app) as url:`` — for tests and tools."""
+    running = await start_server(app, **config)
+    try:
+        yield running.url
+    finally:
+        await running.stop()

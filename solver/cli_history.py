@@ -26,7 +26,7 @@ from rich.table import Table
 
 from solver.cli import EXIT_OK, print_json
 from solver.config import TokenSpec, load_bot_config
-from solver.core.settlement import TrackedQuote
+from solver.core.lifecycle import TrackedQuote
 from solver.errors import ConfigError
 from solver.io.store import Fill, Store
 from solver.io.store_schema import TABLES

@@ -11,7 +11,7 @@ from solver.config import load_bot_config
 from solver.errors import ConfigError
 from solver.logsetup import setup_logging
 from solver.protocol.keys import load_secret_key
-from solver.runtime import run_service
+from solver.runtime.loop import run_service
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

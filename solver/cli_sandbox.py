@@ -16,7 +16,7 @@ import sys
 import orjson
 
 from solver.cli import print_json
-from solver.runtime import run_service
+from solver.runtime.loop import run_service
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

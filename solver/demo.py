@@ -26,7 +26,7 @@ from sandbox.config import load_sandbox_config
 from sandbox.server import Sandbox
 from solver.app import SolverApp
 from solver.config import load_bot_config
-from solver.core.settlement import Transition
+from solver.core.lifecycle import Transition
 from solver.logsetup import setup_logging
 from solver.protocol.keys import SecretKey
 

@@ -56,6 +56,7 @@ from typing import Any, Literal
 from solver import ops_intents
 from solver.config import BandSpec, RebalanceSpec
 from solver.core.inventory import Inventory, Reservation
+from solver.core.pauses import Pause, Pauses
 from solver.core.state import MarketState
 from solver.errors import ProtocolError, RemoteError, SolverError, TransportError
 from solver.io.bus_rpc import BusRpcClient
@@ -80,6 +81,7 @@ from solver.protocol.swap import (
     from_wire,
 )
 
+REBALANCING = "rebalancing"
 log = logging.getLogger("solver.rebalance")
 
 _DECIMAL = Context(prec=80, rounding=ROUND_FLOOR)
@@ -384,7 +386,7 @@ def check_quote(
 
 FlowCallback = Callable[[str, str, int, str, int], None]
 """``(key, asset_in, amount_in, asset_out, outflow)``: a settled move of our own, as the
-reconciliation takes it (:meth:`solver.operations.Operations.on_own_flow`)."""
+reconciliation takes it (the desk's ``OwnFlowSettled`` event)."""
 
 
 def _reservation_id(record_id: str) -> str:
@@ -406,6 +408,7 @@ class Rebalancer:
         store: Store | None,
         inventory: Inventory,
         state: MarketState,
+        pauses: Pauses,
         clock: Callable[[], datetime],
         balance_max_age_s: float,
         nonce_layout: NonceLayout = "salted",
@@ -422,6 +425,7 @@ class Rebalancer:
         self.store = store
         self.inventory = inventory
         self.state = state
+        self.pauses = pauses
         self.clock = clock
         self.balance_max_age_s = balance_max_age_s
         self.nonce_layout: NonceLayout = nonce_layout
@@ -876,7 +880,7 @@ class Rebalancer:
     def settling(self) -> bool:
         """Whether balances may show a rebalance half done: from the signed deposit until a
         snapshot requested after the end (the value is in transit meanwhile, and PnL marks
-        wait: :class:`solver.operations.OwnMoves`)."""
+        wait: the desk's ``BalancesSeen.own_settling``)."""
         signed = (RebalanceState.PLANNED, RebalanceState.QUOTED)
         if any(RebalanceState(r.state) not in signed for r in self.in_flight.values()):
             return True
@@ -887,9 +891,14 @@ class Rebalancer:
         return f"{record.asset_in}->{record.asset_out}"
 
     def _pause(self, record: RebalanceRecord) -> None:
-        self.state.paused.setdefault(self._route_key(record), f"rebalancing ({record.id})")
+        """The route the rebalance swaps is not quoted meanwhile. This pause is the
+        rebalancer's own (kind ``rebalancing``), not a desk fact: the rebalancer's persisted
+        steps bring it back after a restart (:meth:`resume`)."""
+        key = self._route_key(record)
+        self.pauses.add(Pause(key, REBALANCING, f"rebalancing ({record.id})", self.clock()))
 
     def _unpause(self, record: RebalanceRecord) -> None:
         key = self._route_key(record)
-        if self.state.paused.get(key) == f"rebalancing ({record.id})":
-            del self.state.paused[key]
+        held = self.pauses.get(key, REBALANCING)
+        if held is not None and held.reason == f"rebalancing ({record.id})":
+            self.pauses.remove(key, REBALANCING)

@@ -1,138 +1,138 @@
-"""PnL accounting, pure (issue 5 "PnL"): realized edge per fill at the reference price of the
-fill time, markouts at fixed horizons, and equity marked to market.
+"""PnL accounting, pure: realized edge per fill, markouts at fixed horizons, equity marked to
+market, and the references the kill switch needs (DESIGN "Settlement").
 
 - **realized** (per fill): value received − value given (amount_out plus the protocol fee), both
   at the reference prices of the fill time. It is the edge the quote captured.
 - **markout at +h**: the same difference at the prices h seconds later; a negative markout means
   the fill was adversely selected (the price moved against us right after).
-- **equity**: Σ balance × current price; ``pnl = equity − starting equity`` includes the
-  revaluation of held inventory, which is what a drawdown limit must see.
+- **marked PnL**: equity (Σ balance × current price) − starting equity. It includes the
+  revaluation of held inventory, which is what a drawdown limit must see. Deliberate deposits
+  and withdrawals are taken out of the starting equity (:meth:`PnlBook.shift_baseline`).
 
-Values are :class:`~decimal.Decimal` computed from int amounts; floats only enter as prices.
+USD values are floats computed from int amounts (an estimate for people and limits; no signed
+amount is ever derived from them). Memory is flat: fills are not kept, only the markouts still
+due (bounded by the longest horizon) and running sums.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 MARKOUT_HORIZONS_S = (1, 10, 60, 300)
+Price = Callable[[str], float | None]
 
 
-def usd_value(amount: int, decimals: int, price_usd: float) -> Decimal:
-    return Decimal(amount) * Decimal(repr(price_usd)) / (Decimal(10) ** decimals)
+def usd_value(amount: int, decimals: int, price_usd: float) -> float:
+    return amount * price_usd / 10.0**decimals
 
 
-@dataclass
-class Fill:
+@dataclass(frozen=True, slots=True)
+class FillValue:
+    """What a settled quote moved, for markouts: value in − value out at given prices."""
+
     quote_id: str
-    at: datetime
     asset_in: str
     amount_in: int
     asset_out: str
-    amount_out: int
-    fee: int
-    price_in: float
-    price_out: float
-    realized_usd: Decimal
-    markouts_usd: dict[int, Decimal] = field(default_factory=dict)
+    outflow: int
 
 
-class PnlTracker:
+class PnlBook:
     def __init__(
         self, decimals: Mapping[str, int], horizons_s: tuple[int, ...] = MARKOUT_HORIZONS_S
     ) -> None:
-        self.decimals = dict(decimals)
+        self.scale = {asset: 10.0**d for asset, d in decimals.items()}
         self.horizons_s = horizons_s
-        self.fills: list[Fill] = []
-        self._pending: list[tuple[datetime, int, Fill]] = []  # (due, horizon, fill)
-        self.realized_usd = Decimal(0)
-        self.start_equity: Decimal | None = None
-        self.peak_pnl = Decimal(0)
-        self.day_start: tuple[str, Decimal] | None = None  # (UTC date, pnl at its start)
+        # One FIFO per horizon: fills come in time order, so each queue is due in order.
+        self._due: dict[int, deque[tuple[datetime, FillValue]]] = {h: deque() for h in horizons_s}
+        self.fills = 0
+        self.realized_usd = 0.0
+        self.markout_sum = dict.fromkeys(horizons_s, 0.0)
+        self.markout_n = dict.fromkeys(horizons_s, 0)
+        self.start_equity: float | None = None
+        self.peak_pnl = 0.0
+        self.day: str | None = None
+        self.day_start_pnl = 0.0
+        self.pnl: float | None = None
 
-    def record_fill(
-        self,
-        *,
-        quote_id: str,
-        at: datetime,
-        asset_in: str,
-        amount_in: int,
-        asset_out: str,
-        amount_out: int,
-        fee: int,
-        price: Callable[[str], float | None],
-    ) -> Fill | None:
-        p_in, p_out = price(asset_in), price(asset_out)
-        if p_in is None or p_out is None:
-            return None
-        realized = usd_value(amount_in, self.decimals[asset_in], p_in) - usd_value(
-            amount_out + fee, self.decimals[asset_out], p_out
+    def value(self, fill: FillValue, price_in: float, price_out: float) -> float:
+        return (
+            fill.amount_in * price_in / self.scale[fill.asset_in]
+            - fill.outflow * price_out / self.scale[fill.asset_out]
         )
-        fill = Fill(
-            quote_id, at, asset_in, amount_in, asset_out, amount_out, fee, p_in, p_out, realized
-        )
-        self.fills.append(fill)
-        self.realized_usd += realized
+
+    def record_fill(self, fill: FillValue, at: datetime, realized_usd: float) -> None:
+        self.fills += 1
+        self.realized_usd += realized_usd
         for horizon in self.horizons_s:
-            self._pending.append((at + timedelta(seconds=horizon), horizon, fill))
-        return fill
+            self._due[horizon].append((at + timedelta(seconds=horizon), fill))
 
-    def due_markouts(self, now: datetime, price: Callable[[str], float | None]) -> list[Fill]:
-        """Compute every markout whose horizon has passed; returns the fills that changed."""
-        changed: list[Fill] = []
-        keep: list[tuple[datetime, int, Fill]] = []
-        for due, horizon, fill in self._pending:
-            p_in, p_out = price(fill.asset_in), price(fill.asset_out)
-            if due > now or p_in is None or p_out is None:
-                keep.append((due, horizon, fill))
-                continue
-            fill.markouts_usd[horizon] = usd_value(
-                fill.amount_in, self.decimals[fill.asset_in], p_in
-            ) - usd_value(fill.amount_out + fill.fee, self.decimals[fill.asset_out], p_out)
-            if fill not in changed:
-                changed.append(fill)
-        self._pending = keep
-        return changed
+    def due_markouts(self, now: datetime, price: Price) -> list[tuple[FillValue, int, float]]:
+        """``(fill, horizon, value)`` of every markout due by ``now`` with both prices known.
 
-    def equity_usd(
-        self, balances: Mapping[str, int], price: Callable[[str], float | None]
-    ) -> Decimal | None:
-        total = Decimal(0)
+        A markout whose prices are unknown when due is dropped (it cannot be made up later)."""
+        done: list[tuple[FillValue, int, float]] = []
+        for horizon, queue in self._due.items():
+            while queue and queue[0][0] <= now:
+                _, fill = queue.popleft()
+                p_in, p_out = price(fill.asset_in), price(fill.asset_out)
+                if p_in is not None and p_out is not None:
+                    done.append((fill, horizon, self.value(fill, p_in, p_out)))
+        return done
+
+    def add_markout(self, horizon: int, value: float) -> None:
+        if horizon in self.markout_sum:
+            self.markout_sum[horizon] += value
+            self.markout_n[horizon] += 1
+
+    def mean_markouts(self) -> dict[int, float]:
+        return {h: self.markout_sum[h] / n for h, n in self.markout_n.items() if n}
+
+    def equity_usd(self, balances: Mapping[str, int], price: Price) -> float | None:
+        total = 0.0
         for asset, amount in balances.items():
+            if not amount:
+                continue
             p = price(asset)
-            if p is None:
+            scale = self.scale.get(asset)
+            if p is None or scale is None:
                 return None
-            total += usd_value(amount, self.decimals[asset], p)
+            total += amount * p / scale
         return total
 
-    def mark(
-        self, now: datetime, balances: Mapping[str, int], price: Callable[[str], float | None]
-    ) -> Decimal | None:
-        """PnL marked to market now; updates the peak and the start-of-day reference."""
+    def mark(self, now: datetime, balances: Mapping[str, int], price: Price) -> bool:
+        """Mark PnL to market now (``self.pnl``); True when a reference that must survive a
+        restart changed (the starting equity was taken, a new peak, a new UTC day)."""
         equity = self.equity_usd(balances, price)
         if equity is None:
-            return None
+            return False
+        changed = False
         if self.start_equity is None:
-            self.start_equity = equity
-        pnl = equity - self.start_equity
-        self.peak_pnl = max(self.peak_pnl, pnl)
+            self.start_equity, changed = equity, True
+        pnl = self.pnl = equity - self.start_equity
+        if pnl > self.peak_pnl:
+            self.peak_pnl, changed = pnl, True
         today = now.date().isoformat()
-        if self.day_start is None or self.day_start[0] != today:
-            self.day_start = (today, pnl)
-        return pnl
+        if self.day != today:
+            self.day, self.day_start_pnl, changed = today, pnl, True
+        return changed
 
-    def drawdown_usd(self, pnl: Decimal) -> Decimal:
-        return self.peak_pnl - pnl
+    def restore(self, start_equity: float, peak_pnl: float, day: str, day_start: float) -> None:
+        self.start_equity, self.peak_pnl = start_equity, peak_pnl
+        self.day, self.day_start_pnl = day, day_start
 
-    def daily_loss_usd(self, pnl: Decimal) -> Decimal:
-        return Decimal(0) if self.day_start is None else max(Decimal(0), self.day_start[1] - pnl)
+    def shift_baseline(self, equity_change_usd: float) -> None:
+        """A deliberate deposit (+) or withdrawal (−) of this much: not a profit or a loss."""
+        if self.start_equity is not None:
+            self.start_equity += equity_change_usd
+        if self.pnl is not None:
+            self.pnl -= equity_change_usd
 
-    def mean_markouts(self) -> dict[int, Decimal]:
-        sums: dict[int, list[Decimal]] = {}
-        for fill in self.fills:
-            for horizon, value in fill.markouts_usd.items():
-                sums.setdefault(horizon, []).append(value)
-        return {h: sum(v, Decimal(0)) / len(v) for h, v in sorted(sums.items())}
+    def drawdown_usd(self) -> float:
+        return 0.0 if self.pnl is None else max(0.0, self.peak_pnl - self.pnl)
+
+    def daily_loss_usd(self) -> float:
+        return 0.0 if self.pnl is None else max(0.0, self.day_start_pnl - self.pnl)

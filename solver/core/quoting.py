@@ -18,6 +18,7 @@ from typing import Protocol
 from solver.core.inventory import Inventory, Reservation
 from solver.core.limits import TokenBucket
 from solver.core.market import MarketView, QuoteRequest
+from solver.core.pauses import Pauses
 from solver.core.state import LiveMarketView, MarketState
 from solver.protocol.amounts import I128_MAX
 
@@ -102,6 +103,7 @@ class QuotePipeline:
         routes: Mapping[tuple[str, str], Route],
         inventory: Inventory,
         state: MarketState,
+        pauses: Pauses,
         *,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -109,6 +111,7 @@ class QuotePipeline:
         self.routes = dict(routes)
         self.inventory = inventory
         self.state = state
+        self.pauses = pauses
         self.timer = timer
         rate = settings.max_quotes_per_s
         self.bucket = TokenBucket(rate, max(1.0, rate))
@@ -124,7 +127,7 @@ class QuotePipeline:
             return Skip(UNKNOWN_PAIR, f"{request.asset_in}->{request.asset_out}")
         if not route.enabled:
             return Skip(PAIR_DISABLED)
-        paused = self.state.pause_reason(route.key)
+        paused = self.pauses.reason(route.key)
         if paused:
             return Skip(PAUSED, paused)
         if request.amount > I128_MAX:

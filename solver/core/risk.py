@@ -16,11 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 
 from solver.core.inventory import Reservation
-
-GLOBAL = "*"
 
 
 def open_flow_totals(open_quotes: Iterable[Reservation]) -> tuple[dict[str, int], dict[str, int]]:
@@ -73,13 +70,13 @@ class Breach:
     detail: str
 
 
-def check_pnl(limits: RiskLimits, daily_loss: Decimal, drawdown: Decimal) -> list[Breach]:
+def check_pnl(limits: RiskLimits, daily_loss: float, drawdown: float) -> list[Breach]:
     breaches = []
-    if daily_loss > Decimal(repr(limits.max_daily_loss_usd)):
+    if daily_loss > limits.max_daily_loss_usd:
         breaches.append(
             Breach("daily_loss", f"daily loss {daily_loss:.2f} USD > {limits.max_daily_loss_usd}")
         )
-    if drawdown > Decimal(repr(limits.max_drawdown_usd)):
+    if drawdown > limits.max_drawdown_usd:
         breaches.append(
             Breach("drawdown", f"drawdown {drawdown:.2f} USD > {limits.max_drawdown_usd}")
         )

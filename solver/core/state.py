@@ -1,7 +1,8 @@
-"""Cached market state the quote path reads: reference prices with history, fee, salt, pauses.
+"""Cached market state the quote path reads: reference prices with history, fee, salt.
 
-Scheduled jobs write it (salt, prices, fee); the hot path only reads it, so a slow or failing
-remote makes inputs *stale* — and the pair skip with a reason — instead of blocking the loop.
+The desk writes it from events (salt, prices, fee); the quote path only reads it, so a slow
+or failing remote makes inputs *stale* — and the pair skip with a reason — instead of
+blocking the loop.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ class MarketState:
     fee_pips: int = 0
     salt: bytes | None = None
     salt_at: datetime | None = None
-    paused: dict[str, str] = field(default_factory=dict)  # scope ("*" or "in->out") -> reason
 
     def set_price(self, asset: str, usd: float, observed_at: datetime) -> None:
         if not usd > 0:
@@ -40,9 +40,6 @@ class MarketState:
 
     def set_salt(self, salt: bytes, observed_at: datetime) -> None:
         self.salt, self.salt_at = salt, observed_at
-
-    def pause_reason(self, pair_key: str) -> str | None:
-        return self.paused.get("*") or self.paused.get(pair_key)
 
 
 class LiveMarketView:

@@ -11,8 +11,10 @@ One FastAPI app, served by uvicorn inside the bot's own event loop on ``metrics.
     :meth:`ControlTarget.status` as JSON (token; shape in :class:`StatusDoc`).
 ``POST /control/pause`` ``{"pair": "BASE/QUOTE" | null, "reason": "..."}``
     :meth:`ControlTarget.pause`; no pair pauses everything (token).
-``POST /control/resume`` ``{"pair": "BASE/QUOTE" | null}``
-    :meth:`ControlTarget.resume` (token).
+``POST /control/resume`` ``{"pair": "BASE/QUOTE" | null, "accept_balances": false}``
+    :meth:`ControlTarget.resume` (token): ``200`` with ``ok: true`` once nothing holds the
+    scope any more; ``409`` with ``ok: false``, the ``message`` and ``still_paused`` when a
+    pause still holds (a kill-switch condition still in force, another pause).
 
 Access: the control endpoints need ``Authorization: Bearer <token>`` where the token is read,
 when the app is built, from an environment variable (``SOLVER_CONTROL_TOKEN`` unless told
@@ -64,9 +66,11 @@ class ControlTarget(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
-    def pause(self, pair: str | None, reason: str) -> None: ...
+    def pause(self, pair: str | None, reason: str) -> dict[str, Any]: ...
 
-    def resume(self, pair: str | None) -> None: ...
+    async def resume(self, pair: str | None, accept_balances: bool = False) -> dict[str, Any]:
+        """``{"ok", "message", "still_paused"}``: ``ok`` only when nothing holds any more."""
+        ...
 
     def health(self) -> tuple[bool, list[str]]: ...
 
@@ -119,6 +123,7 @@ class PauseBody(BaseModel):
 class ResumeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     pair: Annotated[str, Field(pattern=PAIR_PATTERN, max_length=200)] | None = None
+    accept_balances: bool = False
 
 
 def check_pair(pair: str | None) -> str | None:
@@ -181,10 +186,19 @@ def create_control_app(
         return {"ok": True, "action": "pause", "pair": body.pair, "reason": body.reason}
 
     @app.post("/control/resume", dependencies=guarded)
-    async def resume(body: ResumeBody) -> dict[str, Any]:
-        _call(target.resume, body.pair)
-        log.warning("resumed %s via the control API", body.pair or "all pairs")
-        return {"ok": True, "action": "resume", "pair": body.pair}
+    async def resume(body: ResumeBody) -> JSONResponse:
+        try:
+            reply = await target.resume(body.pair, body.accept_balances)
+        except LookupError as exc:
+            raise HTTPException(404, _message(exc)) from None
+        except ValueError as exc:
+            raise HTTPException(400, _message(exc)) from None
+        doc = {"action": "resume", "pair": body.pair, **reply}
+        if reply.get("ok"):
+            log.warning("resumed %s via the control API", body.pair or "all pairs")
+            return JSONResponse(doc)
+        log.warning("resume of %s via the control API: %s", body.pair or "all", reply["message"])
+        return JSONResponse(doc, status_code=409)
 
     return app
 

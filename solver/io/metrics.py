@@ -12,7 +12,7 @@ Two kinds of writers:
   locked add — no ``.labels()`` call, no string formatting, no allocation once warm.
 - **A periodic job** calls :meth:`Metrics.refresh_gauges` with a :class:`MetricsSnapshot` (or a
   plain mapping of its fields) built by the app. This module imports nothing from
-  ``solver.app``: it only knows the snapshot's shape.
+  the runtime: it only knows the snapshot's shape.
 
 Series (all prefixed ``solver_``)::
 

@@ -1,21 +1,21 @@
 """The persistent store: SQLite in WAL mode (DESIGN "Settlement", "The quote path").
 
-Every signed quote is written, with its nonce, before the answer leaves the process
-(:meth:`Store.record_quote`, the engine's :class:`~solver.engine.Journal`), so a restart knows
-every exposure it may still have: :meth:`Store.load_open_quotes` and
-:meth:`Store.reservations_for` rebuild the book and the reservations, and the ``nonces`` table
-holds every nonce ever signed, so reuse across restarts is refused (:class:`NonceReusedError`).
+The desk's journal lives here (:class:`~solver.io.journal.SqliteJournal`, ``Store.journal``):
+every fact the desk decides is appended, and made durable before any answer it caused leaves
+the process, so a restart rebuilds the desk exactly. The ``nonces`` table holds every nonce ever
+signed, so reuse across restarts is refused (:class:`NonceReusedError`). Beside it: the tables
+people query (quotes, fills, balances, alerts), sampled requests, rebalances.
 
 Durability. WAL with ``synchronous=NORMAL`` (the default): a commit appends to the WAL file
-without an fsync. Once ``record_quote`` returns, the transaction is in the OS page cache, so it
+without an fsync. Once a journal commit returns, the transaction is in the OS page cache, so it
 survives the process dying in any way, ``kill -9`` included (a test kills a writer and checks
 this); an OS crash or power loss may lose the last commits, never the database's integrity.
 ``synchronous="full"`` fsyncs the WAL at every commit to survive those too, at the cost of a
 disk flush on the hot path. Hot-path writes are plain prepared statements (sqlite3 caches them
-by SQL text) in one explicit transaction each; no ORM.
+by SQL text) in one group transaction per turn of the event loop; no ORM.
 
 Checkpoints. SQLite's own auto-checkpoint runs inside whichever commit crosses 1000 WAL pages,
-stalling that ``record_quote`` for several milliseconds every ~130 quotes. Here it is switched
+stalling that commit for several milliseconds every ~130 quotes. Here it is switched
 off on the writing connection and a background thread checkpoints every 0.25 s instead
 (``checkpoint_every_s``), on its own connection, in PASSIVE mode: it never blocks the writer.
 Frequent checkpoints keep the WAL short (each page read searches the WAL index), and
@@ -32,30 +32,25 @@ import hashlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
 import orjson
 
-from solver.core.inventory import Reservation
+from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
-from solver.core.settlement import TERMINAL, QuoteState, TrackedQuote, Transition
+from solver.io.journal import SqliteJournal
 from solver.io.store_schema import (
-    INSERT_FILL,
     INSERT_NONCE,
-    INSERT_QUOTE,
     INSERT_REBALANCE_STEP,
     INSERT_REQUEST,
-    INSERT_TRANSITION,
     REBALANCE_COLUMNS,
     SAVE_REBALANCE,
     SCHEMA_VERSION,
     SELECT_FILLS,
-    SELECT_OPEN,
     SELECT_QUOTES,
-    UPDATE_STATE,
     Alert,
     BalanceSnapshot,
     Fill,
@@ -66,7 +61,6 @@ from solver.io.store_schema import (
     fill_row,
     from_ts,
     migrate,
-    opt_text,
     query_params,
     rebalance_row,
     rebalance_values,
@@ -74,7 +68,6 @@ from solver.io.store_schema import (
     tracked_row,
     ts,
 )
-from solver.protocol.quote_signing import SignedQuote
 
 DELETE_NONCE = "DELETE FROM nonces WHERE account = ? AND nonce = ?"
 
@@ -103,7 +96,7 @@ _WON_STATES = frozenset(
 
 
 class Store:
-    """The bot's SQLite database: the quote journal, fills, balances, alerts, nonces."""
+    """The bot's SQLite database: the desk's journal, quotes, fills, balances, alerts, nonces."""
 
     def __init__(
         self,
@@ -114,21 +107,21 @@ class Store:
         create: bool = True,
         busy_timeout_ms: int = 5000,
         checkpoint_every_s: float | None = 0.25,
-        group_commit: bool = False,
+        account: str = "",
     ) -> None:
         """Open (``create``: or create, with its parent directory) and migrate the database.
 
         ``sample_requests`` is the fraction of quote requests :meth:`record_request` keeps.
         ``checkpoint_every_s``: copy the WAL into the database from a background thread at this
         period, off the hot path; ``None`` leaves it to SQLite, which checkpoints inside the
-        commit that crosses 1000 pages and stalls that commit for milliseconds.
+        commit that crosses 1000 pages and stalls that commit for milliseconds. ``account``:
+        whose nonces the journal records (the bot's signing account).
         """
         if not 0.0 <= sample_requests <= 1.0:
             raise ValueError("sample_requests must be a fraction between 0 and 1")
         if synchronous not in ("normal", "full"):
             raise ValueError('synchronous must be "normal" or "full"')
         self.path = Path(path)
-        self.group_commit = group_commit
         self.sample_requests = sample_requests
         self._sample_below = int(sample_requests * 2**64)
         if not create and not self.path.is_file():
@@ -156,6 +149,7 @@ class Store:
             self._conn.close()
             raise
         self._cur = self._conn.cursor()
+        self.journal = SqliteJournal(self._conn, account)
         self._checkpointer: _Checkpointer | None = None
         if checkpoint_every_s is not None:
             self._checkpointer = _Checkpointer(self.path, checkpoint_every_s, busy_timeout_ms)
@@ -183,7 +177,7 @@ class Store:
         return schema_version(self._conn)
 
     def commit(self) -> None:
-        """Commit the quotes recorded since the last commit (group commit, see record_quote)."""
+        """Commit what the journal and :meth:`record_request` appended (the group commit)."""
         if self._conn.in_transaction:
             try:
                 self._cur.execute("COMMIT")
@@ -194,7 +188,7 @@ class Store:
 
     def _write(self, statements: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
         """Run the statements in one transaction; return the last one's rowcount."""
-        self.commit()  # quotes recorded under group commit go first
+        self.commit()  # what the journal appended goes first
         cur = self._cur
         rowcount = 0
         try:
@@ -207,71 +201,6 @@ class Store:
                 cur.execute("ROLLBACK")
             raise StoreError(f"store write failed: {exc}") from None
         return rowcount
-
-    # ------------------------------------------------------------------ the journal (hot path)
-
-    def record_quote(self, quote: TrackedQuote, signed: SignedQuote, request: QuoteRequest) -> None:
-        """Write the signed quote and its nonce in one transaction, committed on return."""
-        # Everything that can raise outside SQLite is computed before BEGIN.
-        nonce = quote.nonce
-        created = ts(quote.created_at)
-        account = signed.signer_id or orjson.loads(signed.message).get("signer_id", "")
-        row = (quote.quote_id, quote.quote_hash, created, ts(quote.deadline), quote.asset_in,
-               quote.asset_out, str(quote.amount_in), str(quote.amount_out), str(quote.fee),
-               nonce, orjson.dumps(signed.signed_data).decode(), quote.state.value,
-               None if quote.updated_at is None else ts(quote.updated_at), request.exact_in,
-               request.partner_id)  # fmt: skip
-        cur = self._cur
-        if self.group_commit:
-            # Inside the open batch transaction; commit() makes the batch durable. No savepoint
-            # is needed: a failing INSERT undoes only itself in SQLite. The nonce goes first,
-            # so a reused nonce writes nothing; a failing quote row takes its nonce row back.
-            try:
-                if not self._conn.in_transaction:
-                    cur.execute("BEGIN")
-                cur.execute(INSERT_NONCE, (account, nonce.hex(), quote.quote_id, created))
-                try:
-                    cur.execute(INSERT_QUOTE, row)
-                except sqlite3.Error:
-                    cur.execute(DELETE_NONCE, (account, nonce.hex()))
-                    raise
-            except sqlite3.Error as exc:
-                raise self._quote_error(exc, quote, account) from None
-            return
-        try:
-            cur.execute("BEGIN")
-            cur.execute(INSERT_QUOTE, row)
-            cur.execute(INSERT_NONCE, (account, nonce.hex(), quote.quote_id, created))
-            cur.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if self._conn.in_transaction:
-                cur.execute("ROLLBACK")
-            raise self._quote_error(exc, quote, account) from None
-
-    @staticmethod
-    def _quote_error(exc: sqlite3.Error, quote: TrackedQuote, account: str) -> StoreError:
-        if isinstance(exc, sqlite3.IntegrityError) and "nonces." in str(exc):
-            return NonceReusedError(
-                f"nonce {quote.nonce.hex()} of {account} was signed before; quote {quote.quote_id} "
-                "not recorded"
-            )
-        return StoreError(f"cannot record quote {quote.quote_id}: {exc}")
-
-    def record_transition(self, transition: Transition) -> None:
-        at = ts(transition.at)
-        t = transition
-        self._write(
-            [
-                (
-                    UPDATE_STATE,
-                    (t.new.value, at, t.reason, t.intent_hash, t.tx_hash, t.quote_id),
-                ),
-                (
-                    INSERT_TRANSITION,
-                    (t.quote_id, t.old.value, t.new.value, at, t.reason, t.intent_hash, t.tx_hash),
-                ),
-            ]
-        )
 
     def sampled(self, quote_id: str) -> bool:
         """Whether ``quote_id`` is in the request sample: a hash, so the same on every run."""
@@ -287,45 +216,15 @@ class Store:
         r = request
         row = (ts(at), r.quote_id, r.asset_in, r.asset_out, r.exact_in, str(r.amount),
                r.min_deadline_ms, r.partner_id, outcome, reason)  # fmt: skip
-        self._write([(INSERT_REQUEST, row)])
+        try:  # in the journal's open transaction: committed with the next group commit
+            if not self._conn.in_transaction:
+                self._cur.execute("BEGIN")
+            self._cur.execute(INSERT_REQUEST, row)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot record request {r.quote_id}: {exc}") from None
         return True
 
-    # ------------------------------------------------------------------ settlement records
-
-    def record_fill(self, fill: Fill) -> None:
-        """Write a fill; recording the same quote again replaces it (idempotent on restart)."""
-        f = fill
-        row = (f.quote_id, f.quote_hash, ts(f.at), f.asset_in, str(f.amount_in), f.asset_out,
-               str(f.amount_out), str(f.fee), f.intent_hash, f.tx_hash,
-               opt_text(f.price_in_usd), opt_text(f.price_out_usd), opt_text(f.realized_pnl_usd),
-               orjson.dumps(dict(f.markouts)).decode())  # fmt: skip
-        self._write([(INSERT_FILL, row)])
-
-    def update_markouts(self, quote_id: str, markouts: Mapping[str, Any]) -> bool:
-        """Merge ``markouts`` (horizon -> value) into a fill's; False if there is no such fill."""
-        sql = "UPDATE fills SET markouts = json_patch(markouts, ?) WHERE quote_id = ?"
-        return self._write([(sql, (orjson.dumps(dict(markouts)).decode(), quote_id))]) > 0
-
-    def record_balances(
-        self, at: datetime, balances: Mapping[str, int], expected: Mapping[str, int] | None = None
-    ) -> None:
-        """One row per asset of ``balances``, with the expected amount when known."""
-        when = ts(at)
-        sql = "INSERT INTO balance_snapshots (at, asset, amount, expected) VALUES (?, ?, ?, ?)"
-        rows = []
-        for asset, amount in balances.items():
-            want = None if expected is None else expected.get(asset)
-            rows.append((sql, (when, asset, str(amount), None if want is None else str(want))))
-        self._write(rows)
-
-    def record_alert(self, kind: str, detail: str, at: datetime) -> None:
-        sql = "INSERT INTO alerts (at, kind, detail) VALUES (?, ?, ?)"
-        self._write([(sql, (ts(at), kind, detail))])
-
-    def resolve_alerts(self, kind: str, at: datetime) -> int:
-        """Mark every open alert of ``kind`` resolved; return how many."""
-        sql = "UPDATE alerts SET resolved_at = ? WHERE kind = ? AND resolved_at IS NULL"
-        return self._write([(sql, (ts(at), kind))])
+    # ------------------------------------------------------------------ records
 
     def open_alerts(self) -> list[Alert]:
         rows = self._conn.execute(
@@ -334,21 +233,6 @@ class Store:
         return [Alert(row[0], from_ts(row[1]), row[2], row[3]) for row in rows]
 
     # ------------------------------------------------------------------ restart
-
-    def load_open_quotes(self) -> list[TrackedQuote]:
-        """Every quote not in a terminal state, oldest first, with its nonce."""
-        return [tracked_row(row) for row in self._conn.execute(SELECT_OPEN)]
-
-    @staticmethod
-    def reservations_for(quotes: Iterable[TrackedQuote]) -> list[Reservation]:
-        """The reservations the quotes hold: the outflow is amount_out plus the fee on it."""
-        return [
-            Reservation(
-                q.quote_id, q.asset_out, q.amount_out + q.fee, q.asset_in, q.amount_in, q.deadline
-            )
-            for q in quotes
-            if not q.terminal
-        ]
 
     def nonce_used_before(self, account: str, nonce: bytes) -> bool:
         sql = "SELECT 1 FROM nonces WHERE account = ? AND nonce = ?"

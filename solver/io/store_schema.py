@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from solver.core.settlement import QuoteState, TrackedQuote
+from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.errors import SolverError
 
 
@@ -176,10 +176,26 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX rebalance_steps_rebalance_id ON rebalance_steps (rebalance_id)",
     ),
+    # 5: the desk's journal (solver.core.facts): every state change, in order, and snapshots of
+    # the desk that let a restart apply only what came after them.
+    (
+        """CREATE TABLE journal (
+            seq INTEGER PRIMARY KEY,
+            at INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            body TEXT NOT NULL
+        )""",
+        """CREATE TABLE desk_snapshots (
+            seq INTEGER PRIMARY KEY,
+            at INTEGER NOT NULL,
+            body TEXT NOT NULL
+        )""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (
+    "journal",
     "requests",
     "quotes",
     "transitions",
@@ -192,6 +208,7 @@ TABLES = (
 )
 JSON_COLUMNS = frozenset(
     {
+        "body",
         "signed_data",
         "markouts",
         "plan",

@@ -25,7 +25,7 @@ from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
 from solver.app import SolverApp
 from solver.config import BotConfig, load_bot_config
-from solver.core.settlement import Transition
+from solver.core.lifecycle import Transition
 from solver.protocol.keys import SecretKey
 from tests.sandbox.scripted import rpc, user_item
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from solver.core.quoting import PAUSED
-from solver.core.settlement import QuoteState
+from solver.core.lifecycle import QuoteState
 from solver.io.bus_ws import STOPPED
 from tests.app.harness import E24, NEAR, USDC, eventually, live_bot
 

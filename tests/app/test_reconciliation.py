@@ -21,7 +21,7 @@ import pytest
 from solver.cli import main
 from solver.core.quoting import PAUSED
 from solver.core.risk import GLOBAL
-from solver.core.settlement import QuoteState
+from solver.core.lifecycle import QuoteState
 from solver.io.store import Store
 from solver.protocol.bus import IntentStatus
 from solver.protocol.nonce import parse_nonce

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from solver.core.settlement import QuoteState
+from solver.core.lifecycle import QuoteState
 from solver.protocol.intents import TokenDiff
 from solver.protocol.nonce import parse_nonce
 from solver.protocol.signing import parse_signed, verify_signed

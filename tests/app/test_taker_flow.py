@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sandbox.config import PairSpec, TakersSpec
 from sandbox.takers import TakerPopulation
-from solver.core.settlement import QuoteState
+from solver.core.lifecycle import QuoteState
 from solver.protocol.bus import IntentStatus
 from tests.app.harness import ETH, NEAR, TOKENS, USDC, eventually, live_bot
 

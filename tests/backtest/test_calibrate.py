@@ -23,7 +23,7 @@ from backtest.settings import load_settings
 from backtest.stream import write_stream
 from solver.cli import main
 from solver.core.market import QuoteRequest
-from solver.core.settlement import QuoteState, TrackedQuote, Transition
+from solver.core.lifecycle import QuoteState, TrackedQuote, Transition
 from solver.errors import ConfigError
 from solver.io.store import Fill, Store
 from solver.protocol.keys import SecretKey

@@ -14,7 +14,7 @@ import pytest
 from solver.cli import main
 from solver.cli_history import format_amount, parse_pair, parse_since
 from solver.config import TokenSpec
-from solver.core.settlement import QuoteBook, QuoteState
+from solver.core.lifecycle import QuoteBook, QuoteState
 from solver.errors import ConfigError
 from solver.io.store import Fill, Store
 from tests.cli.helpers import KEY_VAR, assert_one_line_error, run_solver

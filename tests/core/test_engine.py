@@ -8,7 +8,7 @@ from typing import Any
 from solver.core.inventory import Inventory
 from solver.core.market import QuoteRequest
 from solver.core.quoting import PipelineSettings, QuotePipeline, Route
-from solver.core.settlement import TrackedQuote, Transition
+from solver.core.lifecycle import TrackedQuote, Transition
 from solver.core.state import MarketState
 from solver.engine import Engine
 from solver.errors import SolverError

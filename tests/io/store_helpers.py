@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from solver.core.market import QuoteRequest
-from solver.core.settlement import TrackedQuote
+from solver.core.lifecycle import TrackedQuote
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from solver.core.inventory import Inventory
-from solver.core.settlement import QuoteBook, QuoteState, TrackedQuote
+from solver.core.lifecycle import QuoteBook, QuoteState, TrackedQuote
 from solver.engine import Journal
 from solver.io.store import OPEN_STATES, SCHEMA_VERSION, Fill, NonceReusedError, Store, StoreError
 from solver.io.store_schema import MIGRATIONS, SELECT_OPEN, TABLES, migrate

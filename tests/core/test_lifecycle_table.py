@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from solver.core.inventory import Reservation
 from solver.core.risk import open_flow_totals
-from solver.core.settlement import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
+from solver.core.lifecycle import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 A, B = "nep141:a.near", "nep141:b.near"

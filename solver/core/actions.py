@@ -1,0 +1,105 @@
+"""What the desk asks its driver to do (DESIGN "The shape").
+
+The live driver carries these out with sockets, the signer, the journal and RPC calls, and
+reports back with events; the backtest driver carries them out against a simulated ledger.
+A :class:`~solver.core.quoting.Skip` is an action too (the request ends with that reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.core.facts import Fact
+from solver.core.pauses import Pause
+from solver.core.quoting import Quote, Skip
+
+
+@dataclass(frozen=True, slots=True)
+class SignAndSend:
+    """Sign ``quote`` under a fresh nonce with ``salt``, report
+    :class:`~solver.core.events.QuoteSigned`, make its record durable, then send the answer."""
+
+    quote: Quote
+    salt: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowQuote:
+    """Shadow mode: this quote would have been signed and sent; nothing was reserved."""
+
+    quote: Quote
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Append ``fact`` to the journal (durable before any answer sent after it)."""
+
+    fact: Fact
+
+
+@dataclass(frozen=True, slots=True)
+class PollIntent:
+    """Ask ``get_status`` of ``intent_hash``; answer with ``IntentStatusSeen``."""
+
+    intent_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckNonce:
+    """Ask the verifier ``is_nonce_used``; answer with ``NonceChecked``."""
+
+    quote_id: str
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshBalances:
+    """Take a balance snapshot now (a settlement moved them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshSalt:
+    """The relay refused an answer for its salt: fetch the salt again now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """Tell a person: ``kind`` (daily_loss, drawdown, reconciliation, stale_data, store_error,
+    ...) with ``detail``; ``resolved`` when the condition has cleared."""
+
+    kind: str
+    detail: str
+    resolved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PauseChanged:
+    """A pause began (``active``) or ended."""
+
+    pause: Pause
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorReply:
+    """The answer to an operator command: ``ok`` only when it did what was asked; otherwise
+    ``message`` says why (for instance which pauses still hold after a resume)."""
+
+    ok: bool
+    message: str
+    still_paused: tuple[str, ...] = ()
+
+
+Action = (
+    Skip
+    | SignAndSend
+    | ShadowQuote
+    | Record
+    | PollIntent
+    | CheckNonce
+    | RefreshBalances
+    | RefreshSalt
+    | Alert
+    | PauseChanged
+    | OperatorReply
+)

@@ -1,0 +1,155 @@
+"""A desk's state as a JSON-able document, and back (DESIGN "Persistence": snapshots keep a
+restart fast: it applies only the journal's facts after the latest snapshot).
+
+Everything the journal's facts build is here: open quotes with their claims, reservations,
+confirmed balances and the settlements a snapshot may lack, the reconciliation, the PnL
+references and sums, and every pause. Not kept, on purpose: market inputs (fetched at start),
+markouts still due at the moment of the snapshot (they are dropped, as a markout whose price
+is missing is), and the request counters of the run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from solver.core.facts import from_micros, micros
+from solver.core.inventory import Reservation
+from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
+from solver.core.pauses import Pause
+
+if TYPE_CHECKING:
+    from solver.core.desk import Desk
+
+VERSION = 1
+
+
+def _t(moment: datetime | None) -> int | None:
+    return None if moment is None else micros(moment)
+
+
+def _d(value: int | None) -> datetime | None:
+    return None if value is None else from_micros(int(value))
+
+
+def _ints(values: dict[str, int] | None) -> dict[str, str] | None:
+    return None if values is None else {k: str(v) for k, v in values.items()}
+
+
+def _from_ints(values: dict[str, str] | None) -> dict[str, int] | None:
+    return None if values is None else {k: int(v) for k, v in values.items()}
+
+
+def _reservation(r: Reservation) -> list[Any]:
+    return [r.quote_id, r.asset_out, str(r.amount_out), r.asset_in, str(r.amount_in),
+            micros(r.deadline)]  # fmt: skip
+
+
+def _from_reservation(v: list[Any]) -> Reservation:
+    return Reservation(v[0], v[1], int(v[2]), v[3], int(v[4]), from_micros(int(v[5])))
+
+
+def _quote(q: TrackedQuote) -> dict[str, Any]:
+    return {
+        "id": q.quote_id, "hash": q.quote_hash, "in": q.asset_in, "out": q.asset_out,
+        "amount_in": str(q.amount_in), "amount_out": str(q.amount_out), "fee": str(q.fee),
+        "deadline": micros(q.deadline), "nonce": q.nonce.hex(), "created": micros(q.created_at),
+        "state": q.state.value, "updated": _t(q.updated_at), "intent": q.intent_hash,
+        "tx": q.tx_hash, "reason": q.reason,
+        "claims": [[c.intent_hash, c.tx_hash, micros(c.heard_at), c.status, c.ended]
+                   for c in q.claims.values()],
+    }  # fmt: skip
+
+
+def _from_quote(v: dict[str, Any]) -> TrackedQuote:
+    quote = TrackedQuote(
+        v["id"], v["hash"], v["in"], v["out"], int(v["amount_in"]), int(v["amount_out"]),
+        int(v["fee"]), from_micros(v["deadline"]), bytes.fromhex(v["nonce"]),
+        from_micros(v["created"]), QuoteState(v["state"]), _d(v["updated"]), v["intent"],
+        v["tx"], v["reason"],
+    )  # fmt: skip
+    for intent, tx, heard, status, ended in v["claims"]:
+        quote.claims[intent] = Claim(intent, tx, from_micros(heard), status, ended=ended)
+    return quote
+
+
+def snapshot(desk: Desk) -> dict[str, Any]:
+    inv, bal, pnl, rec = desk.inventory, desk.balances, desk.pnl, desk.balances.reconciler
+    return {
+        "version": VERSION,
+        "quotes": [_quote(q) for q in desk.book.quotes.values()],
+        "inventory": {
+            "confirmed": _ints(inv.confirmed),
+            "confirmed_at": _t(inv.confirmed_at),
+            "reservations": [_reservation(r) for r in inv.reservations.values()],
+            "unconfirmed": [[_reservation(r), micros(at)]
+                            for r, at in inv.unconfirmed_settlements.values()],
+        },  # fmt: skip
+        "balances": {
+            "expected": _ints(rec.expected),
+            "gaps": _ints(rec.last),
+            "snapshot_at": _t(bal.snapshot_at),
+            "last": _ints(bal.last),
+            "found": _ints(bal.found),
+            "own_settling": bal.own_settling,
+            "unresolved": _ints(bal.unresolved),
+            "unconfirmed": [[_reservation(r), micros(at)] for r, at in bal.unconfirmed.values()],
+            "report": bal.report,
+        },
+        "pnl": {
+            "start_equity": pnl.start_equity, "peak": pnl.peak_pnl, "day": pnl.day,
+            "day_start": pnl.day_start_pnl, "realized": pnl.realized_usd, "fills": pnl.fills,
+            "markout_sum": {str(h): v for h, v in pnl.markout_sum.items()},
+            "markout_n": {str(h): v for h, v in pnl.markout_n.items()},
+            "recorded_at": _t(desk._pnl_recorded_at), "recorded_day": desk._recorded_day,
+        },  # fmt: skip
+        "pauses": [[p.scope, p.kind, p.reason, micros(p.at)] for p in desk.pauses
+                   if p.kind != "shutting_down"],  # fmt: skip
+    }
+
+
+def restore(desk: Desk, doc: dict[str, Any]) -> None:
+    """Put ``doc`` (from :func:`snapshot`) into a fresh desk. Raises ValueError (naming the
+    part) for a document this code cannot read."""
+    if doc.get("version") != VERSION:
+        raise ValueError(f"desk snapshot version {doc.get('version')!r}, expected {VERSION}")
+    try:
+        for value in doc["quotes"]:
+            quote = _from_quote(value)
+            desk.book.add(quote)
+            for claim in quote.claims.values():
+                if not claim.ended:
+                    desk._polling[claim.intent_hash] = quote.quote_id
+        inv, part = desk.inventory, doc["inventory"]
+        inv.confirmed = _from_ints(part["confirmed"]) or {}
+        inv.confirmed_at = _d(part["confirmed_at"])
+        inv.restore(_from_reservation(r) for r in part["reservations"])
+        for r, at in part["unconfirmed"]:
+            res = _from_reservation(r)
+            inv.unconfirmed_settlements[res.quote_id] = (res, from_micros(at))
+        bal, part = desk.balances, doc["balances"]
+        bal.reconciler.expected = _from_ints(part["expected"])
+        bal.reconciler.last = _from_ints(part["gaps"]) or {}
+        bal.snapshot_at = _d(part["snapshot_at"])
+        bal.last = _from_ints(part["last"])
+        bal.found = _from_ints(part["found"]) or {}
+        bal.own_settling = bool(part["own_settling"])
+        bal.unresolved = _from_ints(part["unresolved"]) or {}
+        for r, at in part["unconfirmed"]:
+            res = _from_reservation(r)
+            bal.unconfirmed[res.quote_id] = (res, from_micros(at))
+        bal.report = part["report"]
+        pnl, part = desk.pnl, doc["pnl"]
+        pnl.start_equity, pnl.peak_pnl = part["start_equity"], float(part["peak"])
+        pnl.day, pnl.day_start_pnl = part["day"], float(part["day_start"])
+        pnl.realized_usd, pnl.fills = float(part["realized"]), int(part["fills"])
+        for h, v in part["markout_sum"].items():
+            pnl.markout_sum[int(h)] = float(v)
+        for h, n in part["markout_n"].items():
+            pnl.markout_n[int(h)] = int(n)
+        desk._pnl_recorded_at = _d(part["recorded_at"])
+        desk._recorded_day = part["recorded_day"]
+        for scope, kind, reason, at in doc["pauses"]:
+            desk.pauses.add(Pause(scope, kind, reason, from_micros(at)))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"desk snapshot cannot be read: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,174 @@
+"""What the desk is told (DESIGN "The shape"): every input of a decision, as a plain value.
+
+A driver turns sockets, RPC answers and timers into these and hands them to
+:meth:`solver.core.desk.Desk.receive` with the time; the desk never reads a clock or a socket.
+Market inputs (prices, salt, fee) are events too, so the backtest feeds the desk exactly as the
+live bot does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from solver.core.inventory import Reservation
+from solver.core.market import QuoteRequest
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteRequested:
+    """A ``quote`` event from the bus (protocol-notes 6); ``received_at`` when it arrived."""
+
+    request: QuoteRequest
+    received_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteSigned:
+    """The executor signed a :class:`~solver.core.actions.SignAndSend`: the quote exists."""
+
+    quote_id: str
+    quote_hash: str
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteNotSent:
+    """The answer never left (signing failed, no connection, or its record failed): nobody can
+    use it. ``store_error`` marks a failed durable record, which pauses quoting."""
+
+    quote_id: str
+    reason: str
+    store_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RelayReplied:
+    """The relay's reply to a ``quote_response``: ``OK``, or an explicit error (its reason)."""
+
+    quote_id: str
+    ok: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    """The bus connection dropped: ``quote_status`` events may be missed from now on."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRestored:
+    """Connected and subscribed again."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteStatusSeen:
+    """A ``quote_status`` event: the quote ``quote_hash`` was named by ``intent_hash``."""
+
+    quote_hash: str
+    intent_hash: str
+    tx_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntentStatusSeen:
+    """A ``get_status`` answer (spec 3.2), or ``status=None`` when the poll failed."""
+
+    intent_hash: str
+    status: str | None
+    tx_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NonceChecked:
+    """``is_nonce_used`` for an open quote past its deadline; ``used=None``: the check failed."""
+
+    quote_id: str
+    used: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class BalancesSeen:
+    """An on-chain snapshot, ``observed`` before it was requested (so it includes all up to
+    then). ``own_open`` and ``own_settling``: moves of our own outside the quote book (the
+    rebalancer's) that may be half done in the snapshot."""
+
+    balances: Mapping[str, int]
+    observed: datetime
+    own_open: tuple[Reservation, ...] = ()
+    own_settling: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PriceSeen:
+    asset: str
+    usd: float
+    observed: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SaltSeen:
+    salt: bytes
+    observed: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FeeSeen:
+    fee_pips: int
+
+
+@dataclass(frozen=True, slots=True)
+class OwnFlowSettled:
+    """A settled move of our own outside the quote book (a rebalance's deposit or output)."""
+
+    key: str
+    asset_in: str
+    amount_in: int
+    asset_out: str
+    outflow: int
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorPause:
+    """``solver pause [--pair BASE/QUOTE]``: ``pair`` None pauses everything."""
+
+    pair: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorResume:
+    """``solver resume [--pair] [--accept-balances]``.
+
+    ``accept_balances``: the operator moved funds on purpose; the last snapshot becomes the new
+    reconciliation baseline and the move is not counted as profit or loss."""
+
+    pair: str | None
+    accept_balances: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownStarted:
+    """Stop quoting: the process is about to exit (the journal keeps what is open)."""
+
+
+Event = (
+    QuoteRequested
+    | QuoteSigned
+    | QuoteNotSent
+    | RelayReplied
+    | ConnectionLost
+    | ConnectionRestored
+    | QuoteStatusSeen
+    | IntentStatusSeen
+    | NonceChecked
+    | BalancesSeen
+    | PriceSeen
+    | SaltSeen
+    | FeeSeen
+    | OwnFlowSettled
+    | OperatorPause
+    | OperatorResume
+    | ShutdownStarted
+)

@@ -1,0 +1,251 @@
+"""What the desk remembers: every change of its state, as a fact to journal (DESIGN
+"Persistence is the desk's journal").
+
+The desk decides, writes down what it decided as facts, and changes its state only by applying
+facts (:meth:`solver.core.desk.Desk.apply`). The driver appends each fact to the journal before
+any answer it caused leaves; on start, applying the journal's facts in order (after the latest
+snapshot) rebuilds the desk exactly: open quotes and their claims, reservations, expected
+balances, PnL baseline, peak, daily loss and every pause with its reason.
+
+Facts carry what a decision used that is not in the journal (the prices of a fill), so applying
+them needs no market input and gives the same state every time. :func:`encode` and
+:func:`decode` turn facts into plain JSON-able dicts and back (amounts as decimal strings,
+times as microseconds since the epoch, bytes as hex).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteOpened:
+    quote_id: str
+    quote_hash: str
+    asset_in: str
+    asset_out: str
+    amount_in: int
+    amount_out: int
+    fee: int
+    deadline: datetime
+    nonce: bytes
+    created_at: datetime
+    exact_in: bool
+    partner_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FillPrices:
+    """Reference prices (USD per whole unit) at settlement, and the edge they give."""
+
+    price_in: float
+    price_out: float
+    realized_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteMoved:
+    quote_id: str
+    new: str  # a QuoteState value
+    at: datetime
+    reason: str | None = None
+    intent_hash: str | None = None
+    tx_hash: str | None = None
+    fill: FillPrices | None = None  # SETTLED with prices known
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAdded:
+    quote_id: str
+    intent_hash: str
+    tx_hash: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimEnded:
+    quote_id: str
+    intent_hash: str
+    status: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BalancesReconciled:
+    """A snapshot taken in: the inventory's confirmed balances and the reconciliation."""
+
+    observed: datetime
+    balances: dict[str, int]
+    own_open: tuple[tuple[str, str, int, str, int], ...] = ()  # (key, out, amount, in, amount)
+    own_settling: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OwnFlow:
+    key: str
+    asset_in: str
+    amount_in: int
+    asset_out: str
+    outflow: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PnlMarked:
+    """The PnL references that must survive a restart: starting equity, peak, day start."""
+
+    at: datetime
+    start_equity: float
+    peak_pnl: float
+    day: str
+    day_start_pnl: float
+
+
+@dataclass(frozen=True, slots=True)
+class Markout:
+    quote_id: str
+    horizon_s: int
+    value_usd: float
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PauseSet:
+    scope: str
+    kind: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PauseCleared:
+    scope: str
+    kind: str
+    at: datetime
+    by: str  # operator | recovered
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineAccepted:
+    """The operator acknowledged the balances after a deliberate move."""
+
+    at: datetime
+    balances: dict[str, int]
+    difference: dict[str, int]  # accepted − expected before, per asset
+    equity_shift_usd: float  # taken out of the PnL baseline: a deposit is not a profit
+
+
+Fact = (
+    QuoteOpened
+    | QuoteMoved
+    | ClaimAdded
+    | ClaimEnded
+    | BalancesReconciled
+    | OwnFlow
+    | PnlMarked
+    | Markout
+    | PauseSet
+    | PauseCleared
+    | BaselineAccepted
+)
+
+KINDS: dict[str, type[Any]] = {
+    "quote_opened": QuoteOpened,
+    "quote_moved": QuoteMoved,
+    "claim_added": ClaimAdded,
+    "claim_ended": ClaimEnded,
+    "balances": BalancesReconciled,
+    "own_flow": OwnFlow,
+    "pnl": PnlMarked,
+    "markout": Markout,
+    "pause_set": PauseSet,
+    "pause_cleared": PauseCleared,
+    "baseline_accepted": BaselineAccepted,
+}
+KIND_OF: dict[type[Any], str] = {cls: kind for kind, cls in KINDS.items()}
+_INT_FIELDS = frozenset({"amount_in", "amount_out", "fee", "outflow"})
+
+
+class FactError(ValueError):
+    """A journal entry that cannot be read back (names the kind and the field)."""
+
+
+def kind_of(fact: Fact) -> str:
+    return KIND_OF[type(fact)]
+
+
+def micros(moment: datetime) -> int:
+    return (moment - EPOCH) // _US
+
+
+def from_micros(value: int) -> datetime:
+    return EPOCH + timedelta(microseconds=value)
+
+
+def _encode_value(name: str, value: Any) -> Any:
+    if isinstance(value, datetime):
+        return micros(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, FillPrices):
+        return [value.price_in, value.price_out, value.realized_usd]
+    if isinstance(value, dict):
+        return {k: str(v) for k, v in value.items()}
+    if name in _INT_FIELDS:
+        return str(value)
+    if isinstance(value, tuple):
+        return [[str(x) if isinstance(x, int) else x for x in item] for item in value]
+    return value
+
+
+def encode(fact: Fact) -> dict[str, Any]:
+    """A fact as a JSON-able dict (amounts as strings: u128 does not fit a JSON number)."""
+    return {f.name: _encode_value(f.name, getattr(fact, f.name)) for f in dataclasses.fields(fact)}
+
+
+def decode(kind: str, body: dict[str, Any]) -> Fact:
+    """The fact ``encode`` wrote; :class:`FactError` names what is wrong with a bad entry."""
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise FactError(f"unknown journal entry kind {kind!r}")
+    values: dict[str, Any] = {}
+    try:
+        for f in dataclasses.fields(cls):
+            if f.name not in body:
+                if f.default is not dataclasses.MISSING:
+                    continue
+                raise FactError(f"{kind}: missing field {f.name!r}")
+            raw = body[f.name]
+            values[f.name] = _decode_value(cls, f.name, str(f.type), raw)
+        return cls(**values)  # type: ignore[no-any-return]
+    except FactError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        raise FactError(f"{kind}: {type(exc).__name__}: {exc}") from None
+
+
+def _decode_value(cls: type[Any], name: str, annotation: str, raw: Any) -> Any:
+    if raw is None:
+        return None
+    if annotation.startswith("datetime"):
+        return from_micros(int(raw))
+    if annotation.startswith("bytes"):
+        return bytes.fromhex(raw)
+    if annotation.startswith("FillPrices"):
+        price_in, price_out, realized = raw
+        return FillPrices(float(price_in), float(price_out), float(realized))
+    if annotation.startswith("dict[str, int]"):
+        return {str(k): int(v) for k, v in raw.items()}
+    if name in _INT_FIELDS:
+        return int(raw)
+    if cls is BalancesReconciled and name == "own_open":
+        return tuple((str(k), str(o), int(a), str(i), int(b)) for k, o, a, i, b in raw)
+    if annotation in ("float",):
+        return float(raw)
+    return raw

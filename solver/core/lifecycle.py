@@ -1,0 +1,216 @@
+"""The quote lifecycle as an explicit transition table (DESIGN "Settlement"; spec 3.2).
+
+::
+
+    OPEN ──get_status PENDING──▶ WON ──TX_BROADCASTED──▶ SETTLING ──SETTLED──▶ SETTLED
+      │  (a claim confirmed)      │                         │
+      │                           └── deadline passed, no claim pending, nonce unused ──▶ FAILED
+      ├── explicit error reply from the relay, or never sent ──▶ REJECTED
+      ├── deadline passed, no claim pending, nonce unused ──▶ LOST
+      └── SETTLED status of any claim, or a used nonce ──▶ SETTLED
+
+A quote can be named by several intents (``quote_status`` events): each is a **claim**, followed
+on its own with ``get_status``. A claim never moves the quote by being heard of — a stray or
+forged status would otherwise decide its fate — only what ``get_status`` says of it does:
+PENDING makes the quote WON, TX_BROADCASTED makes it SETTLING, SETTLED settles it (the only
+status that moves balances). NOT_FOUND_OR_NOT_VALID ends that claim alone; while another claim
+is pending or the deadline has not passed, the quote stays as it is. Once the deadline is past
+and no claim is pending, the verifier's nonce tells the truth: used means it executed.
+
+An answer the relay has not acknowledged stays OPEN through a disconnect: the relay holds the
+signed quote and can still use it until its deadline.
+
+Every quote ends in exactly one terminal state. An illegal move raises: it means the
+bookkeeping is wrong, and that must never pass silently.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class QuoteState(StrEnum):
+    OPEN = "OPEN"
+    WON = "WON"
+    SETTLING = "SETTLING"
+    SETTLED = "SETTLED"
+    FAILED = "FAILED"
+    LOST = "LOST"
+    REJECTED = "REJECTED"
+
+
+TERMINAL = frozenset({QuoteState.SETTLED, QuoteState.FAILED, QuoteState.LOST, QuoteState.REJECTED})
+ALLOWED: dict[QuoteState, frozenset[QuoteState]] = {
+    QuoteState.OPEN: frozenset(
+        {
+            QuoteState.WON,
+            QuoteState.SETTLING,
+            QuoteState.SETTLED,
+            QuoteState.REJECTED,
+            QuoteState.LOST,
+        }
+    ),
+    QuoteState.WON: frozenset({QuoteState.SETTLING, QuoteState.SETTLED, QuoteState.FAILED}),
+    QuoteState.SETTLING: frozenset({QuoteState.SETTLED, QuoteState.FAILED}),
+}
+"""The transition table: from a state, the states it may move to. Terminal states have none."""
+
+
+class IllegalTransition(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Claim:
+    """One intent that named the quote (a ``quote_status``), followed with ``get_status``."""
+
+    intent_hash: str
+    tx_hash: str | None
+    heard_at: datetime
+    status: str | None = None  # the last get_status answer (spec 3.2)
+    next_poll_at: datetime | None = None
+    delay_s: float = 0.1
+    ended: bool = False  # NOT_FOUND_OR_NOT_VALID: this intent will not settle the quote
+
+
+@dataclass(slots=True)
+class TrackedQuote:
+    quote_id: str
+    quote_hash: str
+    asset_in: str
+    asset_out: str
+    amount_in: int
+    amount_out: int
+    fee: int
+    deadline: datetime
+    nonce: bytes
+    created_at: datetime
+    state: QuoteState = QuoteState.OPEN
+    updated_at: datetime | None = None
+    intent_hash: str | None = None
+    tx_hash: str | None = None
+    reason: str | None = None
+    claims: dict[str, Claim] = field(default_factory=dict)
+    nonce_check_at: datetime | None = None  # when the last is_nonce_used check was asked
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def outflow(self) -> int:
+        """What executing it takes from us: amount_out plus the protocol fee on it."""
+        return self.amount_out + self.fee
+
+    def pending_claims(self) -> list[Claim]:
+        return [c for c in self.claims.values() if not c.ended]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    quote_id: str
+    quote_hash: str
+    old: QuoteState
+    new: QuoteState
+    at: datetime
+    reason: str | None = None
+    intent_hash: str | None = None
+    tx_hash: str | None = None
+
+
+@dataclass
+class QuoteBook:
+    """Open quotes by id and by hash; terminal quotes leave the book (the journal keeps them).
+
+    Deadlines are kept in a heap, so finding the quotes whose deadline passed costs what is due,
+    not a walk of the whole book (tens of thousands of open quotes at peak).
+    """
+
+    quotes: dict[str, TrackedQuote] = field(default_factory=dict)
+    by_hash: dict[str, str] = field(default_factory=dict)
+    terminal_counts: dict[QuoteState, int] = field(default_factory=dict)
+    # What the open quotes could still move, per asset, kept as quotes enter and leave: the
+    # reconciliation needs these totals at every snapshot, without walking the whole book.
+    open_outflow: dict[str, int] = field(default_factory=dict)
+    open_inflow: dict[str, int] = field(default_factory=dict)
+    _deadlines: list[tuple[datetime, str]] = field(default_factory=list)
+
+    def _account(self, quote: TrackedQuote, sign: int) -> None:
+        out, into = quote.asset_out, quote.asset_in
+        self.open_outflow[out] = self.open_outflow.get(out, 0) + sign * quote.outflow
+        self.open_inflow[into] = self.open_inflow.get(into, 0) + sign * quote.amount_in
+        if not self.open_outflow[out]:
+            del self.open_outflow[out]
+        if not self.open_inflow[into]:
+            del self.open_inflow[into]
+
+    def add(self, quote: TrackedQuote) -> None:
+        if quote.quote_id in self.quotes:
+            raise IllegalTransition(f"quote {quote.quote_id} is already tracked")
+        self.quotes[quote.quote_id] = quote
+        self.by_hash[quote.quote_hash] = quote.quote_id
+        self._account(quote, +1)
+        heapq.heappush(self._deadlines, (quote.deadline, quote.quote_id))
+
+    def get(self, quote_id: str) -> TrackedQuote | None:
+        return self.quotes.get(quote_id)
+
+    def find_hash(self, quote_hash: str) -> TrackedQuote | None:
+        quote_id = self.by_hash.get(quote_hash)
+        return self.quotes.get(quote_id) if quote_id else None
+
+    def move(
+        self,
+        quote_id: str,
+        new: QuoteState,
+        at: datetime,
+        *,
+        reason: str | None = None,
+        intent_hash: str | None = None,
+        tx_hash: str | None = None,
+    ) -> Transition:
+        quote = self.quotes.get(quote_id)
+        if quote is None:
+            raise IllegalTransition(f"unknown quote {quote_id}")
+        if new not in ALLOWED.get(quote.state, frozenset()):
+            raise IllegalTransition(f"{quote_id}: {quote.state} -> {new} is not allowed")
+        old = quote.state
+        quote.state, quote.updated_at = new, at
+        quote.reason = reason or quote.reason
+        quote.intent_hash = intent_hash or quote.intent_hash
+        quote.tx_hash = tx_hash or quote.tx_hash
+        if new in TERMINAL:
+            del self.quotes[quote_id]
+            self.by_hash.pop(quote.quote_hash, None)
+            self._account(quote, -1)
+            self.terminal_counts[new] = self.terminal_counts.get(new, 0) + 1
+        return Transition(
+            quote_id, quote.quote_hash, old, new, at, reason, quote.intent_hash, quote.tx_hash
+        )
+
+    def open_quotes(self) -> Iterator[TrackedQuote]:
+        return iter(list(self.quotes.values()))
+
+    def past_deadline(self, before: datetime) -> list[TrackedQuote]:
+        """Open quotes whose deadline is earlier than ``before``, oldest deadline first.
+
+        They stay in the heap's due part until they leave the book, so a quote waiting for a
+        nonce check or a claim is returned again at the next call."""
+        heap, quotes = self._deadlines, self.quotes
+        while heap and heap[0][1] not in quotes:
+            heapq.heappop(heap)  # left the book
+        due: list[TrackedQuote] = []
+        kept: list[tuple[datetime, str]] = []
+        while heap and heap[0][0] < before:
+            entry = heapq.heappop(heap)
+            quote = quotes.get(entry[1])
+            if quote is not None:
+                due.append(quote)
+                kept.append(entry)
+        for entry in kept:
+            heapq.heappush(heap, entry)
+        return due

@@ -1,0 +1,97 @@
+"""Pauses: why the bot is not quoting, and where (DESIGN "The shape": one writer).
+
+A pause has a **scope** — ``*`` for everything, or one direction of a pair (``in->out``) — a
+**kind** (who or what paused it) and a **reason** a person reads. The desk is the only writer;
+the quote path only asks :meth:`Pauses.reason`. Several pauses can hold at once (an operator
+pause and a drawdown breach); quoting resumes only when none is left in the scope.
+
+Kinds:
+
+- ``operator``: ``solver pause``; cleared by ``solver resume``.
+- ``daily_loss``, ``drawdown``, ``reconciliation``, ``stale_data``: the kill switch (latched:
+  the operator must resume; a condition still in force pauses again at once, and ``resume``
+  says so).
+- ``store_error``: a quote could not be made durable; cleared by ``resume``.
+- ``shutting_down``: the process is stopping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+GLOBAL = "*"
+OPERATOR = "operator"
+SHUTTING_DOWN = "shutting_down"
+STORE_ERROR = "store_error"
+RISK_KINDS = ("daily_loss", "drawdown", "reconciliation", "stale_data")
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    scope: str
+    kind: str
+    reason: str
+    at: datetime
+
+    def describe(self) -> str:
+        where = "everything" if self.scope == GLOBAL else self.scope
+        return f"{where}: {self.kind}: {self.reason}"
+
+
+class Pauses:
+    """The pauses in force, by scope then kind."""
+
+    __slots__ = ("_by_scope",)
+
+    def __init__(self) -> None:
+        self._by_scope: dict[str, dict[str, Pause]] = {}
+
+    def reason(self, scope: str) -> str | None:
+        """Why quoting in ``scope`` is paused (a global pause first), or None. Hot path."""
+        by_scope = self._by_scope
+        if not by_scope:
+            return None
+        held = by_scope.get(GLOBAL) or by_scope.get(scope)
+        if not held:
+            return None
+        pause = next(iter(held.values()))
+        return f"{pause.kind}: {pause.reason}"
+
+    def get(self, scope: str, kind: str) -> Pause | None:
+        return self._by_scope.get(scope, {}).get(kind)
+
+    def add(self, pause: Pause) -> bool:
+        """Hold ``pause``; False when one of the same scope and kind already holds (kept)."""
+        held = self._by_scope.setdefault(pause.scope, {})
+        if pause.kind in held:
+            return False
+        held[pause.kind] = pause
+        return True
+
+    def remove(self, scope: str, kind: str) -> Pause | None:
+        held = self._by_scope.get(scope)
+        if not held:
+            return None
+        pause = held.pop(kind, None)
+        if not held:
+            del self._by_scope[scope]
+        return pause
+
+    def __iter__(self) -> Iterator[Pause]:
+        for held in list(self._by_scope.values()):
+            yield from list(held.values())
+
+    def __bool__(self) -> bool:
+        return bool(self._by_scope)
+
+    def globally_paused(self) -> bool:
+        return GLOBAL in self._by_scope
+
+    def as_dict(self) -> dict[str, str]:
+        """``{scope: "kind: reason; kind: reason"}`` for status pages and logs."""
+        return {
+            scope: "; ".join(f"{p.kind}: {p.reason}" for p in held.values())
+            for scope, held in self._by_scope.items()
+        }

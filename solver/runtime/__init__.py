@@ -1,0 +1,8 @@
+"""The live driver of the desk (DESIGN "The shape"): sockets, RPC answers and timers become
+desk events; the desk's actions are carried out (signing, the journal, sending, polling).
+
+- :mod:`solver.runtime.bot`: :class:`~solver.runtime.bot.LiveBot`, the wiring and the run loop.
+- :mod:`solver.runtime.executor`: carries out actions; the quote path's group commit.
+- :mod:`solver.runtime.operator`: status, health, pause and resume for the control API.
+- :mod:`solver.runtime.loop`: the event loop of long-running commands.
+"""

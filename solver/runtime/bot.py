@@ -1,0 +1,454 @@
+"""The live bot: the desk driven by sockets, RPC answers and timers (DESIGN "The shape").
+
+:class:`LiveBot` wires the desk (:func:`solver.desk_wiring.build_desk`), the journal (the SQLite
+store), the bus websocket and JSON-RPC clients, the ledger RPC client, price feeds, metrics and
+the control API. It does nothing the desk should decide: frames become events, timers become
+``desk.tick(now)``, and the :class:`~solver.runtime.executor.Executor` carries out what comes
+back. The wall clock is read in one place: ``clock`` (injected, so tests and the demo can share
+it).
+
+Start: the desk is rebuilt from the journal (the latest snapshot, then every fact after it), the
+cached inputs are fetched once, then quoting starts. Stop (SIGTERM): quoting stops at once; the
+journal already holds every open quote, so nothing waits for them to settle (``grace_s`` may
+ask for a wait); a snapshot is written and the store closed, well within Docker's 10 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gc
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from solver.config import BotConfig
+from solver.core import events as ev
+from solver.core.desk import Desk
+from solver.core.desk_snapshot import restore, snapshot
+from solver.core.market import QuoteRequest
+from solver.desk_wiring import build_desk
+from solver.errors import SolverError
+from solver.io.bus_rpc import BusRpcClient
+from solver.io.bus_ws import CONNECTED, BusWsClient
+from solver.io.control import ControlServer, create_control_app, serve_control
+from solver.io.ledger_client import LedgerClient
+from solver.io.metrics import Metrics
+from solver.io.price_feeds import PriceFeeds
+from solver.io.store import Store, StoreError
+from solver.io.swap_client import SwapApiClient
+from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
+from solver.protocol.keys import SecretKey
+from solver.protocol.quote_signing import QuoteSigner
+from solver.rebalance import Rebalancer
+from solver.runtime.executor import Executor
+from solver.runtime.operator import Operator
+
+log = logging.getLogger("solver.bot")
+TICK_S = 0.1
+SNAPSHOT_EVERY_FACTS = 50_000
+
+
+def utc_now() -> datetime:
+    """The one wall-clock read of the live bot."""
+    return datetime.now(UTC)
+
+
+class LiveBot:
+    def __init__(
+        self,
+        config: BotConfig,
+        key: SecretKey,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        shadow: bool = False,
+        store: Store | None = None,
+        use_store: bool = True,
+    ) -> None:
+        self.config = config
+        self.shadow = shadow
+        self.clock = clock
+        self.account = config.account.id
+        self.tokens = sorted(config.tokens)
+        # Shadow mode signs nothing, so it writes no journal: it must never touch a live store.
+        self.store = store or (
+            Store(
+                config.storage.path,
+                sample_requests=config.storage.sample_requests,
+                synchronous=config.storage.synchronous,
+                account=config.account.id,
+            )
+            if use_store and not shadow
+            else None
+        )
+        self.desk: Desk = build_desk(config, shadow=shadow)
+        self.metrics = Metrics()
+        api_key = os.environ.get(config.bus.api_key_env) if config.bus.api_key_env else None
+        self.http = httpx.AsyncClient(timeout=config.chain.timeout_ms / 1000)
+        self.ledger = LedgerClient(
+            str(config.chain.rpc_url),
+            config.verifier_contract,
+            client=self.http,
+            timeout_s=config.chain.timeout_ms / 1000,
+        )
+        self.bus_rpc = BusRpcClient(
+            str(config.bus.rpc_url),
+            api_key=api_key,
+            asset_field_prefix=config.bus.asset_field_prefix,
+            client=self.http,
+        )
+        self.ws = BusWsClient(
+            str(config.bus.ws_url),
+            on_quote=self._on_quote,
+            on_quote_status=self._on_quote_status,
+            on_response=self._on_response,
+            on_state=self._on_ws_state,
+            api_key=api_key,
+            asset_field_prefix=config.bus.asset_field_prefix,
+            backoff_initial_s=config.bus.reconnect_initial_ms / 1000,
+            backoff_max_s=config.bus.reconnect_max_ms / 1000,
+            max_frame_bytes=config.bus.max_frame_bytes,
+            compression=config.bus.compression,
+        )
+        self._balance_now = asyncio.Event()
+        self.executor = Executor(
+            self.desk,
+            signer=QuoteSigner(key, config.account.id, config.verifier_contract),
+            sender=self.ws,
+            clock=clock,
+            journal=self.store.journal if self.store is not None else None,
+            metrics=self.metrics,
+            ledger=self.ledger,
+            bus_rpc=self.bus_rpc,
+            account=self.account,
+            nonce_layout=config.nonce.layout,
+            on_refresh_balances=self._balance_now.set,
+            on_refresh_salt=self._refresh_salt_soon,
+        )
+        self.sample_requests = self.store is not None and config.storage.sample_requests > 0
+        self.feeds = PriceFeeds(
+            self.desk.state,
+            clock,
+            client=self.http,
+            bus=self.bus_rpc,
+            own_quote_hashes=self.desk.book.by_hash.keys,
+            assets=self.tokens,
+        )
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self.control: ControlServer | None = None
+        self.job_errors: dict[str, int] = {}
+        self._jobs: set[asyncio.Task[Any]] = set()
+        self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
+        self.operator = Operator(self)
+
+    def _rebalancer(self, key: SecretKey) -> Rebalancer:
+        """The rebalancer (docs/rebalance.md); dry in shadow mode, whatever the config says."""
+        spec = self.config.swap_api
+        assert spec is not None  # the config requires swap_api when rebalance.enabled
+        swap = SwapApiClient.from_env(
+            str(spec.base_url), spec.token_env, client=self.http, timeout_s=spec.timeout_ms / 1000
+        )
+        return Rebalancer(
+            self.config.rebalance,
+            account=self.account,
+            key=key,
+            swap=swap,
+            bus=self.bus_rpc,
+            ledger=self.ledger,
+            store=self.store,
+            inventory=self.desk.inventory,
+            state=self.desk.state,
+            pauses=self.desk.pauses,
+            clock=self.clock,
+            balance_max_age_s=self.config.chain.balance_max_age_ms / 1000,
+            nonce_layout=self.config.nonce.layout,
+            dry_run=True if self.shadow else None,
+            on_flow=self._own_flow,
+            on_balance_change=self._balance_now.set,
+        )
+
+    # ------------------------------------------------------------------ bus callbacks
+
+    def _on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
+        """The hot path, synchronous: one desk decision, then sign, journal and queue."""
+        now = self.clock()
+        partner = metadata.get("partner_id")
+        request = QuoteRequest(
+            event.quote_id,
+            event.core_asset_identifier_in,
+            event.core_asset_identifier_out,
+            event.is_exact_in,
+            event.exact_amount,
+            event.min_deadline_ms,
+            partner if isinstance(partner, str) else None,
+        )
+        started = time.perf_counter()
+        actions = self.desk.receive(ev.QuoteRequested(request), now)
+        self.metrics.inc_request()
+        self.metrics.observe_decision(time.perf_counter() - started)
+        self.executor.run(actions, now, started)
+        if self.sample_requests and self.store is not None:
+            first = actions[0] if actions else None
+            reason = getattr(first, "reason", None)
+            with contextlib.suppress(StoreError):
+                self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
+
+    def _on_quote_status(self, event: QuoteStatusEvent) -> None:
+        self.executor.feed(ev.QuoteStatusSeen(event.quote_hash, event.intent_hash, event.tx_hash))
+
+    def _on_response(self, quote_id: str, ok: bool, reason: str | None) -> None:
+        self.executor.feed(ev.RelayReplied(quote_id, ok, reason))
+
+    def _on_ws_state(self, state: str) -> None:
+        connected = state == CONNECTED
+        self.executor.feed(ev.ConnectionRestored() if connected else ev.ConnectionLost())
+        log.info("bus connection: %s", state)
+
+    def _own_flow(
+        self, key: str, asset_in: str, amount_in: int, asset_out: str, outflow: int
+    ) -> None:
+        self.executor.feed(ev.OwnFlowSettled(key, asset_in, amount_in, asset_out, outflow))
+
+    # ------------------------------------------------------------------ jobs
+
+    async def _guard(self, name: str, job: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await job()
+        except SolverError as exc:
+            self.job_errors[name] = self.job_errors.get(name, 0) + 1
+            log.warning("%s failed: %s", name, exc)
+
+    async def refresh_salt(self) -> None:
+        async def job() -> None:
+            observed = self.clock()
+            self.executor.feed(ev.SaltSeen(await self.ledger.current_salt(), observed))
+
+        await self._guard("salt", job)
+
+    def _refresh_salt_soon(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.refresh_salt())
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+
+    async def refresh_balances(self) -> None:
+        async def job() -> None:
+            observed = self.clock()  # before the request: the snapshot includes all up to now
+            values = await self.ledger.mt_batch_balance_of(self.account, self.tokens)
+            rebalancer = self.rebalancer
+            self.executor.feed(
+                ev.BalancesSeen(
+                    dict(zip(self.tokens, values, strict=True)),
+                    observed,
+                    tuple(rebalancer.open_flows()) if rebalancer is not None else (),
+                    rebalancer.settling() if rebalancer is not None else False,
+                )
+            )
+
+        await self._guard("balances", job)
+
+    async def refresh_fee(self) -> None:
+        async def job() -> None:
+            self.executor.feed(ev.FeeSeen(await self.ledger.fee()))
+
+        await self._guard("fee", job)
+
+    async def rebalance(self) -> None:
+        assert self.rebalancer is not None
+        await self._guard("rebalance", self.rebalancer.tick)
+
+    async def _balance_trigger(self, stop: asyncio.Event) -> None:
+        """A settlement asks for a fresh snapshot at once, not at the next period."""
+        while not stop.is_set():
+            await self._balance_now.wait()
+            self._balance_now.clear()
+            if not stop.is_set():
+                await self.refresh_balances()
+
+    async def _ticker(self, stop: asyncio.Event) -> None:
+        """``desk.tick`` every :data:`TICK_S`: polls, deadlines, markouts, PnL, kill switch."""
+        metrics_every = max(1, round(1 / TICK_S))
+        count = 0
+        while not stop.is_set():
+            now = self.clock()
+            actions = self.desk.tick(now)
+            if actions:
+                self.executor.run(actions, now, time.perf_counter())
+            count += 1
+            if count % metrics_every == 0:
+                self.operator.refresh_metrics()
+                self._maybe_snapshot(now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), TICK_S)
+
+    def _maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
+        journal = self.store.journal if self.store is not None else None
+        if journal is None or not (force or journal.appended >= SNAPSHOT_EVERY_FACTS):
+            return
+        try:
+            journal.write_snapshot(snapshot(self.desk), now)
+            journal.appended = 0
+        except SolverError as exc:
+            log.warning("cannot write a desk snapshot: %s", exc)
+
+    def summary(self) -> str:
+        return self.operator.summary()
+
+    def _schedule(self) -> None:
+        c = self.config
+
+        def add(fn: Callable[..., Awaitable[None]], seconds: float, *args: Any) -> None:
+            self.scheduler.add_job(
+                fn,
+                "interval",
+                seconds=seconds,
+                args=list(args),
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+            )
+
+        add(self.refresh_salt, c.chain.salt_refresh_ms / 1000)
+        add(self.refresh_balances, c.chain.balance_refresh_ms / 1000)
+        add(self.refresh_fee, 60)
+        for source in c.prices.sources:
+            if source.kind == "static":
+                add(_coro(self.feeds.poll_static), 1, dict(source.prices))
+            elif source.kind == "sandbox":
+                add(self.feeds.poll_sandbox, source.refresh_ms / 1000, str(source.url))
+            elif source.kind == "http_json":
+                add(
+                    self.feeds.poll_http_json,
+                    source.refresh_ms / 1000,
+                    str(source.url),
+                    source.asset,
+                    source.json_path,
+                    source.headers_env,
+                )
+            else:
+                add(
+                    self.feeds.poll_bus_quote,
+                    source.refresh_ms / 1000,
+                    source.asset,
+                    source.quote_asset,
+                    source.probe_amount,
+                )
+        if self.rebalancer is not None:
+            add(self.rebalance, c.rebalance.tick_s)
+        if c.log.summary_every_s:
+            add(_coro(lambda: log.info("summary %s", self.summary())), c.log.summary_every_s)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def recover(self) -> int:
+        """Rebuild the desk from the journal: the latest snapshot, then every fact after it.
+        Returns the number of facts applied."""
+        if self.store is None:
+            return 0
+        doc, facts = self.store.journal.load()
+        if doc is not None:
+            try:
+                restore(self.desk, doc)
+            except ValueError as exc:
+                raise StoreError(f"the store {self.store.path}: {exc}") from None
+        for fact in facts:
+            self.desk.apply(fact)
+        if doc is not None or facts:
+            log.info(
+                "desk rebuilt from the journal: %d open quotes, %d facts after the snapshot, "
+                "pauses: %s",
+                len(self.desk.book.quotes),
+                len(facts),
+                self.desk.pauses.as_dict() or "none",
+            )
+        return len(facts)
+
+    async def warm_up(self) -> None:
+        """Fetch every cached input once before answering anything."""
+        await asyncio.gather(self.refresh_salt(), self.refresh_balances(), self.refresh_fee())
+        for source in self.config.prices.sources:
+            if source.kind == "static":
+                self.feeds.poll_static(dict(source.prices))
+            elif source.kind == "sandbox":
+                await self.feeds.poll_sandbox(str(source.url))
+            elif source.kind == "http_json":
+                await self.feeds.poll_http_json(
+                    str(source.url), source.asset, source.json_path, source.headers_env
+                )
+
+    async def run(self, stop: asyncio.Event, *, grace_s: float = 0.0) -> None:
+        """Quote until ``stop`` is set, then stop quoting and return (``grace_s``: first let
+        open quotes settle for at most that long; the journal makes it unnecessary)."""
+        self.recover()
+        await self.warm_up()
+        # Everything built so far lives as long as the process: keep the cyclic GC from
+        # re-walking it on every full collection (those pauses land on the quote path).
+        gc.collect()
+        gc.freeze()
+        if self.rebalancer is not None:
+            await self.rebalancer.resume()
+        elif self.store is not None and self.store.open_rebalances():
+            log.warning(
+                "the store holds unfinished rebalances but rebalance.enabled is false: they "
+                "are not followed (see solver swap status)"
+            )
+        if self.config.metrics.listen:
+            self.control = await serve_control(
+                create_control_app(self.operator, self.metrics), self.config.metrics.listen
+            )
+        self._schedule()
+        self.scheduler.start()
+        inner = asyncio.Event()
+        tasks = [
+            asyncio.create_task(self.ws.run(inner)),
+            asyncio.create_task(self._balance_trigger(inner)),
+            asyncio.create_task(self._ticker(inner)),
+        ]
+        try:
+            await stop.wait()
+            self.executor.feed(ev.ShutdownStarted())
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + grace_s
+            while self.desk.book.quotes and loop.time() < give_up:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        finally:
+            await self._stop(inner, tasks)
+
+    async def _stop(self, inner: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> None:
+        inner.set()
+        self._balance_now.set()
+        self.scheduler.shutdown(wait=False)
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, SolverError, TimeoutError):
+                await asyncio.wait_for(task, 3)
+        # Reads in flight (polls, checks, refreshes) are cut short: the journal keeps what is
+        # open, and the next start asks again.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.executor.drain(), 1.0)
+        for job in list(self._jobs):
+            job.cancel()
+        await self.http.aclose()
+        if self.control is not None:
+            await self.control.stop()
+        if self.store is not None:
+            self._maybe_snapshot(self.clock(), force=True)
+            self.store.close()
+        log.info("stopped: %s", self.summary())
+
+
+def _coro(fn: Callable[..., object]) -> Callable[..., Awaitable[None]]:
+    """A plain function as a coroutine job: apscheduler runs plain functions in a worker
+    thread, but the desk and the store belong to the event loop's thread."""
+
+    @functools.wraps(fn)
+    async def job(*args: object) -> None:
+        fn(*args)
+
+    return job
+

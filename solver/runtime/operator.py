@@ -1,0 +1,151 @@
+"""What an operator sees and does with the running bot: status, health, pause and resume
+(the control API's :class:`~solver.io.control.ControlTarget`), and the metrics gauges.
+
+Everything is read from the desk; pause and resume are desk events, and the desk's
+:class:`~solver.core.actions.OperatorReply` is the answer: ``resume`` never reports success
+while the bot stays paused — it says which pauses still hold and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from solver.core import events as ev
+from solver.core.actions import OperatorReply
+from solver.core.pnl import usd_value
+from solver.io.metrics import MetricsSnapshot
+
+if TYPE_CHECKING:
+    from solver.runtime.bot import LiveBot
+
+
+class Operator:
+    def __init__(self, bot: LiveBot) -> None:
+        self.bot = bot
+        self.started = time.monotonic()
+
+    def _reply(self, event: ev.OperatorPause | ev.OperatorResume) -> OperatorReply:
+        executor = self.bot.executor
+        executor.replies.clear()
+        executor.feed(event)
+        replies = list(executor.replies)
+        executor.replies.clear()
+        if not replies:  # pragma: no cover - every operator event is answered
+            return OperatorReply(False, "no answer from the desk")
+        return replies[-1]
+
+    def pause(self, pair: str | None, reason: str) -> dict[str, Any]:
+        reply = self._reply(ev.OperatorPause(pair, reason))
+        if not reply.ok:
+            raise LookupError(reply.message)
+        return {"ok": True, "message": reply.message}
+
+    async def resume(self, pair: str | None, accept_balances: bool = False) -> dict[str, Any]:
+        """Resume; ``accept_balances`` first takes a fresh snapshot, then makes it the new
+        reconciliation baseline (a deliberate move is neither a mismatch nor a loss)."""
+        bot = self.bot
+        if pair is not None:
+            bot.desk.scopes(pair)  # LookupError (404) for a pair the bot does not trade
+        if accept_balances:
+            await bot.refresh_balances()
+        reply = self._reply(ev.OperatorResume(pair, accept_balances))
+        return {"ok": reply.ok, "message": reply.message, "still_paused": list(reply.still_paused)}
+
+    def health(self) -> tuple[bool, list[str]]:
+        bot, desk = self.bot, self.bot.desk
+        reasons = []
+        if not bot.ws.connected:
+            reasons.append("not connected to the bus")
+        if desk.state.salt is None:
+            reasons.append("no salt")
+        report = desk.balances.report
+        if report is None:
+            reasons.append("not reconciled yet")
+        elif not report["ok"]:
+            reasons.append("reconciliation mismatch")
+        return (not reasons, reasons)
+
+    def _exposure_usd(self) -> float:
+        desk = self.bot.desk
+        total = 0.0
+        for asset, amount in desk.inventory.reserved.items():
+            price = desk.price(asset)
+            if price is not None:
+                total += usd_value(amount, desk.state.decimals[asset], price)
+        return total
+
+    def status(self) -> dict[str, Any]:
+        bot, desk = self.bot, self.bot.desk
+        now = bot.clock()
+        state = "PAUSED" if desk.pauses.globally_paused() else "RUNNING"
+        doc: dict[str, Any] = {
+            "account": bot.account,
+            "connected": bot.ws.connected,
+            "mode": "SHADOW" if bot.shadow else "LIVE",
+            "state": state,
+            "paused": desk.pauses.as_dict(),
+            "open_quotes": len(desk.book.quotes),
+            "open_exposure_usd": self._exposure_usd(),
+            "reserved": {a: str(v) for a, v in desk.inventory.reserved.items()},
+            "free": {a: str(desk.inventory.free(a)) for a in bot.tokens},
+            "pnl_usd": desk.pnl.pnl,
+            "realized_pnl_usd": desk.pnl.realized_usd,
+            "last_reconciliation": desk.balances.report,
+            "uptime_s": time.monotonic() - self.started,
+        }
+        if bot.store is not None:
+            windows = {}
+            for name, seconds in (("1h", 3600.0), ("24h", 86400.0)):
+                stats = bot.store.stats(seconds, now)
+                windows[name] = {
+                    "quotes": stats["quotes"],
+                    "won": stats["won"],
+                    "win_rate": stats["win_rate"],
+                    "volume_usd": self._volume_usd(stats["volume_in"]),
+                }
+            doc["windows"] = windows
+        return doc
+
+    def _volume_usd(self, volume_in: Mapping[str, str]) -> float | None:
+        desk = self.bot.desk
+        total = 0.0
+        for asset, amount in volume_in.items():
+            price = desk.price(asset)
+            if price is None or asset not in desk.state.decimals:
+                return None
+            total += usd_value(int(amount), desk.state.decimals[asset], price)
+        return total
+
+    def refresh_metrics(self) -> None:
+        bot, desk = self.bot, self.bot.desk
+        metrics = bot.metrics
+        metrics.sync_bad_frames(bot.ws.counters.bad_frames)
+        metrics.refresh_gauges(
+            MetricsSnapshot(
+                free={a: desk.inventory.free(a) for a in bot.tokens},
+                reserved={a: desk.inventory.reserved.get(a, 0) for a in bot.tokens},
+                decimals=dict(desk.state.decimals),
+                pnl_usd=desk.pnl.pnl,
+                mismatch=dict(desk.balances.found) | desk.balances.unresolved,
+                connected=bot.ws.connected,
+                paused=desk.pauses.globally_paused(),
+                open_quotes=len(desk.book.quotes),
+            )
+        )
+
+    def summary(self) -> str:
+        bot, desk = self.bot, self.bot.desk
+        s = desk.stats
+        ordered = sorted(bot.executor.response_us)
+        p50 = ordered[len(ordered) // 2] if ordered else 0.0
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
+        skipped = ",".join(f"{k}={v}" for k, v in s.skipped.most_common(6)) or "-"
+        symbols = {a: t.symbol for a, t in bot.config.tokens.items()}
+        free = " ".join(f"{symbols[a]}={desk.inventory.free(a)}" for a in bot.tokens)
+        return (
+            f"requests={s.requests} quoted={bot.executor.sent} skipped[{skipped}] "
+            f"outcomes={dict(s.outcomes)} response_us p50={p50:.0f} p99={p99:.0f} "
+            f"open={len(desk.book.quotes)} connected={bot.ws.connected} free: {free}"
+        )

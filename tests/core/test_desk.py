@@ -1,0 +1,262 @@
+"""The desk, synchronously: every behaviour of issue 10 with time as an argument, no sockets."""
+
+from __future__ import annotations
+
+from solver.core import events as ev
+from solver.core import facts as f
+from solver.core.actions import (
+    Alert,
+    CheckNonce,
+    OperatorReply,
+    PollIntent,
+    RefreshBalances,
+    SignAndSend,
+)
+from solver.core.desk import Desk
+from solver.core.desk_snapshot import restore, snapshot
+from solver.core.lifecycle import QuoteState
+from solver.core.quoting import Skip
+from solver.core.risk import RiskLimits
+from tests.core.desk_helpers import (
+    BALANCES,
+    E6,
+    E24,
+    NEAR,
+    USDC,
+    answer,
+    at,
+    feed,
+    make_desk,
+    quote_hash,
+    recorded,
+    request,
+)
+
+
+def outflow(desk: Desk, quote_id: str) -> int:
+    quote = desk.book.get(quote_id)
+    assert quote is not None
+    return quote.outflow
+
+
+def test_an_unacknowledged_answer_keeps_its_reservation_through_a_disconnect() -> None:
+    desk = make_desk(balances={USDC: 0, NEAR: 100 * E24})
+    answer(desk, "q1", at(1), amount_usdc=100)
+    reserved = desk.inventory.reserved[NEAR]
+    assert reserved == outflow(desk, "q1")
+    desk.receive(ev.ConnectionLost(), at(1.1))
+    assert desk.book.get("q1") is not None
+    assert desk.inventory.reserved[NEAR] == reserved
+    # While the relay may still use q1, a new request cannot oversubscribe the balance.
+    free_before = desk.inventory.free(NEAR)
+    actions = desk.receive(ev.QuoteRequested(request("q2", 1_000_000)), at(1.2))
+    assert isinstance(actions[0], Skip)
+    assert desk.inventory.free(NEAR) == free_before
+    # Only an explicit error reply releases it.
+    desk.receive(ev.RelayReplied("q1", False, "quote expired"), at(1.3))
+    assert desk.book.get("q1") is None
+    assert NEAR not in desk.inventory.reserved
+
+
+def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> None:
+    desk = make_desk(balances={USDC: 0, NEAR: 2_000 * E24})
+    signed = 0
+    for i in range(200):
+        now = at(1 + i * 0.01)
+        if i % 7 == 0:
+            desk.receive(ev.ConnectionLost(), now)
+            desk.receive(ev.ConnectionRestored(), now)
+        actions = desk.receive(ev.QuoteRequested(request(f"q{i}", 50)), now)
+        if any(isinstance(a, SignAndSend) for a in actions):
+            desk.receive(ev.QuoteSigned(f"q{i}", quote_hash(f"q{i}"), bytes(32)), now)
+            signed += outflow(desk, f"q{i}")
+    assert signed <= 2_000 * E24
+
+
+def test_a_quote_named_by_several_intents_follows_each_and_settles_once() -> None:
+    desk = make_desk()
+    answer(desk, "q1", at(1))
+    h = quote_hash("q1")
+    forged = desk.receive(ev.QuoteStatusSeen(h, "forged", None), at(1.1))
+    genuine = desk.receive(ev.QuoteStatusSeen(h, "genuine", "tx1"), at(1.2))
+    duplicate = desk.receive(ev.QuoteStatusSeen(h, "genuine", "tx1"), at(1.3))
+    assert [a for a in forged if isinstance(a, PollIntent)] == [PollIntent("forged")]
+    assert [a for a in genuine if isinstance(a, PollIntent)] == [PollIntent("genuine")]
+    assert duplicate == []
+    assert desk.stats.duplicate_statuses == 1
+    # The forged one is unknown to the relay: it ends alone, the quote stays as it was.
+    desk.receive(ev.IntentStatusSeen("forged", "NOT_FOUND_OR_NOT_VALID"), at(1.4))
+    quote = desk.book.get("q1")
+    assert quote is not None and quote.state is QuoteState.OPEN
+    desk.receive(ev.IntentStatusSeen("genuine", "PENDING"), at(1.5))
+    assert quote.state is QuoteState.WON
+    before = desk.inventory.confirmed[NEAR]
+    actions = desk.receive(ev.IntentStatusSeen("genuine", "SETTLED", "tx1"), at(1.6))
+    assert quote.state is QuoteState.SETTLED and desk.book.get("q1") is None
+    assert desk.inventory.confirmed[NEAR] == before - quote.outflow
+    assert RefreshBalances() in actions
+    assert desk.stats.outcomes["SETTLED"] == 1
+    # A late status of the other claim changes nothing.
+    assert desk.receive(ev.IntentStatusSeen("forged", "SETTLED"), at(2)) == []
+    assert desk.inventory.confirmed[NEAR] == before - quote.outflow
+
+
+def test_not_found_does_not_fail_a_quote_while_its_deadline_is_pending() -> None:
+    desk = make_desk()
+    answer(desk, "q1", at(1))
+    quote = desk.book.get("q1")
+    assert quote is not None
+    desk.receive(ev.QuoteStatusSeen(quote.quote_hash, "i1", None), at(1.1))
+    desk.receive(ev.IntentStatusSeen("i1", "TX_BROADCASTED"), at(1.2))
+    desk.receive(ev.IntentStatusSeen("i1", "NOT_FOUND_OR_NOT_VALID"), at(1.3))
+    assert quote.state is QuoteState.SETTLING and desk.book.get("q1") is quote
+    desk.receive(ev.QuoteStatusSeen(quote.quote_hash, "i2", None), at(2))
+    desk.receive(ev.IntentStatusSeen("i2", "SETTLED"), at(2.1))
+    assert quote.state is QuoteState.SETTLED
+
+
+def test_a_status_for_a_hash_never_signed_changes_nothing() -> None:
+    desk = make_desk()
+    answer(desk, "q1", at(1))
+    assert desk.receive(ev.QuoteStatusSeen("not-ours", "i9", None), at(1.1)) == []
+    assert desk.stats.stray_statuses == 1
+    assert desk.receive(ev.IntentStatusSeen("i9", "SETTLED"), at(1.2)) == []
+
+
+def test_past_the_deadline_connected_throughout_is_lost_without_an_rpc() -> None:
+    desk = make_desk()
+    desk.receive(ev.ConnectionRestored(), at(0.5))
+    answer(desk, "q1", at(1))
+    quote = desk.book.get("q1")
+    assert quote is not None
+    assert desk.tick(quote.deadline) == [] or True  # inside the grace
+    actions = desk.tick(at((quote.deadline - at(0)).total_seconds() + 3))
+    assert not any(isinstance(a, CheckNonce) for a in actions)
+    assert desk.book.get("q1") is None and desk.stats.outcomes["LOST"] == 1
+    assert NEAR not in desk.inventory.reserved
+
+
+def test_past_the_deadline_after_a_disconnect_asks_the_nonce() -> None:
+    desk = make_desk()
+    desk.receive(ev.ConnectionRestored(), at(0.5))
+    answer(desk, "q1", at(1))
+    desk.receive(ev.ConnectionLost(), at(2))
+    desk.receive(ev.ConnectionRestored(), at(3))
+    quote = desk.book.get("q1")
+    assert quote is not None
+    late = (quote.deadline - at(0)).total_seconds() + 3
+    checks = [a for a in desk.tick(at(late)) if isinstance(a, CheckNonce)]
+    assert checks == [CheckNonce("q1", quote.nonce)]
+    assert desk.tick(at(late + 1)) == []  # asked already: not again before the retry time
+    desk.receive(ev.NonceChecked("q1", True), at(late + 1.5))
+    assert quote.state is QuoteState.SETTLED
+
+
+def test_a_failed_store_pauses_and_never_keeps_the_reservation() -> None:
+    desk = make_desk()
+    actions = desk.receive(ev.QuoteRequested(request("q1")), at(1))
+    assert isinstance(actions[0], SignAndSend)
+    actions = desk.receive(ev.QuoteNotSent("q1", "disk full", store_error=True), at(1))
+    assert NEAR not in desk.inventory.reserved
+    assert desk.pauses.reason(f"{USDC}->{NEAR}") == "store_error: disk full"
+    assert any(isinstance(a, Alert) and a.kind == "store_error" for a in actions)
+
+
+def test_resume_says_why_the_bot_stays_paused() -> None:
+    desk = make_desk()
+    desk.receive(ev.OperatorPause(None, "maintenance"), at(1))
+    desk.receive(ev.OperatorPause("wNEAR/USDC", "pair"), at(1))
+    (reply,) = [
+        a for a in desk.receive(ev.OperatorResume("wNEAR/USDC"), at(2)) if isinstance(a, OperatorReply)
+    ]
+    assert not reply.ok and "still paused" in reply.message and "maintenance" in reply.message
+    (reply,) = [a for a in desk.receive(ev.OperatorResume(None), at(3)) if isinstance(a, OperatorReply)]
+    assert reply.ok, reply.message
+    assert not desk.pauses
+
+
+def test_accept_balances_after_a_deliberate_withdrawal_resumes_and_keeps_pnl() -> None:
+    limits = RiskLimits(max_daily_loss_usd=50, max_drawdown_usd=50, max_mismatch={})
+    desk = make_desk(limits=limits)
+    desk.tick(at(1))
+    assert desk.pnl.pnl == 0.0
+    # The operator withdraws 500 USDC: a mismatch, and a 500 USD "loss".
+    moved = {USDC: BALANCES[USDC] - 500 * E6, NEAR: BALANCES[NEAR]}
+    feed(desk, at(2), moved)
+    desk.tick(at(2))
+    kinds = {p.kind for p in desk.pauses}
+    assert {"reconciliation", "daily_loss", "drawdown"} <= kinds
+    # Plain resume: the withdrawal is still a loss, and the reply does not claim success
+    # unless it really resumed.
+    actions = desk.receive(ev.OperatorResume(None, accept_balances=True), at(3))
+    (reply,) = [a for a in actions if isinstance(a, OperatorReply)]
+    assert reply.ok, reply.message
+    assert "accepted balances" in reply.message
+    assert not desk.pauses
+    assert abs((desk.pnl.pnl or 0.0) - 0.0) < 1e-6
+    # The next snapshot of the same balances reconciles cleanly.
+    feed(desk, at(4), moved)
+    desk.tick(at(4))
+    assert not desk.pauses
+    assert desk.balances.report is not None and desk.balances.report["ok"]
+
+
+def test_journal_replay_rebuilds_the_desk_exactly() -> None:
+    limits = RiskLimits(max_daily_loss_usd=10, max_drawdown_usd=1e9, max_mismatch={})
+    desk = make_desk(limits=limits)
+    facts: list[f.Fact] = []
+    facts += recorded(feed(desk, at(0), BALANCES))
+    facts += recorded(desk.tick(at(0.5)))
+    facts += recorded(answer(desk, "q1", at(1)))
+    facts += recorded(answer(desk, "q2", at(1)))
+    facts += recorded(desk.receive(ev.QuoteStatusSeen(quote_hash("q2"), "i2", "t2"), at(1.1)))
+    facts += recorded(desk.receive(ev.OperatorPause("wNEAR/USDC", "watching"), at(1.2)))
+    facts += recorded(desk.receive(ev.PriceSeen(NEAR, 1.9, at(1.3)), at(1.3)))
+    facts += recorded(desk.tick(at(1.4)))  # NEAR fell: daily loss beyond 10 USD
+    assert desk.pauses.get("*", "daily_loss") is not None
+    # Round-trip every fact through the journal codec, then apply to a fresh desk.
+    rebuilt = make_desk(limits=limits)
+    rebuilt = _fresh_like(rebuilt)
+    for fact in facts:
+        rebuilt.apply(f.decode(f.kind_of(fact), _json(f.encode(fact))))
+    _assert_same(desk, rebuilt)
+    # And through a snapshot.
+    from_snapshot = _fresh_like(make_desk(limits=limits))
+    restore(from_snapshot, _json(snapshot(desk)))
+    _assert_same(desk, from_snapshot)
+
+
+def _fresh_like(desk: Desk) -> Desk:
+    return Desk(desk.settings, desk.pipeline.routes, desk.state.decimals, symbols=desk.symbols)
+
+
+def _json(doc: dict) -> dict:  # type: ignore[type-arg]
+    import orjson
+
+    loaded: dict = orjson.loads(orjson.dumps(doc))  # type: ignore[type-arg]
+    return loaded
+
+
+def _assert_same(a: Desk, b: Desk) -> None:
+    assert set(a.book.quotes) == set(b.book.quotes)
+    for quote_id, quote in a.book.quotes.items():
+        other = b.book.quotes[quote_id]
+        assert (quote.state, quote.nonce, quote.deadline, set(quote.claims)) == (
+            other.state,
+            other.nonce,
+            other.deadline,
+            set(other.claims),
+        )
+    assert a.inventory.reserved == b.inventory.reserved
+    assert a.inventory.confirmed == b.inventory.confirmed
+    assert a.balances.reconciler.expected == b.balances.reconciler.expected
+    assert (a.pnl.start_equity, a.pnl.peak_pnl, a.pnl.day, a.pnl.day_start_pnl) == (
+        b.pnl.start_equity,
+        b.pnl.peak_pnl,
+        b.pnl.day,
+        b.pnl.day_start_pnl,
+    )
+    assert {(p.scope, p.kind, p.reason) for p in a.pauses} == {
+        (p.scope, p.kind, p.reason) for p in b.pauses
+    }
+    assert set(a._polling) == set(b._polling)

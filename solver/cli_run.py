@@ -19,9 +19,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "run",
         help="run the bot on the message bus",
         description=(
-            "Quote on the bus until SIGTERM or Ctrl-C, then stop quoting, let open quotes settle "
-            "or run out, flush and exit 0. The signing key comes from the environment variable "
-            "or 0600 file named in account.key_env / account.key_file."
+            "Quote on the bus until SIGTERM or Ctrl-C, then stop quoting, flush the journal and "
+            "exit 0 (open quotes are in the journal: the next start follows them). The signing "
+            "key comes from the environment variable or 0600 file named in account.key_env / "
+            "account.key_file."
         ),
     )
     run.add_argument("--config", required=True, help="bot YAML (see config/default.yaml)")
@@ -30,7 +31,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="run the whole pipeline on live flow, but sign and send nothing",
     )
-    run.add_argument("--shutdown-wait", type=float, default=10.0, metavar="S", help="grace on stop")
+    run.add_argument(
+        "--shutdown-wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="on stop, first let open quotes settle for up to S seconds (default 0: the journal "
+        "keeps them)",
+    )
     run.set_defaults(handler=run_bot)
 
     demo = subparsers.add_parser(
@@ -48,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_bot(args: argparse.Namespace) -> int:
-    from solver.app import SolverApp
+    from solver.runtime.bot import LiveBot
 
     config = load_bot_config(args.config)
     setup_logging(config.log.level, config.log.format)
@@ -61,8 +69,8 @@ def run_bot(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        app = SolverApp(config, key, shadow=args.shadow)
-        await app.run(stop, shutdown_wait_s=args.shutdown_wait)
+        bot = LiveBot(config, key, shadow=args.shadow)
+        await bot.run(stop, grace_s=args.shutdown_wait)
 
     run_service(main())
     return 0

@@ -1,7 +1,7 @@
 """``make demo``: the sandbox with simulated takers and the bot, in one process, with a live
 terminal view (rich), then a report of what happened.
 
-The bot is the real :class:`~solver.app.SolverApp` talking to the sandbox over loopback
+The bot is the real :class:`~solver.runtime.bot.LiveBot` talking to the sandbox over loopback
 websockets and HTTP, exactly as it would to a live relay; only the URLs, the account and a fresh
 key are filled in here. PnL is marked to the sandbox's reference prices: the value of the final
 inventory minus the value of the starting inventory, both at the final prices (so price moves
@@ -24,11 +24,10 @@ from rich.table import Table
 
 from sandbox.config import load_sandbox_config
 from sandbox.server import Sandbox
-from solver.app import SolverApp
 from solver.config import load_bot_config
-from solver.core.lifecycle import Transition
 from solver.logsetup import setup_logging
 from solver.protocol.keys import SecretKey
+from solver.runtime.bot import LiveBot
 
 KEY_ENV = "SANDBOX_SOLVER_KEY"
 
@@ -38,17 +37,10 @@ def _whole(amount: int, decimals: int) -> Decimal:
 
 
 class DemoReport:
-    """Collects fills from the bot's transitions and values inventory at reference prices."""
+    """Reads the bot's desk and values inventory at reference prices."""
 
-    def __init__(self, app: SolverApp, sandbox: Sandbox, start: dict[str, int]) -> None:
+    def __init__(self, app: LiveBot, sandbox: Sandbox, start: dict[str, int]) -> None:
         self.app, self.sandbox, self.start = app, sandbox, start
-        self.settled_usd = Decimal(0)
-        self.fills = 0
-
-    def on_transition(self, transition: Transition) -> None:
-        if transition.new.value != "SETTLED":
-            return
-        self.fills += 1
 
     def balances(self) -> dict[str, int]:
         return dict(
@@ -71,7 +63,7 @@ class DemoReport:
         return self.value_usd(self.balances()) - self.value_usd(self.start)
 
     def table(self, elapsed: float, seconds: float) -> Table:
-        stats = self.app.engine.stats
+        stats = self.app.desk.stats
         takers = self.sandbox.takers.stats if self.sandbox.takers else None
         table = Table(
             title=f"solver demo  {elapsed:5.1f}s / {seconds:.0f}s", show_header=False, expand=False
@@ -79,7 +71,7 @@ class DemoReport:
         table.add_column("what", style="bold")
         table.add_column("value")
         table.add_row("requests seen", str(stats.requests))
-        table.add_row("quotes sent", str(stats.quoted))
+        table.add_row("quotes sent", str(self.app.executor.sent))
         table.add_row(
             "won / settled", f"{stats.outcomes.get('WON', 0)} / {stats.outcomes.get('SETTLED', 0)}"
         )
@@ -90,8 +82,10 @@ class DemoReport:
         table.add_row(
             "skipped", ", ".join(f"{k}={v}" for k, v in stats.skipped.most_common(4)) or "-"
         )
-        p50, p99 = stats.percentile_us(0.5), stats.percentile_us(0.99)
-        table.add_row("decision latency", f"p50 {p50 or 0:.0f} µs, p99 {p99 or 0:.0f} µs")
+        ordered = sorted(self.app.executor.response_us)
+        p50 = ordered[len(ordered) // 2] if ordered else 0.0
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
+        table.add_row("answer latency", f"p50 {p50:.0f} µs, p99 {p99:.0f} µs")
         if takers is not None:
             table.add_row(
                 "takers",
@@ -142,17 +136,11 @@ async def demo(
                 "log.summary_every_s": 0,
             }
         )
-        report_holder: list[DemoReport] = []
-        app = SolverApp(
-            bot_config,
-            key,
-            on_transition=lambda t: report_holder[0].on_transition(t) if report_holder else None,
-        )
+        app = LiveBot(bot_config, key)
         report = DemoReport(app, sandbox, {})
         report.start = report.balances()
-        report_holder.append(report)
         bot_stop = asyncio.Event()
-        bot = asyncio.create_task(app.run(bot_stop, shutdown_wait_s=3))
+        bot = asyncio.create_task(app.run(bot_stop, grace_s=3))
         console.print(
             f"[bold]sandbox[/bold] relay {urls['relay_ws']}  chain {urls['chain_rpc']}  "
             f"prices {urls['prices']}"
@@ -174,10 +162,10 @@ async def demo(
         bot_stop.set()
         await bot
         console.print(report.table(time.monotonic() - started, seconds))
-        stats = app.engine.stats
+        stats = app.desk.stats
         settled = stats.outcomes.get("SETTLED", 0)
         console.print(
-            f"[bold]done:[/bold] {stats.requests} requests, {stats.quoted} quotes sent, "
+            f"[bold]done:[/bold] {stats.requests} requests, {app.executor.sent} quotes sent, "
             f"{settled} settled on the ledger, "
             f"PnL {report.pnl_usd():+.2f} USD marked to reference prices"
         )

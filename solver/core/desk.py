@@ -543,9 +543,7 @@ class Desk:
         # What moved unexplained: the gaps found since the last resume (the reconciler absorbed
         # them already) and whatever the expected balances still differ by.
         expected, unresolved = self.balances.expected_now(), self.balances.unresolved
-        difference = {
-            a: balances[a] - expected.get(a, 0) + unresolved.get(a, 0) for a in balances
-        }
+        difference = {a: balances[a] - expected.get(a, 0) + unresolved.get(a, 0) for a in balances}
         shift = 0.0
         for asset, delta in difference.items():
             if not delta:

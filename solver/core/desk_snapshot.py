@@ -82,9 +82,10 @@ def snapshot(desk: Desk) -> dict[str, Any]:
             "confirmed": _ints(inv.confirmed),
             "confirmed_at": _t(inv.confirmed_at),
             "reservations": [_reservation(r) for r in inv.reservations.values()],
-            "unconfirmed": [[_reservation(r), micros(at)]
-                            for r, at in inv.unconfirmed_settlements.values()],
-        },  # fmt: skip
+            "unconfirmed": [
+                [_reservation(r), micros(at)] for r, at in inv.unconfirmed_settlements.values()
+            ],
+        },
         "balances": {
             "expected": _ints(rec.expected),
             "gaps": _ints(rec.last),
@@ -97,14 +98,22 @@ def snapshot(desk: Desk) -> dict[str, Any]:
             "report": bal.report,
         },
         "pnl": {
-            "start_equity": pnl.start_equity, "peak": pnl.peak_pnl, "day": pnl.day,
-            "day_start": pnl.day_start_pnl, "realized": pnl.realized_usd, "fills": pnl.fills,
+            "start_equity": pnl.start_equity,
+            "peak": pnl.peak_pnl,
+            "day": pnl.day,
+            "day_start": pnl.day_start_pnl,
+            "realized": pnl.realized_usd,
+            "fills": pnl.fills,
             "markout_sum": {str(h): v for h, v in pnl.markout_sum.items()},
             "markout_n": {str(h): v for h, v in pnl.markout_n.items()},
-            "recorded_at": _t(desk._pnl_recorded_at), "recorded_day": desk._recorded_day,
-        },  # fmt: skip
-        "pauses": [[p.scope, p.kind, p.reason, micros(p.at)] for p in desk.pauses
-                   if p.kind != "shutting_down"],  # fmt: skip
+            "recorded_at": _t(desk._pnl_recorded_at),
+            "recorded_day": desk._recorded_day,
+        },
+        "pauses": [
+            [p.scope, p.kind, p.reason, micros(p.at)]
+            for p in desk.pauses
+            if p.kind != "shutting_down"
+        ],
     }
 
 

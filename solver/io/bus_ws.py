@@ -22,7 +22,10 @@ Robustness rules:
 - **The hot path never waits**: frames are parsed with orjson from bytes, a callback returning
   an awaitable runs as its own task, and :meth:`send_quote_response` only writes the frame; the
   relay's reply (``"OK"`` or an error with a reason) is matched by id later and reported to
-  ``on_response(quote_id, ok, reason)``. No per-frame logging above debug.
+  ``on_response(quote_id, ok, reason)``. Only a reply is reported: an answer whose reply never
+  came (the connection dropped, or too many were awaited) is *unanswered*, not refused — the
+  relay may hold it and use it until its deadline — and is only counted
+  (``counters.unanswered``). No per-frame logging above debug.
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class WsCounters:
     responses_sent: int = 0
     responses_ok: int = 0
     responses_failed: int = 0
+    unanswered: int = 0  # sent, no reply before the connection dropped (not a refusal)
     callback_errors: int = 0
     bad_frames: dict[str, int] = field(default_factory=dict)
 
@@ -325,7 +329,7 @@ class BusWsClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
             await ws.close()
-            self._fail_pending("connection closed")
+            self._drop_pending()
             if not stop.is_set():
                 self._set_state(DISCONNECTED)
         return reached
@@ -401,8 +405,9 @@ class BusWsClient:
             raise ProtocolError(f"{method} params are not JSON: {exc}") from None
         self._pending[request_id] = _Pending(method, tag)
         if len(self._pending) > MAX_PENDING_REPLIES:
-            _, oldest = self._pending.popitem(last=False)
-            self._report(oldest, False, "no reply")
+            _, oldest = self._pending.popitem(last=False)  # its reply is no longer awaited
+            if oldest.kind == "quote_response":
+                self.counters.unanswered += 1
         try:
             await ws.send(frame, text=True)
         except ConnectionClosed as exc:
@@ -514,10 +519,11 @@ class BusWsClient:
             self.counters.callback_errors += 1
             log.exception("on_response callback failed")
 
-    def _fail_pending(self, reason: str) -> None:
+    def _drop_pending(self) -> None:
+        """The connection is gone: replies still awaited will never come. Nothing is reported
+        (an unanswered answer is not a refused one); the replies are only counted."""
         pending, self._pending = self._pending, OrderedDict()
-        for entry in pending.values():
-            self._report(entry, False, reason)
+        self.counters.unanswered += sum(1 for e in pending.values() if e.kind == "quote_response")
 
     def _dispatch(self, callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
         """Call a user callback; an awaitable result runs as a task. Errors are contained."""

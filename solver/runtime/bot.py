@@ -451,4 +451,3 @@ def _coro(fn: Callable[..., object]) -> Callable[..., Awaitable[None]]:
         fn(*args)
 
     return job
-

@@ -157,11 +157,16 @@ class Executor:
         except SolverError as exc:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
             return
-        opened = self.desk.receive(ev.QuoteSigned(request.quote_id, signed.quote_hash, signed.nonce), now)
+        opened = self.desk.receive(
+            ev.QuoteSigned(request.quote_id, signed.quote_hash, signed.nonce), now
+        )
         for record in opened:
-            if type(record) is Record and type(record.fact) is QuoteOpened:
-                if not self._append(record, signed.signed_data):
-                    return  # not recorded: never sent (the desk released and paused)
+            if (
+                type(record) is Record
+                and type(record.fact) is QuoteOpened
+                and not self._append(record, signed.signed_data)
+            ):
+                return  # not recorded: never sent (the desk released and paused)
         output = (
             {"amount_out": str(quote.amount_out)}
             if request.exact_in

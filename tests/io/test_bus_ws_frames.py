@@ -237,11 +237,11 @@ async def test_replies_are_matched_and_lost_ones_reported() -> None:
         client = BusWsClient(url, on_quote=answer, on_response=sink.on_response)
         clients.append(client)
         async with running(client):
-            await wait_for(lambda: len(sink.responses) == 3)
+            await wait_for(lambda: client.counters.unanswered == 1)
+    # "c" was never answered: not a refusal (the relay may still use it until its deadline).
     assert sink.responses == [
         ("a", True, None),
         ("b", False, "deadline too short"),
-        ("c", False, "connection closed"),
     ]
 
 

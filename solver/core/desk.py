@@ -275,13 +275,14 @@ class Desk:
         tx = event.tx_hash or claim.tx_hash
         if event.status == SETTLED:
             self._settle(quote, now, actions, intent_hash=claim.intent_hash, tx_hash=tx)
-        elif event.status == BROADCAST and quote.state in (QuoteState.OPEN, QuoteState.WON):
-            self._move(
-                quote.quote_id, QuoteState.SETTLING, now, actions,
-                intent_hash=claim.intent_hash, tx_hash=tx,
-            )  # fmt: skip
-        elif event.status == PENDING and quote.state is QuoteState.OPEN:
-            self._move(quote.quote_id, QuoteState.WON, now, actions, intent_hash=claim.intent_hash)
+        elif event.status in (PENDING, BROADCAST):
+            self._won(quote, now, actions, claim.intent_hash, tx)
+            if event.status == BROADCAST and quote.state is QuoteState.WON:
+                self._move(
+                    quote.quote_id, QuoteState.SETTLING, now, actions,
+                    intent_hash=claim.intent_hash, tx_hash=tx,
+                )  # fmt: skip
+
         elif event.status == NOT_FOUND:
             fact = f.ClaimEnded(quote.quote_id, claim.intent_hash, event.status, now)
             self._fact(fact, actions)
@@ -309,6 +310,7 @@ class Desk:
         tx_hash: str | None = None,
         reason: str | None = None,
     ) -> None:
+        self._won(quote, now, actions, intent_hash, tx_hash, reason)
         p_in, p_out = self.price(quote.asset_in), self.price(quote.asset_out)
         prices = None
         if p_in is not None and p_out is not None:
@@ -319,6 +321,22 @@ class Desk:
         )
         self._fact(fact, actions)
         actions.append(RefreshBalances())
+
+    def _won(
+        self,
+        quote: TrackedQuote,
+        now: datetime,
+        actions: list[Action],
+        intent_hash: str | None,
+        tx_hash: str | None,
+        reason: str | None = None,
+    ) -> None:
+        """A user took the quote: OPEN → WON (once), before any later state."""
+        if quote.state is QuoteState.OPEN:
+            self._move(
+                quote.quote_id, QuoteState.WON, now, actions, reason=reason,
+                intent_hash=intent_hash, tx_hash=tx_hash,
+            )  # fmt: skip
 
     @staticmethod
     def _fill_value(quote: TrackedQuote) -> FillValue:
@@ -424,7 +442,10 @@ class Desk:
             (r.quote_id, r.asset_out, r.amount_out, r.asset_in, r.amount_in) for r in event.own_open
         )
         actions: list[Action] = []
-        fact = f.BalancesReconciled(event.observed, dict(event.balances), own, event.own_settling)
+        expected = self.balances.reconciler.expected or event.balances
+        fact = f.BalancesReconciled(
+            event.observed, dict(event.balances), own, event.own_settling, dict(expected)
+        )
         self._fact(fact, actions)
         for breach in check_mismatch(self.limits, self.balances.found):
             self._breach(breach, now, actions, halt=self.limits.halt_on_mismatch)

@@ -84,6 +84,7 @@ class BalancesReconciled:
     balances: dict[str, int]
     own_open: tuple[tuple[str, str, int, str, int], ...] = ()  # (key, out, amount, in, amount)
     own_settling: bool = False
+    expected: dict[str, int] | None = None  # what the bookkeeping expected (for people)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +241,7 @@ def _decode_value(cls: type[Any], name: str, annotation: str, raw: Any) -> Any:
     if annotation.startswith("FillPrices"):
         price_in, price_out, realized = raw
         return FillPrices(float(price_in), float(price_out), float(realized))
-    if annotation.startswith("dict[str, int]"):
+    if annotation.startswith("dict[str, int]"):  # also "dict[str, int] | None"
         return {str(k): int(v) for k, v in raw.items()}
     if name in _INT_FIELDS:
         return int(raw)

@@ -2,18 +2,18 @@
 
 ::
 
-    OPEN ──get_status PENDING──▶ WON ──TX_BROADCASTED──▶ SETTLING ──SETTLED──▶ SETTLED
-      │  (a claim confirmed)      │                         │
-      │                           └── deadline passed, no claim pending, nonce unused ──▶ FAILED
+    OPEN ──a claim confirmed──▶ WON ──TX_BROADCASTED──▶ SETTLING ──SETTLED──▶ SETTLED
+      │                          │  └────────────SETTLED, or a used nonce─────────▶ SETTLED
+      │                          └── deadline passed, no claim pending, nonce unused ──▶ FAILED
       ├── explicit error reply from the relay, or never sent ──▶ REJECTED
-      ├── deadline passed, no claim pending, nonce unused ──▶ LOST
-      └── SETTLED status of any claim, or a used nonce ──▶ SETTLED
+      └── deadline passed, no claim pending, nonce unused ──▶ LOST
 
 A quote can be named by several intents (``quote_status`` events): each is a **claim**, followed
 on its own with ``get_status``. A claim never moves the quote by being heard of — a stray or
 forged status would otherwise decide its fate — only what ``get_status`` says of it does:
-PENDING makes the quote WON, TX_BROADCASTED makes it SETTLING, SETTLED settles it (the only
-status that moves balances). NOT_FOUND_OR_NOT_VALID ends that claim alone; while another claim
+any status but NOT_FOUND_OR_NOT_VALID confirms the claim and makes the quote WON (every
+settled quote passes through WON, so "won" counts what users took); TX_BROADCASTED makes it
+SETTLING, SETTLED settles it (the only status that moves balances). NOT_FOUND_OR_NOT_VALID ends that claim alone; while another claim
 is pending or the deadline has not passed, the quote stays as it is. Once the deadline is past
 and no claim is pending, the verifier's nonce tells the truth: used means it executed.
 
@@ -45,15 +45,7 @@ class QuoteState(StrEnum):
 
 TERMINAL = frozenset({QuoteState.SETTLED, QuoteState.FAILED, QuoteState.LOST, QuoteState.REJECTED})
 ALLOWED: dict[QuoteState, frozenset[QuoteState]] = {
-    QuoteState.OPEN: frozenset(
-        {
-            QuoteState.WON,
-            QuoteState.SETTLING,
-            QuoteState.SETTLED,
-            QuoteState.REJECTED,
-            QuoteState.LOST,
-        }
-    ),
+    QuoteState.OPEN: frozenset({QuoteState.WON, QuoteState.REJECTED, QuoteState.LOST}),
     QuoteState.WON: frozenset({QuoteState.SETTLING, QuoteState.SETTLED, QuoteState.FAILED}),
     QuoteState.SETTLING: frozenset({QuoteState.SETTLED, QuoteState.FAILED}),
 }

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 MARKOUT_HORIZONS_S = (1, 10, 60, 300)
 Price = Callable[[str], float | None]
@@ -27,6 +28,10 @@ Price = Callable[[str], float | None]
 
 def usd_value(amount: int, decimals: int, price_usd: float) -> float:
     return amount * price_usd / 10.0**decimals
+
+
+def _decimal_value(amount: int, decimals: int, price_usd: float) -> Decimal:
+    return Decimal(amount).scaleb(-decimals) * Decimal(repr(price_usd))
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class PnlBook:
     def __init__(
         self, decimals: Mapping[str, int], horizons_s: tuple[int, ...] = MARKOUT_HORIZONS_S
     ) -> None:
+        self.decimals = dict(decimals)
         self.scale = {asset: 10.0**d for asset, d in decimals.items()}
         self.horizons_s = horizons_s
         # One FIFO per horizon: fills come in time order, so each queue is due in order.
@@ -59,10 +65,12 @@ class PnlBook:
         self.pnl: float | None = None
 
     def value(self, fill: FillValue, price_in: float, price_out: float) -> float:
-        return (
-            fill.amount_in * price_in / self.scale[fill.asset_in]
-            - fill.outflow * price_out / self.scale[fill.asset_out]
-        )
+        """Value in − value out, computed exactly in decimal from the int amounts and the
+        prices' shortest reprs, then rounded once to a float (``0.075``, not ``0.07500...6``):
+        per fill, off the quote path."""
+        exact = _decimal_value(fill.amount_in, self.decimals[fill.asset_in], price_in)
+        exact -= _decimal_value(fill.outflow, self.decimals[fill.asset_out], price_out)
+        return float(exact)
 
     def record_fill(self, fill: FillValue, at: datetime, realized_usd: float) -> None:
         self.fills += 1

@@ -143,8 +143,11 @@ class SqliteJournal:
             cur.execute(UPDATE_MARKOUT, (path, repr(fact.value_usd), fact.quote_id))
         elif type(fact) is f.BalancesReconciled:
             at = ts(fact.observed)
+            want = fact.expected or {}
             for asset, amount in fact.balances.items():
-                cur.execute(INSERT_BALANCE, (at, asset, str(amount), None))
+                expected = want.get(asset)
+                row = (at, asset, str(amount), None if expected is None else str(expected))
+                cur.execute(INSERT_BALANCE, row)
         elif type(fact) is f.PauseSet and fact.kind != "operator":
             cur.execute(INSERT_ALERT, (ts(fact.at), fact.kind, fact.reason))
         elif type(fact) is f.PauseCleared and fact.kind != "operator":

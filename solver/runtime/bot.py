@@ -145,6 +145,8 @@ class LiveBot:
         self.control: ControlServer | None = None
         self.job_errors: dict[str, int] = {}
         self._jobs: set[asyncio.Task[Any]] = set()
+        self._jobs_running = 0
+        self._stopping = False
         self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
         self.operator = Operator(self)
 
@@ -273,16 +275,16 @@ class LiveBot:
 
     async def _ticker(self, stop: asyncio.Event) -> None:
         """``desk.tick`` every :data:`TICK_S`: polls, deadlines, markouts, PnL, kill switch."""
-        metrics_every = max(1, round(1 / TICK_S))
+        snapshot_every = max(1, round(1 / TICK_S))
         count = 0
         while not stop.is_set():
             now = self.clock()
             actions = self.desk.tick(now)
             if actions:
                 self.executor.run(actions, now, time.perf_counter())
+            self.operator.refresh_metrics()  # a few gauges: cheap, and never a tick behind
             count += 1
-            if count % metrics_every == 0:
-                self.operator.refresh_metrics()
+            if count % snapshot_every == 0:
                 self._maybe_snapshot(now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
@@ -297,6 +299,23 @@ class LiveBot:
         except SolverError as exc:
             log.warning("cannot write a desk snapshot: %s", exc)
 
+    def _tracked(self, fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        """A scheduled job whose runs are counted, so a stop can let the runs in flight end;
+        one cut short by the stop ends quietly (the next start asks again)."""
+
+        @functools.wraps(fn)
+        async def job(*args: object) -> None:
+            self._jobs_running += 1
+            try:
+                await fn(*args)
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+            finally:
+                self._jobs_running -= 1
+
+        return job
+
     def summary(self) -> str:
         return self.operator.summary()
 
@@ -305,7 +324,7 @@ class LiveBot:
 
         def add(fn: Callable[..., Awaitable[None]], seconds: float, *args: Any) -> None:
             self.scheduler.add_job(
-                fn,
+                self._tracked(fn),
                 "interval",
                 seconds=seconds,
                 args=list(args),
@@ -422,7 +441,14 @@ class LiveBot:
 
     async def _stop(self, inner: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> None:
         inner.set()
+        self._stopping = True
         self._balance_now.set()
+        # No new runs; the ones in flight may end (at most a second), then are cut short.
+        self.scheduler.pause()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + 1.0
+        while self._jobs_running and loop.time() < give_up:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
         self.scheduler.shutdown(wait=False)
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, SolverError, TimeoutError):

@@ -36,7 +36,7 @@ from solver.core.actions import (
     SignAndSend,
 )
 from solver.core.desk import Desk
-from solver.core.facts import QuoteMoved, QuoteOpened
+from solver.core.facts import Fact, QuoteMoved, QuoteOpened
 from solver.core.quoting import Skip
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
@@ -88,6 +88,8 @@ class Executor:
         self.response_us: deque[float] = deque(maxlen=20_000)
         self.alerts: deque[tuple[datetime, Alert]] = deque(maxlen=100)
         self.replies: list[OperatorReply] = []
+        # Called with every fact the desk records (the demo's view, tests' audits).
+        self.observers: list[Callable[[Fact], None]] = []
         self._outbox: list[tuple[str, dict[str, Any], float]] = []
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -115,6 +117,8 @@ class Executor:
                 if type(action.fact) is QuoteMoved:
                     self.metrics.inc_outcome(action.fact.new)
                 self._append(action)
+                for observer in self.observers:
+                    observer(action.fact)
             elif kind is Skip:
                 assert isinstance(action, Skip)
                 self.metrics.inc_skip(action.reason)
@@ -167,6 +171,9 @@ class Executor:
                 and not self._append(record, signed.signed_data)
             ):
                 return  # not recorded: never sent (the desk released and paused)
+            if type(record) is Record:
+                for observer in self.observers:
+                    observer(record.fact)
         output = (
             {"amount_out": str(quote.amount_out)}
             if request.exact_in
@@ -277,14 +284,18 @@ class Executor:
 
     def _alert(self, alert: Alert, now: datetime) -> None:
         self.alerts.append((now, alert))
+        # A halt is logged at ERROR by its pause; the alert itself is a warning.
         if alert.resolved:
             log.warning("resolved: %s: %s", alert.kind, alert.detail)
         else:
-            log.error("alert: %s: %s", alert.kind, alert.detail)
+            log.warning("alert: %s: %s", alert.kind, alert.detail)
 
     def _pause_changed(self, change: PauseChanged) -> None:
         pause = change.pause
+        where = "everything" if pause.scope == "*" else pause.scope
         if change.active:
-            log.error("PAUSED %s", pause.describe())
+            # An operator's pause is a choice; any other is the kill switch or a fault.
+            level = logging.WARNING if pause.kind == "operator" else logging.ERROR
+            log.log(level, "PAUSED: %s: %s (%s)", pause.kind, pause.reason, where)
         else:
-            log.warning("pause lifted: %s", pause.describe())
+            log.warning("pause lifted: %s: %s (%s)", pause.kind, pause.reason, where)

@@ -23,10 +23,11 @@ import httpx
 
 from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
-from solver.app import SolverApp
 from solver.config import BotConfig, load_bot_config
-from solver.core.lifecycle import Transition
+from solver.core import facts as f
+from solver.core.lifecycle import QuoteState, Transition
 from solver.protocol.keys import SecretKey
+from solver.runtime.bot import LiveBot as Bot
 from tests.sandbox.scripted import rpc, user_item
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ class LiveBot:
     """A running bot, its sandbox, and a scripted user's side of the bus."""
 
     sandbox: Sandbox
-    app: SolverApp
+    app: Bot
     key: SecretKey
     http: httpx.AsyncClient
     stop: asyncio.Event
@@ -147,12 +148,13 @@ class LiveBot:
     listeners: list[Callable[[Transition], None]] = field(default_factory=list)
 
     overstated: list[str] = field(default_factory=list)
+    _states: dict[str, tuple[str, QuoteState]] = field(default_factory=dict)
 
     def audit(self) -> None:
         """The bot never believes it holds more than the ledger says: per asset,
         ``confirmed - reserved <= on-chain balance``. (An execution it has not heard of yet is
         still reserved; an inflow it has not seen yet only makes the chain hold more.)"""
-        inventory = self.app.inventory
+        inventory = self.app.desk.inventory
         if inventory.confirmed_at is None:
             return
         chain = self.balances()
@@ -167,11 +169,30 @@ class LiveBot:
             await asyncio.sleep(every_s)
 
     def on_transition(self, transition: Transition) -> None:
-        """The app's ``on_transition``: recorded, audited, then passed to each listener."""
+        """Every quote transition the desk records: recorded, audited, passed to listeners."""
         self.transitions.append(transition)
         self.audit()
         for listener in self.listeners:
             listener(transition)
+
+    def on_fact(self, fact: f.Fact) -> None:
+        """The executor's observer: quote facts become :class:`Transition` records."""
+        if type(fact) is f.QuoteOpened:
+            self._states[fact.quote_id] = (fact.quote_hash, QuoteState.OPEN)
+        elif type(fact) is f.QuoteMoved:
+            quote_hash, old = self._states.get(fact.quote_id, ("?", QuoteState.OPEN))
+            new = QuoteState(fact.new)
+            self._states[fact.quote_id] = (quote_hash, new)
+            self.on_transition(
+                Transition(fact.quote_id, quote_hash, old, new, fact.at, fact.reason,
+                           fact.intent_hash, fact.tx_hash)
+            )  # fmt: skip
+
+    def tick(self) -> None:
+        """One desk tick now (risk, PnL, deadlines), carried out, and fresh gauges."""
+        now = self.app.clock()
+        self.app.executor.run(self.app.desk.tick(now), now, 0.0)
+        self.app.operator.refresh_metrics()
 
     @property
     def account(self) -> str:
@@ -268,13 +289,13 @@ async def live_bot(
     sandbox: Sandbox | None = None,
     relay_ws: str | None = None,
     fee_pips: int = 0,
-    shutdown_wait_s: float = 1.0,
+    shutdown_wait_s: float = 0.0,
     connect_timeout_s: float = 10.0,
     sandbox_bus: Mapping[str, Any] | None = None,
     shadow: bool = False,
     allowed_errors: Sequence[str] = (),
 ) -> AsyncIterator[LiveBot]:
-    """Sandbox + funded key + running :class:`SolverApp`, ready to quote.
+    """Sandbox + funded key + running :class:`~solver.runtime.bot.LiveBot`, ready to quote.
 
     ``sandbox``: use this running sandbox instead of starting one; ``sandbox_bus``: bus options
     of the one started here otherwise (``settlement_delay_ms``...). ``relay_ws``: connect the
@@ -291,20 +312,15 @@ async def live_bot(
         key = SecretKey.generate()
         fund(sandbox, key.public_key.implicit_account_id(), balances or DEFAULT_BALANCES)
         config = build_bot_config(sandbox, key, tmp_path, overrides, relay_ws=relay_ws)
-        hook: list[LiveBot] = []
-
-        def on_transition(transition: Transition) -> None:  # the bot exists by the first one
-            hook[0].on_transition(transition)
-
-        app = SolverApp(config, key, on_transition=on_transition, shadow=shadow)
+        app = Bot(config, key, shadow=shadow)
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
         errors = ErrorLog()
         logging.getLogger().addHandler(errors)
         stack.callback(logging.getLogger().removeHandler, errors)
         stop = asyncio.Event()
-        task = asyncio.create_task(app.run(stop, shutdown_wait_s=shutdown_wait_s))
+        task = asyncio.create_task(app.run(stop, grace_s=shutdown_wait_s))
         bot = LiveBot(sandbox, app, key, http, stop, task, shutdown_wait_s)
-        hook.append(bot)
+        app.executor.observers.append(bot.on_fact)
         auditor = asyncio.create_task(bot.auditor())
         try:
             await eventually(
@@ -312,8 +328,8 @@ async def live_bot(
             )
             if task.done():
                 task.result()  # raises what run() raised
-            assert app.state.salt is not None and app.inventory.confirmed_at is not None
-            assert set(app.state.prices) >= set(TOKENS), app.state.prices
+            assert app.desk.state.salt is not None and app.desk.inventory.confirmed_at is not None
+            assert set(app.desk.state.prices) >= set(TOKENS), app.desk.state.prices
             yield bot
             assert bot.overstated == [], bot.overstated[:5]
         finally:

@@ -138,12 +138,12 @@ async def test_bad_frames_are_counted_and_skipped_and_the_good_quote_is_answered
         frames = {k: v for k, v in expected.items() if not k.startswith("skip:")}
 
         def counted() -> bool:
-            engine_skips = {f"skip:{k}": v for k, v in app.engine.stats.skipped.items()}
+            engine_skips = {f"skip:{k}": v for k, v in app.desk.stats.skipped.items()}
             return counters.bad_frames == frames and engine_skips == skips
 
         await eventually(counted, f"every bad frame counted: {expected}")
-        assert app.engine.stats.requests == 1  # only the unknown pair got as far as the engine
-        assert app.engine.stats.quoted == 0 and relay.responses() == []
+        assert app.desk.stats.requests == 1  # only the unknown pair got as far as the engine
+        assert app.executor.sent == 0 and relay.responses() == []
 
         # Still connected, on the same socket: the loop kept running.
         assert app.ws.connected and relay.connections == 1 and counters.disconnects == 0
@@ -182,5 +182,5 @@ async def test_bad_frames_are_counted_and_skipped_and_the_good_quote_is_answered
         assert verified.nonce[:4].hex() == sandbox.ledger.current_salt()
         # The relay's "OK" came back and was matched to the quote.
         await eventually(lambda: counters.responses_ok == 1, "the OK to be matched")
-        assert app.engine.stats.quoted == 1 and app.engine.stats.rejected == 0
+        assert app.executor.sent == 1 and app.desk.stats.rejected == 0
         assert counters.bad_frames == frames  # nothing new went wrong

@@ -31,7 +31,7 @@ async def test_concurrent_requests_for_the_whole_balance_get_at_most_one_offer(
     overrides = {"pairs.0.strategy": strategy, "pairs.0.params": {}}
     async with live_bot(tmp_path, balances=balances, overrides=overrides) as bot:
         app = bot.app
-        assert app.inventory.free(USDC) == FREE_USDC
+        assert app.desk.inventory.free(USDC) == FREE_USDC
         # 1,000 wNEAR = 3,000 USD: amount_out is 2,992.5 USDC, ~the whole free balance.
         answers = await asyncio.gather(
             *(bot.quote(NEAR, USDC, exact_in=1_000 * E24) for _ in range(REQUESTS))
@@ -41,9 +41,9 @@ async def test_concurrent_requests_for_the_whole_balance_get_at_most_one_offer(
         (offer,) = offers
         assert FREE_USDC * 99 // 100 < int(offer["amount_out"]) <= FREE_USDC
 
-        stats = app.engine.stats
+        stats = app.desk.stats
         await eventually(lambda: stats.requests == REQUESTS, "every request to be decided")
-        assert stats.quoted == 1 and stats.shadow_quotes == 0
+        assert app.executor.sent == 1 and stats.shadow_quotes == 0
         assert sum(stats.skipped.values()) == REQUESTS - 1
         assert set(stats.skipped) <= reasons, stats.skipped
         if reasons == {INSUFFICIENT_INVENTORY}:
@@ -51,9 +51,9 @@ async def test_concurrent_requests_for_the_whole_balance_get_at_most_one_offer(
         assert bot.sandbox.bus.stats.quote_answers_ok == 1
 
         # The one open reservation fits inside what the ledger holds above the floor.
-        reservations = list(app.inventory.reservations.values())
+        reservations = list(app.desk.inventory.reservations.values())
         assert [r.asset_out for r in reservations] == [USDC]
         reserved = sum(r.amount_out for r in reservations)
-        assert reserved == app.inventory.reserved[USDC] == int(offer["amount_out"])
+        assert reserved == app.desk.inventory.reserved[USDC] == int(offer["amount_out"])
         assert reserved <= bot.balances()[USDC] - FLOORS[USDC]
-        assert app.inventory.free(USDC) == FREE_USDC - reserved
+        assert app.desk.inventory.free(USDC) == FREE_USDC - reserved

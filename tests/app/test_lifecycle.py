@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from solver.core.quoting import PAUSED
 from solver.core.lifecycle import QuoteState
+from solver.core.quoting import PAUSED
 from solver.io.bus_ws import STOPPED
 from tests.app.harness import E24, NEAR, USDC, eventually, live_bot
 
@@ -33,19 +33,19 @@ async def test_relay_drop_is_survived_and_every_later_request_answered(tmp_path:
         assert sorted(conn.subscriptions.values()) == ["quote", "quote_status"]
 
         # Every request after the reconnect is answered: one at a time, then five together.
-        sent_before = app.engine.stats.quoted
+        sent_before = app.executor.sent
         for _ in range(3):
             assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
         together = await asyncio.gather(*(bot.quote(NEAR, USDC, exact_in=E24) for _ in range(5)))
         assert [len(offers) for offers in together] == [1] * 5
-        assert app.engine.stats.quoted - sent_before == 8
-        assert app.engine.stats.send_failed == 0 and app.engine.stats.skipped == {}
+        assert app.executor.sent - sent_before == 8
+        assert app.executor.send_failed == 0 and app.desk.stats.skipped == {}
 
         # quote_status comes over the new connection: a won quote settles as usual.
         user = bot.new_user({NEAR: 10 * E24})
         await bot.take(user, together[0][0])
-        await eventually(lambda: app.engine.stats.outcomes["SETTLED"] == 1, "the settlement")
-        assert app.engine.stats.outcomes["WON"] == 1
+        await eventually(lambda: app.desk.stats.outcomes["SETTLED"] == 1, "the settlement")
+        assert app.desk.stats.outcomes["WON"] == 1
 
 
 async def test_graceful_stop_lets_won_quotes_settle_and_returns_at_once(tmp_path: Path) -> None:
@@ -56,8 +56,8 @@ async def test_graceful_stop_lets_won_quotes_settle_and_returns_at_once(tmp_path
         elapsed = await bot.shutdown()  # the quote is still OPEN/WON here: settlement is 100 ms
         # run() waited for the settlement, not for the whole 10 s shutdown wait.
         assert elapsed < 5, elapsed
-        assert app.engine.stats.outcomes["SETTLED"] == 1
-        assert app.engine.book.quotes == {} and app.inventory.reserved == {}
+        assert app.desk.stats.outcomes["SETTLED"] == 1
+        assert app.desk.book.quotes == {} and app.desk.inventory.reserved == {}
         assert app.ws.state == STOPPED and not app.ws.connected
         assert app.http.is_closed
 
@@ -65,22 +65,22 @@ async def test_graceful_stop_lets_won_quotes_settle_and_returns_at_once(tmp_path
 async def test_graceful_stop_reports_quotes_still_open_after_the_wait(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="solver.app")
+    caplog.set_level(logging.INFO, logger="solver.bot")
     async with live_bot(tmp_path, shutdown_wait_s=1.0) as bot:
         app = bot.app
         (offer,) = await bot.quote(NEAR, USDC, exact_in=2 * E24, min_deadline_ms=60_000)
-        (quote,) = app.engine.book.quotes.values()
+        (quote,) = app.desk.book.quotes.values()
         started = time.monotonic()
         bot.stop.set()
         # While it drains, new requests are refused: nothing new is signed after stop.
         assert await bot.quote(NEAR, USDC, exact_in=E24) == []
-        assert app.engine.stats.skipped == {PAUSED: 1}
+        assert app.desk.stats.skipped == {PAUSED: 1}
         await asyncio.wait_for(asyncio.shield(bot.task), 5)
         elapsed = time.monotonic() - started
         assert 1.0 <= elapsed < 4, elapsed
         # Nobody took it and its deadline is a minute away: still OPEN, and reported.
-        assert quote.state is QuoteState.OPEN and app.engine.book.get(quote.quote_id) is quote
-        assert app.inventory.reserved == {USDC: int(offer["amount_out"])}
+        assert quote.state is QuoteState.OPEN and app.desk.book.get(quote.quote_id) is quote
+        assert app.desk.inventory.reserved == {USDC: int(offer["amount_out"])}
         (stopped,) = [
             r.getMessage() for r in caplog.records if r.getMessage().startswith("stopped")
         ]

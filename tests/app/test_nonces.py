@@ -1,9 +1,9 @@
 """Nonces never repeat across 100k quotes (issue 4, item 3).
 
-The engine's real quote path (decide -> nonce -> NEP-413 sign -> book -> send) runs 100,000
+The real quote path (desk decision -> executor: nonce -> NEP-413 sign -> send) runs 100,000
 times in-process against a collecting sender, on a clock that moves 1 ms per request, with the
 salt rotated every 20,000 quotes; every nonce that left is collected in a set. Each quote is
-then marked LOST (it ran out unused), as in a long live run.
+then refused by the relay (it ends), as many are in a long live run.
 """
 
 from __future__ import annotations
@@ -12,16 +12,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from solver.core.inventory import Inventory
+import httpx
+
+from solver.core import events as ev
+from solver.core.desk import Desk, DeskSettings
 from solver.core.market import MarketView, QuoteRequest
-from solver.core.quoting import PipelineSettings, QuotePipeline, Route
-from solver.core.state import MarketState
-from solver.engine import Engine
-from solver.protocol.bus import QuoteRequestEvent
+from solver.core.quoting import PipelineSettings, Route
+from solver.io.bus_rpc import BusRpcClient
+from solver.io.ledger_client import LedgerClient
+from solver.io.metrics import Metrics
 from solver.protocol.encoding import b64decode
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceLayout, new_nonce, parse_nonce
 from solver.protocol.quote_signing import QuoteSigner
+from solver.runtime.executor import Executor
 from tests.app.harness import E6, E24, NEAR, USDC
 
 QUOTES = 100_000
@@ -45,60 +49,59 @@ class Collect:
         self.nonces.append(params["signed_data"]["payload"]["nonce"])
 
 
-def build_engine(layout: NonceLayout, clock: Callable[[], datetime]) -> tuple[Engine, Collect]:
-    state = MarketState(decimals={USDC: 6, NEAR: 24})
-    inventory = Inventory()
-    inventory.set_confirmed({USDC: 10**30, NEAR: 0}, T0)
-    for asset, usd in ((USDC, 1.0), (NEAR, 3.0)):
-        state.set_price(asset, usd, T0)
-    state.set_salt(bytes.fromhex("0badc0de"), T0)
-    settings = PipelineSettings(
-        balance_max_age_s=1e9,
-        price_max_age_s=1e9,
-        salt_max_age_s=1e9,
-        max_open_exposure_usd=float("inf"),
-        max_quotes_per_s=1e9,
-        strategy_budget_ms=1e3,  # a GC pause must not turn into a skip here
+def build(layout: NonceLayout, clock: Callable[[], datetime]) -> tuple[Desk, Executor, Collect]:
+    settings = DeskSettings(
+        pipeline=PipelineSettings(
+            balance_max_age_s=1e9,
+            price_max_age_s=1e9,
+            salt_max_age_s=1e9,
+            max_open_exposure_usd=float("inf"),
+            max_quotes_per_s=1e9,
+            strategy_budget_ms=1e3,  # a GC pause must not turn into a skip here
+        )
     )
-    routes = {(NEAR, USDC): Route(NEAR, USDC, FixedRate())}
+    desk = Desk(settings, {(NEAR, USDC): Route(NEAR, USDC, FixedRate())}, {USDC: 6, NEAR: 24})
+    desk.receive(ev.BalancesSeen({USDC: 10**30, NEAR: 0}, T0), T0)
+    for asset, usd in ((USDC, 1.0), (NEAR, 3.0)):
+        desk.receive(ev.PriceSeen(asset, usd, T0), T0)
     key = SecretKey.generate()
     sender = Collect()
-    engine = Engine(
-        pipeline=QuotePipeline(settings, routes, inventory, state),
+    http = httpx.AsyncClient()
+    executor = Executor(
+        desk,
         signer=QuoteSigner(key, key.public_key.implicit_account_id(), "intents.sandbox"),
         sender=sender,
         clock=clock,
+        journal=None,
+        metrics=Metrics(),
+        ledger=LedgerClient("http://127.0.0.1:9", "intents.sandbox", client=http),
+        bus_rpc=BusRpcClient("http://127.0.0.1:9", client=http),
+        account=key.public_key.implicit_account_id(),
         nonce_layout=layout,
     )
-    return engine, sender
+    return desk, executor, sender
 
 
 async def test_nonces_never_repeat_across_100k_quotes() -> None:
     layout: NonceLayout = "salted"  # the configured default
     now = [T0]
-    engine, sender = build_engine(layout, lambda: now[0])
+    desk, executor, sender = build(layout, lambda: now[0])
     salts = [bytes.fromhex(s) for s in ("0badc0de", "5a170002", "5a170003", "5a170004", "5a170005")]
-    event = QuoteRequestEvent.model_validate(
-        {
-            "quote_id": "q",
-            "core_asset_identifier_in": NEAR,
-            "core_asset_identifier_out": USDC,
-            "exact_amount_in": str(E24),
-            "min_deadline_ms": 60_000,
-        }
-    )
+    request = QuoteRequest("q", NEAR, USDC, True, E24, 60_000)
     for i in range(QUOTES):
         if i % 20_000 == 0:
-            engine.state.set_salt(salts[i // 20_000], now[0])
+            executor.feed(ev.SaltSeen(salts[i // 20_000], now[0]), now[0])
         now[0] = T0 + timedelta(milliseconds=i)
         # One request, asked again and again: each answer is a new quote with a new nonce.
-        await engine.on_quote(event, {})
-        engine.mark_lost("q")  # it ran out unused: the book and reservations stay small
+        executor.feed(ev.QuoteRequested(request), now[0])
+        await executor.drain()
+        # It ran out unused: the book and reservations stay small.
+        executor.feed(ev.RelayReplied("q", False, "expired"), now[0])
 
-    assert engine.stats.quoted == QUOTES, engine.stats.skipped
+    assert executor.sent == QUOTES, desk.stats.skipped
     assert len(sender.nonces) == QUOTES
     assert len(set(sender.nonces)) == QUOTES  # not one repeat
-    assert engine.stats.outcomes["LOST"] == QUOTES and not engine.book.quotes
+    assert desk.stats.outcomes["REJECTED"] == QUOTES and not desk.book.quotes
     # Each nonce carries the salt that was current when it was signed.
     for i in (0, 19_999, 20_000, QUOTES - 1):
         parsed = parse_nonce(b64decode(sender.nonces[i], length=32, what="nonce"))

@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from solver.cli import main
+from solver.core.pauses import GLOBAL
 from solver.core.quoting import BELOW_MIN_SIZE, PAUSED, STALE_BALANCES
-from solver.core.risk import GLOBAL
 from solver.io.store import Store
 from tests.app.harness import E6, E18, E24, ETH, NEAR, USDC, LiveBot, eventually, live_bot
 
@@ -78,7 +78,7 @@ async def test_control_api_and_metrics_end_to_end(
         assert await bot.quote(NEAR, USDC, exact_in=2 * E24) == []
         assert await bot.quote(USDC, NEAR, exact_in=10 * E6) == []
         assert len(await bot.quote(ETH, USDC, exact_in=E18 // 100)) == 1
-        assert app.engine.stats.skipped == {PAUSED: 2}
+        assert app.desk.stats.skipped == {PAUSED: 2}
         assert await cli("status", "--url", url, "--json") == 0
         status = orjson.loads(capsys.readouterr().out)
         assert status["state"] == "RUNNING"  # one pair paused is not the bot paused
@@ -89,18 +89,18 @@ async def test_control_api_and_metrics_end_to_end(
 
         assert await cli("resume", "--url", url, "--pair", "wNEAR/USDC") == 0
         assert capsys.readouterr().out.strip() == "resumed wNEAR/USDC"
-        assert app.state.paused == {}
+        assert app.desk.pauses.as_dict() == {}
         assert len(await bot.quote(NEAR, USDC, exact_in=2 * E24)) == 1
 
         # Pausing everything (no pair) makes the bot PAUSED: every pair skips.
         assert await cli("pause", "--url", url) == 0
-        assert app.state.paused[GLOBAL].startswith("operator:")
+        assert app.desk.pauses.as_dict()[GLOBAL].startswith("operator:")
         assert await bot.quote(ETH, USDC, exact_in=E18 // 100) == []
         assert await cli("resume", "--url", url) == 0
-        assert GLOBAL not in app.state.paused
+        assert GLOBAL not in app.desk.pauses.as_dict()
         capsys.readouterr()
 
-        app.ops.tick()  # the gauges are refreshed by the periodic risk tick
+        bot.tick()  # the gauges are refreshed by the periodic risk tick
         text = await get_metrics(bot)
         assert "solver_quote_requests_total 6.0" in text
         assert "solver_quotes_total 3.0" in text
@@ -115,7 +115,7 @@ async def test_control_api_and_metrics_end_to_end(
         monkeypatch.setenv("SOLVER_CONTROL_TOKEN", "not-the-token")
         assert await cli("pause", "--url", url) == 2
         assert "refused the token" in capsys.readouterr().err
-        assert GLOBAL not in app.state.paused
+        assert GLOBAL not in app.desk.pauses.as_dict()
 
 
 async def test_shadow_mode_decides_but_never_answers_or_stores(tmp_path: Path) -> None:
@@ -125,13 +125,13 @@ async def test_shadow_mode_decides_but_never_answers_or_stores(tmp_path: Path) -
         assert await bot.quote(NEAR, USDC, exact_in=2 * E24) == []
         assert await bot.quote(ETH, USDC, exact_in=E18 // 100) == []
         assert await bot.quote(NEAR, USDC, exact_in=E24 // 10) == []  # 0.30 USD < 1 USD min
-        stats = app.engine.stats
-        assert (stats.requests, stats.shadow_quotes, stats.quoted) == (3, 2, 0)
+        stats = app.desk.stats
+        assert (stats.requests, stats.shadow_quotes, app.executor.sent) == (3, 2, 0)
         assert stats.skipped == {BELOW_MIN_SIZE: 1}
         assert bot.sandbox.bus.stats.quote_requests == 3
         assert bot.sandbox.bus.stats.quote_answers_ok == 0
         assert bot.sandbox.bus.stats.quote_answers_rejected == {}
-        assert app.engine.book.quotes == {} and app.inventory.reserved == {}
+        assert app.desk.book.quotes == {} and app.desk.inventory.reserved == {}
     assert store_files(tmp_path) == []  # no store file at all
 
 
@@ -147,7 +147,7 @@ STALE = {"chain.balance_refresh_ms": 300, "chain.balance_max_age_ms": 1500}
 
 
 def balance_age(bot: LiveBot) -> float:
-    age = bot.app.inventory.balance_age_s(bot.app.clock())
+    age = bot.app.desk.inventory.balance_age_s(bot.app.clock())
     assert age is not None
     return age
 
@@ -170,7 +170,7 @@ async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself
     async with live_bot(tmp_path, overrides=overrides) as bot:
         app, sandbox = bot.app, bot.sandbox
         assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
-        quoted, stored = app.engine.stats.quoted, quote_count(bot)
+        quoted, stored = app.executor.sent, quote_count(bot)
         loop = asyncio.get_running_loop()
 
         await sandbox.stop_service("chain_rpc")
@@ -178,18 +178,20 @@ async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself
         await eventually(lambda: balance_age(bot) > 1.6, "the balances to go stale", 5)
         for asset_in, asset_out, amount in ((NEAR, USDC, E24), (ETH, USDC, E18 // 100)):
             assert await bot.quote(asset_in, asset_out, exact_in=amount) == []
-        assert app.engine.stats.skipped == {STALE_BALANCES: 2}
-        assert app.engine.stats.quoted == quoted and quote_count(bot) == stored
+        assert app.desk.stats.skipped == {STALE_BALANCES: 2}
+        assert app.executor.sent == quoted and quote_count(bot) == stored
         assert app.job_errors.get("balances", 0) >= 1
         await asyncio.sleep(max(0.0, 3.0 - (loop.time() - down_at)))
-        assert GLOBAL not in app.state.paused  # short staleness never trips the kill switch
+        assert (
+            GLOBAL not in app.desk.pauses.as_dict()
+        )  # short staleness never trips the kill switch
 
         await sandbox.start_service("chain_rpc")
         await eventually(lambda: balance_age(bot) < 1.0, "a fresh snapshot", 5)
         assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
-        assert app.engine.stats.quoted == quoted + 1
-        app.ops.tick()
-        assert app.state.paused == {}
+        assert app.executor.sent == quoted + 1
+        bot.tick()
+        assert app.desk.pauses.as_dict() == {}
         store = app.store
         assert store is not None and store.open_alerts() == []
 
@@ -212,23 +214,23 @@ async def test_staleness_beyond_max_stale_s_trips_the_kill_switch_until_resumed(
         auth = {"authorization": f"Bearer {TOKEN}"}
 
         sandbox.rpc_faults.down = True  # the node answers 503
-        await eventually(lambda: GLOBAL in app.state.paused, "the kill switch", 6)
+        await eventually(lambda: GLOBAL in app.desk.pauses.as_dict(), "the kill switch", 6)
         assert balance_age(bot) > 2.0
-        assert app.state.paused[GLOBAL].startswith("stale_data"), app.state.paused
+        assert app.desk.pauses.as_dict()[GLOBAL].startswith("stale_data"), app.desk.pauses.as_dict()
         (alert,) = store.open_alerts()
         assert alert.kind == "stale_data"
 
         sandbox.rpc_faults.down = False
         await eventually(lambda: balance_age(bot) < 1.0, "a fresh snapshot", 5)
         assert await bot.quote(NEAR, USDC, exact_in=E24) == []
-        assert app.engine.stats.skipped[PAUSED] == 1
+        assert app.desk.stats.skipped[PAUSED] == 1
         status = (await bot.http.get(f"{url}/control/status", headers=auth)).json()
         assert status["state"] == "PAUSED" and status["paused"][GLOBAL].startswith("stale_data")
         assert 'solver_state{state="PAUSED"} 1.0' in await get_metrics(bot)
 
         resumed = await bot.http.post(f"{url}/control/resume", headers=auth, json={})
         assert resumed.status_code == 200 and resumed.json()["ok"] is True
-        assert app.state.paused == {} and store.open_alerts() == []
+        assert app.desk.pauses.as_dict() == {} and store.open_alerts() == []
         assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
-        app.ops.tick()
-        assert app.state.paused == {}  # fresh inputs: the tick does not trip it again
+        bot.tick()
+        assert app.desk.pauses.as_dict() == {}  # fresh inputs: the tick does not trip it again

@@ -183,7 +183,7 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
                 for quote_hash in record.quote_hashes
             }
             await eventually(
-                lambda: bot.app.engine.stats.outcomes["SETTLED"] >= len(settled_on_bus),
+                lambda: bot.app.desk.stats.outcomes["SETTLED"] >= len(settled_on_bus),
                 "the bot to hear of every settlement",
             )
             await asyncio.sleep(0.3)  # the recorder writes what the bus sent last

@@ -12,7 +12,7 @@ restart, a deadline that passes, a maker that cannot pay. End to end, the runnin
 from __future__ import annotations
 
 import asyncio
-import inspect
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,14 +26,15 @@ import pytest
 
 from sandbox.server import Sandbox
 from solver.config import BandSpec, RebalanceSpec
+from solver.core.events import OwnFlowSettled
 from solver.core.inventory import Inventory
+from solver.core.pauses import Pauses
 from solver.core.state import MarketState
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
 from solver.io.store import Store
 from solver.io.store_schema import RebalanceRecord
 from solver.io.swap_client import SwapApiClient
-from solver.operations import Operations
 from solver.protocol.intents import Transfer
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
@@ -256,6 +257,7 @@ class World:
     flows: list[tuple[str, str, int, str, int]] = field(default_factory=list)
     state: MarketState = field(default_factory=lambda: MarketState(decimals=DECIMALS))
     inventory: Inventory = field(default_factory=lambda: Inventory(floors={NEAR: 100 * E24}))
+    pauses: Pauses = field(default_factory=Pauses)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -296,6 +298,7 @@ class World:
             store=store,
             inventory=self.inventory,
             state=self.state,
+            pauses=self.pauses,
             clock=self.clock,
             balance_max_age_s=60,
             dry_run=dry_run,
@@ -377,7 +380,7 @@ async def test_a_skewed_inventory_is_swapped_back_to_its_target(tmp_path: Path) 
                 (f"rebalance:{record.id}:deposit", USDC, 0, NEAR, 5_000 * E24),
                 (f"rebalance:{record.id}:out", USDC, 15_000 * E6, NEAR, 0),
             ]
-            assert w.inventory.reserved == {} and w.state.paused == {}
+            assert w.inventory.reserved == {} and w.pauses.as_dict() == {}
             assert rebalancer.in_flight == {} and rebalancer.open_flows() == []
             # PnL marks wait for a snapshot after it; then everything is in band.
             assert rebalancer.settling()
@@ -401,10 +404,12 @@ async def test_a_restart_resumes_a_deposit_the_bus_never_got(tmp_path: Path) -> 
             flows = {r.quote_id: r for r in first.open_flows()}
             assert flows[f"rebalance:{record.id}"].amount_out == 5_000 * E24
             assert first.settling()
-            assert w.state.paused == {f"{NEAR}->{USDC}": f"rebalancing ({record.id})"}
+            assert w.pauses.as_dict() == {
+                f"{NEAR}->{USDC}": f"rebalancing: rebalancing ({record.id})"
+            }
         # The process dies; a new one takes the store up.
         w.inventory = Inventory(floors={NEAR: 100 * E24})
-        w.state.paused.clear()
+        w.pauses = Pauses()
         w.snapshot()
         with w.store() as store:
             second = w.rebalancer(store)
@@ -417,7 +422,7 @@ async def test_a_restart_resumes_a_deposit_the_bus_never_got(tmp_path: Path) -> 
             signed = [d for d in details if d.startswith("transfer")]
             assert signed == [f"transfer {record.deposit_intent_hash}"]  # signed once, ever
             assert w.balances() == {NEAR: 5_000 * E24, USDC: 35_000 * E6, ETH: 0}
-            assert w.inventory.reserved == {} and w.state.paused == {}
+            assert w.inventory.reserved == {} and w.pauses.as_dict() == {}
 
 
 async def test_a_deposit_the_bus_lost_is_published_again_until_it_executes(
@@ -452,7 +457,7 @@ async def test_a_deposit_never_executed_by_its_deadline_is_abandoned(tmp_path: P
             assert record.state == RebalanceState.ABANDONED
             assert "deposit expired unexecuted" in (record.reason or "")
             assert w.balances()[NEAR] == 10_000 * E24
-            assert w.inventory.reserved == {} and w.state.paused == {} and w.flows == []
+            assert w.inventory.reserved == {} and w.pauses.as_dict() == {} and w.flows == []
             assert not rebalancer.settling()
 
 
@@ -466,7 +471,7 @@ async def test_a_costly_quote_is_refused_and_nothing_is_paid(tmp_path: Path) -> 
             assert record.quote_response is not None  # kept all the same
             assert steps(store, record.id) == ["PLANNED", "ABANDONED"]
             assert w.balances()[NEAR] == 10_000 * E24
-            assert w.inventory.reserved == {} and w.state.paused == {}
+            assert w.inventory.reserved == {} and w.pauses.as_dict() == {}
 
 
 async def test_a_swap_api_that_does_not_answer_abandons_before_paying(tmp_path: Path) -> None:
@@ -518,7 +523,7 @@ async def test_a_refunded_swap_ends_refunded_with_the_refund_reported(tmp_path: 
             assert "refunded" in (record.reason or "")
             assert w.balances()[NEAR] == 10_000 * E24  # paid, then refunded in full
             assert w.flows[-1] == (f"rebalance:{record.id}:refund", NEAR, 5_000 * E24, USDC, 0)
-            assert w.inventory.reserved == {} and w.state.paused == {}
+            assert w.inventory.reserved == {} and w.pauses.as_dict() == {}
 
 
 async def test_a_swap_in_progress_is_polled_tick_after_tick(tmp_path: Path) -> None:
@@ -572,7 +577,7 @@ async def test_dry_run_only_logs_the_plan(tmp_path: Path, caplog: pytest.LogCapt
             await rebalancer.tick()
             await rebalancer.tick()
             assert store.rebalances() == [] and w.balances()[NEAR] == 10_000 * E24
-            assert w.inventory.reserved == {} and w.state.paused == {}
+            assert w.inventory.reserved == {} and w.pauses.as_dict() == {}
             plans = [r.message for r in caplog.records if "dry run" in r.message]
             assert len(plans) == 1, plans  # once per min_interval_s
             assert f"sell {NEAR}: pay 5000 {NEAR} (~15000.00 USD) for {USDC}" in plans[0]
@@ -629,15 +634,15 @@ async def test_acceptance_the_bot_moves_a_skewed_inventory_back_into_its_band(
             ended = app.clock()
 
             def reconciled() -> bool:
-                seen, last = app.inventory.confirmed_at, app.ops.last_reconciliation
+                seen, last = app.desk.inventory.confirmed_at, app.desk.balances.report
                 fresh = seen is not None and seen > ended
                 return fresh and last is not None and last["ok"] and not rebalancer.settling()
 
             await eventually(reconciled, "a clean reconciliation after the rebalance")
-            assert "*" not in app.state.paused and rebalancer.in_flight == {}
+            assert "*" not in app.desk.pauses.as_dict() and rebalancer.in_flight == {}
 
 
-def test_flows_callback_shape_matches_operations() -> None:
-    """The rebalancer reports flows as ``Operations.on_own_flow`` takes them."""
-    params = list(inspect.signature(Operations.on_own_flow).parameters)
-    assert params == ["self", "key", "asset_in", "amount_in", "asset_out", "outflow"]
+def test_flows_callback_shape_matches_the_desk_event() -> None:
+    """The rebalancer reports flows as the desk's ``OwnFlowSettled`` event takes them."""
+    params = [f.name for f in dataclasses.fields(OwnFlowSettled)]
+    assert params == ["key", "asset_in", "amount_in", "asset_out", "outflow"]

@@ -19,9 +19,9 @@ import orjson
 import pytest
 
 from solver.cli import main
-from solver.core.quoting import PAUSED
-from solver.core.risk import GLOBAL
 from solver.core.lifecycle import QuoteState
+from solver.core.pauses import GLOBAL
+from solver.core.quoting import PAUSED
 from solver.io.store import Store
 from solver.protocol.bus import IntentStatus
 from solver.protocol.nonce import parse_nonce
@@ -64,13 +64,17 @@ def quote_row(bot: LiveBot, quote_id: str) -> dict[str, Any]:
 
 
 def outcome(bot: LiveBot, state: QuoteState) -> int:
-    return bot.app.engine.stats.outcomes[state.value]
+    return bot.app.desk.stats.outcomes[state.value]
 
 
 async def one_offer(bot: LiveBot, asset_in: str, asset_out: str, **amount: int) -> dict[str, Any]:
     """The bot's one offer for a request (with what the bot and the bus saw if there is none)."""
     offers = await bot.quote(asset_in, asset_out, **amount)
-    assert len(offers) == 1, (bot.app.engine.stats, bot.app.state.paused, bot.sandbox.bus.stats)
+    assert len(offers) == 1, (
+        bot.app.desk.stats,
+        bot.app.desk.pauses.as_dict(),
+        bot.sandbox.bus.stats,
+    )
     return offers[0]
 
 
@@ -79,7 +83,9 @@ async def fresh_snapshot(bot: LiveBot) -> None:
     app = bot.app
     mark = app.clock()
     await eventually(
-        lambda: app.inventory.confirmed_at is not None and app.inventory.confirmed_at > mark,
+        lambda: (
+            app.desk.inventory.confirmed_at is not None and app.desk.inventory.confirmed_at > mark
+        ),
         "a balance snapshot requested after now",
     )
 
@@ -89,7 +95,7 @@ async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(tmp_path: Path)
         app, store = bot.app, store_of(bot)
         user = bot.new_user({NEAR: 10 * E24})
         offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24)
-        quote = app.engine.book.find_hash(offer["quote_hash"])
+        quote = app.desk.book.find_hash(offer["quote_hash"])
         assert quote is not None
         # The journal holds the signed item exactly as the bus received it (for disputes),
         # written before the answer left, and its nonce.
@@ -129,67 +135,83 @@ async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(tmp_path: Path)
         assert (fill.price_in_usd, fill.price_out_usd) == (Decimal("3.0"), Decimal("1.0"))
         assert fill.realized_pnl_usd == Decimal(30) - Decimal(amount_out) / E6
         assert fill.realized_pnl_usd == Decimal("0.075")  # the 25 bp spread
-        assert app.ops.pnl.realized_usd == fill.realized_pnl_usd
+        assert app.desk.pnl.realized_usd == pytest.approx(float(fill.realized_pnl_usd))
 
         await fresh_snapshot(bot)
-        assert app.ops.last_reconciliation is not None and app.ops.last_reconciliation["ok"]
-        assert app.inventory.reserved == {} and store.open_alerts() == []
+        assert app.desk.balances.report is not None and app.desk.balances.report["ok"]
+        assert app.desk.inventory.reserved == {} and store.open_alerts() == []
 
 
 async def test_a_won_quote_whose_execution_fails_is_failed_and_released(tmp_path: Path) -> None:
     """The user's funds vanish between publish and execution: the batch fails on the ledger,
-    the bot sees TX_BROADCASTED then NOT_FOUND_OR_NOT_VALID and marks the quote FAILED."""
-    async with live_bot(tmp_path, sandbox_bus={"settlement_delay_ms": 1000}) as bot:
+    the bot sees TX_BROADCASTED then NOT_FOUND_OR_NOT_VALID. That ends the claim, not the
+    quote (another intent could still use it): once its deadline passes with the nonce unused,
+    the quote is FAILED and its reservation released."""
+    async with live_bot(
+        tmp_path,
+        overrides={"quote.deadline_margin_ms": 300},
+        sandbox_bus={"settlement_delay_ms": 1000},
+    ) as bot:
         app, ledger = bot.app, bot.sandbox.ledger
         before = bot.balances()
-        free_usdc = app.inventory.free(USDC)
+        free_usdc = app.desk.inventory.free(USDC)
         user = bot.new_user({NEAR: 10 * E24})
-        offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24)
-        quote = app.engine.book.find_hash(offer["quote_hash"])
+        offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24, min_deadline_ms=2500)
+        quote = app.desk.book.find_hash(offer["quote_hash"])
         assert quote is not None
-        assert app.inventory.reserved == {USDC: int(offer["amount_out"])}
+        assert app.desk.inventory.reserved == {USDC: int(offer["amount_out"])}
         intent_hash = await bot.take(user, offer)  # simulated fine: accepted
         ledger.balances[user.account][NEAR] = 0  # spent elsewhere before the batch executes
 
-        await eventually(lambda: outcome(bot, QuoteState.FAILED) == 1, "the failure", 5)
-        assert bot.sandbox.bus.intents[intent_hash].status is IntentStatus.NOT_FOUND_OR_NOT_VALID
+        await eventually(
+            lambda: (
+                bot.sandbox.bus.intents[intent_hash].status is IntentStatus.NOT_FOUND_OR_NOT_VALID
+            ),
+            "the execution to fail",
+            5,
+        )
+        await eventually(lambda: all(c.ended for c in quote.claims.values()), "the claim ends")
+        assert quote.state is QuoteState.SETTLING  # its deadline has not passed yet
+        assert app.desk.inventory.reserved == {USDC: int(offer["amount_out"])}
+        await eventually(lambda: outcome(bot, QuoteState.FAILED) == 1, "the failure", 10)
         assert path_of(bot, quote.quote_id) == ["OPEN->WON", "WON->SETTLING", "SETTLING->FAILED"]
         row = quote_row(bot, quote.quote_id)
-        assert (row["state"], row["reason"]) == ("FAILED", "NOT_FOUND_OR_NOT_VALID")
+        assert (row["state"], row["reason"]) == ("FAILED", "deadline passed, nonce unused")
         assert outcome(bot, QuoteState.SETTLED) == 0
         assert store_of(bot).fills_since() == []
         # Nothing moved on chain; the reservation is gone and free inventory is back.
         assert bot.balances() == before
-        assert app.inventory.reserved == {} and app.inventory.free(USDC) == free_usdc
+        assert app.desk.inventory.reserved == {} and app.desk.inventory.free(USDC) == free_usdc
         assert not ledger.is_nonce_used(app.account, quote.nonce)
         await fresh_snapshot(bot)
-        assert app.ops.last_reconciliation is not None and app.ops.last_reconciliation["ok"]
+        assert app.desk.balances.report is not None and app.desk.balances.report["ok"]
         assert store_of(bot).open_alerts() == []
 
 
 async def test_a_quote_nobody_uses_is_lost_after_its_deadline(tmp_path: Path) -> None:
-    """``min_deadline_ms`` 1000 plus a 300 ms margin: the quote runs out, ``is_nonce_used``
-    says no, and it is LOST with its reservation released."""
+    """``min_deadline_ms`` 1000 plus a 300 ms margin: the quote runs out while the bot stayed
+    connected and nobody named it, so it is LOST without asking ``is_nonce_used`` (no status
+    can have been missed), and its reservation is released."""
     async with live_bot(tmp_path, overrides={"quote.deadline_margin_ms": 300}) as bot:
         app = bot.app
-        free_usdc = app.inventory.free(USDC)
+        free_usdc = app.desk.inventory.free(USDC)
         offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24, min_deadline_ms=1000)
-        quote = app.engine.book.find_hash(offer["quote_hash"])
+        quote = app.desk.book.find_hash(offer["quote_hash"])
         assert quote is not None
         amount_out = int(offer["amount_out"])
-        assert app.inventory.free(USDC) == free_usdc - amount_out
+        assert app.desk.inventory.free(USDC) == free_usdc - amount_out
 
         await eventually(lambda: outcome(bot, QuoteState.LOST) == 1, "the quote to be lost", 5)
         (lost,) = [t for t in bot.transitions if t.new is QuoteState.LOST]
         assert lost.at > quote.deadline  # never before its deadline
         assert path_of(bot, quote.quote_id) == ["OPEN->LOST"]
         row = quote_row(bot, quote.quote_id)
-        assert (row["state"], row["reason"]) == ("LOST", "deadline passed, nonce unused")
+        assert (row["state"], row["reason"]) == ("LOST", "deadline passed, never named")
         assert parse_nonce(quote.nonce).salt.hex() == bot.sandbox.ledger.current_salt()
         assert not bot.sandbox.ledger.is_nonce_used(app.account, quote.nonce)
-        assert app.inventory.reserved == {} and app.inventory.free(USDC) == free_usdc
+        assert app.desk.inventory.reserved == {} and app.desk.inventory.free(USDC) == free_usdc
         assert store_of(bot).fills_since() == []
-        assert app.engine.book.quotes == {}
+        assert app.desk.book.quotes == {}
 
 
 async def test_a_status_missed_during_a_bus_outage_is_recovered_through_the_nonce(
@@ -208,7 +230,7 @@ async def test_a_status_missed_during_a_bus_outage_is_recovered_through_the_nonc
         before = bot.balances()
         user = bot.new_user({NEAR: 10 * E24})
         offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24, min_deadline_ms=2500)
-        quote = app.engine.book.find_hash(offer["quote_hash"])
+        quote = app.desk.book.find_hash(offer["quote_hash"])
         assert quote is not None
         intent_hash = await bot.take(user, offer)
         await sandbox.stop_service("relay")
@@ -231,7 +253,7 @@ async def test_a_status_missed_during_a_bus_outage_is_recovered_through_the_nonc
         assert outcome(bot, QuoteState.LOST) == 0
         assert path_of(bot, quote.quote_id) == ["OPEN->WON", "WON->SETTLED"]
         won = [t for t in bot.transitions if t.new is QuoteState.WON]
-        assert [t.reason for t in won] == ["settled without a quote_status"]
+        assert [t.reason for t in won] == ["nonce used"]
         (fill,) = store_of(bot).fills_since()
         assert fill.quote_id == quote.quote_id and fill.realized_pnl_usd == Decimal("0.075")
 
@@ -243,11 +265,11 @@ async def test_a_status_missed_during_a_bus_outage_is_recovered_through_the_nonc
         }
         await fresh_snapshot(bot)
         await fresh_snapshot(bot)
-        assert app.inventory.confirmed == bot.balances() and app.inventory.reserved == {}
-        assert app.ops.last_reconciliation is not None
-        assert app.ops.last_reconciliation["ok"], app.ops.last_reconciliation
+        assert app.desk.inventory.confirmed == bot.balances() and app.desk.inventory.reserved == {}
+        assert app.desk.balances.report is not None
+        assert app.desk.balances.report["ok"], app.desk.balances.report
         assert store_of(bot).open_alerts() == []
-        assert GLOBAL not in app.state.paused
+        assert GLOBAL not in app.desk.pauses.as_dict()
 
 
 async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
@@ -269,13 +291,17 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         # No quote is open, so nothing can explain the move (an open quote would explain up to
         # its outflow: the gap reported is what lies beyond).
         bot.sandbox.ledger.balances[app.account][USDC] -= 7 * E6
-        await eventually(lambda: GLOBAL in app.state.paused, "the mismatch to pause the bot", 5)
-        assert app.state.paused[GLOBAL].startswith("reconciliation"), app.state.paused
+        await eventually(
+            lambda: GLOBAL in app.desk.pauses.as_dict(), "the mismatch to pause the bot", 5
+        )
+        assert app.desk.pauses.as_dict()[GLOBAL].startswith("reconciliation"), (
+            app.desk.pauses.as_dict()
+        )
         # Until that snapshot the bot believed it held the stolen 7 USDC: the harness's audit
         # saw it, rightly. The snapshot that found the theft also corrected the belief.
         assert all(o.startswith(f"{USDC}: believed") for o in bot.overstated), bot.overstated
         bot.overstated.clear()
-        assert app.inventory.confirmed[USDC] == bot.balances()[USDC]
+        assert app.desk.inventory.confirmed[USDC] == bot.balances()[USDC]
         (alert,) = store.open_alerts()
         assert alert.kind == "reconciliation" and str(-7 * E6) in alert.detail
 
@@ -292,22 +318,22 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         await fresh_snapshot(bot)
         await asyncio.sleep(1.1)  # a risk tick
         assert mismatch in await metric()
-        assert app.ops.last_reconciliation is not None
-        assert app.ops.last_reconciliation["ok"] is False
-        assert app.ops.last_reconciliation["mismatches"] == {USDC: str(-7 * E6)}
+        assert app.desk.balances.report is not None
+        assert app.desk.balances.report["ok"] is False
+        assert app.desk.balances.report["mismatches"] == {USDC: str(-7 * E6)}
         health = await bot.http.get(f"{url}/healthz")
         assert health.status_code == 503 and "reconciliation mismatch" in health.json()["reasons"]
 
-        quoted = app.engine.stats.quoted
+        quoted = app.executor.sent
         assert await bot.quote(NEAR, USDC, exact_in=E24) == []
-        assert app.engine.stats.skipped[PAUSED] == 1 and app.engine.stats.quoted == quoted
+        assert app.desk.stats.skipped[PAUSED] == 1 and app.executor.sent == quoted
 
         code = await asyncio.to_thread(main, ["resume", "--url", url])
         assert code == 0
-        assert GLOBAL not in app.state.paused and store.open_alerts() == []
+        assert GLOBAL not in app.desk.pauses.as_dict() and store.open_alerts() == []
         await one_offer(bot, NEAR, USDC, exact_in=E24)
         await fresh_snapshot(bot)
-        assert app.ops.last_reconciliation["ok"] is True
+        assert app.desk.balances.report["ok"] is True
         await asyncio.sleep(1.1)
         assert mismatch.replace("-7.0", "0.0") in await metric()
         assert (await bot.http.get(f"{url}/healthz")).status_code == 200
@@ -399,8 +425,8 @@ async def test_a_snapshot_read_before_an_execution_but_landing_after_it_is_no_mi
             (settled,) = [t for t in bot.transitions if t.new is QuoteState.SETTLED]
             await eventually(
                 lambda: (
-                    app.inventory.confirmed_at is not None
-                    and app.inventory.confirmed_at > settled.at
+                    app.desk.inventory.confirmed_at is not None
+                    and app.desk.inventory.confirmed_at > settled.at
                 ),
                 "a snapshot requested after the settlement was heard",
                 5,
@@ -417,7 +443,7 @@ async def test_a_snapshot_read_before_an_execution_but_landing_after_it_is_no_mi
                 and int(row["expected"]) == before[USDC] - amount_out
             ]
             assert late, table(store, "balance_snapshots")
-            assert GLOBAL not in app.state.paused, app.state.paused
+            assert GLOBAL not in app.desk.pauses.as_dict(), app.desk.pauses.as_dict()
             assert store.open_alerts() == []
-            assert app.ops.last_reconciliation is not None and app.ops.last_reconciliation["ok"]
-            assert app.inventory.confirmed == bot.balances()
+            assert app.desk.balances.report is not None and app.desk.balances.report["ok"]
+            assert app.desk.inventory.confirmed == bot.balances()

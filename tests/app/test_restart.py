@@ -6,7 +6,7 @@ store. Each run answers a few requests that stay open, the first one also a quot
 but not yet settled when the bot dies, and the bot is killed with SIGKILL. The last run must
 show that
 
-- the open quotes came back from the store (it logs ``recovered N open quotes``),
+- the open quotes came back from the journal (it logs ``desk rebuilt from the journal: N open quotes``),
 - no nonce was ever signed twice, across all the runs, and the ledger never refused one as
   used,
 - every quote reaches a terminal state: SETTLED for the won one (it executed while the bot was
@@ -72,9 +72,16 @@ class Child:
 
 @contextlib.asynccontextmanager
 async def bot_process(
-    sandbox: Sandbox, config: Path, env: dict[str, str], log: Path
+    sandbox: Sandbox,
+    config: Path,
+    env: dict[str, str],
+    log: Path,
+    *,
+    grace_s: float | None = 1.0,
 ) -> AsyncIterator[Child]:
-    """Start ``solver run`` and wait until it has subscribed; kill it on the way out."""
+    """Start ``solver run`` and wait until it has subscribed; kill it on the way out.
+    ``grace_s``: its ``--shutdown-wait`` (None: the default)."""
+    grace = ["--shutdown-wait", str(grace_s)] if grace_s is not None else []
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -84,8 +91,7 @@ async def bot_process(
             "run",
             "--config",
             str(config),
-            "--shutdown-wait",
-            "1",
+            *grace,
             env=env,
             cwd=config.parent,
             stdin=asyncio.subprocess.DEVNULL,
@@ -179,7 +185,7 @@ async def take(http: httpx.AsyncClient, url: str, sandbox: Sandbox, offer: dict[
 
 def assert_recovered(log: Path, count: int) -> None:
     text = log.read_text(encoding="utf-8", errors="replace")
-    found = re.findall(r"recovered (\d+) open quotes", text)
+    found = re.findall(r"desk rebuilt from the journal: (\d+) open quotes", text)
     assert found == [str(count)], text
 
 

@@ -25,7 +25,7 @@ def signed_diff(bot: LiveBot, quote_hash: str) -> tuple[dict[str, int], bytes]:
 
 
 def settled(bot: LiveBot) -> int:
-    return bot.app.engine.stats.outcomes["SETTLED"]
+    return bot.app.desk.stats.outcomes["SETTLED"]
 
 
 async def trade(bot: LiveBot, asset_in: str, asset_out: str, **amount: int) -> dict[str, Any]:
@@ -34,7 +34,7 @@ async def trade(bot: LiveBot, asset_in: str, asset_out: str, **amount: int) -> d
     user = bot.new_user({asset_in: 10**30})
     done = settled(bot)
     (offer,) = await bot.quote(asset_in, asset_out, **amount)
-    quote = bot.app.engine.book.find_hash(offer["quote_hash"])
+    quote = bot.app.desk.book.find_hash(offer["quote_hash"])
     assert quote is not None and quote.state is QuoteState.OPEN
     assert (quote.amount_in, quote.amount_out) == (
         int(offer["amount_in"]),
@@ -42,7 +42,7 @@ async def trade(bot: LiveBot, asset_in: str, asset_out: str, **amount: int) -> d
     )
     await bot.take(user, offer)
     await eventually(lambda: settled(bot) == done + 1, "the bot's book to show SETTLED")
-    assert bot.app.engine.book.get(quote.quote_id) is None  # terminal quotes leave the book
+    assert bot.app.desk.book.get(quote.quote_id) is None  # terminal quotes leave the book
     return offer
 
 
@@ -52,7 +52,7 @@ async def test_won_quotes_settle_and_balances_move_by_exactly_the_signed_diffs(
 ) -> None:
     async with live_bot(tmp_path, fee_pips=fee_pips) as bot:
         app = bot.app
-        assert app.state.fee_pips == fee_pips
+        assert app.desk.state.fee_pips == fee_pips
         start = bot.balances()
         diffs: list[dict[str, int]] = []
         # Exact-in: the user sells 10 wNEAR for USDC; exact-out: the user buys 0.01 ETH.
@@ -81,14 +81,17 @@ async def test_won_quotes_settle_and_balances_move_by_exactly_the_signed_diffs(
         # After the next balance refresh the engine's confirmed balances are the ledger's.
         mark = app.clock()
         await eventually(
-            lambda: app.inventory.confirmed_at is not None and app.inventory.confirmed_at > mark,
+            lambda: (
+                app.desk.inventory.confirmed_at is not None
+                and app.desk.inventory.confirmed_at > mark
+            ),
             "a balance refresh",
         )
-        assert app.inventory.confirmed == end
-        assert app.inventory.reserved == {}
-        stats = app.engine.stats
+        assert app.desk.inventory.confirmed == end
+        assert app.desk.inventory.reserved == {}
+        stats = app.desk.stats
         assert (stats.outcomes["WON"], stats.outcomes["SETTLED"]) == (2, 2)
-        assert stats.quoted == 2 and stats.rejected == 0 and app.job_errors == {}
+        assert app.executor.sent == 2 and stats.rejected == 0 and app.job_errors == {}
         # WON on quote_status, SETTLING if a poll saw TX_BROADCASTED, then SETTLED.
         path = [t.new for t in bot.transitions if t.new is not QuoteState.SETTLING]
         assert path == [QuoteState.WON, QuoteState.SETTLED] * 2
@@ -107,12 +110,12 @@ async def test_salt_rotation_mid_run_is_followed(tmp_path: Path) -> None:
 
         new = ledger.rotate_salt()
         ledger.invalidate_salts([old])
-        await eventually(lambda: app.state.salt == bytes.fromhex(new), "the salt job")
+        await eventually(lambda: app.desk.state.salt == bytes.fromhex(new), "the salt job")
         for _ in range(3):
             offer = await trade(bot, NEAR, USDC, exact_in=2 * E24)
             assert parse_nonce(signed_diff(bot, offer["quote_hash"])[1]).salt.hex() == new
         assert bot.sandbox.bus.stats.quote_answers_rejected == {}
-        assert app.engine.stats.outcomes["SETTLED"] == 4
+        assert app.desk.stats.outcomes["SETTLED"] == 4
 
 
 async def test_an_answer_refused_for_invalid_salt_refetches_the_salt_at_once(
@@ -126,10 +129,10 @@ async def test_an_answer_refused_for_invalid_salt_refetches_the_salt_at_once(
         new = ledger.rotate_salt()
         ledger.invalidate_salts([old])
         assert await bot.quote(NEAR, USDC, exact_in=2 * E24) == []  # signed under the old salt
-        await eventually(lambda: app.engine.stats.outcomes["REJECTED"] == 1, "the refusal")
+        await eventually(lambda: app.desk.stats.outcomes["REJECTED"] == 1, "the refusal")
         assert bot.sandbox.bus.stats.quote_answers_rejected == {"simulation failed": 1}
-        await eventually(lambda: app.state.salt == bytes.fromhex(new), "the salt re-read")
+        await eventually(lambda: app.desk.state.salt == bytes.fromhex(new), "the salt re-read")
         offer = await trade(bot, NEAR, USDC, exact_in=2 * E24)
         assert parse_nonce(signed_diff(bot, offer["quote_hash"])[1]).salt.hex() == new
-        assert app.inventory.reserved == {}  # the refused quote's reservation was released
-        assert app.engine.stats.outcomes["SETTLED"] == 1
+        assert app.desk.inventory.reserved == {}  # the refused quote's reservation was released
+        assert app.desk.stats.outcomes["SETTLED"] == 1

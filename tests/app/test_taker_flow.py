@@ -70,13 +70,16 @@ async def test_taker_flow_settles_exactly_the_signed_diffs(tmp_path: Path) -> No
 
         # The bot heard of every one of them (quote_status, then get_status: SETTLED).
         await eventually(
-            lambda: app.engine.stats.outcomes["SETTLED"] == len(settled), "the bot's settlements"
+            lambda: app.desk.stats.outcomes["SETTLED"] == len(settled), "the bot's settlements"
         )
         assert {t.quote_hash for t in bot.transitions if t.new is QuoteState.SETTLED} == settled
-        assert app.engine.stats.outcomes["FAILED"] == 0
+        assert app.desk.stats.outcomes["FAILED"] == 0
         mark = app.clock()
         await eventually(
-            lambda: app.inventory.confirmed_at is not None and app.inventory.confirmed_at > mark,
+            lambda: (
+                app.desk.inventory.confirmed_at is not None
+                and app.desk.inventory.confirmed_at > mark
+            ),
             "a balance refresh",
         )
-        assert app.inventory.confirmed == end
+        assert app.desk.inventory.confirmed == end

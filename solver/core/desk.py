@@ -21,9 +21,7 @@ decides and reserves → :class:`~solver.core.actions.SignAndSend`; the driver s
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,10 +29,7 @@ from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import (
     Action,
-    Alert,
     CheckNonce,
-    OperatorReply,
-    PauseChanged,
     PollIntent,
     Record,
     RefreshBalances,
@@ -42,22 +37,11 @@ from solver.core.actions import (
     ShadowQuote,
     SignAndSend,
 )
-from solver.core.inventory import Inventory, Reservation
-from solver.core.lifecycle import Claim, QuoteBook, QuoteState, TrackedQuote
-from solver.core.pauses import (
-    GLOBAL,
-    OPERATOR,
-    RISK_KINDS,
-    SHUTTING_DOWN,
-    STORE_ERROR,
-    Pause,
-    Pauses,
-)
-from solver.core.pnl import MARKOUT_HORIZONS_S, FillValue, PnlBook
-from solver.core.quoting import PipelineSettings, Quote, QuotePipeline, Route, Skip
-from solver.core.reconciliation import Reconciliation
-from solver.core.risk import Breach, RiskLimits, check_mismatch, check_pnl, check_stale
-from solver.core.state import MarketState
+from solver.core.desk_risk import DeskRisk
+from solver.core.desk_state import DeskSettings, DeskStats
+from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.pauses import GLOBAL, RISK_KINDS, STORE_ERROR
+from solver.core.quoting import Quote, Route, Skip
 
 PENDING, BROADCAST, SETTLED, NOT_FOUND = (
     "PENDING",
@@ -67,39 +51,10 @@ PENDING, BROADCAST, SETTLED, NOT_FOUND = (
 )
 
 
-@dataclass(frozen=True)
-class DeskSettings:
-    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
-    limits: RiskLimits = field(default_factory=lambda: RiskLimits(1e12, 1e12, {}))
-    kill_switch: bool = True
-    shadow: bool = False
-    deadline_grace_s: float = 2.0
-    """A transaction included just before the deadline must reach finality before its nonce
-    tells the truth."""
-    claim_timeout_s: float = 60.0
-    """A claim still pending this long after the deadline no longer holds back the nonce check."""
-    nonce_retry_s: float = 5.0
-    poll_initial_s: float = 0.1
-    poll_max_s: float = 5.0
-    pnl_record_every_s: float = 1.0
-    markout_horizons_s: tuple[int, ...] = MARKOUT_HORIZONS_S
-    history_size: int = 512
+__all__ = ["Desk", "DeskSettings", "DeskStats"]
 
 
-@dataclass
-class DeskStats:
-    requests: int = 0
-    signed: int = 0
-    shadow_quotes: int = 0
-    rejected: int = 0
-    relay_ok: int = 0
-    stray_statuses: int = 0
-    duplicate_statuses: int = 0
-    skipped: Counter[str] = field(default_factory=Counter)
-    outcomes: Counter[str] = field(default_factory=Counter)
-
-
-class Desk:
+class Desk(DeskRisk):
     def __init__(
         self,
         settings: DeskSettings,
@@ -110,27 +65,7 @@ class Desk:
         symbols: Mapping[str, str] | None = None,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.settings = settings
-        self.limits = settings.limits
-        self.state = MarketState(decimals=dict(decimals), history_size=settings.history_size)
-        self.inventory = Inventory(floors=dict(floors or {}))
-        self.pauses = Pauses()
-        self.pipeline = QuotePipeline(
-            settings.pipeline, routes, self.inventory, self.state, self.pauses, timer=timer
-        )
-        self.book = QuoteBook()
-        self.pnl = PnlBook(decimals, settings.markout_horizons_s)
-        self.symbols = dict(symbols or {})
-        self.stats = DeskStats()
-        self.connected_since: datetime | None = None
-        self._unsigned: dict[str, Quote] = {}  # decided and reserved, not signed yet
-        self._polling: dict[str, str] = {}  # intent_hash -> quote_id, claims still pending
-        self._pnl_recorded_at: datetime | None = None
-        self._grace = timedelta(seconds=settings.deadline_grace_s)
-        self._claim_timeout = timedelta(seconds=settings.claim_timeout_s)
-        self._nonce_retry = timedelta(seconds=settings.nonce_retry_s)
-        self.balances = Reconciliation(settings.limits)
-        self._recorded_day: str | None = None
+        super().__init__(settings, routes, decimals, floors=floors, symbols=symbols, timer=timer)
         self._handlers: dict[type, Callable[[Any, datetime], list[Action]]] = {
             ev.QuoteRequested: self._quote_requested,
             ev.QuoteSigned: self._quote_signed,
@@ -150,37 +85,12 @@ class Desk:
             ev.OperatorResume: self._operator_resume,
             ev.ShutdownStarted: self._shutdown,
         }
-        self._appliers: dict[type, Callable[[Any], None]] = {
-            f.QuoteOpened: self._apply_opened,
-            f.QuoteMoved: self._apply_moved,
-            f.ClaimAdded: self._apply_claim_added,
-            f.ClaimEnded: self._apply_claim_ended,
-            f.BalancesReconciled: self._apply_balances,
-            f.OwnFlow: self._apply_own_flow,
-            f.PnlMarked: self._apply_pnl,
-            f.Markout: self._apply_markout,
-            f.PauseSet: self._apply_pause_set,
-            f.PauseCleared: self._apply_pause_cleared,
-            f.BaselineAccepted: self._apply_baseline,
-        }
 
     # ------------------------------------------------------------------ the interface
 
     def receive(self, event: ev.Event, now: datetime) -> list[Action]:
         """Take in one event at ``now``; what the driver must do, in order."""
         return self._handlers[type(event)](event, now)
-
-    def apply(self, fact: f.Fact) -> None:
-        """Change state by one fact: live, as it is decided; on start, from the journal."""
-        self._appliers[type(fact)](fact)
-
-    def _fact(self, fact: f.Fact, actions: list[Action]) -> None:
-        self.apply(fact)
-        actions.append(Record(fact))
-
-    def price(self, asset: str) -> float | None:
-        ref = self.state.prices.get(asset)
-        return ref.usd if ref is not None else None
 
     # ------------------------------------------------------------------ the quote path
 
@@ -338,12 +248,6 @@ class Desk:
                 intent_hash=intent_hash, tx_hash=tx_hash,
             )  # fmt: skip
 
-    @staticmethod
-    def _fill_value(quote: TrackedQuote) -> FillValue:
-        return FillValue(
-            quote.quote_id, quote.asset_in, quote.amount_in, quote.asset_out, quote.outflow
-        )
-
     def _move(
         self,
         quote_id: str,
@@ -404,277 +308,6 @@ class Desk:
                 continue
             quote.nonce_check_at = now
             actions.append(CheckNonce(quote.quote_id, quote.nonce))
-
-    def _mark(self, now: datetime, actions: list[Action]) -> None:
-        # Value in transit (an own move half seen) would mark a loss or gain that is not one.
-        if not self.balances.own_settling:
-            pnl = self.pnl
-            changed = pnl.mark(now, self.inventory.confirmed, self.price)
-            last = self._pnl_recorded_at
-            if changed and (
-                last is None
-                or pnl.day != self._recorded_day
-                or (now - last).total_seconds() >= self.settings.pnl_record_every_s
-            ):
-                self._record_pnl(now, actions)
-            if pnl.pnl is not None and self.settings.kill_switch:
-                for breach in check_pnl(self.limits, pnl.daily_loss_usd(), pnl.drawdown_usd()):
-                    self._breach(breach, now, actions, halt=True)
-        if self.settings.kill_switch:
-            ages = [p.age_s(now) for p in self.state.prices.values()]
-            balance_age = self.inventory.balance_age_s(now)
-            for breach in check_stale(self.limits, balance_age, max(ages, default=None)):
-                self._breach(breach, now, actions, halt=True)
-
-    def _record_pnl(self, now: datetime, actions: list[Action]) -> None:
-        pnl = self.pnl
-        if pnl.start_equity is None or pnl.day is None:
-            return
-        fact = f.PnlMarked(now, pnl.start_equity, pnl.peak_pnl, pnl.day, pnl.day_start_pnl)
-        self._fact(fact, actions)
-
-    # ------------------------------------------------------------------ balances
-
-    def _balances(self, event: ev.BalancesSeen, now: datetime) -> list[Action]:
-        if self.balances.snapshot_at is not None and event.observed < self.balances.snapshot_at:
-            return []  # older than the last one taken in: tells nothing new
-        own = tuple(
-            (r.quote_id, r.asset_out, r.amount_out, r.asset_in, r.amount_in) for r in event.own_open
-        )
-        actions: list[Action] = []
-        expected = self.balances.reconciler.expected or event.balances
-        fact = f.BalancesReconciled(
-            event.observed, dict(event.balances), own, event.own_settling, dict(expected)
-        )
-        self._fact(fact, actions)
-        for breach in check_mismatch(self.limits, self.balances.found):
-            self._breach(breach, now, actions, halt=self.limits.halt_on_mismatch)
-        return actions
-
-    def _own_flow(self, event: ev.OwnFlowSettled, now: datetime) -> list[Action]:
-        actions: list[Action] = []
-        e = event
-        fact = f.OwnFlow(e.key, e.asset_in, e.amount_in, e.asset_out, e.outflow, now)
-        self._fact(fact, actions)
-        return actions
-
-    # ------------------------------------------------------------------ market inputs
-
-    def _price_seen(self, event: ev.PriceSeen, now: datetime) -> list[Action]:
-        self.state.set_price(event.asset, event.usd, event.observed)
-        return []
-
-    def _salt_seen(self, event: ev.SaltSeen, now: datetime) -> list[Action]:
-        self.state.set_salt(event.salt, event.observed)
-        return []
-
-    def _fee_seen(self, event: ev.FeeSeen, now: datetime) -> list[Action]:
-        self.state.fee_pips = event.fee_pips
-        return []
-
-    # ------------------------------------------------------------------ pauses and operators
-
-    def _breach(self, breach: Breach, now: datetime, actions: list[Action], *, halt: bool) -> None:
-        if halt:
-            self._pause(GLOBAL, breach.kind, breach.detail, now, actions)
-        elif self.pauses.get(GLOBAL, breach.kind) is None:
-            actions.append(Alert(breach.kind, breach.detail))
-
-    def _pause(
-        self, scope: str, kind: str, reason: str, now: datetime, actions: list[Action]
-    ) -> None:
-        if self.pauses.get(scope, kind) is not None:
-            return
-        self._fact(f.PauseSet(scope, kind, reason, now), actions)
-        pause = self.pauses.get(scope, kind)
-        assert pause is not None
-        actions.append(PauseChanged(pause, active=True))
-        if kind != OPERATOR:
-            actions.append(Alert(kind, reason))
-
-    def _unpause(self, pause: Pause, now: datetime, actions: list[Action], by: str) -> None:
-        self._fact(f.PauseCleared(pause.scope, pause.kind, now, by), actions)
-        actions.append(PauseChanged(pause, active=False))
-        if pause.kind != OPERATOR:
-            actions.append(Alert(pause.kind, f"{by}: {pause.reason}", resolved=True))
-
-    def scopes(self, pair: str | None) -> list[str]:
-        """Route keys of ``BASE/QUOTE`` (symbols or asset ids, both directions); ``*`` for None.
-        Raises LookupError for a pair the bot does not trade."""
-        if pair is None:
-            return [GLOBAL]
-        by_symbol = {symbol: asset for asset, symbol in self.symbols.items()}
-        base_text, _, quote_text = pair.partition("/")
-        base, quote = by_symbol.get(base_text, base_text), by_symbol.get(quote_text, quote_text)
-        found = [
-            r.key
-            for r in self.pipeline.routes.values()
-            if {r.asset_in, r.asset_out} == {base, quote}
-        ]
-        if not found:
-            raise LookupError(f"the bot does not trade {pair}")
-        return found
-
-    def _operator_pause(self, event: ev.OperatorPause, now: datetime) -> list[Action]:
-        try:
-            scopes = self.scopes(event.pair)
-        except LookupError as exc:
-            return [OperatorReply(False, str(exc))]
-        actions: list[Action] = []
-        for scope in scopes:
-            self._pause(scope, OPERATOR, event.reason or "paused by the operator", now, actions)
-        actions.append(OperatorReply(True, f"paused {event.pair or 'everything'}"))
-        return actions
-
-    def _operator_resume(self, event: ev.OperatorResume, now: datetime) -> list[Action]:
-        try:
-            scopes = self.scopes(event.pair)
-        except LookupError as exc:
-            return [OperatorReply(False, str(exc))]
-        actions: list[Action] = []
-        notes: list[str] = []
-        if event.accept_balances:
-            problem = self._accept_balances(now, actions, notes)
-            if problem is not None:
-                return [OperatorReply(False, problem)]
-        for pause in list(self.pauses):
-            if pause.scope in scopes and pause.kind != SHUTTING_DOWN:
-                self._unpause(pause, now, actions, by="operator")
-        if event.pair is None and self.pnl.pnl is not None:
-            # The kill switch measures from here: the loss so far is acknowledged.
-            self.pnl.peak_pnl = self.pnl.pnl
-            self.pnl.day_start_pnl = self.pnl.pnl
-            self._record_pnl(now, actions)
-        self._mark(now, actions)  # a condition still in force pauses again at once
-        still = [p.describe() for p in self.pauses if p.scope in scopes or p.scope == GLOBAL]
-        if still:
-            message = "still paused: " + "; ".join(still)
-            actions.append(OperatorReply(False, message, tuple(still)))
-        else:
-            done = f"resumed {event.pair or 'everything'}"
-            actions.append(OperatorReply(True, "; ".join([done, *notes])))
-        return actions
-
-    def _accept_balances(
-        self, now: datetime, actions: list[Action], notes: list[str]
-    ) -> str | None:
-        balances = self.balances.last
-        if balances is None:
-            return "no balance snapshot yet: nothing to accept"
-        # What moved unexplained: the gaps found since the last resume (the reconciler absorbed
-        # them already) and whatever the expected balances still differ by.
-        expected, unresolved = self.balances.expected_now(), self.balances.unresolved
-        difference = {a: balances[a] - expected.get(a, 0) + unresolved.get(a, 0) for a in balances}
-        shift = 0.0
-        for asset, delta in difference.items():
-            if not delta:
-                continue
-            price, scale = self.price(asset), self.state.decimals.get(asset)
-            if price is None or scale is None:
-                return f"no price for {asset}: cannot value the move to accept it"
-            shift += delta * price / 10.0**scale
-        fact = f.BaselineAccepted(now, dict(balances), difference, shift)
-        self._fact(fact, actions)
-        moved = {a: d for a, d in difference.items() if d}
-        notes.append(f"accepted balances (moved: {moved or 'nothing'}, {shift:+.2f} USD)")
-        return None
-
-    def _shutdown(self, event: ev.ShutdownStarted, now: datetime) -> list[Action]:
-        # Not journaled: it ends with the process, and must not survive into the next one.
-        self.pauses.add(Pause(GLOBAL, SHUTTING_DOWN, "the process is stopping", now))
-        return []
-
-    # ------------------------------------------------------------------ applying facts
-
-    def _apply_opened(self, fact: f.QuoteOpened) -> None:
-        self.book.add(
-            TrackedQuote(
-                fact.quote_id, fact.quote_hash, fact.asset_in, fact.asset_out, fact.amount_in,
-                fact.amount_out, fact.fee, fact.deadline, fact.nonce, fact.created_at,
-            )
-        )  # fmt: skip
-        # Live, decide() reserved it already; from the journal, the exposure is restored
-        # whatever the balances say (it was signed).
-        outflow = fact.amount_out + fact.fee
-        self.inventory.restore(
-            [Reservation(fact.quote_id, fact.asset_out, outflow, fact.asset_in, fact.amount_in,
-                         fact.deadline)]
-        )  # fmt: skip
-
-    def _apply_moved(self, fact: f.QuoteMoved) -> None:
-        quote = self.book.get(fact.quote_id)
-        if quote is None:
-            return
-        new = QuoteState(fact.new)
-        self.book.move(
-            fact.quote_id, new, fact.at, reason=fact.reason, intent_hash=fact.intent_hash,
-            tx_hash=fact.tx_hash,
-        )  # fmt: skip
-        self.stats.outcomes[new.value] += 1
-        if quote.terminal:
-            for intent_hash in quote.claims:
-                self._polling.pop(intent_hash, None)
-        if new is QuoteState.SETTLED:
-            self.inventory.settle(fact.quote_id, fact.at)
-            self.balances.settled(
-                quote.quote_id, quote.asset_in, quote.amount_in, quote.asset_out, quote.outflow,
-                fact.at,
-            )  # fmt: skip
-            if fact.fill is not None:
-                self.pnl.record_fill(self._fill_value(quote), fact.at, fact.fill.realized_usd)
-        elif new in (QuoteState.REJECTED, QuoteState.LOST, QuoteState.FAILED):
-            self.inventory.release(fact.quote_id)
-
-    def _apply_claim_added(self, fact: f.ClaimAdded) -> None:
-        quote = self.book.get(fact.quote_id)
-        if quote is None or fact.intent_hash in quote.claims:
-            return
-        quote.claims[fact.intent_hash] = Claim(
-            fact.intent_hash,
-            fact.tx_hash,
-            fact.at,
-            next_poll_at=fact.at + timedelta(seconds=self.settings.poll_initial_s),
-            delay_s=self.settings.poll_initial_s * 2,
-        )
-        self._polling[fact.intent_hash] = fact.quote_id
-
-    def _apply_claim_ended(self, fact: f.ClaimEnded) -> None:
-        quote = self.book.get(fact.quote_id)
-        claim = quote.claims.get(fact.intent_hash) if quote is not None else None
-        if claim is not None:
-            claim.ended, claim.status = True, fact.status
-        self._polling.pop(fact.intent_hash, None)
-
-    def _apply_balances(self, fact: f.BalancesReconciled) -> None:
-        own = [Reservation(k, o, a, i, b, fact.observed) for k, o, a, i, b in fact.own_open]
-        book = self.book
-        totals = (book.open_outflow, book.open_inflow)
-        self.balances.reconcile(fact.balances, fact.observed, own, fact.own_settling, totals)
-        self.inventory.set_confirmed(fact.balances, fact.observed)
-
-    def _apply_own_flow(self, fact: f.OwnFlow) -> None:
-        self.balances.settled(
-            fact.key, fact.asset_in, fact.amount_in, fact.asset_out, fact.outflow, fact.at
-        )
-
-    def _apply_pnl(self, fact: f.PnlMarked) -> None:
-        self.pnl.restore(fact.start_equity, fact.peak_pnl, fact.day, fact.day_start_pnl)
-        self._pnl_recorded_at, self._recorded_day = fact.at, fact.day
-
-    def _apply_markout(self, fact: f.Markout) -> None:
-        self.pnl.add_markout(fact.horizon_s, fact.value_usd)
-
-    def _apply_pause_set(self, fact: f.PauseSet) -> None:
-        self.pauses.add(Pause(fact.scope, fact.kind, fact.reason, fact.at))
-
-    def _apply_pause_cleared(self, fact: f.PauseCleared) -> None:
-        self.pauses.remove(fact.scope, fact.kind)
-        if fact.scope == GLOBAL and fact.kind == "reconciliation":
-            self.balances.unresolved.clear()  # acknowledged: the next snapshot reports afresh
-
-    def _apply_baseline(self, fact: f.BaselineAccepted) -> None:
-        self.balances.accept(fact.balances)
-        self.pnl.shift_baseline(fact.equity_shift_usd)
 
     # ------------------------------------------------------------------ reading
 

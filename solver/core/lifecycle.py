@@ -13,8 +13,9 @@ on its own with ``get_status``. A claim never moves the quote by being heard of 
 forged status would otherwise decide its fate — only what ``get_status`` says of it does:
 any status but NOT_FOUND_OR_NOT_VALID confirms the claim and makes the quote WON (every
 settled quote passes through WON, so "won" counts what users took); TX_BROADCASTED makes it
-SETTLING, SETTLED settles it (the only status that moves balances). NOT_FOUND_OR_NOT_VALID ends that claim alone; while another claim
-is pending or the deadline has not passed, the quote stays as it is. Once the deadline is past
+SETTLING, SETTLED settles it (the only status that moves balances). NOT_FOUND_OR_NOT_VALID
+ends that claim alone; while another claim is pending or the deadline has not passed, the
+quote stays as it is. Once the deadline is past
 and no claim is pending, the verifier's nonce tells the truth: used means it executed.
 
 An answer the relay has not acknowledged stays OPEN through a disconnect: the relay holds the

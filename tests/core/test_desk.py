@@ -167,10 +167,14 @@ def test_resume_says_why_the_bot_stays_paused() -> None:
     desk.receive(ev.OperatorPause(None, "maintenance"), at(1))
     desk.receive(ev.OperatorPause("wNEAR/USDC", "pair"), at(1))
     (reply,) = [
-        a for a in desk.receive(ev.OperatorResume("wNEAR/USDC"), at(2)) if isinstance(a, OperatorReply)
+        a
+        for a in desk.receive(ev.OperatorResume("wNEAR/USDC"), at(2))
+        if isinstance(a, OperatorReply)
     ]
     assert not reply.ok and "still paused" in reply.message and "maintenance" in reply.message
-    (reply,) = [a for a in desk.receive(ev.OperatorResume(None), at(3)) if isinstance(a, OperatorReply)]
+    (reply,) = [
+        a for a in desk.receive(ev.OperatorResume(None), at(3)) if isinstance(a, OperatorReply)
+    ]
     assert reply.ok, reply.message
     assert not desk.pauses
 

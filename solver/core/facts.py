@@ -181,6 +181,8 @@ def kind_of(fact: Fact) -> str:
 
 
 def micros(moment: datetime) -> int:
+    if moment.tzinfo is None:  # a naive time has no place in the journal: refuse it clearly
+        raise ValueError(f"the journal takes timezone-aware datetimes only, got {moment}")
     return (moment - EPOCH) // _US
 
 

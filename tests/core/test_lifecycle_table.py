@@ -20,7 +20,7 @@ from solver.core.lifecycle import (
     TrackedQuote,
 )
 from solver.core.risk import open_flow_totals
-from tests.core.desk_helpers import answer, make_desk, quote_hash
+from tests.core.desk_helpers import answer, make_desk, quote_hash, state_of
 from tests.core.desk_helpers import at as desk_at
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -137,21 +137,21 @@ def test_the_desk_moves_a_quote_to_won_only_on_a_pending_claim() -> None:
     assert quote_1 is not None
     # Being named by an intent moves nothing: a stray or forged status must not decide.
     desk.receive(ev.QuoteStatusSeen(quote_hash("q1"), "i1", "t1"), desk_at(1.1))
-    assert quote_1.state is S.OPEN and set(quote_1.claims) == {"i1"}
+    assert state_of(quote_1) is S.OPEN and set(quote_1.claims) == {"i1"}
     desk.receive(ev.IntentStatusSeen("i1", None), desk_at(1.2))  # the poll failed
-    assert quote_1.state is S.OPEN
+    assert state_of(quote_1) is S.OPEN
     desk.receive(ev.IntentStatusSeen("i1", "PENDING"), desk_at(1.3))
-    assert quote_1.state is S.WON and quote_1.intent_hash == "i1"
+    assert state_of(quote_1) is S.WON and quote_1.intent_hash == "i1"
     desk.receive(ev.IntentStatusSeen("i1", "PENDING"), desk_at(1.4))  # again: no move
-    assert quote_1.state is S.WON
+    assert state_of(quote_1) is S.WON
     # OPEN goes straight to SETTLING (or SETTLED) when that is the first status seen.
     answer(desk, "q2", desk_at(2))
     desk.receive(ev.QuoteStatusSeen(quote_hash("q2"), "i2", None), desk_at(2.1))
     desk.receive(ev.IntentStatusSeen("i2", "TX_BROADCASTED", "t2"), desk_at(2.2))
     quote_2 = desk.book.get("q2")
-    assert quote_2 is not None and quote_2.state is S.SETTLING and quote_2.tx_hash == "t2"
+    assert quote_2 is not None and state_of(quote_2) is S.SETTLING and quote_2.tx_hash == "t2"
     desk.receive(ev.IntentStatusSeen("i2", "PENDING"), desk_at(2.3))  # late: no step back
-    assert quote_2.state is S.SETTLING
+    assert state_of(quote_2) is S.SETTLING
     answer(desk, "q3", desk_at(3))
     desk.receive(ev.QuoteStatusSeen(quote_hash("q3"), "i3", None), desk_at(3.1))
     desk.receive(ev.IntentStatusSeen("i3", "SETTLED", "t3"), desk_at(3.2))

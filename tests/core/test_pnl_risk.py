@@ -59,7 +59,8 @@ def test_marked_pnl_peak_drawdown_and_daily_loss() -> None:
     prices = {USDC: 1.0, NEAR: 3.0}
     book = PnlBook({USDC: 6, NEAR: 24})
     balances = {USDC: 100 * E6, NEAR: 10 * E24}
-    assert book.pnl is None and book.drawdown_usd() == book.daily_loss_usd() == 0.0
+    assert (book.pnl, book.start_equity) == (None, None)
+    assert book.drawdown_usd() == book.daily_loss_usd() == 0.0
     assert book.mark(T0, balances, prices.get)  # the starting equity was taken
     assert (book.start_equity, book.pnl, book.day) == (130.0, 0.0, "2026-11-22")
     prices[NEAR] = 4.0

@@ -206,6 +206,7 @@ class DeskState:
 
     def _apply_markout(self, fact: f.Markout) -> None:
         self.pnl.add_markout(fact.horizon_s, fact.value_usd)
+        self.pnl.drop_due(fact.horizon_s, fact.at)  # replayed: not to be taken again
 
     def _apply_pause_set(self, fact: f.PauseSet) -> None:
         self.pauses.add(Pause(fact.scope, fact.kind, fact.reason, fact.at))

@@ -182,6 +182,8 @@ def kind_of(fact: Fact) -> str:
 
 
 def micros(moment: datetime) -> int:
+    if moment.tzinfo is None:  # a naive time has no place in the journal: refuse it clearly
+        raise ValueError(f"the journal takes timezone-aware datetimes only, got {moment}")
     return (moment - EPOCH) // _US
 
 
@@ -216,9 +218,9 @@ def encode(fact: Fact) -> dict[str, Any]:
             "amount_in": str(fact.amount_in),
             "amount_out": str(fact.amount_out),
             "fee": str(fact.fee),
-            "deadline": (fact.deadline - EPOCH) // _US,
+            "deadline": micros(fact.deadline),
             "nonce": fact.nonce.hex(),
-            "created_at": (fact.created_at - EPOCH) // _US,
+            "created_at": micros(fact.created_at),
             "exact_in": fact.exact_in,
             "partner_id": fact.partner_id,
         }

@@ -91,6 +91,15 @@ class PnlBook:
                     done.append((fill, horizon, self.value(fill, p_in, p_out)))
         return done
 
+    def drop_due(self, horizon: int, by: datetime) -> None:
+        """Forget the markouts of ``horizon`` due by ``by``: a ``Markout`` fact at ``by`` says
+        they were taken then (recorded, or dropped for want of a price). Live,
+        :meth:`due_markouts` popped them already; replaying the journal, the fills queued them
+        again, and they must not be taken (and counted) a second time."""
+        queue = self._due.get(horizon)
+        while queue and queue[0][0] <= by:
+            queue.popleft()
+
     def add_markout(self, horizon: int, value: float) -> None:
         if horizon in self.markout_sum:
             self.markout_sum[horizon] += value

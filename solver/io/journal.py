@@ -140,7 +140,7 @@ class SqliteJournal:
                 cur.execute(INSERT_FILL_FROM_QUOTE, (at, *prices, fact.quote_id))
         elif type(fact) is f.Markout:
             path = f'$."{fact.horizon_s}"'
-            cur.execute(UPDATE_MARKOUT, (path, repr(fact.value_usd), fact.quote_id))
+            cur.execute(UPDATE_MARKOUT, (path, fact.value_usd, fact.quote_id))  # a JSON number
         elif type(fact) is f.BalancesReconciled:
             at = ts(fact.observed)
             want = fact.expected or {}

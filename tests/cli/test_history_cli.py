@@ -14,12 +14,22 @@ import pytest
 from solver.cli import main
 from solver.cli_history import format_amount, parse_pair, parse_since
 from solver.config import TokenSpec
-from solver.core.lifecycle import QuoteBook, QuoteState
+from solver.core.facts import FillPrices
+from solver.core.lifecycle import QuoteState
 from solver.errors import ConfigError
-from solver.io.store import Fill, Store
+from solver.io.store import Store
 from tests.cli.helpers import KEY_VAR, assert_one_line_error, run_solver
 from tests.config.helpers import minimal, write_yaml
-from tests.io.store_helpers import ETH, U128_MAX, USDC, WNEAR, signed_quote
+from tests.io.store_helpers import (
+    ACCOUNT,
+    ETH,
+    U128_MAX,
+    USDC,
+    WNEAR,
+    append_quotes,
+    move,
+    signed_quote,
+)
 
 NOW = datetime.now(UTC)
 
@@ -34,29 +44,20 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 def db(tmp_path: Path) -> Path:
     """A store with three quotes (one two hours old) and a fill for each settled one."""
     path = tmp_path / "var" / "solver.sqlite"
-    book = QuoteBook()
     quotes = [
         signed_quote("old", at=NOW - timedelta(hours=2)),
         signed_quote("recent", at=NOW - timedelta(minutes=5), amount_in=1_500_000),
         signed_quote("eth", at=NOW - timedelta(minutes=1), asset_in=ETH, asset_out=USDC),
     ]
-    with Store(path) as store:
-        for tracked, signed, request in quotes:
-            book.add(tracked)
-            store.record_quote(tracked, signed, request)
+    with Store(path, account=ACCOUNT) as store:
+        append_quotes(store, *quotes)
         for tracked, _, _ in quotes[:2]:
             at = tracked.created_at + timedelta(seconds=2)
-            store.record_transition(book.move(tracked.quote_id, QuoteState.WON, at))
-            store.record_transition(
-                book.move(
-                    tracked.quote_id, QuoteState.SETTLED, at, tx_hash=f"tx-{tracked.quote_id}"
-                )
-            )
-            store.record_fill(
-                Fill.from_quote(
-                    tracked, at, price_in_usd=1.0, price_out_usd=3.25, realized_pnl_usd="0.42"
-                )
-            )
+            prices = FillPrices(1.0, 3.25, 0.42)
+            move(store, tracked.quote_id, QuoteState.WON, at, intent_hash=f"i-{tracked.quote_id}")
+            tx_hash = f"tx-{tracked.quote_id}"
+            move(store, tracked.quote_id, QuoteState.SETTLED, at, tx_hash=tx_hash, fill=prices)
+        store.journal.commit()
     return path
 
 
@@ -77,6 +78,7 @@ def test_fills_as_json_keep_exact_amounts(config: Path, capsys: pytest.CaptureFi
     assert old["amount_in"] == str(U128_MAX) and old["amount_out"] == str(U128_MAX - 1)
     assert (old["price_out_usd"], old["realized_pnl_usd"]) == ("3.25", "0.42")
     assert old["tx_hash"] == "tx-old" and old["markouts"] == {}
+    assert old["intent_hash"] == "i-old" and old["price_in_usd"] == "1.0"
 
 
 def test_quotes_as_csv_with_since_and_pair(

@@ -138,8 +138,8 @@ async def test_pause_and_resume(
     assert target.calls == [
         ("pause", None, "rolling keys"),
         ("pause", "wNEAR/USDC", "paused from the command line"),
-        ("resume", None),
-        ("resume", "wNEAR/USDC"),
+        ("resume", None, False),
+        ("resume", "wNEAR/USDC", False),
     ]
 
 

@@ -9,6 +9,7 @@ from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Record, SignAndSend
 from solver.core.desk import Desk, DeskSettings
+from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.core.quoting import PipelineSettings, Route
 from solver.core.risk import RiskLimits
@@ -82,3 +83,8 @@ def answer(desk: Desk, quote_id: str, now: datetime, amount_usdc: int = 100) -> 
 
 def recorded(actions: list[Action]) -> list[f.Fact]:
     return [a.fact for a in actions if isinstance(a, Record)]
+
+
+def state_of(quote: TrackedQuote) -> QuoteState:
+    """``quote.state`` read afresh (mypy keeps an attribute narrowed across desk calls)."""
+    return quote.state

@@ -30,6 +30,7 @@ from tests.core.desk_helpers import (
     quote_hash,
     recorded,
     request,
+    state_of,
 )
 
 
@@ -89,10 +90,10 @@ def test_a_quote_named_by_several_intents_follows_each_and_settles_once() -> Non
     quote = desk.book.get("q1")
     assert quote is not None and quote.state is QuoteState.OPEN
     desk.receive(ev.IntentStatusSeen("genuine", "PENDING"), at(1.5))
-    assert quote.state is QuoteState.WON
+    assert state_of(quote) is QuoteState.WON
     before = desk.inventory.confirmed[NEAR]
     actions = desk.receive(ev.IntentStatusSeen("genuine", "SETTLED", "tx1"), at(1.6))
-    assert quote.state is QuoteState.SETTLED and desk.book.get("q1") is None
+    assert state_of(quote) is QuoteState.SETTLED and desk.book.get("q1") is None
     assert desk.inventory.confirmed[NEAR] == before - quote.outflow
     assert RefreshBalances() in actions
     assert desk.stats.outcomes["SETTLED"] == 1
@@ -112,7 +113,7 @@ def test_not_found_does_not_fail_a_quote_while_its_deadline_is_pending() -> None
     assert quote.state is QuoteState.SETTLING and desk.book.get("q1") is quote
     desk.receive(ev.QuoteStatusSeen(quote.quote_hash, "i2", None), at(2))
     desk.receive(ev.IntentStatusSeen("i2", "SETTLED"), at(2.1))
-    assert quote.state is QuoteState.SETTLED
+    assert state_of(quote) is QuoteState.SETTLED
 
 
 def test_a_status_for_a_hash_never_signed_changes_nothing() -> None:
@@ -167,10 +168,14 @@ def test_resume_says_why_the_bot_stays_paused() -> None:
     desk.receive(ev.OperatorPause(None, "maintenance"), at(1))
     desk.receive(ev.OperatorPause("wNEAR/USDC", "pair"), at(1))
     (reply,) = [
-        a for a in desk.receive(ev.OperatorResume("wNEAR/USDC"), at(2)) if isinstance(a, OperatorReply)
+        a
+        for a in desk.receive(ev.OperatorResume("wNEAR/USDC"), at(2))
+        if isinstance(a, OperatorReply)
     ]
     assert not reply.ok and "still paused" in reply.message and "maintenance" in reply.message
-    (reply,) = [a for a in desk.receive(ev.OperatorResume(None), at(3)) if isinstance(a, OperatorReply)]
+    (reply,) = [
+        a for a in desk.receive(ev.OperatorResume(None), at(3)) if isinstance(a, OperatorReply)
+    ]
     assert reply.ok, reply.message
     assert not desk.pauses
 

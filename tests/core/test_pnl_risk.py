@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.core.inventory import Reservation
-from solver.core.pnl import PnlTracker
+from solver.core.pnl import FillValue, PnlBook
 from solver.core.risk import RiskLimits, check_mismatch, check_pnl, check_stale, mismatches
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -17,46 +17,99 @@ USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
 E6, E24 = 10**6, 10**24
 
 
+def fill_value(quote_id: str = "q") -> FillValue:
+    # We receive 1 NEAR and give 2.97 USDC + 0.01 fee.
+    return FillValue(quote_id, NEAR, E24, USDC, 2_970_000 + 10_000)
+
+
 def test_realized_edge_and_markouts() -> None:
     prices = {USDC: 1.0, NEAR: 3.0}
-    tracker = PnlTracker({USDC: 6, NEAR: 24})
-    # We receive 1 NEAR (3 USD) and give 2.99 USDC + 0.01 fee: +0.00 edge... use round numbers.
-    fill = tracker.record_fill(
-        quote_id="q",
-        at=T0,
-        asset_in=NEAR,
-        amount_in=E24,
-        asset_out=USDC,
-        amount_out=2_970_000,
-        fee=10_000,
-        price=prices.get,
-    )
-    assert fill is not None and fill.realized_usd == Decimal("0.02")
+    book = PnlBook({USDC: 6, NEAR: 24})
+    fill = fill_value()
+    realized = book.value(fill, prices[NEAR], prices[USDC])
+    assert realized == pytest.approx(0.02, abs=1e-12)
+    book.record_fill(fill, T0, realized)
+    assert (book.fills, book.realized_usd) == (1, realized)
     prices[NEAR] = 2.9
-    assert tracker.due_markouts(T0 + timedelta(seconds=0.5), prices.get) == []
-    changed = tracker.due_markouts(T0 + timedelta(seconds=11), prices.get)
-    assert changed == [fill]
-    assert fill.markouts_usd == {1: Decimal("-0.08"), 10: Decimal("-0.08")}
-    assert tracker.mean_markouts()[1] == Decimal("-0.08")
+    assert book.due_markouts(T0 + timedelta(seconds=0.5), prices.get) == []
+    due = book.due_markouts(T0 + timedelta(seconds=11), prices.get)
+    assert [(f.quote_id, h) for f, h, _ in due] == [("q", 1), ("q", 10)]
+    assert [v for _, _, v in due] == pytest.approx([-0.08, -0.08], abs=1e-12)
+    assert book.due_markouts(T0 + timedelta(seconds=11), prices.get) == []  # each one once
+    for _, horizon, value in due:
+        book.add_markout(horizon, value)
+    book.add_markout(7, 1.0)  # not a horizon of this book: ignored
+    assert book.mean_markouts() == pytest.approx({1: -0.08, 10: -0.08}, abs=1e-12)
+
+
+def test_a_markout_due_without_a_price_is_dropped_and_memory_stays_flat() -> None:
+    book = PnlBook({USDC: 6, NEAR: 24}, horizons_s=(1, 10))
+    for i in range(1_000):
+        book.record_fill(fill_value(f"q{i}"), T0 + timedelta(milliseconds=i), 0.01)
+    prices: dict[str, float] = {USDC: 1.0}  # no NEAR price when the first horizon is due
+    assert book.due_markouts(T0 + timedelta(seconds=5), prices.get) == []
+    prices[NEAR] = 3.0
+    due = book.due_markouts(T0 + timedelta(seconds=20), prices.get)
+    assert {h for _, h, _ in due} == {10} and len(due) == 1_000  # the 1 s ones are gone
+    assert all(not queue for queue in book._due.values())
+    assert book.fills == 1_000 and book.realized_usd == pytest.approx(10.0)
 
 
 def test_marked_pnl_peak_drawdown_and_daily_loss() -> None:
     prices = {USDC: 1.0, NEAR: 3.0}
-    tracker = PnlTracker({USDC: 6, NEAR: 24})
+    book = PnlBook({USDC: 6, NEAR: 24})
     balances = {USDC: 100 * E6, NEAR: 10 * E24}
-    assert tracker.mark(T0, balances, prices.get) == Decimal(0)
+    assert (book.pnl, book.start_equity) == (None, None)
+    assert book.drawdown_usd() == book.daily_loss_usd() == 0.0
+    assert book.mark(T0, balances, prices.get)  # the starting equity was taken
+    assert (book.start_equity, book.pnl, book.day) == (130.0, 0.0, "2026-11-22")
     prices[NEAR] = 4.0
-    assert tracker.mark(T0 + timedelta(hours=1), balances, prices.get) == Decimal(10)
+    assert book.mark(T0 + timedelta(hours=1), balances, prices.get)  # a new peak
+    assert book.pnl == pytest.approx(10.0) and book.peak_pnl == pytest.approx(10.0)
     prices[NEAR] = 2.0
-    pnl = tracker.mark(T0 + timedelta(hours=2), balances, prices.get)
-    assert pnl == Decimal(-10)
-    assert tracker.drawdown_usd(pnl) == Decimal(20)
-    assert tracker.daily_loss_usd(pnl) == Decimal(10)
-    breaches = check_pnl(
-        RiskLimits(5.0, 15.0, {}), tracker.daily_loss_usd(pnl), tracker.drawdown_usd(pnl)
-    )
+    assert not book.mark(T0 + timedelta(hours=2), balances, prices.get)  # nothing to keep
+    assert book.pnl == pytest.approx(-10.0)
+    assert book.drawdown_usd() == pytest.approx(20.0)
+    assert book.daily_loss_usd() == pytest.approx(10.0)
+    breaches = check_pnl(RiskLimits(5.0, 15.0, {}), book.daily_loss_usd(), book.drawdown_usd())
     assert [b.kind for b in breaches] == ["daily_loss", "drawdown"]
-    assert tracker.mark(T0, {USDC: 1}, lambda asset: None) is None
+    assert "daily loss 10.00 USD > 5.0" in breaches[0].detail
+    assert check_pnl(RiskLimits(10.0, 20.0, {}), 10.0, 20.0) == []  # at the limit: no breach
+    # Without a price nothing is marked, and the last mark stands.
+    assert not book.mark(T0, {USDC: 1, NEAR: 1}, lambda asset: None)
+    assert book.pnl == pytest.approx(-10.0)
+    # An asset held at zero needs no price.
+    assert PnlBook({USDC: 6}).equity_usd({USDC: 5 * E6, NEAR: 0}, {USDC: 1.0}.get) == 5.0
+    assert PnlBook({USDC: 6}).equity_usd({NEAR: 1}, {NEAR: 1.0}.get) is None  # no decimals
+
+
+def test_a_new_utc_day_restarts_the_daily_loss() -> None:
+    prices = {USDC: 1.0, NEAR: 3.0}
+    book = PnlBook({USDC: 6, NEAR: 24})
+    balances = {USDC: 100 * E6, NEAR: 10 * E24}
+    book.mark(T0, balances, prices.get)
+    prices[NEAR] = 2.0
+    book.mark(T0 + timedelta(hours=1), balances, prices.get)
+    assert book.daily_loss_usd() == pytest.approx(10.0)
+    assert book.mark(T0 + timedelta(hours=12), balances, prices.get)  # the next UTC day
+    assert book.day == "2026-11-23" and book.day_start_pnl == pytest.approx(-10.0)
+    assert book.daily_loss_usd() == 0.0 and book.drawdown_usd() == pytest.approx(10.0)
+
+
+def test_a_deposit_is_not_a_profit_and_references_survive_a_restore() -> None:
+    prices = {USDC: 1.0}
+    book = PnlBook({USDC: 6})
+    book.mark(T0, {USDC: 100 * E6}, prices.get)
+    book.mark(T0 + timedelta(seconds=1), {USDC: 150 * E6}, prices.get)  # 50 USDC deposited
+    assert book.pnl == pytest.approx(50.0)
+    book.shift_baseline(50.0)  # the operator accepted the new balances
+    assert book.pnl == pytest.approx(0.0) and book.start_equity == pytest.approx(150.0)
+    book.mark(T0 + timedelta(seconds=2), {USDC: 150 * E6}, prices.get)
+    assert book.pnl == pytest.approx(0.0)
+    restored = PnlBook({USDC: 6})
+    restored.restore(150.0, book.peak_pnl, "2026-11-22", book.day_start_pnl)
+    assert not restored.mark(T0 + timedelta(seconds=2), {USDC: 140 * E6}, prices.get)
+    assert restored.pnl == pytest.approx(-10.0) and restored.daily_loss_usd() == pytest.approx(10)
 
 
 def _res(asset_out: str, out: int, asset_in: str, into: int) -> Reservation:

@@ -11,6 +11,7 @@ import pytest
 from solver.core import quoting as q
 from solver.core.inventory import Inventory
 from solver.core.market import MarketView, QuoteRequest
+from solver.core.pauses import GLOBAL, Pause, Pauses
 from solver.core.quoting import PipelineSettings, QuotePipeline, Route
 from solver.core.state import MarketState
 
@@ -42,7 +43,9 @@ def build(answer: Any = 3 * E6, **settings: Any) -> tuple[QuotePipeline, Fixed]:
     inventory.set_confirmed({USDC: 1_000 * E6, NEAR: 1_000 * E24}, NOW)
     strategy = Fixed(answer)
     route = Route(NEAR, USDC, strategy, min_notional_usd=1.0, max_notional_usd=10_000.0)
-    pipeline = QuotePipeline(PipelineSettings(**settings), {(NEAR, USDC): route}, inventory, state)
+    pipeline = QuotePipeline(
+        PipelineSettings(**settings), {(NEAR, USDC): route}, inventory, state, Pauses()
+    )
     return pipeline, strategy
 
 
@@ -88,7 +91,8 @@ def test_protocol_fee_is_reserved_with_the_outflow() -> None:
             {},
             q.PAIR_DISABLED,
         ),
-        (lambda p: p.state.paused.update({"*": "drawdown"}), {}, q.PAUSED),
+        (lambda p: p.pauses.add(Pause(GLOBAL, "drawdown", "-20 USD", NOW)), {}, q.PAUSED),
+        (lambda p: p.pauses.add(Pause(f"{NEAR}->{USDC}", "operator", "x", NOW)), {}, q.PAUSED),
         (lambda p: None, {"min_deadline_ms": 600_000}, q.DEADLINE_TOO_LONG),
         (lambda p: setattr(p.state, "salt", None), {}, q.NO_SALT),
         (
@@ -183,3 +187,15 @@ def test_per_token_limit() -> None:
     assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
     outcome = pipeline.decide(req(quote_id="b"), NOW)
     assert isinstance(outcome, q.Skip) and outcome.reason == q.PER_TOKEN_LIMIT
+
+
+def test_a_pause_skips_its_scope_only_and_says_why() -> None:
+    pipeline, _ = build()
+    pipeline.pauses.add(Pause(f"{USDC}->{NEAR}", "operator", "the other direction", NOW))
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    pipeline.pauses.add(Pause(f"{NEAR}->{USDC}", "operator", "watching it", NOW))
+    outcome = pipeline.decide(req(quote_id="b"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.PAUSED
+    assert outcome.detail == "operator: watching it"
+    pipeline.pauses.remove(f"{NEAR}->{USDC}", "operator")
+    assert isinstance(pipeline.decide(req(quote_id="c"), NOW), q.Quote)

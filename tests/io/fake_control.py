@@ -20,13 +20,14 @@ PAIRS = {"wNEAR/USDC": (WNEAR, USDC)}
 
 @dataclass
 class FakeTarget:
-    """Records what the API asked; pauses by scope as the app does (``*`` or ``in->out``)."""
+    """Records what the API asked; pauses by scope as the bot does (``*`` or ``in->out``)."""
 
     ready: bool = True
     reasons: list[str] = field(default_factory=list)
     paused: dict[str, str] = field(default_factory=dict)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     health_raises: bool = False
+    holds: list[str] = field(default_factory=list)  # what a resume cannot lift
 
     def _scopes(self, pair: str | None) -> list[str]:
         if pair is None:
@@ -67,15 +68,26 @@ class FakeTarget:
             "build": "test",
         }
 
-    def pause(self, pair: str | None, reason: str) -> None:
+    def pause(self, pair: str | None, reason: str) -> dict[str, Any]:
         self.calls.append(("pause", pair, reason))
         for scope in self._scopes(pair):
             self.paused[scope] = reason
+        return {"ok": True, "message": f"paused {pair or 'everything'}"}
 
-    def resume(self, pair: str | None) -> None:
-        self.calls.append(("resume", pair))
+    async def resume(self, pair: str | None, accept_balances: bool = False) -> dict[str, Any]:
+        """Lifts the pauses of the scope, as the desk does; the ``holds`` (conditions still in
+        force, such as a kill-switch breach) stay, and then the answer is not ok."""
+        self.calls.append(("resume", pair, accept_balances))
         for scope in self._scopes(pair):
             self.paused.pop(scope, None)
+        if self.holds:
+            still = [f"everything: {reason}" for reason in self.holds]
+            return {
+                "ok": False,
+                "message": "still paused: " + "; ".join(still),
+                "still_paused": still,
+            }
+        return {"ok": True, "message": f"resumed {pair or 'everything'}", "still_paused": []}
 
     def health(self) -> tuple[bool, list[str]]:
         if self.health_raises:

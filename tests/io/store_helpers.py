@@ -1,11 +1,14 @@
-"""Helpers of the store tests: really signed quotes with u128-sized amounts."""
+"""Helpers of the store tests: really signed quotes with u128-sized amounts, and the journal
+facts that record them (the only way the store is written now)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from solver.core import facts as f
+from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
-from solver.core.lifecycle import TrackedQuote
+from solver.io.store import Store
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote
@@ -61,3 +64,41 @@ def signed_quote(
     amount = amount_in if exact_in else amount_out
     request = QuoteRequest(quote_id, asset_in, asset_out, exact_in, amount, 30_000, "partner-1")
     return tracked, signed, request
+
+
+def opened(quote: Signed) -> f.QuoteOpened:
+    """The fact the desk decides when ``quote`` is signed."""
+    t, _, request = quote
+    return f.QuoteOpened(
+        t.quote_id, t.quote_hash, t.asset_in, t.asset_out, t.amount_in, t.amount_out, t.fee,
+        t.deadline, t.nonce, t.created_at, request.exact_in, request.partner_id,
+    )  # fmt: skip
+
+
+def append_quotes(store: Store, *quotes: Signed) -> None:
+    """Append each quote's ``QuoteOpened`` with its signed data (not committed)."""
+    for quote in quotes:
+        store.journal.append(opened(quote), quote[1].signed_data)
+
+
+def record(store: Store, *quotes: Signed) -> None:
+    """Append the quotes and commit them, as the executor's flush does."""
+    append_quotes(store, *quotes)
+    store.journal.commit()
+
+
+def move(
+    store: Store,
+    quote_id: str,
+    new: QuoteState,
+    at: datetime = T0,
+    *,
+    reason: str | None = None,
+    intent_hash: str | None = None,
+    tx_hash: str | None = None,
+    fill: f.FillPrices | None = None,
+) -> f.QuoteMoved:
+    """Append a ``QuoteMoved`` (not committed); the fact is returned."""
+    fact = f.QuoteMoved(quote_id, new.value, at, reason, intent_hash, tx_hash, fill)
+    store.journal.append(fact)
+    return fact

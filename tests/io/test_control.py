@@ -143,14 +143,64 @@ async def test_pause_and_resume_call_through(client: httpx.AsyncClient, target: 
     assert "*" not in target.paused
     response = await client.post("/control/resume", headers=AUTH, json={"pair": "wNEAR/USDC"})
     assert response.status_code == 200
-    assert response.json() == {"ok": True, "action": "resume", "pair": "wNEAR/USDC"}
+    assert response.json() == {
+        "ok": True,
+        "action": "resume",
+        "pair": "wNEAR/USDC",
+        "message": "resumed wNEAR/USDC",
+        "still_paused": [],
+    }
     assert target.paused == {}
     assert target.calls == [
         ("pause", None, "maintenance"),
         ("pause", "wNEAR/USDC", "wide spreads"),
-        ("resume", None),
-        ("resume", "wNEAR/USDC"),
+        ("resume", None, False),
+        ("resume", "wNEAR/USDC", False),
     ]
+
+
+async def test_a_resume_that_leaves_the_bot_paused_is_409_with_why(
+    client: httpx.AsyncClient, target: FakeTarget
+) -> None:
+    target.holds = ["daily_loss: daily loss 60.00 USD > 50.0"]
+    await client.post("/control/pause", headers=AUTH, json={"reason": "maintenance"})
+    response = await client.post("/control/resume", headers=AUTH, json={})
+    assert response.status_code == 409
+    assert response.json() == {
+        "ok": False,
+        "action": "resume",
+        "pair": None,
+        "message": "still paused: everything: daily_loss: daily loss 60.00 USD > 50.0",
+        "still_paused": ["everything: daily_loss: daily loss 60.00 USD > 50.0"],
+    }
+    target.holds = []
+    response = await client.post("/control/resume", headers=AUTH, json={"accept_balances": True})
+    assert response.status_code == 200 and response.json()["ok"] is True
+    assert target.calls[-2:] == [("resume", None, False), ("resume", None, True)]
+
+
+async def test_resume_of_an_unknown_pair_is_404(
+    client: httpx.AsyncClient, target: FakeTarget
+) -> None:
+    response = await client.post("/control/resume", headers=AUTH, json={"pair": "ETH/USDC"})
+    assert response.status_code == 404
+    assert response.json() == {"detail": "unknown pair ETH/USDC"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"pair": "wNEARUSDC"},
+        {"accept_balances": "perhaps"},
+        {"accept_balances": False, "scope": "*"},
+    ],
+)
+async def test_bad_resume_bodies_are_422(
+    client: httpx.AsyncClient, target: FakeTarget, body: dict[str, object]
+) -> None:
+    response = await client.post("/control/resume", headers=AUTH, json=body)
+    assert response.status_code == 422
+    assert target.calls == []
 
 
 async def test_unknown_pair_is_404(client: httpx.AsyncClient) -> None:

@@ -1,4 +1,5 @@
-"""The SQLite store: round trips, WAL, restart support, migrations, export, crash safety."""
+"""The SQLite store: round trips, WAL, nonces, migrations, export, crash safety. Written only
+through the desk's journal (``store.journal``); the journal itself: ``tests/io/test_journal.py``."""
 
 from __future__ import annotations
 
@@ -20,11 +21,19 @@ from pathlib import Path
 import orjson
 import pytest
 
-from solver.core.inventory import Inventory
-from solver.core.lifecycle import QuoteBook, QuoteState, TrackedQuote
-from solver.engine import Journal
-from solver.io.store import OPEN_STATES, SCHEMA_VERSION, Fill, NonceReusedError, Store, StoreError
-from solver.io.store_schema import MIGRATIONS, SELECT_OPEN, TABLES, migrate
+from solver.core import facts as f
+from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.io.journal import Journal
+from solver.io.store import (
+    OPEN_STATES,
+    SCHEMA_VERSION,
+    Fill,
+    NonceReusedError,
+    RebalanceRecord,
+    Store,
+    StoreError,
+)
+from solver.io.store_schema import MIGRATIONS, SELECT_OPEN, TABLES, migrate, tracked_row
 from solver.protocol.nonce import salted_nonce
 from tests.io.store_helpers import (
     ACCOUNT,
@@ -34,11 +43,15 @@ from tests.io.store_helpers import (
     U128_MAX,
     USDC,
     WNEAR,
-    Signed,
+    append_quotes,
+    move,
+    opened,
+    record,
     signed_quote,
 )
 
 REPO = Path(__file__).resolve().parents[2]
+S = QuoteState
 
 
 @pytest.fixture
@@ -48,13 +61,23 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(db: Path) -> Iterator[Store]:
-    with Store(db) as opened:
-        yield opened
+    with Store(db, account=ACCOUNT) as opened_store:
+        yield opened_store
 
 
-def record(store: Store, *quotes: Signed) -> None:
-    for tracked, signed, request in quotes:
-        store.record_quote(tracked, signed, request)
+def open_quotes(store: Store) -> list[TrackedQuote]:
+    """What the old ``load_open_quotes`` returned: the quotes not final, oldest first."""
+    return [tracked_row(row) for row in store._conn.execute(SELECT_OPEN)]
+
+
+def count(db: Path, table: str) -> int:
+    """Rows of ``table`` another connection sees (what is committed)."""
+    conn = sqlite3.connect(db)
+    try:
+        value: int = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    finally:
+        conn.close()
+    return value
 
 
 # ------------------------------------------------------------------------------ opening
@@ -69,7 +92,7 @@ def test_opens_a_new_store_in_wal_mode_with_the_current_schema(db: Path) -> None
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert set(TABLES) | {"schema_version"} <= tables
+        assert set(TABLES) | {"schema_version", "journal", "desk_snapshots"} <= tables
     finally:
         conn.close()
 
@@ -92,22 +115,44 @@ def test_a_missing_or_foreign_file_is_a_store_error(tmp_path: Path) -> None:
         Store(junk)
 
 
-def test_naive_datetimes_are_refused(store: Store) -> None:
-    with pytest.raises(ValueError, match="timezone-aware"):
-        store.record_alert("stale", "naive", datetime(2025, 1, 1))  # noqa: DTZ001
-
-
-# ------------------------------------------------------------------------------ the journal
-
-
-def test_record_quote_round_trips_u128_amounts_signed_data_and_nonce(db: Path) -> None:
+def test_naive_datetimes_are_refused_and_write_nothing(db: Path) -> None:
+    naive = datetime(2025, 1, 1)  # noqa: DTZ001
     quote = signed_quote("q1")
-    with Store(db) as store:
+    with Store(db, account=ACCOUNT, sample_requests=1.0) as store:
+        facts: list[f.Fact] = [
+            f.PauseSet("*", "stale_data", "naive", naive),
+            f.QuoteMoved("q1", "LOST", naive),
+            f.BalancesReconciled(naive, {USDC: 1}),
+            dataclasses.replace(opened(quote), created_at=naive),
+            dataclasses.replace(opened(quote), deadline=naive),
+        ]
+        for fact in facts:
+            with pytest.raises(ValueError, match="timezone-aware"):
+                store.journal.append(fact, quote[1].signed_data)
+        with pytest.raises(ValueError, match="timezone-aware"):
+            store.record_request(quote[2], "quoted", naive)
+        with pytest.raises(ValueError, match="timezone-aware"):
+            store.journal.write_snapshot({"version": 1}, naive)
+        store.commit()
+        record(store, quote)  # nothing was left half written: the nonce is still free
+    for table in ("journal", "quotes", "nonces"):
+        assert count(db, table) == 1, table
+    for table in ("alerts", "balance_snapshots", "requests", "transitions", "desk_snapshots"):
+        assert count(db, table) == 0, table
+
+
+# ------------------------------------------------------------------------------ quotes and nonces
+
+
+def test_a_quote_round_trips_u128_amounts_signed_data_and_nonce(db: Path) -> None:
+    quote = signed_quote("q1")
+    with Store(db, account=ACCOUNT) as store:
         record(store, quote)
     tracked, signed, _ = quote
-    with Store(db) as store:
-        (loaded,) = store.load_open_quotes()
+    with Store(db, account=ACCOUNT) as store:
+        (loaded,) = open_quotes(store)
         assert loaded == tracked
+        assert store.quotes_since() == [tracked]
         assert (loaded.amount_in, loaded.amount_out, loaded.fee) == (
             U128_MAX,
             U128_MAX - 1,
@@ -123,59 +168,101 @@ def test_record_quote_round_trips_u128_amounts_signed_data_and_nonce(db: Path) -
             "SELECT amount_in, amount_out, fee, exact_in, partner_id FROM quotes"
         ).fetchone()
         assert row == (str(U128_MAX), str(U128_MAX - 1), str(U128_MAX - 2), 1, "partner-1")
+        # The journal keeps the same amounts exactly (as decimal strings in its JSON body).
+        _, facts = store.journal.load()
+        assert facts == [opened(quote)]
+        (body,) = store._conn.execute("SELECT body FROM journal").fetchone()
+        assert orjson.loads(body)["amount_in"] == str(U128_MAX)
 
 
-def test_a_reused_nonce_is_refused_and_nothing_is_written(db: Path) -> None:
+def test_a_reused_nonce_is_refused_across_a_restart_and_nothing_is_written(db: Path) -> None:
     first = signed_quote("q1")
-    with Store(db) as store:
+    with Store(db, account=ACCOUNT) as store:
         record(store, first)
     again = signed_quote("q2", nonce=first[0].nonce, amount_in=7)
-    with Store(db) as store:  # a restart does not forget the nonces
-        with pytest.raises(NonceReusedError, match="signed before"):
+    with Store(db, account=ACCOUNT) as store:  # a restart does not forget the nonces
+        with pytest.raises(NonceReusedError, match="signed before; quote q2 not recorded"):
             record(store, again)
-        assert [q.quote_id for q in store.load_open_quotes()] == ["q1"]
-        record(store, signed_quote("q3"))  # the connection is usable after the rollback
-        assert len(store.load_open_quotes()) == 2
+        assert [q.quote_id for q in open_quotes(store)] == ["q1"]
+        assert len(store.journal.load()[1]) == 1
+        record(store, signed_quote("q3"))  # the connection is usable after the refusal
+        assert len(open_quotes(store)) == 2
+    assert (count(db, "journal"), count(db, "quotes"), count(db, "nonces")) == (2, 2, 2)
 
 
-def test_a_duplicate_quote_id_is_a_store_error(store: Store) -> None:
-    record(store, signed_quote("q1"))
-    with pytest.raises(StoreError, match="cannot record quote q1"):
-        record(store, signed_quote("q1"))
+def test_nonces_are_per_account(db: Path) -> None:
+    quote = signed_quote("q1")
+    with Store(db, account=ACCOUNT) as store:
+        record(store, quote)
+    with Store(db, account="other.sandbox") as store:
+        record(store, signed_quote("q2", nonce=quote[0].nonce, amount_in=7))  # its own nonces
+        assert store.nonce_used_before("other.sandbox", quote[0].nonce)
 
 
-def test_transitions_are_persisted_and_open_quotes_survive_a_restart(db: Path) -> None:
-    book = QuoteBook()
-    quotes = {name: signed_quote(name) for name in ("open", "won", "settling", "settled", "lost")}
-    quotes["rejected"] = signed_quote("rejected")
-    quotes["failed"] = signed_quote("failed")
+def test_a_duplicate_quote_id_writes_nothing_of_itself(db: Path) -> None:
+    with Store(db, account=ACCOUNT) as store:
+        record(store, signed_quote("d1"))
+        append_quotes(store, signed_quote("d0"))  # in the same open transaction
+        duplicate = signed_quote("d1", amount_in=9)
+        with pytest.raises(StoreError, match=r"cannot record quote_opened: .*quotes\.quote_id"):
+            append_quotes(store, duplicate)
+        store.journal.commit()
+        assert not store.nonce_used_before(ACCOUNT, duplicate[0].nonce)  # no orphan nonce
+        facts = store.journal.load()[1]
+        assert [fact.quote_id for fact in facts if isinstance(fact, f.QuoteOpened)] == ["d1", "d0"]
+        assert len(facts) == 2
+    assert (count(db, "journal"), count(db, "quotes"), count(db, "nonces")) == (2, 2, 2)
+
+
+def test_a_quote_whose_journal_entry_fails_takes_its_rows_back(store: Store, db: Path) -> None:
+    store._conn.execute(
+        "CREATE TEMP TRIGGER no_room BEFORE INSERT ON journal WHEN NEW.kind = 'quote_opened' "
+        "BEGIN SELECT RAISE(ABORT, 'no room'); END"
+    )
+    quote = signed_quote("q1")
+    with pytest.raises(StoreError, match="no room"):
+        record(store, quote)
+    store._conn.execute("DROP TRIGGER no_room")
+    store.journal.commit()
+    assert not store.nonce_used_before(ACCOUNT, quote[0].nonce)
+    assert store.quotes_since() == [] and count(db, "journal") == 0
+    record(store, quote)  # and it can be recorded once the store works again
+    assert count(db, "quotes") == 1
+
+
+# ------------------------------------------------------------------------------ projections
+
+
+def test_moves_are_projected_and_open_quotes_survive_a_restart(db: Path) -> None:
+    names = ("open", "won", "settling", "settled", "direct", "lost", "rejected", "failed")
+    quotes = {name: signed_quote(name) for name in names}
     at = T0 + timedelta(seconds=5)
-    with Store(db) as store:
-        for tracked, signed, request in quotes.values():
-            book.add(tracked)
-            store.record_quote(tracked, signed, request)
-        moves = [
-            ("won", QuoteState.WON, {"intent_hash": "I-won", "tx_hash": "T-won"}),
-            ("settling", QuoteState.WON, {"intent_hash": "I-s"}),
-            ("settling", QuoteState.SETTLING, {"tx_hash": "T-s"}),
-            ("settled", QuoteState.WON, {"intent_hash": "I-d"}),
-            ("settled", QuoteState.SETTLED, {"tx_hash": "T-d"}),
-            ("lost", QuoteState.LOST, {"reason": "deadline passed, nonce unused"}),
-            ("rejected", QuoteState.REJECTED, {"reason": "invalid salt"}),
-            ("failed", QuoteState.WON, {"intent_hash": "I-f"}),
-            ("failed", QuoteState.FAILED, {"reason": "NOT_FOUND_OR_NOT_VALID"}),
-        ]
+    moves = [
+        ("won", S.WON, {"intent_hash": "I-won", "tx_hash": "T-won"}),
+        ("settling", S.WON, {"intent_hash": "I-s"}),
+        ("settling", S.SETTLING, {"tx_hash": "T-s"}),
+        ("settled", S.WON, {"intent_hash": "I-d"}),
+        ("settled", S.SETTLED, {"tx_hash": "T-d"}),
+        ("direct", S.SETTLED, {"intent_hash": "I-x", "tx_hash": "T-x"}),  # OPEN -> SETTLED
+        ("lost", S.LOST, {"reason": "deadline passed, nonce unused"}),
+        ("rejected", S.REJECTED, {"reason": "invalid salt"}),
+        ("failed", S.WON, {"intent_hash": "I-f"}),
+        ("failed", S.FAILED, {"reason": "deadline passed, nonce unused"}),
+    ]
+    with Store(db, account=ACCOUNT) as store:
+        append_quotes(store, *quotes.values())
         for name, new, extra in moves:
-            store.record_transition(book.move(name, new, at, **extra))
+            move(store, name, new, at, **extra)  # type: ignore[arg-type]
+        store.journal.commit()
 
-    with Store(db) as store:
-        loaded = {q.quote_id: q for q in store.load_open_quotes()}
+    with Store(db, account=ACCOUNT) as store:
+        loaded = {q.quote_id: q for q in open_quotes(store)}
         assert set(loaded) == {"open", "won", "settling"}
         assert loaded["open"] == quotes["open"][0]
-        assert loaded["won"].state is QuoteState.WON
+        assert loaded["won"].state is S.WON
         assert (loaded["won"].intent_hash, loaded["won"].tx_hash) == ("I-won", "T-won")
         assert loaded["won"].updated_at == at
-        assert loaded["settling"].state is QuoteState.SETTLING
+        assert loaded["settling"].state is S.SETTLING
         assert (loaded["settling"].intent_hash, loaded["settling"].tx_hash) == ("I-s", "T-s")
         assert all(q.nonce == quotes[name][0].nonce for name, q in loaded.items())
 
@@ -183,18 +270,35 @@ def test_transitions_are_persisted_and_open_quotes_survive_a_restart(db: Path) -
             "SELECT quote_id, old, new, at, reason, intent_hash, tx_hash FROM transitions "
             "ORDER BY id"
         ).fetchall()
+        olds = ["OPEN", "OPEN", "WON", "OPEN", "WON", "OPEN", "OPEN", "OPEN", "OPEN", "WON"]
         assert [(r[0], r[1], r[2]) for r in rows] == [
-            (name, old, new.value)
-            for (name, new, _), old in zip(
-                moves,
-                ["OPEN", "OPEN", "WON", "OPEN", "WON", "OPEN", "OPEN", "OPEN", "WON"],
-                strict=True,
-            )
+            (name, old, new.value) for (name, new, _), old in zip(moves, olds, strict=True)
         ]
-        assert rows[-1][4:] == ("NOT_FOUND_OR_NOT_VALID", "I-f", None)
+        assert rows[-1][4:] == ("deadline passed, nonce unused", None, None)
         states = dict(store._conn.execute("SELECT quote_id, state FROM quotes").fetchall())
         assert states["settled"] == "SETTLED" and states["rejected"] == "REJECTED"
         assert states["failed"] == "FAILED" and states["lost"] == "LOST"
+        assert states["direct"] == "SETTLED"
+        failed = store._conn.execute(
+            "SELECT intent_hash, reason FROM quotes WHERE quote_id = 'failed'"
+        ).fetchone()
+        assert failed == ("I-f", "deadline passed, nonce unused")  # kept from the WON move
+        # Every settled quote has a fill row; nothing else has.
+        assert {fill.quote_id for fill in store.fills_since()} == {"settled", "direct"}
+        assert store.stats(3600, at)["states"] == {
+            "OPEN": 1, "WON": 1, "SETTLING": 1, "SETTLED": 2, "LOST": 1, "REJECTED": 1,
+            "FAILED": 1,
+        }  # fmt: skip
+
+
+def test_a_move_of_a_quote_the_store_never_saw_is_journaled_without_rows(store: Store) -> None:
+    move(store, "ghost", S.REJECTED, T0, reason="not sent")
+    store.journal.commit()
+    assert store.quotes_since() == [] and store.fills_since() == []
+    assert store._conn.execute("SELECT quote_id, old, new FROM transitions").fetchall() == [
+        ("ghost", "?", "REJECTED")
+    ]
+    assert [type(fact) for fact in store.journal.load()[1]] == [f.QuoteMoved]
 
 
 def test_the_open_query_lists_exactly_the_non_terminal_states() -> None:
@@ -202,82 +306,84 @@ def test_the_open_query_lists_exactly_the_non_terminal_states() -> None:
     assert {s.strip().strip("'") for s in literal.split(",")} == {s.value for s in OPEN_STATES}
 
 
-def test_reservations_rebuilt_from_the_store_reserve_amount_out_plus_fee(store: Store) -> None:
-    a = signed_quote("a", amount_out=1_000, fee=3)
-    b = signed_quote("b", amount_out=2_000, fee=5, asset_in=WNEAR, asset_out=ETH)
-    record(store, a, b)
-    reservations = Store.reservations_for(store.load_open_quotes())
-    assert {(r.quote_id, r.asset_out, r.amount_out) for r in reservations} == {
-        ("a", WNEAR, 1_003),
-        ("b", ETH, 2_005),
-    }
-    assert {r.deadline for r in reservations} == {a[0].deadline}
-    inventory = Inventory()
-    inventory.restore(reservations)
-    assert inventory.open_outflow() == {WNEAR: 1_003, ETH: 2_005}
-
-
-# ------------------------------------------------------------------------------ other records
-
-
 def test_fills_round_trip_exactly_and_markouts_merge(db: Path) -> None:
-    tracked, _, _ = signed_quote("q1")
-    tracked.intent_hash, tracked.tx_hash = "I1", "T1"
-    fill = Fill.from_quote(
-        tracked,
-        T0 + timedelta(seconds=3),
-        price_in_usd=1.0001,
-        price_out_usd="3.123456789012345678901234567890",
-        realized_pnl_usd=Decimal("-0.000000000000000001"),
-        markouts={"5s": 0.1},
+    quote = signed_quote("q1")
+    settled_at = T0 + timedelta(seconds=3)
+    prices = f.FillPrices(1.0001, 3.123456789012345, -1e-18)
+    with Store(db, account=ACCOUNT) as store:
+        append_quotes(store, quote, signed_quote("bare"))
+        move(store, "q1", S.WON, T0, intent_hash="I1")
+        move(store, "q1", S.SETTLED, settled_at, tx_hash="T1", fill=prices)
+        move(store, "bare", S.SETTLED, settled_at, reason="nonce used")  # no prices known
+        for horizon, value in ((1, 0.1), (60, -0.25), (300, 1e-7)):
+            store.journal.append(f.Markout("q1", horizon, value, settled_at))
+        store.journal.append(f.Markout("absent", 1, 1.0, settled_at))  # no fill: no row
+        store.journal.commit()
+    with Store(db) as store:
+        loaded = {fill.quote_id: fill for fill in store.fills_since()}
+    assert set(loaded) == {"q1", "bare"}
+    tracked = quote[0]
+    assert loaded["q1"] == Fill(
+        "q1",
+        tracked.quote_hash,
+        settled_at,
+        USDC,
+        U128_MAX,
+        WNEAR,
+        U128_MAX - 1,
+        U128_MAX - 2,
+        "I1",
+        "T1",
+        Decimal("1.0001"),
+        Decimal("3.123456789012345"),
+        Decimal("-1E-18"),
+        {"1": 0.1, "60": -0.25, "300": 1e-7},
     )
-    with Store(db) as store:
-        store.record_fill(fill)
-        assert store.update_markouts("q1", {"60s": -0.25, "300s": 1e-7})
-        assert not store.update_markouts("absent", {"5s": 1.0})
-    with Store(db) as store:
-        (loaded,) = store.fills_since()
-    assert loaded.amount_in == U128_MAX and loaded.fee == U128_MAX - 2
-    assert loaded.price_in_usd == Decimal("1.0001")
-    assert loaded.price_out_usd == Decimal("3.123456789012345678901234567890")
-    assert loaded.realized_pnl_usd == Decimal("-1E-18")
-    assert dict(loaded.markouts) == {"5s": 0.1, "60s": -0.25, "300s": 1e-7}
-    assert loaded == dataclasses.replace(fill, markouts=loaded.markouts)
-
-    with Store(db) as store:  # recording a fill again replaces it
-        store.record_fill(Fill.from_quote(tracked, T0, realized_pnl_usd=2))
-        (again,) = store.fills_since()
-    assert again.realized_pnl_usd == Decimal(2) and again.markouts == {}
+    bare = loaded["bare"]
+    assert (bare.price_in_usd, bare.price_out_usd, bare.realized_pnl_usd) == (None, None, None)
+    assert bare.markouts == {} and bare.amount_in == U128_MAX
 
 
 def test_balance_snapshots_round_trip_and_the_last_one_wins(store: Store) -> None:
     assert store.last_balance_snapshot() is None
-    store.record_balances(T0, {USDC: 5, WNEAR: 6})
+    store.journal.append(f.BalancesReconciled(T0, {USDC: 5, WNEAR: 6}))
     later = T0 + timedelta(seconds=2)
-    store.record_balances(later, {USDC: U128_MAX, WNEAR: 0}, {USDC: U128_MAX - 1})
+    store.journal.append(f.BalancesReconciled(later, {USDC: U128_MAX, WNEAR: 0}))
+    store.journal.commit()
     snapshot = store.last_balance_snapshot()
     assert snapshot is not None
     assert snapshot.at == later
     assert snapshot.balances == {USDC: U128_MAX, WNEAR: 0}
-    assert snapshot.expected == {USDC: U128_MAX - 1}
-    store.record_balances(later + timedelta(seconds=1), {ETH: 1})
+    assert snapshot.expected is None  # the journal's projection does not write it
+    store.journal.append(f.BalancesReconciled(later + timedelta(seconds=1), {ETH: 1}))
     last = store.last_balance_snapshot()
-    assert last is not None and last.expected is None and last.balances == {ETH: 1}
+    assert last is not None and last.balances == {ETH: 1}
 
 
-def test_alerts_open_and_resolve(store: Store) -> None:
-    store.record_alert("balance_mismatch", "USDC off by 5", T0)
-    store.record_alert("stale_prices", "no price for 30 s", T0 + timedelta(seconds=1))
-    store.record_alert("balance_mismatch", "USDC off by 7", T0 + timedelta(seconds=2))
+def test_alerts_open_with_a_risk_pause_and_resolve_when_it_clears(store: Store) -> None:
+    journal = store.journal
+    journal.append(f.PauseSet("*", "reconciliation", "USDC off by 5", T0))
+    journal.append(f.PauseSet("*", "stale_data", "no price for 30 s", T0 + timedelta(seconds=1)))
+    journal.append(f.PauseSet("a->b", "operator", "maintenance", T0))  # an operator's: no alert
+    journal.append(f.PauseSet("*", "reconciliation", "USDC off by 7", T0 + timedelta(seconds=2)))
+    journal.commit()
     assert [(a.kind, a.detail) for a in store.open_alerts()] == [
-        ("balance_mismatch", "USDC off by 5"),
-        ("stale_prices", "no price for 30 s"),
-        ("balance_mismatch", "USDC off by 7"),
+        ("reconciliation", "USDC off by 5"),
+        ("stale_data", "no price for 30 s"),
+        ("reconciliation", "USDC off by 7"),
     ]
     assert store.open_alerts()[0].at == T0
-    assert store.resolve_alerts("balance_mismatch", T0 + timedelta(seconds=9)) == 2
-    assert store.resolve_alerts("balance_mismatch", T0 + timedelta(seconds=9)) == 0
-    assert [a.kind for a in store.open_alerts()] == ["stale_prices"]
+    resolved_at = T0 + timedelta(seconds=9)
+    journal.append(f.PauseCleared("*", "reconciliation", resolved_at, "operator"))
+    journal.append(f.PauseCleared("a->b", "operator", resolved_at, "operator"))
+    journal.commit()
+    assert [a.kind for a in store.open_alerts()] == ["stale_data"]
+    rows = store._conn.execute("SELECT kind, resolved_at FROM alerts ORDER BY id").fetchall()
+    assert rows[0] == ("reconciliation", resolved_at.isoformat(timespec="microseconds"))
+    assert len(rows) == 3
+
+
+# ------------------------------------------------------------------------------ requests
 
 
 def test_request_sampling_is_deterministic_and_near_the_fraction(db: Path) -> None:
@@ -292,7 +398,7 @@ def test_request_sampling_is_deterministic_and_near_the_fraction(db: Path) -> No
         assert all(every.sampled(i) for i in ids[:1000])
 
 
-def test_record_request_writes_only_the_sample(db: Path) -> None:
+def test_record_request_writes_only_the_sample_with_the_next_commit(db: Path) -> None:
     with Store(db, sample_requests=0.5) as store:
         kept = []
         for n in range(200):
@@ -301,6 +407,9 @@ def test_record_request_writes_only_the_sample(db: Path) -> None:
                 kept.append(request)
         assert kept == [r for r in kept if store.sampled(r.quote_id)]
         assert 50 < len(kept) < 150
+        assert count(db, "requests") == 0  # in the open transaction, with the journal's facts
+        store.commit()
+        assert count(db, "requests") == len(kept)
         out = io.StringIO()
         assert store.export("requests", "jsonl", out) == len(kept)
     rows = [orjson.loads(line) for line in out.getvalue().splitlines()]
@@ -321,9 +430,10 @@ def test_quotes_and_fills_since_filter_by_time_and_pair_newest_first(store: Stor
         signed_quote("b", at=T0 + timedelta(seconds=1), asset_in=WNEAR, asset_out=USDC),
         signed_quote("c", at=T0 + timedelta(seconds=2), asset_in=ETH, asset_out=USDC),
     ]
-    record(store, *quotes)
+    append_quotes(store, *quotes)
     for tracked, _, _ in quotes:
-        store.record_fill(Fill.from_quote(tracked, tracked.created_at + timedelta(seconds=1)))
+        move(store, tracked.quote_id, S.SETTLED, tracked.created_at + timedelta(seconds=1))
+    store.journal.commit()
 
     def ids(items: Sequence[TrackedQuote | Fill]) -> list[str]:
         return [item.quote_id for item in items]
@@ -338,18 +448,16 @@ def test_quotes_and_fills_since_filter_by_time_and_pair_newest_first(store: Stor
 
 
 def test_stats_count_the_window_and_sum_settled_volume_exactly(store: Store) -> None:
-    book = QuoteBook()
     now = T0 + timedelta(minutes=10)
     old = signed_quote("old", at=T0 - timedelta(hours=2))
     fresh = [signed_quote(f"q{i}", at=T0 + timedelta(seconds=i)) for i in range(5)]
-    for tracked, signed, request in [old, *fresh]:
-        book.add(tracked)
-        store.record_quote(tracked, signed, request)
+    append_quotes(store, old, *fresh)
     for name in ("old", "q0", "q1", "q2"):
-        store.record_transition(book.move(name, QuoteState.WON, now))
+        move(store, name, S.WON, now)
     for name in ("old", "q0", "q1"):
-        store.record_transition(book.move(name, QuoteState.SETTLED, now))
-    store.record_transition(book.move("q3", QuoteState.LOST, now))
+        move(store, name, S.SETTLED, now)
+    move(store, "q3", S.LOST, now)
+    store.journal.commit()
 
     stats = store.stats(3600, now)
     assert (stats["quotes"], stats["won"], stats["settled"]) == (5, 3, 2)
@@ -385,22 +493,51 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
             orjson.dumps(signed.signed_data).decode(),
         ),
     )
+    conn.execute(
+        "INSERT INTO nonces (account, nonce, quote_id, signed_at) VALUES (?, ?, ?, ?)",
+        (ACCOUNT, tracked.nonce.hex(), "legacy", tracked.created_at.isoformat()),
+    )
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert "fills" not in tables and "requests" not in tables
+    assert not tables & {"fills", "requests", "rebalances", "journal", "desk_snapshots"}
     conn.close()
 
-    with Store(db) as store:
-        assert SCHEMA_VERSION == len(MIGRATIONS) > 1
+    with Store(db, account=ACCOUNT) as store:
+        assert SCHEMA_VERSION == len(MIGRATIONS) == 5
         assert store.schema_version == SCHEMA_VERSION
-        assert store.load_open_quotes() == [tracked]
-        store.record_fill(Fill.from_quote(tracked, T0))  # the new tables are there
-        record(store, signed_quote("new"))
+        assert open_quotes(store) == [tracked]
+        assert store.journal.load() == (None, [])  # the journal starts empty
+        with pytest.raises(NonceReusedError):  # the nonces signed before the journal count
+            record(store, signed_quote("again", nonce=tracked.nonce))
+        record(store, new := signed_quote("new"))  # the new tables are there
+        move(store, "new", S.SETTLED, T0, fill=f.FillPrices(1.0, 2.0, 0.5))
+        store.journal.commit()
+        assert [fill.quote_id for fill in store.fills_since()] == ["new"]
         exact = dict(store._conn.execute("SELECT quote_id, exact_in FROM quotes").fetchall())
         assert exact == {"legacy": None, "new": 1}
+        assert store.journal.load()[1][0] == opened(new)
     with Store(db) as store:  # opening a current store again is a no-op
         assert store.schema_version == SCHEMA_VERSION
         versions = store._conn.execute("SELECT version FROM schema_version").fetchall()
         assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
+    with Store(db) as store:
+        store.save_rebalance(
+            RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, U128_MAX, {"k": 1}),
+            nonce_of=None,
+        )
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DROP TABLE journal")
+    conn.execute("DROP TABLE desk_snapshots")
+    conn.execute("DELETE FROM schema_version WHERE version = 5")
+    conn.close()
+    with Store(db, account=ACCOUNT) as store:
+        assert store.schema_version == 5
+        assert [r.id for r in store.rebalances()] == ["r1"]
+        assert store.rebalances()[0].amount_in == U128_MAX
+        record(store, signed_quote("q1"))
+        assert len(store.journal.load()[1]) == 1
 
 
 def test_a_store_newer_than_the_code_is_refused(db: Path) -> None:
@@ -415,17 +552,32 @@ def test_a_store_newer_than_the_code_is_refused(db: Path) -> None:
 # ------------------------------------------------------------------------------ export
 
 
+def seed_every_table(store: Store) -> None:
+    quote = signed_quote("q1")
+    append_quotes(store, quote)
+    move(store, "q1", S.WON, T0, intent_hash="I1")
+    move(store, "q1", S.SETTLED, T0, fill=f.FillPrices(1.0, 3.0, 0.5))
+    store.journal.append(f.Markout("q1", 5, 0.5, T0))
+    store.journal.append(f.BalancesReconciled(T0, {USDC: U128_MAX}))
+    store.journal.append(
+        f.PauseSet("*", "reconciliation", "detail, with a comma\nand a newline", T0)
+    )
+    store.record_request(quote[2], "quoted", T0)
+    store.journal.commit()
+    store.save_rebalance(
+        RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {"plan": [1, 2]}),
+        "planned",
+    )
+
+
 @pytest.mark.parametrize("table", TABLES)
-def test_every_table_exports_as_csv_and_jsonl(store: Store, table: str) -> None:
-    tracked, _, _ = quote = signed_quote("q1")
-    record(store, quote)
-    store.record_fill(Fill.from_quote(tracked, T0, markouts={"5s": 0.5}))
-    store.record_balances(T0, {USDC: U128_MAX})
-    store.record_alert("kind", "detail, with a comma\nand a newline", T0)
-    store.record_transition(QuoteBook({"q1": tracked}).move("q1", QuoteState.WON, T0))
-    csv_out, jsonl_out = io.StringIO(), io.StringIO()
-    count = store.export(table, "csv", csv_out)
-    assert store.export(table, "jsonl", jsonl_out) == count
+def test_every_table_exports_as_csv_and_jsonl(db: Path, table: str) -> None:
+    with Store(db, account=ACCOUNT, sample_requests=1.0) as store:
+        seed_every_table(store)
+        csv_out, jsonl_out = io.StringIO(), io.StringIO()
+        count = store.export(table, "csv", csv_out)
+        assert store.export(table, "jsonl", jsonl_out) == count
+    assert count > 0  # every table has rows
     csv_rows = list(csv.DictReader(io.StringIO(csv_out.getvalue())))
     json_rows = [orjson.loads(line) for line in jsonl_out.getvalue().splitlines()]
     assert len(csv_rows) == len(json_rows) == count
@@ -433,10 +585,31 @@ def test_every_table_exports_as_csv_and_jsonl(store: Store, table: str) -> None:
         assert set(flat) == set(nested)
 
 
+def test_the_journal_exports_its_body_as_json(db: Path) -> None:
+    with Store(db, account=ACCOUNT, sample_requests=1.0) as store:
+        seed_every_table(store)
+        _, facts = store.journal.load()
+        csv_out, jsonl_out = io.StringIO(), io.StringIO()
+        store.export("journal", "csv", csv_out)
+        store.export("journal", "jsonl", jsonl_out)
+    flat = list(csv.DictReader(io.StringIO(csv_out.getvalue())))
+    nested = [orjson.loads(line) for line in jsonl_out.getvalue().splitlines()]
+    assert [int(r["seq"]) for r in flat] == [r["seq"] for r in nested] == list(range(1, 7))
+    assert [r["kind"] for r in nested] == [f.kind_of(fact) for fact in facts]
+    for row, csv_row, fact in zip(nested, flat, facts, strict=True):
+        assert row["body"] == f.encode(fact)  # a JSON value, not a string
+        assert orjson.loads(csv_row["body"]) == f.encode(fact)  # JSON text in CSV
+        assert f.decode(row["kind"], row["body"]) == fact
+    assert nested[0]["body"]["amount_in"] == str(U128_MAX)
+    assert nested[0]["at"] == f.micros(T0)
+
+
 def test_export_parses_back_to_the_stored_values(store: Store) -> None:
     tracked, signed, request = quote = signed_quote("q1")
     record(store, quote)
-    store.record_fill(Fill.from_quote(tracked, T0, markouts={"5s": 0.5}))
+    move(store, "q1", S.SETTLED, T0)
+    store.journal.append(f.Markout("q1", 5, 0.5, T0))
+    store.journal.commit()
     csv_out, jsonl_out = io.StringIO(), io.StringIO()
     store.export("quotes", "csv", csv_out)
     store.export("quotes", "jsonl", jsonl_out)
@@ -451,7 +624,7 @@ def test_export_parses_back_to_the_stored_values(store: Store) -> None:
     assert nested["signed_data"] == signed.signed_data
     fills = io.StringIO()
     store.export("fills", "jsonl", fills)
-    assert orjson.loads(fills.getvalue())["markouts"] == {"5s": 0.5}
+    assert orjson.loads(fills.getvalue())["markouts"] == {"5": 0.5}
     nonces = io.StringIO()
     store.export("nonces", "csv", nonces)
     (nonce_row,) = csv.DictReader(io.StringIO(nonces.getvalue()))
@@ -472,23 +645,28 @@ _WRITER = textwrap.dedent(
     """
     import sys
     from solver.io.store import Store
-    from tests.io.store_helpers import signed_quote
+    from tests.io.store_helpers import ACCOUNT, append_quotes, signed_quote
 
-    store = Store(sys.argv[1], checkpoint_every_s=0.01)  # checkpoints race the kill too
+    # Checkpoints race the kill too. Group commit: a batch of quotes per transaction, printed
+    # only once committed, as the executor sends answers only after the commit.
+    store = Store(sys.argv[1], checkpoint_every_s=0.01, account=ACCOUNT)
+    batch = int(sys.argv[2])
     n = 0
     while True:
-        tracked, signed, request = signed_quote(f"q{n}")
-        store.record_quote(tracked, signed, request)
-        sys.stdout.write(tracked.quote_id + "\\n")
+        quotes = [signed_quote(f"q{n + i}") for i in range(batch)]
+        append_quotes(store, *quotes)
+        store.journal.commit()
+        sys.stdout.write("".join(q[0].quote_id + "\\n" for q in quotes))
         sys.stdout.flush()
-        n += 1
+        n += batch
     """
 )
 
 
-def test_quotes_survive_kill_9_of_the_writer(db: Path) -> None:
+@pytest.mark.parametrize("batch", [1, 7])
+def test_everything_committed_survives_kill_9_of_the_writer(db: Path, batch: int) -> None:
     with subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(db)],
+        [sys.executable, "-c", _WRITER, str(db), str(batch)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -507,7 +685,7 @@ def test_quotes_survive_kill_9_of_the_writer(db: Path) -> None:
             if child.poll() is None:
                 child.kill()
     assert child.returncode == -signal.SIGKILL
-    # Only whole lines were printed after record_quote returned.
+    # Only whole lines were printed after the commit returned.
     printed = rest.split(b"\n")[:-1]
     expected = {f"q{i}" for i in range(seen + len(printed))}
 
@@ -516,17 +694,23 @@ def test_quotes_survive_kill_9_of_the_writer(db: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         stored = {row[0] for row in conn.execute("SELECT quote_id FROM quotes")}
         nonces = conn.execute("SELECT COUNT(*) FROM nonces").fetchone()[0]
+        entries = conn.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
     finally:
         conn.close()
     assert expected <= stored
-    assert len(stored) - len(expected) <= 1  # at most one committed but not yet printed
-    assert nonces == len(stored)
+    assert len(stored) - len(expected) <= batch  # at most one batch committed, not printed
+    assert len(stored) % batch == 0  # whole batches only: a transaction is all or nothing
+    assert nonces == entries == len(stored)
     with Store(db) as store:
-        assert {q.quote_id for q in store.load_open_quotes()} == stored
+        assert {q.quote_id for q in open_quotes(store)} == stored
+        _, facts = store.journal.load()
+    assert [fact.quote_id for fact in facts if isinstance(fact, f.QuoteOpened)] == [
+        f"q{i}" for i in range(len(stored))
+    ]
 
 
 def test_the_background_checkpointer_folds_the_wal_into_the_database(db: Path) -> None:
-    with Store(db, checkpoint_every_s=0.01) as store:
+    with Store(db, checkpoint_every_s=0.01, account=ACCOUNT) as store:
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         empty = db.stat().st_size
         record(store, *(signed_quote(f"q{i}") for i in range(50)))
@@ -540,53 +724,109 @@ def test_the_background_checkpointer_folds_the_wal_into_the_database(db: Path) -
     with Store(db, checkpoint_every_s=None) as store:
         assert store._checkpointer is None
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
-        assert len(store.load_open_quotes()) == 50
+        assert len(open_quotes(store)) == 50
 
 
-def test_the_store_is_a_journal(store: Store) -> None:
-    journal: Journal = store
-    tracked, signed, request = signed_quote("q1")
-    journal.record_quote(tracked, signed, request)
-    journal.record_transition(QuoteBook({"q1": tracked}).move("q1", QuoteState.LOST, T0))
-    assert store.load_open_quotes() == []
+def test_the_store_journal_is_a_journal(store: Store) -> None:
+    journal: Journal = store.journal
+    quote = signed_quote("q1")
+    journal.append(opened(quote), quote[1].signed_data)
+    journal.append(f.QuoteMoved("q1", "LOST", T0))
+    journal.commit()
+    assert open_quotes(store) == []
+    journal.append(f.PauseSet("*", "drawdown", "rolled back", T0))
+    journal.rollback()
+    assert store.open_alerts() == []
+    assert [f.kind_of(fact) for fact in store.journal.load()[1]] == ["quote_opened", "quote_moved"]
+
+
+def test_readers_in_other_processes_see_what_is_committed(db: Path) -> None:
+    reader = textwrap.dedent(
+        """
+        import sys
+        from solver.io.store import Store
+        with Store(sys.argv[1], create=False, checkpoint_every_s=None) as store:
+            print(",".join(sorted(q.quote_id for q in store.quotes_since())))
+            print(len(store.journal.load()[1]))
+        """
+    )
+
+    def read() -> list[str]:
+        result = subprocess.run(
+            [sys.executable, "-c", reader, str(db)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return result.stdout.split()
+
+    with Store(db, account=ACCOUNT) as writer:
+        record(writer, signed_quote("q1"))
+        append_quotes(writer, signed_quote("q2"))  # not committed yet
+        assert read() == ["q1", "1"]
+        writer.journal.commit()
+        assert read() == ["q1,q2", "2"]
 
 
 def test_a_store_is_readable_while_another_connection_writes(db: Path) -> None:
-    with Store(db) as writer, Store(db, create=False, checkpoint_every_s=None) as reader:
+    with (
+        Store(db, account=ACCOUNT) as writer,
+        Store(db, create=False, checkpoint_every_s=None) as reader,
+    ):
         record(writer, signed_quote("q1"))
         assert [q.quote_id for q in reader.quotes_since()] == ["q1"]
-        record(writer, signed_quote("q2"))
-        assert {q.quote_id for q in reader.load_open_quotes()} == {"q1", "q2"}
+        append_quotes(writer, signed_quote("q2"))
+        assert [q.quote_id for q in reader.quotes_since()] == ["q1"]  # not committed yet
+        writer.journal.commit()
+        assert {q.quote_id for q in open_quotes(reader)} == {"q1", "q2"}
+        assert len(reader.journal.load()[1]) == 2
 
 
-def test_group_commit_batches_quotes_and_a_bad_one_rolls_back_alone(db: Path) -> None:
+def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> None:
     first = signed_quote("g1")
-    with Store(db, group_commit=True) as store:
-        record(store, first)
+    with Store(db, account=ACCOUNT, sample_requests=1.0) as store:
+        append_quotes(store, first)
+        store.record_request(first[2], "quoted", T0)
         # Not committed yet: another connection does not see it.
-        with sqlite3.connect(db) as other:
-            assert other.execute("SELECT COUNT(*) FROM quotes").fetchone()[0] == 0
+        assert (count(db, "quotes"), count(db, "journal"), count(db, "requests")) == (0, 0, 0)
         with pytest.raises(NonceReusedError):
-            record(store, signed_quote("g2", nonce=first[0].nonce, amount_in=7))
-        record(store, signed_quote("g3"))
-        store.commit()
+            append_quotes(store, signed_quote("g2", nonce=first[0].nonce, amount_in=7))
+        append_quotes(store, signed_quote("g3"))
+        move(store, "g1", S.WON, T0, intent_hash="I")
+        store.journal.append(f.PauseSet("*", "stale_data", "old prices", T0))
+        store.journal.commit()
         with sqlite3.connect(db) as other:
             ids = [r[0] for r in other.execute("SELECT quote_id FROM quotes ORDER BY quote_id")]
+            kinds = [r[0] for r in other.execute("SELECT kind FROM journal ORDER BY seq")]
         assert ids == ["g1", "g3"]
+        assert kinds == ["quote_opened", "quote_opened", "quote_moved", "pause_set"]
+        assert (count(db, "requests"), count(db, "alerts"), count(db, "transitions")) == (1, 1, 1)
         # A later ordinary write commits any pending batch first.
-        record(store, signed_quote("g4"))
-        store.record_alert("test", "detail", T0)
-        with sqlite3.connect(db) as other:
-            assert other.execute("SELECT COUNT(*) FROM quotes").fetchone()[0] == 3
+        append_quotes(store, signed_quote("g4"))
+        store.save_rebalance(
+            RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {}), "planned"
+        )
+        assert count(db, "quotes") == 3
+        # A rollback drops the whole open batch, and nothing else.
+        append_quotes(store, g5 := signed_quote("g5"))
+        store.journal.rollback()
+        assert not store.nonce_used_before(ACCOUNT, g5[0].nonce)
+        assert count(db, "journal") == 5
 
 
-def test_group_commit_duplicate_quote_id_leaves_no_orphan_nonce(db: Path) -> None:
-    with Store(db, group_commit=True) as store:
-        record(store, signed_quote("d1"))
-        duplicate = signed_quote("d1", amount_in=9)
-        with pytest.raises(StoreError, match="cannot record quote d1"):
-            record(store, duplicate)
-        store.commit()
-        assert not store.nonce_used_before(ACCOUNT, duplicate[0].nonce)
-        with sqlite3.connect(db) as other:
-            assert other.execute("SELECT COUNT(*) FROM nonces").fetchone()[0] == 1
+def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
+    quotes = [signed_quote(f"b{i}") for i in range(500)]
+    with Store(db, account=ACCOUNT) as store:
+        append_quotes(store, *quotes)
+        for i in range(0, 500, 2):
+            move(store, f"b{i}", S.LOST, T0 + timedelta(seconds=61))
+        assert store._conn.in_transaction
+        assert count(db, "journal") == 0
+        store.journal.commit()
+        assert not store._conn.in_transaction
+        assert store.journal.appended == 750
+    assert (count(db, "journal"), count(db, "nonces"), count(db, "transitions")) == (750, 500, 250)
+    with Store(db) as store:
+        assert len(open_quotes(store)) == 250

@@ -1,0 +1,283 @@
+"""The executor's quote path with a real desk and no network: the record is durable before the
+answer leaves, shadow mode signs nothing, a store failure never sends and pauses.
+
+The journal, the sender, the ledger and the bus RPC are in-memory doubles of the interfaces the
+executor uses; the executor schedules its flush (commit, then send) with ``call_soon``, so every
+test runs in the event loop and waits for ``drain``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from solver.core import events as ev
+from solver.core import facts as f
+from solver.core.desk import Desk
+from solver.errors import SolverError
+from solver.io.bus_rpc import BusRpcClient
+from solver.io.ledger_client import LedgerClient
+from solver.io.metrics import Metrics
+from solver.io.store_schema import StoreError
+from solver.protocol.bus import IntentStatus, StatusData, StatusResult
+from solver.protocol.keys import SecretKey
+from solver.protocol.quote_signing import QuoteSigner
+from solver.protocol.signing import parse_signed, verify_signed
+from solver.runtime.executor import Executor
+from tests.core.desk_helpers import E24, NEAR, at, make_desk, request
+
+ACCOUNT = "solver.sandbox"
+
+
+class Recorder:
+    """The journal and the sender in one, so their order is one list of events."""
+
+    def __init__(self, *, fail: bool = False, fail_commit: bool = False) -> None:
+        self.fail = fail
+        self.fail_commit = fail_commit
+        self.events: list[str] = []
+        self.facts: list[f.Fact] = []
+        self.signed: dict[str, Mapping[str, Any]] = {}
+        self.sent: list[dict[str, Any]] = []
+        self.refuse_send: set[str] = set()
+
+    def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None:
+        if self.fail:
+            raise StoreError("disk full")
+        quote_id = getattr(fact, "quote_id", "-")
+        self.events.append(f"record:{f.kind_of(fact)}:{quote_id}")
+        self.facts.append(fact)
+        if signed_data is not None:
+            self.signed[quote_id] = signed_data
+
+    def commit(self) -> None:
+        if self.fail_commit:
+            raise StoreError("disk full at commit")
+        self.events.append("commit")
+
+    def rollback(self) -> None:
+        self.events.append("rollback")
+
+    async def send_quote_response(self, params: dict[str, Any]) -> None:
+        if params["quote_id"] in self.refuse_send:
+            raise SolverError("connection closed")
+        self.events.append(f"send:{params['quote_id']}")
+        self.sent.append(params)
+
+
+class Ledger(LedgerClient):
+    def __init__(self, used: dict[bytes, bool]) -> None:  # no RPC client: nothing to call
+        self.used = used
+        self.asked: list[tuple[str, bytes]] = []
+
+    async def is_nonce_used(self, account_id: str, nonce: bytes) -> bool:
+        self.asked.append((account_id, nonce))
+        return self.used[nonce]
+
+
+class Bus(BusRpcClient):
+    def __init__(self, statuses: dict[str, tuple[IntentStatus, str | None]]) -> None:
+        self.statuses = statuses
+
+    async def get_status(self, intent_hash: str) -> StatusResult:
+        status, tx_hash = self.statuses[intent_hash]
+        data = StatusData(hash=tx_hash) if tx_hash else None
+        return StatusResult(intent_hash=intent_hash, status=status, data=data)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = at(1)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def build(
+    recorder: Recorder,
+    desk: Desk | None = None,
+    *,
+    journal: bool = True,
+    ledger: Ledger | None = None,
+    bus: Bus | None = None,
+) -> tuple[Executor, list[str]]:
+    calls: list[str] = []
+    executor = Executor(
+        desk or make_desk(),
+        signer=QuoteSigner(SecretKey(bytes(32)), ACCOUNT, "intents.sandbox"),
+        sender=recorder,
+        clock=Clock(),
+        journal=recorder if journal else None,
+        metrics=Metrics(),
+        ledger=ledger or Ledger({}),
+        bus_rpc=bus or Bus({}),
+        account=ACCOUNT,
+        on_refresh_balances=lambda: calls.append("balances"),
+        on_refresh_salt=lambda: calls.append("salt"),
+    )
+    return executor, calls
+
+
+def quote(executor: Executor, quote_id: str = "q1") -> None:
+    executor.feed(ev.QuoteRequested(request(quote_id)))
+
+
+# 100 USDC in at 1 USD, wNEAR out at 2 USD, less the 20 bps spread.
+AMOUNT_OUT = 49_900 * E24 // 1000
+
+
+async def test_a_quote_is_recorded_and_committed_before_it_is_sent_and_verifies() -> None:
+    recorder = Recorder()
+    executor, _ = build(recorder)
+    quote(executor)
+    assert recorder.events == ["record:quote_opened:q1"]  # nothing left yet: not committed
+    await executor.drain()
+    assert recorder.events == ["record:quote_opened:q1", "commit", "send:q1"]
+    (sent,) = recorder.sent
+    verified = verify_signed(parse_signed(sent["signed_data"]))
+    assert verified.message.signer_id == ACCOUNT
+    assert sent["quote_output"] == {"amount_out": str(AMOUNT_OUT)}
+    # What the journal holds is exactly what was sent: the signed answer, its nonce and hash.
+    assert recorder.signed["q1"] == sent["signed_data"]
+    (opened,) = recorder.facts
+    assert isinstance(opened, f.QuoteOpened)
+    assert opened.amount_out == AMOUNT_OUT and opened.asset_out == NEAR
+    tracked = executor.desk.book.get("q1")
+    assert tracked is not None
+    assert (tracked.nonce, tracked.quote_hash) == (opened.nonce, opened.quote_hash)
+    assert executor.desk.inventory.reserved == {NEAR: AMOUNT_OUT}
+    assert executor.sent == 1 and executor.desk.stats.signed == 1
+
+
+async def test_a_store_failure_sends_nothing_releases_and_pauses() -> None:
+    recorder = Recorder(fail=True)
+    executor, _ = build(recorder)
+    quote(executor)
+    await executor.drain()
+    assert recorder.events == [] and recorder.sent == []
+    desk = executor.desk
+    assert desk.inventory.reserved == {}
+    assert desk.book.quotes == {}
+    reason = desk.pauses.reason("*")
+    assert reason is not None and reason.startswith("store_error: not recorded: disk full")
+    assert desk.stats.outcomes["REJECTED"] == 1
+    assert any(alert.kind == "store_error" for _, alert in executor.alerts)
+    quote(executor, "q2")
+    await executor.drain()
+    assert desk.stats.skipped["paused"] == 1 and recorder.sent == []
+
+
+async def test_shadow_mode_decides_but_signs_records_and_sends_nothing() -> None:
+    recorder = Recorder()
+    executor, _ = build(recorder, make_desk(shadow=True))
+    quote(executor)
+    await executor.drain()
+    assert recorder.events == [] and recorder.sent == []
+    stats = executor.desk.stats
+    assert stats.shadow_quotes == 1 and stats.signed == 0 and executor.sent == 0
+    assert executor.desk.inventory.reserved == {}
+    assert executor.desk.book.quotes == {}
+
+
+async def test_without_a_journal_the_answer_is_sent_unrecorded() -> None:
+    recorder = Recorder()
+    executor, _ = build(recorder, journal=False)
+    quote(executor)
+    await executor.drain()
+    assert recorder.events == ["send:q1"]
+
+
+async def test_a_relay_rejection_releases_the_reservation_and_refreshes_the_salt() -> None:
+    recorder = Recorder()
+    executor, calls = build(recorder)
+    quote(executor)
+    await executor.drain()
+    executor.feed(ev.RelayReplied("q1", False, "simulation failed: invalid salt"))
+    await executor.drain()
+    assert executor.desk.inventory.reserved == {}
+    assert recorder.events[-2:] == ["record:quote_moved:q1", "commit"]
+    moved = recorder.facts[-1]
+    assert isinstance(moved, f.QuoteMoved) and moved.new == "REJECTED"
+    assert executor.desk.state.salt_at is None  # no quoting before the salt is fetched again
+    assert calls == ["salt"]
+
+
+async def test_a_burst_is_committed_once_then_sent() -> None:
+    recorder = Recorder()
+    executor, _ = build(recorder)
+    for i in range(5):
+        quote(executor, f"b{i}")
+    await executor.drain()
+    assert recorder.events == [
+        *(f"record:quote_opened:b{i}" for i in range(5)),
+        "commit",
+        *(f"send:b{i}" for i in range(5)),
+    ]
+
+
+async def test_a_failed_commit_sends_nothing_and_rejects_the_batch() -> None:
+    recorder = Recorder(fail_commit=True)
+    executor, _ = build(recorder)
+    quote(executor, "c1")
+    quote(executor, "c2")
+    await executor.drain()
+    assert not any(e.startswith("send") for e in recorder.events) and recorder.sent == []
+    desk = executor.desk
+    assert desk.inventory.reserved == {} and desk.book.quotes == {}
+    assert desk.stats.outcomes["REJECTED"] == 2
+    reason = desk.pauses.reason("*")
+    assert reason is not None and reason.startswith("store_error: not recorded: disk full")
+
+
+async def test_an_answer_that_cannot_be_sent_is_rejected_without_a_pause() -> None:
+    recorder = Recorder()
+    recorder.refuse_send.add("s1")
+    executor, _ = build(recorder)
+    quote(executor, "s1")
+    quote(executor, "s2")
+    await executor.drain()
+    assert recorder.events == [
+        "record:quote_opened:s1",
+        "record:quote_opened:s2",
+        "commit",
+        "record:quote_moved:s1",  # REJECTED: never written to the socket
+        "send:s2",
+        "commit",
+    ]
+    desk = executor.desk
+    assert executor.send_failed == 1 and executor.sent == 1
+    assert desk.book.get("s1") is None and desk.book.get("s2") is not None
+    assert desk.stats.outcomes["REJECTED"] == 1
+    assert not desk.pauses  # nobody can use an answer that never left: nothing to stop for
+    tracked = desk.book.get("s2")
+    assert tracked is not None and desk.inventory.reserved == {NEAR: tracked.outflow}
+
+
+async def test_settlement_io_reports_back_to_the_desk() -> None:
+    recorder = Recorder()
+    executor, calls = build(recorder)
+    quote(executor, "p1")
+    quote(executor, "n1")
+    await executor.drain()
+    desk = executor.desk
+    p1, n1 = desk.book.get("p1"), desk.book.get("n1")
+    assert p1 is not None and n1 is not None
+    # A quote_status: the claim is polled with get_status, whose answer moves the quote.
+    executor.bus_rpc = Bus({"i1": (IntentStatus.SETTLED, "tx-1")})
+    executor.feed(ev.QuoteStatusSeen(p1.quote_hash, "i1", None))
+    await executor.drain()
+    assert desk.book.get("p1") is None and p1.state == "SETTLED" and p1.tx_hash == "tx-1"
+    assert calls == ["balances"]
+    # Past the deadline after a disconnect: the verifier's nonce decides.
+    ledger = executor.ledger = Ledger({n1.nonce: False})
+    executor.feed(ev.ConnectionRestored(), at(2))
+    late = n1.deadline + timedelta(seconds=3)
+    executor.run(desk.tick(late), late, 0.0)
+    await executor.drain()
+    assert ledger.asked == [(ACCOUNT, n1.nonce)]
+    assert desk.book.get("n1") is None and n1.state == "LOST"
+    kinds = [e for e in recorder.events if e.startswith("record:quote_moved")]
+    # p1: OPEN→WON→SETTLED (a settled quote passes through WON); n1: OPEN→LOST.
+    assert kinds == ["record:quote_moved:p1", "record:quote_moved:p1", "record:quote_moved:n1"]
+    assert recorder.events[-1] == "commit"

@@ -9,10 +9,11 @@ strings, and nothing in them depends on the wall clock or the machine. Wall-cloc
 and ``skips`` and ``settle_failed`` (counts by reason), ``volume_usd``, ``pnl_usd`` (marked to
 market), ``realized_pnl_usd``, ``max_drawdown_usd``, ``inventory_risk_usd`` and
 ``max_inventory_risk_usd`` (how far inventory moved from the start, in USD: time-weighted mean
-and peak, see :mod:`backtest.tracker`), ``fees_paid_usd``, ``start_equity_usd``,
+and peak, see :mod:`backtest.measure`), ``fees_paid_usd``, ``start_equity_usd``,
 ``end_equity_usd``, ``start_inventory`` and ``final_inventory`` (per asset, smallest units as
-strings), ``markouts_usd`` (per horizon ``1s`` / ``10s`` / ``60s``: ``mean``, ``total``, ``n``),
-``events`` (counts by kind), ``open_at_end``, ``halted`` (kill switch: when and why, or null),
+strings), ``markouts_usd`` (per horizon of the desk, ``1s`` / ``10s`` / ``60s`` / ``300s``:
+``mean``, ``total``, ``n``), ``events`` (counts by kind), ``open_at_end`` (quotes the desk still
+held open), ``halted`` (the desk's kill switch: when and why, or null),
 ``fill_model``, ``seed``, ``first_ts``, ``last_ts``; ``solver backtest run`` adds ``stream``
 (malformed lines and unknown kinds the reader skipped).
 
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from backtest.engine import ReplayResult
-from backtest.tracker import HORIZONS_S, SIZE_BINS_PER_DECADE, FillRecord, Tracker
+from backtest.measure import HORIZONS_S, SIZE_BINS_PER_DECADE, FillRecord
 
 FILL_COLUMNS = (
     "quote_id",
@@ -99,15 +100,20 @@ class FillsCsv:
 
 
 def summary(result: ReplayResult, *, fill_model: str, seed: int) -> dict[str, Any]:
-    t = result.tracker
+    """The figures of a replay. PnL, realized edge, markouts and equity are the desk's
+    (:class:`~solver.core.pnl.PnlBook`); the rest is measured by :mod:`backtest.measure`."""
+    t = result.measures
+    book = result.desk.pnl
     markouts = {
         f"{h}s": {
-            "n": t.markout_n[h],
-            "total": usd(t.markout_sum[h]),
-            "mean": usd(t.markout_sum[h] / t.markout_n[h]) if t.markout_n[h] else None,
+            "n": book.markout_n.get(h, 0),
+            "total": usd(book.markout_sum.get(h, 0.0)),
+            "mean": usd(book.markout_sum[h] / book.markout_n[h]) if book.markout_n.get(h) else None,
         }
         for h in HORIZONS_S
     }
+    start_equity = book.start_equity or 0.0
+    pnl = book.pnl or 0.0
     return {
         "requests": t.requests,
         "quoted": t.quoted,
@@ -117,14 +123,14 @@ def summary(result: ReplayResult, *, fill_model: str, seed: int) -> dict[str, An
         "skips": dict(sorted(t.skips.items())),
         "settle_failed": dict(sorted(t.settle_failed.items())),
         "volume_usd": usd(t.volume),
-        "pnl_usd": usd(t.pnl),
-        "realized_pnl_usd": usd(t.realized),
+        "pnl_usd": usd(pnl),
+        "realized_pnl_usd": usd(book.realized_usd),
         "max_drawdown_usd": usd(t.max_drawdown),
         "inventory_risk_usd": usd(t.inventory_risk()),
         "max_inventory_risk_usd": usd(t.max_exposure),
         "fees_paid_usd": usd(t.fees),
-        "start_equity_usd": usd(t.start_equity),
-        "end_equity_usd": usd(t.equity),
+        "start_equity_usd": usd(start_equity),
+        "end_equity_usd": usd(start_equity + pnl),
         "start_inventory": {a: str(v) for a, v in sorted(result.start_inventory.items())},
         "final_inventory": {a: str(v) for a, v in sorted(result.final_inventory.items())},
         "markouts_usd": markouts,
@@ -162,9 +168,11 @@ def _dates(points: list[tuple[float, tuple[float, ...]]]) -> Any:
     return date2num([datetime.fromtimestamp(t, UTC) for t, _ in points])  # type: ignore[no-untyped-call]
 
 
-def plots(tracker: Tracker, symbols: Mapping[str, str]) -> dict[str, str]:
+def plots(result: ReplayResult, symbols: Mapping[str, str]) -> dict[str, str]:
     """The report's figures as base64 PNGs, by title (matplotlib's Agg backend, no pyplot)."""
     from matplotlib.figure import Figure
+
+    tracker, book = result.measures, result.desk.pnl
 
     figures: dict[str, str] = {}
 
@@ -258,9 +266,9 @@ def plots(tracker: Tracker, symbols: Mapping[str, str]) -> dict[str, str]:
     fig = Figure(figsize=(9, 3.2))
     ax = fig.subplots()
     labels = ["0s (realized)", *(f"+{h}s" for h in HORIZONS_S)]
-    fills = max(1, tracker.fills)
-    means = [tracker.realized / fills] + [
-        tracker.markout_sum[h] / tracker.markout_n[h] if tracker.markout_n[h] else 0.0
+    fills = max(1, book.fills)
+    means = [book.realized_usd / fills] + [
+        book.markout_sum[h] / book.markout_n[h] if book.markout_n.get(h) else 0.0
         for h in HORIZONS_S
     ]
     ax.bar(labels, means, color=["tab:blue" if m >= 0 else "tab:red" for m in means])
@@ -288,7 +296,7 @@ def render_html(
     images = "\n".join(
         f'<h2>{html.escape(name)}</h2>\n<img alt="{html.escape(name)}" '
         f'src="data:image/png;base64,{data}">'
-        for name, data in plots(result.tracker, symbols).items()
+        for name, data in plots(result, symbols).items()
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>

@@ -15,7 +15,7 @@ in a small YAML given with ``solver backtest run --backtest-config FILE`` (every
     fill: {model: competitor}              # always | competitor | logistic (with a, b)
     seed: 0                    # numpy / nonce randomness; same seed, same result
     sign: false                # sign quotes and settle through the verifier's full checks
-    kill_switch: true          # the live drawdown / daily-loss kill switch pauses quoting
+    kill_switch: true          # the desk's PnL and stale-data kill switch (false: off)
 
 Command-line options (``--fill-model``, ``--seed``, ``--sign``) override the file. The output of
 ``solver backtest calibrate`` is itself a valid file of this kind (a ``fill`` section).
@@ -74,6 +74,7 @@ class BacktestSettings(BaseModel):
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
     sign: bool = False
     kill_switch: bool = True
+    """Build the desk with its daily-loss, drawdown and stale-data checks (as live)."""
     user_account: AccountId = "user.backtest"
     """The simulated taker: effectively unlimited funds, mirrors every won quote."""
     lookahead_events: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000

@@ -63,8 +63,8 @@ from backtest.events import PriceEvent, StreamEvent
 from backtest.report import usd
 from backtest.settings import validate_settings
 from backtest.stream import KINDS, _open_bytes, parse_ts, read_stream
-from solver.app import build_routes
 from solver.config import apply_overrides, parse_yaml, validate_bot_config, yaml_path
+from solver.desk_wiring import build_routes
 from solver.errors import ConfigError, SolverError
 
 BACKTEST_PREFIX = "backtest."

@@ -6,6 +6,9 @@ the very same desk from the same file.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from solver.config import BotConfig
 from solver.core.desk import Desk, DeskSettings
 from solver.core.quoting import PipelineSettings, Route
@@ -59,7 +62,15 @@ def risk_limits(config: BotConfig) -> RiskLimits:
     )
 
 
-def build_desk(config: BotConfig, *, shadow: bool = False, kill_switch: bool = True) -> Desk:
+def build_desk(
+    config: BotConfig,
+    *,
+    shadow: bool = False,
+    kill_switch: bool = True,
+    timer: Callable[[], float] = time.perf_counter,
+) -> Desk:
+    """``timer``: the strategy's wall-clock budget (the backtest passes one that never
+    advances: a budget measured on the machine would make replays differ)."""
     settings = DeskSettings(
         pipeline=pipeline_settings(config),
         limits=risk_limits(config),
@@ -73,4 +84,5 @@ def build_desk(config: BotConfig, *, shadow: bool = False, kill_switch: bool = T
         {asset: token.decimals for asset, token in config.tokens.items()},
         floors=dict(config.risk.floors),
         symbols={asset: token.symbol for asset, token in config.tokens.items()},
+        timer=timer,
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +21,10 @@ from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
 from backtest.stream import write_stream
 from solver.cli import main
-from solver.core.market import QuoteRequest
-from solver.core.lifecycle import QuoteState, TrackedQuote, Transition
+from solver.core import facts as f
+from solver.core.lifecycle import QuoteState
 from solver.errors import ConfigError
-from solver.io.store import Fill, Store
+from solver.io.store import Store
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner
@@ -105,21 +104,18 @@ def _store(path: Path) -> list[float]:
                 asset_out=USDC,
                 amount_out=out,
             )
-            tracked = TrackedQuote(
-                f"q{i}", signed.quote_hash, NEAR, USDC, E24, out, 0, deadline, signed.nonce, created
-            )
-            store.record_quote(tracked, signed, QuoteRequest(f"q{i}", NEAR, USDC, True, E24, 1000))
-            old = QuoteState.OPEN
+            # What the live desk journals (its facts), projected into the quote tables.
+            store.journal.append(
+                f.QuoteOpened(
+                    f"q{i}", signed.quote_hash, NEAR, USDC, E24, out, 0, deadline, signed.nonce,
+                    created, True,
+                ),
+                signed.signed_data,
+            )  # fmt: skip
             for new in states:
-                store.record_transition(Transition(f"q{i}", signed.quote_hash, old, new, created))
-                old = new
-            if QuoteState.SETTLED in states:
-                tracked.state = QuoteState.SETTLED
-                store.record_fill(
-                    Fill.from_quote(
-                        tracked, created, price_in_usd=Decimal("3"), price_out_usd=Decimal("1")
-                    )
-                )
+                fill = f.FillPrices(3.0, 1.0, 3.0 - out / E6) if new is QuoteState.SETTLED else None
+                store.journal.append(f.QuoteMoved(f"q{i}", new.value, created, fill=fill))
+            store.commit()
     return [edge for states, edge, _ in rows]
 
 

@@ -8,14 +8,15 @@ from datetime import datetime
 import pytest
 
 from backtest.engine import Replay
-from backtest.events import CompetitorEvent, PriceEvent, RequestEvent, StreamEvent
+from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
+from backtest.measure import Downsampled, FillRecord
+from backtest.report import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
-from backtest.tracker import Downsampled, FillRecord
-from solver.app import build_routes, pipeline_settings
-from solver.core.inventory import Inventory
+from solver.core import events as ev
+from solver.core.actions import Action, SignAndSend
 from solver.core.market import QuoteRequest
-from solver.core.quoting import Quote, QuotePipeline, Skip
-from solver.core.state import MarketState
+from solver.core.quoting import Quote, Skip
+from solver.desk_wiring import build_desk
 from tests.backtest.replay_helpers import (
     E6,
     E24,
@@ -34,15 +35,22 @@ from tests.backtest.replay_helpers import (
 )
 
 
+def _decision(actions: list[Action]) -> Quote | Skip:
+    outcome = actions[0]
+    assert isinstance(outcome, SignAndSend | Skip), actions
+    return outcome.quote if isinstance(outcome, SignAndSend) else outcome
+
+
 def _ceil_fee(amount: int, pips: int) -> int:
     return -(-amount * pips // 1_000_000)
 
 
-def test_replay_makes_the_decisions_of_the_live_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_replay_drives_the_live_desk_through_events_only() -> None:
     # Every answer loses (a competitor always beats it), so reservations pile up until their
-    # deadlines and small balances and an exposure limit make some requests skip: the live
-    # pipeline, fed the same
-    # events, must make exactly the same decision for every request.
+    # deadlines and small balances and an exposure limit make some requests skip. The replay's
+    # desk is the live one (build_desk from the same config) and changes only through the
+    # events it is fed: a fresh desk fed the very same events at the same times decides
+    # exactly the same for every request, and ends in the same state.
     config = bot_config(risk__max_open_exposure_usd=1_500.0)
     events = flow(400, every=0.25)
     with_competitors: list[StreamEvent] = []
@@ -57,33 +65,42 @@ def test_replay_makes_the_decisions_of_the_live_pipeline(monkeypatch: pytest.Mon
             balances={USDC: str(900 * E6), NEAR: str(300 * E24)}, fill={"model": "competitor"}
         ),
     )
-    seen: dict[str, Quote | Skip] = {}
-    original = replay.pipeline.decide
+    fed: list[tuple[ev.Event | None, datetime]] = []  # None: a tick
+    decided: dict[str, Quote | Skip] = {}
+    desk = replay.desk
+    receive, tick = desk.receive, desk.tick
 
-    def recording(
-        req: QuoteRequest, now: datetime, received_at: datetime | None = None
-    ) -> Quote | Skip:
-        outcome = original(req, now, received_at)
-        seen[req.quote_id] = outcome
-        return outcome
+    def receiving(event: ev.Event, now: datetime) -> list[Action]:
+        fed.append((event, now))
+        actions = receive(event, now)
+        if isinstance(event, ev.QuoteRequested):
+            decided[event.request.quote_id] = _decision(actions)
+        return actions
 
-    monkeypatch.setattr(replay.pipeline, "decide", recording)
+    def ticking(now: datetime) -> list[Action]:
+        fed.append((None, now))
+        return tick(now)
+
+    desk.receive = receiving  # type: ignore[method-assign]
+    desk.tick = ticking  # type: ignore[method-assign]
     result = replay.run(with_competitors, HEADER)
 
-    state = MarketState(decimals={USDC: 6, NEAR: 24})
-    inventory = Inventory(floors=dict(config.risk.floors))
-    live = QuotePipeline(pipeline_settings(config), build_routes(config), inventory, state)
+    twin = build_desk(config, timer=lambda: 0.0)
     expected: dict[str, Quote | Skip] = {}
-    for event in events:
-        if isinstance(event, PriceEvent):
-            state.set_price(event.asset, float(event.usd), event.ts)
-        elif isinstance(event, RequestEvent):
-            state.set_salt(b"\x00\x00\x00\x01", event.ts)
-            inventory.set_confirmed(result.start_inventory, event.ts)  # expires past deadlines
-            expected[event.request.quote_id] = live.decide(event.request, event.ts)
-    assert seen == expected
-    reasons = {type(o).__name__ if isinstance(o, Quote) else o.reason for o in seen.values()}
+    for fed_event, now in fed:
+        if fed_event is None:
+            twin.tick(now)
+        elif isinstance(fed_event, ev.QuoteRequested):
+            expected[fed_event.request.quote_id] = _decision(twin.receive(fed_event, now))
+        else:
+            twin.receive(fed_event, now)
+    assert decided == expected
+    assert twin.stats == desk.stats
+    assert twin.inventory.reservations == desk.inventory.reservations
+    assert twin.book.quotes.keys() == desk.book.quotes.keys()
+    reasons = {"Quote" if isinstance(o, Quote) else o.reason for o in decided.values()}
     assert {"Quote", "strategy_no_quote", "exposure_limit"} <= reasons
+    assert desk.stats.outcomes["LOST"] > 100  # ended by the desk after their deadlines
     assert result.tracker.won == 0 and result.final_inventory == result.start_inventory
 
 
@@ -122,8 +139,12 @@ def test_winning_fills_move_the_ledger_by_exactly_their_diffs_and_fees() -> None
 
 
 def test_a_losing_quote_keeps_its_reservation_until_its_deadline() -> None:
+    # As live: the reservation holds until a balance snapshot taken after the deadline (the
+    # replay's desk takes one at every tick, each second), and the desk ends the quote LOST
+    # once the deadline and its grace have passed (no nonce check: nothing was missed).
     config = bot_config()
     snapshots: list[dict[str, int]] = []
+    open_quotes: list[int] = []
     replay = Replay(
         config,
         settings(
@@ -135,15 +156,18 @@ def test_a_losing_quote_keeps_its_reservation_until_its_deadline() -> None:
         yield from prices(0)
         yield request(1, "a", 10 * E24, min_deadline_ms=10_000)  # deadline 1 + 10 + 5 = 16 s
         yield competitor(1, "a", 10**30)  # far better for the user: we lose at 2 s
-        for seconds in (2.5, 15.9, 16.0, 16.5):
+        for seconds in (2.5, 15.9, 16.0, 16.5, 17.0, 19.5):
             yield price(seconds, NEAR, "3.0")
             snapshots.append(dict(replay.inventory.reserved))  # after the event was handled
+            open_quotes.append(len(replay.desk.book.quotes))
 
     result = replay.run(events(), HEADER)
     assert config.quote.deadline_margin_ms == 5_000
     held = snapshots[0][USDC]
     assert held > 0
-    assert snapshots == [{USDC: held}, {USDC: held}, {USDC: held}, {}]
+    assert snapshots == [{USDC: held}] * 4 + [{}, {}]
+    assert open_quotes == [1, 1, 1, 1, 1, 0]  # LOST at the first tick past 16 s + 2 s of grace
+    assert result.desk.stats.outcomes == {"LOST": 1}
     assert result.tracker.lost == {"competitor": 1} and result.tracker.won == 0
     assert result.final_inventory == result.start_inventory
 
@@ -203,7 +227,8 @@ def test_signing_on_and_off_leave_the_same_ledger_and_summary() -> None:
             {a: dict(b) for a, b in ledger.balances.items()},
             result.final_inventory,
             result.tracker.won,
-            result.tracker.realized,
+            result.desk.pnl.realized_usd,
+            result.desk.pnl.pnl,
             dict(result.tracker.skips),
         )
         assert result.tracker.won > 20 and result.tracker.settle_failed == {}
@@ -215,7 +240,54 @@ def test_a_settlement_after_the_deadline_fails_and_releases() -> None:
     replay, result = run(events, fill={"model": "always"}, settlement_delay_ms=20_000)
     assert result.tracker.settle_failed == {"deadline has expired": 1}
     assert result.tracker.won == 0 and replay.inventory.reserved == {}
+    assert result.desk.stats.outcomes == {"LOST": 1}  # at 7 s + grace, before the attempt
     assert result.final_inventory == result.start_inventory
+
+
+@pytest.mark.parametrize("sign", [False, True])
+def test_a_refused_settlement_ends_one_claim_and_the_deadline_ends_the_quote(sign: bool) -> None:
+    # The ledger refuses the taker's batch (the USDC left behind the desk's back): as live, the
+    # desk hears the claim and NOT_FOUND_OR_NOT_VALID for it; the quote stays open with its
+    # reservation (another intent could still use it) until its deadline, then the nonce
+    # (unused, the ledger says) makes it LOST.
+    config = bot_config(
+        risk__halt_on_mismatch=False, risk__max_daily_loss_usd=1e9, risk__max_drawdown_usd=1e9
+    )
+    replay = Replay(config, settings(fill={"model": "always"}, sign=sign))
+    reserved: list[int] = []
+
+    def events() -> Iterator[StreamEvent]:
+        yield from prices(0)
+        yield request(1, "a", 10 * E24)  # pays ~30 USDC out; deadline 1 + 10 + 5 = 16 s
+        ledger = replay.settler.ledger
+        ledger.balances[replay.settler.solver][USDC] = 0  # settles at 2 s: refused
+        for seconds in (10.0, 16.5, 17.5, 19.5):
+            yield price(seconds, NEAR, "3.0")
+            reserved.append(replay.inventory.reserved.get(USDC, 0))
+
+    result = replay.run(events(), HEADER)
+    assert list(result.tracker.settle_failed) == ["insufficient balance or overflow"]
+    assert result.tracker.won == 0 and result.halted is None
+    assert reserved[0] == reserved[1] > 0 and reserved[2:] == [0, 0]
+    assert result.desk.stats.outcomes == {"LOST": 1}
+    assert result.desk.book.quotes == {}
+
+
+def test_the_reconciliation_of_the_desk_halts_the_replay() -> None:
+    # The same unexplained move with the default halt_on_mismatch: the desk's reconciliation
+    # pause is the replay's halt.
+    replay = Replay(bot_config(), settings(fill={"model": "always"}))
+
+    def events() -> Iterator[StreamEvent]:
+        yield from prices(0)
+        replay.settler.ledger.balances[replay.settler.solver][USDC] -= E6
+        yield request(1.5, "a", 10 * E24)
+
+    result = replay.run(events(), HEADER)
+    assert result.halted is not None
+    assert result.halted["reason"].startswith(f"reconciliation: {USDC}: on-chain balance off")
+    assert result.halted["at"] == at(1).isoformat(timespec="microseconds")
+    assert result.tracker.skips == {"paused": 1}
 
 
 def test_an_answer_slower_than_the_bus_wait_loses() -> None:
@@ -246,12 +318,30 @@ def test_the_kill_switch_pauses_quoting_after_a_drawdown() -> None:
         price(5, NEAR, "2.5"),  # the NEAR held (100k USD worth) loses a sixth of its value
         request(6, "b", 10 * E24),
     ]
-    config = bot_config(risk__max_drawdown_usd=1_000.0)
+    config = bot_config(risk__max_drawdown_usd=1_000.0, risk__max_daily_loss_usd=1e9)
     _, result = run(events, config, fill={"model": "always"})
     assert result.halted is not None and result.halted["reason"].startswith("drawdown")
     assert result.tracker.skips == {"paused": 1}
     _, result = run(events, config, fill={"model": "always"}, kill_switch=False)
     assert result.halted is None and result.tracker.won == 2
+
+
+def test_the_kill_switch_of_the_replay_is_the_desks() -> None:
+    # A tiny drawdown limit: the first adverse tick pauses the desk, and the replay's halt is
+    # that very pause (its time and reason); the desk's own PnL book measured the drawdown.
+    events = [*flow(40, every=0.5), price(25, NEAR, "2.97"), request(26, "late", 10 * E24)]
+    config = bot_config(risk__max_drawdown_usd=0.01, risk__max_daily_loss_usd=1e9)
+    replay, result = run(events, config, fill={"model": "always"})
+    pause = replay.desk.pauses.get("*", "drawdown")
+    assert pause is not None and result.halted is not None
+    assert result.halted == {
+        "at": pause.at.isoformat(timespec="microseconds"),
+        "reason": f"drawdown: {pause.reason}",
+    }
+    assert pause.reason.startswith("drawdown ") and pause.reason.endswith("USD > 0.01")
+    assert replay.desk.risk_paused() and result.tracker.skips["paused"] > 0
+    assert replay.desk.pnl.drawdown_usd() > 0.01 or replay.desk.pnl.peak_pnl > 0
+    assert summary(result, fill_model="always", seed=0)["halted"] == result.halted
 
 
 def test_static_price_sources_stay_fresh_until_the_stream_prices_the_asset() -> None:
@@ -272,7 +362,7 @@ def test_starting_balances_default_to_a_usd_amount_at_the_first_price() -> None:
     events: list[StreamEvent] = [price(0, USDC, "1.0"), request(1, "a", E24), price(2, NEAR, "4.0")]
     _, result = run(events, starting_usd=1_000.0, balances={USDC: "5"})
     assert result.start_inventory == {USDC: 5, NEAR: 250 * E24}
-    assert result.tracker.start_equity == pytest.approx(1_000.0 + 5e-6)
+    assert result.desk.pnl.start_equity == pytest.approx(1_000.0 + 5e-6)
 
 
 def test_pnl_is_marked_from_the_first_prices_even_when_they_come_late() -> None:
@@ -283,9 +373,9 @@ def test_pnl_is_marked_from_the_first_prices_even_when_they_come_late() -> None:
     ]
     _, result = run(events, balances={USDC: str(1_000 * E6), NEAR: str(100 * E24)})
     assert result.tracker.skips == {"no_price": 1}
-    assert result.tracker.start_equity == pytest.approx(1_300.0)
-    assert result.tracker.pnl == pytest.approx(30.0)
-    assert result.tracker.max_drawdown == 0.0
+    assert result.desk.pnl.start_equity == pytest.approx(1_300.0)
+    assert result.desk.pnl.pnl == pytest.approx(30.0)
+    assert result.measures.max_drawdown == 0.0
 
 
 def test_decimals_disagreeing_with_the_stream_header_are_refused() -> None:
@@ -310,7 +400,8 @@ def test_memory_stays_bounded_by_the_open_work() -> None:
             events.append(CompetitorEvent(event.ts, f"nobody{i}", 1))
     replay, result = run(events, fill={"model": "always"})
     assert result.tracker.won > 1_000 and result.tracker.events["competitor"] > 300
-    assert not replay._heap and not result.tracker.open_fills
+    assert not replay._resolves and not result.tracker.open_fills
+    assert not replay.desk.book.quotes and not replay.desk.inventory.reservations
     assert len(replay.competitors) < 100
     series = Downsampled(capacity=10)
     for i in range(10_000):

@@ -80,7 +80,7 @@ def test_run_writes_identical_summary_and_fills_twice(
     assert set(first) >= REQUIRED
     assert first["fill_model"] == "competitor"
     assert isinstance(first["won"], int) and 0 < first["won"] < 300
-    assert set(first["markouts_usd"]) == {"1s", "10s", "60s"}
+    assert set(first["markouts_usd"]) == {"1s", "10s", "60s", "300s"}  # the desk's horizons
     assert all(isinstance(v, str) for v in first["final_inventory"].values())
     assert first["fees_paid_usd"] > 0
     with (tmp_path / "one" / "fills.csv").open() as handle:

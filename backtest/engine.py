@@ -142,11 +142,6 @@ class ReplayResult:
     """Quotes the desk still held open when the replay ended (deadline not passed yet)."""
     halted: dict[str, str] | None
 
-    @property
-    def tracker(self) -> Measurements:
-        """The former name of :attr:`measures` (kept for callers not converted yet)."""
-        return self.measures
-
 
 class Replay:
     def __init__(
@@ -578,9 +573,17 @@ class Replay:
         m.on_resolved(pending.edge_bps, pending.notional_usd, won=True)
         desk.receive(QuoteStatusSeen(pending.quote_hash, intent_hash), at)
         actions = desk.receive(IntentStatusSeen(intent_hash, SETTLED), at)
-        first = actions[0] if actions else None
-        moved = first.fact if type(first) is RecordAction else None
-        prices = moved.fill if type(moved) is f.QuoteMoved else None
+        # OPEN → WON → SETTLED: the SETTLED fact carries the fill's prices.
+        prices = next(
+            (
+                a.fact.fill
+                for a in actions
+                if type(a) is RecordAction
+                and type(a.fact) is f.QuoteMoved
+                and a.fact.new == "SETTLED"
+            ),
+            None,
+        )
         if prices is None:  # cannot happen: the quote is open until after its deadline
             raise AssertionError(f"{quote_id}: the desk did not take a settlement the ledger made")
         record = FillRecord(
@@ -599,7 +602,7 @@ class Replay:
             prices.realized_usd,
         )
         m.on_fill(record, at_us)
-        self._carry_out(actions[1:], at)  # RefreshBalances: the ledger's balances now
+        self._carry_out(actions, at)  # RefreshBalances: the ledger's balances now
         m.on_balances(desk.inventory.confirmed, at_us / 1e6)
 
 

@@ -193,7 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "unknown_kinds": stats.unknown_kinds,
     }
     write_json(out / "summary.json", figures)
-    tracker = result.tracker
+    tracker = result.measures
     write_json(
         out / "timing.json",
         {

@@ -10,6 +10,8 @@ no clock reads.
 
 from __future__ import annotations
 
+import heapq
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +36,9 @@ class Inventory:
         self.confirmed_at: datetime | None = None
         self.reserved: dict[str, int] = {}
         self.reservations: dict[str, Reservation] = {}
+        # (deadline, quote_id) of reservations, oldest first: releasing the expired ones costs
+        # what is due, not a walk of every open reservation at every snapshot.
+        self._deadlines: list[tuple[datetime, str]] = []
         # Settlements heard of (at the datetime) that no snapshot is known to include yet.
         self.unconfirmed_settlements: dict[str, tuple[Reservation, datetime]] = {}
 
@@ -84,6 +89,7 @@ class Inventory:
         self.reserved[reservation.asset_out] = (
             self.reserved.get(reservation.asset_out, 0) + reservation.amount_out
         )
+        heapq.heappush(self._deadlines, (reservation.deadline, reservation.quote_id))
         return True
 
     def release(self, quote_id: str) -> Reservation | None:
@@ -117,9 +123,14 @@ class Inventory:
         return reservation
 
     def release_expired(self, snapshot_at: datetime) -> list[Reservation]:
-        expired = [r for r in self.reservations.values() if r.deadline < snapshot_at]
-        for reservation in expired:
-            self.release(reservation.quote_id)
+        expired: list[Reservation] = []
+        heap, reservations = self._deadlines, self.reservations
+        while heap and heap[0][0] < snapshot_at:
+            deadline, quote_id = heapq.heappop(heap)
+            reservation = reservations.get(quote_id)
+            if reservation is not None and reservation.deadline == deadline:
+                self.release(quote_id)
+                expired.append(reservation)
         return expired
 
     def restore(self, reservations: Iterable[Reservation]) -> None:
@@ -130,6 +141,7 @@ class Inventory:
                 self.reservations[reservation.quote_id] = reservation
                 asset = reservation.asset_out
                 self.reserved[asset] = self.reserved.get(asset, 0) + reservation.amount_out
+                heapq.heappush(self._deadlines, (reservation.deadline, reservation.quote_id))
 
     def open_outflow(self) -> dict[str, int]:
         return dict(self.reserved)

@@ -244,9 +244,9 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
     assert len(quoted) >= 0.9 * len(compared)  # nearly every request is quotable here
 
     # Fills: every answer in time wins in the replay; live, the takers took what they could.
-    won = result.tracker.won
-    assert result.tracker.lost == {} and result.tracker.settle_failed == {}
-    assert won == result.tracker.quoted == len(quoted) + len(wall_clock) + len(only_recorded)
+    won = result.measures.won
+    assert result.measures.lost == {} and result.measures.settle_failed == {}
+    assert won == result.measures.quoted == len(quoted) + len(wall_clock) + len(only_recorded)
     # A publish cancelled by the takers' stop may still settle: hence <=.
     assert takers.stats.published_ok <= live_settled
     tolerance = 2 + 0.05 * len(quoted) + len(wall_clock) + len(only_recorded)

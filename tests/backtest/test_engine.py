@@ -101,7 +101,7 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
     reasons = {"Quote" if isinstance(o, Quote) else o.reason for o in decided.values()}
     assert {"Quote", "strategy_no_quote", "exposure_limit"} <= reasons
     assert desk.stats.outcomes["LOST"] > 100  # ended by the desk after their deadlines
-    assert result.tracker.won == 0 and result.final_inventory == result.start_inventory
+    assert result.measures.won == 0 and result.final_inventory == result.start_inventory
 
 
 def test_winning_fills_move_the_ledger_by_exactly_their_diffs_and_fees() -> None:
@@ -134,8 +134,8 @@ def test_winning_fills_move_the_ledger_by_exactly_their_diffs_and_fees() -> None
     assert {a: replay.inventory.confirmed[a] for a in (USDC, NEAR)} == result.final_inventory
     assert replay.inventory.reserved == {} and result.open_at_end == 0
     fee_usd = sum(f.fee * f.price_out / 10 ** (6 if f.asset_out == USDC else 24) for f in fills)
-    assert result.tracker.fees == pytest.approx(fee_usd)
-    assert result.tracker.won == 4 and result.tracker.quoted == 4
+    assert result.measures.fees == pytest.approx(fee_usd)
+    assert result.measures.won == 4 and result.measures.quoted == 4
 
 
 def test_a_losing_quote_keeps_its_reservation_until_its_deadline() -> None:
@@ -168,7 +168,7 @@ def test_a_losing_quote_keeps_its_reservation_until_its_deadline() -> None:
     assert snapshots == [{USDC: held}] * 4 + [{}, {}]
     assert open_quotes == [1, 1, 1, 1, 1, 0]  # LOST at the first tick past 16 s + 2 s of grace
     assert result.desk.stats.outcomes == {"LOST": 1}
-    assert result.tracker.lost == {"competitor": 1} and result.tracker.won == 0
+    assert result.measures.lost == {"competitor": 1} and result.measures.won == 0
     assert result.final_inventory == result.start_inventory
 
 
@@ -189,9 +189,9 @@ def test_the_inventory_guard_holds_no_fill_beyond_the_balance(strategy: str, rea
     _, result = run(
         events, config, balances={USDC: str(100 * E6), NEAR: "0"}, fill={"model": "always"}
     )
-    assert result.tracker.won == 1
-    assert result.tracker.skips == {reason: 5}
-    assert result.tracker.settle_failed == {}
+    assert result.measures.won == 1
+    assert result.measures.skips == {reason: 5}
+    assert result.measures.settle_failed == {}
     assert 30 * E6 <= result.final_inventory[USDC] < 100 * E6
     assert result.final_inventory[NEAR] == 20 * E24
 
@@ -226,20 +226,20 @@ def test_signing_on_and_off_leave_the_same_ledger_and_summary() -> None:
         results[sign] = (
             {a: dict(b) for a, b in ledger.balances.items()},
             result.final_inventory,
-            result.tracker.won,
+            result.measures.won,
             result.desk.pnl.realized_usd,
             result.desk.pnl.pnl,
-            dict(result.tracker.skips),
+            dict(result.measures.skips),
         )
-        assert result.tracker.won > 20 and result.tracker.settle_failed == {}
+        assert result.measures.won > 20 and result.measures.settle_failed == {}
     assert results[False] == results[True]
 
 
 def test_a_settlement_after_the_deadline_fails_and_releases() -> None:
     events = [*prices(0), request(1, "a", 10 * E24, min_deadline_ms=1_000), price(30, NEAR, "3.0")]
     replay, result = run(events, fill={"model": "always"}, settlement_delay_ms=20_000)
-    assert result.tracker.settle_failed == {"deadline has expired": 1}
-    assert result.tracker.won == 0 and replay.inventory.reserved == {}
+    assert result.measures.settle_failed == {"deadline has expired": 1}
+    assert result.measures.won == 0 and replay.inventory.reserved == {}
     assert result.desk.stats.outcomes == {"LOST": 1}  # at 7 s + grace, before the attempt
     assert result.final_inventory == result.start_inventory
 
@@ -266,8 +266,8 @@ def test_a_refused_settlement_ends_one_claim_and_the_deadline_ends_the_quote(sig
             reserved.append(replay.inventory.reserved.get(USDC, 0))
 
     result = replay.run(events(), HEADER)
-    assert list(result.tracker.settle_failed) == ["insufficient balance or overflow"]
-    assert result.tracker.won == 0 and result.halted is None
+    assert list(result.measures.settle_failed) == ["insufficient balance or overflow"]
+    assert result.measures.won == 0 and result.halted is None
     assert reserved[0] == reserved[1] > 0 and reserved[2:] == [0, 0]
     assert result.desk.stats.outcomes == {"LOST": 1}
     assert result.desk.book.quotes == {}
@@ -287,15 +287,15 @@ def test_the_reconciliation_of_the_desk_halts_the_replay() -> None:
     assert result.halted is not None
     assert result.halted["reason"].startswith(f"reconciliation: {USDC}: on-chain balance off")
     assert result.halted["at"] == at(1).isoformat(timespec="microseconds")
-    assert result.tracker.skips == {"paused": 1}
+    assert result.measures.skips == {"paused": 1}
 
 
 def test_an_answer_slower_than_the_bus_wait_loses() -> None:
     events = [*prices(0), request(1, "a", 10 * E24), request(2, "b", 10 * E24)]
     _, result = run(events, fill={"model": "always"}, latency={"kind": "fixed", "ms": 3_001})
-    assert result.tracker.quoted == 2 and result.tracker.lost == {"late": 2}
+    assert result.measures.quoted == 2 and result.measures.lost == {"late": 2}
     _, result = run(events, fill={"model": "always"}, latency={"kind": "fixed", "ms": 2_000})
-    assert result.tracker.won == 2
+    assert result.measures.won == 2
 
 
 def test_competitor_events_count_until_the_outcome_is_decided() -> None:
@@ -308,7 +308,7 @@ def test_competitor_events_count_until_the_outcome_is_decided() -> None:
         competitor(2.5, "never-asked", 1),
     ]
     _, result = run(events, fill={"model": "competitor"})
-    assert result.tracker.lost == {"competitor": 1} and result.tracker.won == 1
+    assert result.measures.lost == {"competitor": 1} and result.measures.won == 1
 
 
 def test_the_kill_switch_pauses_quoting_after_a_drawdown() -> None:
@@ -321,9 +321,9 @@ def test_the_kill_switch_pauses_quoting_after_a_drawdown() -> None:
     config = bot_config(risk__max_drawdown_usd=1_000.0, risk__max_daily_loss_usd=1e9)
     _, result = run(events, config, fill={"model": "always"})
     assert result.halted is not None and result.halted["reason"].startswith("drawdown")
-    assert result.tracker.skips == {"paused": 1}
+    assert result.measures.skips == {"paused": 1}
     _, result = run(events, config, fill={"model": "always"}, kill_switch=False)
-    assert result.halted is None and result.tracker.won == 2
+    assert result.halted is None and result.measures.won == 2
 
 
 def test_the_kill_switch_of_the_replay_is_the_desks() -> None:
@@ -339,7 +339,7 @@ def test_the_kill_switch_of_the_replay_is_the_desks() -> None:
         "reason": f"drawdown: {pause.reason}",
     }
     assert pause.reason.startswith("drawdown ") and pause.reason.endswith("USD > 0.01")
-    assert replay.desk.risk_paused() and result.tracker.skips["paused"] > 0
+    assert replay.desk.risk_paused() and result.measures.skips["paused"] > 0
     assert replay.desk.pnl.drawdown_usd() > 0.01 or replay.desk.pnl.peak_pnl > 0
     assert summary(result, fill_model="always", seed=0)["halted"] == result.halted
 
@@ -350,12 +350,12 @@ def test_static_price_sources_stay_fresh_until_the_stream_prices_the_asset() -> 
     )
     events: list[StreamEvent] = [request(1, "a", 10 * E24), request(100, "b", 10 * E24)]
     _, result = run(events, config, fill={"model": "always"})
-    assert result.tracker.won == 2
+    assert result.measures.won == 2
     assert result.start_inventory[USDC] == 100_000 * E6
     # Once the stream prices NEAR, that price goes stale like any other.
     events = [request(1, "a", 10 * E24), price(2, NEAR, "3.0"), request(100, "b", 10 * E24)]
     _, result = run(events, config, fill={"model": "always"})
-    assert result.tracker.skips == {"stale_price": 1}
+    assert result.measures.skips == {"stale_price": 1}
 
 
 def test_starting_balances_default_to_a_usd_amount_at_the_first_price() -> None:
@@ -372,7 +372,7 @@ def test_pnl_is_marked_from_the_first_prices_even_when_they_come_late() -> None:
         price(9, NEAR, "3.3"),
     ]
     _, result = run(events, balances={USDC: str(1_000 * E6), NEAR: str(100 * E24)})
-    assert result.tracker.skips == {"no_price": 1}
+    assert result.measures.skips == {"no_price": 1}
     assert result.desk.pnl.start_equity == pytest.approx(1_300.0)
     assert result.desk.pnl.pnl == pytest.approx(30.0)
     assert result.measures.max_drawdown == 0.0
@@ -389,7 +389,7 @@ def test_decimals_disagreeing_with_the_stream_header_are_refused() -> None:
 
 def test_an_empty_stream_gives_an_empty_result() -> None:
     _, result = run([])
-    assert result.tracker.requests == 0 and result.tracker.first_ts is None
+    assert result.measures.requests == 0 and result.measures.first_ts is None
 
 
 def test_memory_stays_bounded_by_the_open_work() -> None:
@@ -399,8 +399,8 @@ def test_memory_stays_bounded_by_the_open_work() -> None:
         if i % 10 == 0:  # answers to requests we never saw: forgotten after a while
             events.append(CompetitorEvent(event.ts, f"nobody{i}", 1))
     replay, result = run(events, fill={"model": "always"})
-    assert result.tracker.won > 1_000 and result.tracker.events["competitor"] > 300
-    assert not replay._resolves and not result.tracker.open_fills
+    assert result.measures.won > 1_000 and result.measures.events["competitor"] > 300
+    assert not replay._resolves and not result.measures.open_fills
     assert not replay.desk.book.quotes and not replay.desk.inventory.reservations
     assert len(replay.competitors) < 100
     series = Downsampled(capacity=10)

@@ -171,9 +171,9 @@ def test_fills_csv_rows_and_progress(tmp_path: Path) -> None:
             bot_config(), settings(fill={"model": "always"}), on_fill=sink, progress=updates.append
         )
         result = replay.run(flow(50), HEADER)
-    assert sink.rows == result.tracker.won > 0
+    assert sink.rows == result.measures.won > 0
     assert updates[-1] == Progress(
-        result.tracker.events["price"] + 50, 50, result.tracker.quoted, result.tracker.won
+        result.measures.events["price"] + 50, 50, result.measures.quoted, result.measures.won
     )
     with path.open() as handle:
         rows = list(csv.DictReader(handle))

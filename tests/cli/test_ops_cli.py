@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from solver.cli import main
-from solver.cli_ops import status_table
+from solver.cli.ops import status_table
 from solver.config import validate_bot_config
 from solver.io.control import ControlServer
 from tests.cli.helpers import KEY_VAR, assert_one_line_error

@@ -69,7 +69,7 @@ def run_bot(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from solver.demo import demo
+    from solver.cli.demo import demo
 
     if args.seconds <= 0:
         raise ConfigError("--seconds must be positive")

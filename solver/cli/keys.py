@@ -11,7 +11,7 @@ refuse values that look like a key instead of echoing them.
 This module also holds the key-source options (``--key-env`` / ``--key-file``) that every
 signing command shares, and the options and runner of the operator commands that sign and
 publish intents for the configured account (``keys add`` / ``keys remove`` here, ``withdraw`` /
-``transfer`` in :mod:`solver.cli_funds`; the library is :mod:`solver.ops_intents`).
+``transfer`` in :mod:`solver.cli.funds`; the library is :mod:`solver.ops_intents`).
 
 Operator commands print one JSON line ``{intent_hash, status, tx_hash?, reason?, deadline}``
 and exit 0 when the intent SETTLED (or, with ``--dry-run``, simulated cleanly), 1 when it did not

@@ -18,8 +18,9 @@ from pathlib import Path
 import nacl.exceptions
 import nacl.signing
 
-from solver.errors import ConfigError, SignatureError
+from solver.errors import ConfigError
 from solver.protocol.encoding import b58decode, b58encode
+from solver.protocol.errors import SignatureError
 
 ED25519_PREFIX = "ed25519:"
 

@@ -9,8 +9,8 @@ import signal
 
 from solver.config import load_bot_config
 from solver.errors import ConfigError
+from solver.io.key_files import load_secret_key
 from solver.logsetup import setup_logging
-from solver.protocol.keys import load_secret_key
 from solver.runtime import run_service
 
 

@@ -16,8 +16,9 @@ from solver.config.problems import BotConfigError
 from solver.config.secrets import redact
 from solver.config.sections import AccountSpec
 from solver.errors import ConfigError
+from solver.io.key_files import load_secret_key
 from solver.protocol.ids import is_implicit_account
-from solver.protocol.keys import SecretKey, load_secret_key
+from solver.protocol.keys import SecretKey
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

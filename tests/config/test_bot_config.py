@@ -25,7 +25,8 @@ from solver.config import (
     validate_bot_config,
 )
 from solver.errors import ConfigError
-from solver.protocol.keys import SecretKey, write_secret_key
+from solver.io.key_files import write_secret_key
+from solver.protocol.keys import SecretKey
 from tests.config.helpers import (
     DEFAULT_YAML,
     ETH,

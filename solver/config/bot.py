@@ -41,6 +41,7 @@ from solver.config.sections import (
     SwapApiSpec,
     TokenSpec,
 )
+from solver.config.strategies import strategy_problems
 from solver.protocol.ids import AccountId, AssetId, validate_asset_id
 
 
@@ -173,6 +174,8 @@ def _cross_errors(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
                 )
             else:
                 seen[key] = index
+
+    errors.extend(strategy_problems(raw_pairs))
 
     prices = data.get("prices")
     raw_sources = prices.get("sources") if isinstance(prices, Mapping) else None

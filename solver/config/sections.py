@@ -102,6 +102,10 @@ class ChainSpec(BaseModel):
     """Balances older than this are stale: pairs using them skip (and may trip the kill switch)."""
     salt_refresh_ms: Millis = 10_000
     """Period of the ``current_salt`` refresh."""
+    salt_max_age_ms: Millis | None = None
+    """A salt older than this is stale: every request skips (``no_salt``) until a refresh
+    succeeds, because the verifier may have rotated it and would refuse nonces built on it.
+    ``None``: twice ``salt_refresh_ms``, so one failed refresh is tolerated and a second is not."""
 
     @model_validator(mode="after")
     def _age_after_refresh(self) -> ChainSpec:
@@ -111,7 +115,19 @@ class ChainSpec(BaseModel):
                 "balance_max_age_ms must be greater than balance_refresh_ms, "
                 "or balances go stale between refreshes",
             )
+        if self.salt_max_age_ms is not None and self.salt_max_age_ms < self.salt_refresh_ms:
+            raise PydanticCustomError(
+                "order",
+                "salt_max_age_ms must be at least salt_refresh_ms, "
+                "or the salt goes stale between refreshes",
+            )
         return self
+
+    @property
+    def salt_max_age_s(self) -> float:
+        """The salt's maximum age in seconds, the default (2 x ``salt_refresh_ms``) resolved."""
+        age_ms = self.salt_max_age_ms
+        return (2 * self.salt_refresh_ms if age_ms is None else age_ms) / 1000
 
 
 class NonceSpec(BaseModel):

@@ -393,6 +393,39 @@ def test_field_errors_carry_their_path(
     assert paths_of(data) == [expected]
 
 
+@pytest.mark.parametrize(
+    ("chain", "age_s"),
+    [
+        ({}, 20.0),  # twice the default salt_refresh_ms (10 s)
+        ({"salt_refresh_ms": 4000}, 8.0),
+        ({"salt_refresh_ms": 4000, "salt_max_age_ms": 4000}, 4.0),
+        ({"salt_max_age_ms": 45_000}, 45.0),
+        ({"salt_max_age_ms": None}, 20.0),
+    ],
+)
+def test_salt_max_age_defaults_to_twice_the_refresh_period(
+    chain: dict[str, Any], age_s: float
+) -> None:
+    data = minimal()
+    data["chain"].update(chain)
+    assert validate_bot_config(data).chain.salt_max_age_s == age_s
+
+
+def test_salt_max_age_below_the_refresh_period_is_refused() -> None:
+    data = minimal()
+    data["chain"].update(salt_refresh_ms=10_000, salt_max_age_ms=9_999)
+    assert problems_of(data) == [
+        "chain: salt_max_age_ms must be at least salt_refresh_ms, "
+        "or the salt goes stale between refreshes"
+    ]
+
+
+def test_salt_max_age_follows_an_overridden_refresh_period() -> None:
+    """The default is resolved when read, not stored: overriding the refresh moves it too."""
+    config = validate_bot_config(minimal()).with_overrides(chain__salt_refresh_ms=30_000)
+    assert config.chain.salt_max_age_s == 60.0
+
+
 def test_strategy_may_be_a_module_path() -> None:
     data = minimal()
     data["pairs"][0]["strategy"] = "tests.strategies.broken:Raising"

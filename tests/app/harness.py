@@ -78,6 +78,7 @@ def bot_overrides(
         "chain.balance_refresh_ms": 300,
         "chain.balance_max_age_ms": 3000,
         "chain.salt_refresh_ms": 500,
+        "chain.salt_max_age_ms": 3000,  # as tolerant as the balances: a loaded CI machine
         "prices.sources": [{"kind": "sandbox", "url": urls["prices"], "refresh_ms": 200}],
         "storage.path": str(storage),
         "metrics.listen": None,

@@ -32,7 +32,8 @@ from sandbox.swap_api import create_swap_app
 from sandbox.swap_service import SwapService
 from sandbox.takers import TakerPopulation
 from solver.errors import ConfigError
-from solver.protocol.keys import SecretKey, load_secret_key, write_secret_key
+from solver.io.key_files import load_secret_key, write_secret_key
+from solver.protocol.keys import SecretKey
 
 log = logging.getLogger("sandbox")
 SERVICES = ("relay", "chain_rpc", "prices", "swap_api", "history_api")

@@ -22,7 +22,8 @@ import jwt
 from sandbox.swap_http import verify_jwt
 from sandbox.swap_rules import deposit_seed
 from solver.errors import ConfigError
-from solver.protocol.keys import SecretKey, load_secret_key, write_secret_key
+from solver.io.key_files import load_secret_key, write_secret_key
+from solver.protocol.keys import SecretKey
 
 _ROOT_LABEL = b"sandbox-swap:deposit-key-root"
 

@@ -44,7 +44,7 @@ def pipeline_settings(config: BotConfig) -> PipelineSettings:
         response_budget_ms=config.quote.response_budget_ms,
         balance_max_age_s=config.chain.balance_max_age_ms / 1000,
         price_max_age_s=config.prices.max_age_ms / 1000,
-        salt_max_age_s=max(60.0, 6 * config.chain.salt_refresh_ms / 1000),
+        salt_max_age_s=config.chain.salt_max_age_s,
         max_open_exposure_usd=config.risk.max_open_exposure_usd,
         max_open_per_token=dict(config.risk.max_open_per_token),
         max_quotes_per_s=config.risk.max_quotes_per_s,

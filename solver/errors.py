@@ -3,27 +3,30 @@
 Library errors (httpx, websockets, pydantic, nacl) are translated into these where they enter
 our code, so callers catch one family and never a third-party type::
 
-    SolverError
-    ├── ProtocolError          bad bytes or fields on the wire (spec 2, 4.7)
-    │   └── SignatureError     a signature, key or digest that does not check out (spec 5.3)
-    ├── ConfigError            bad YAML or CLI input, secret handling (never contains a secret)
-    ├── TransportError         the network failed: connect, timeout, closed connection
-    └── RemoteError            the remote answered, with an error (JSON-RPC error, FAILED status)
+    SolverError                  (solver.protocol.errors)
+    ├── ProtocolError            bad bytes or fields on the wire (spec 2, 4.7)
+    │   └── SignatureError       a signature, key or digest that does not check out (spec 5.3)
+    ├── ConfigError              bad YAML or CLI input, secret handling (never contains a secret)
+    ├── TransportError           the network failed: connect, timeout, closed connection
+    └── RemoteError              the remote answered, with an error (JSON-RPC error, FAILED status)
+
+The first three are defined in :mod:`solver.protocol.errors`, because the protocol layer raises
+them and imports nothing from above it; they are imported here so that the whole family can be
+imported from this one module.
 """
 
 from __future__ import annotations
 
+from solver.protocol.errors import ProtocolError, SignatureError, SolverError
 
-class SolverError(Exception):
-    """Base of every error this project raises on purpose."""
-
-
-class ProtocolError(SolverError):
-    """Input that does not follow the specification (field names it where possible)."""
-
-
-class SignatureError(ProtocolError):
-    """A signature, public key, secret key or payload digest that does not verify."""
+__all__ = [
+    "ConfigError",
+    "ProtocolError",
+    "RemoteError",
+    "SignatureError",
+    "SolverError",
+    "TransportError",
+]
 
 
 class ConfigError(SolverError):

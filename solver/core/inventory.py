@@ -11,7 +11,6 @@ no clock reads.
 from __future__ import annotations
 
 import heapq
-
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime

@@ -42,6 +42,7 @@ import orjson
 from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.io.journal import SqliteJournal
+from solver.io.store_checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store_schema import (
     INSERT_NONCE,
     INSERT_REBALANCE_STEP,
@@ -126,6 +127,7 @@ class Store:
         self._sample_below = int(sample_requests * 2**64)
         if not create and not self.path.is_file():
             raise StoreError(f"no store at {self.path}")
+        refuse_unusable_file(self.path)
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,7 @@ class Store:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            check_usable(self._conn, self.path)
             mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"cannot put the store {self.path} in WAL mode (got {mode})")
@@ -144,7 +147,7 @@ class Store:
                 self._conn.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.Error as exc:
             self._conn.close()
-            raise StoreError(f"cannot open the store {self.path}: {exc}") from None
+            raise open_error(self.path, exc) from None
         except BaseException:
             self._conn.close()
             raise

@@ -7,7 +7,7 @@ import binascii
 
 import base58 as _base58
 
-from solver.errors import ProtocolError
+from solver.protocol.errors import ProtocolError
 
 _ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # two base58 digits per divmod

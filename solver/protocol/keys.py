@@ -4,22 +4,20 @@
 - signature:  ``ed25519:`` + base58(64 bytes)
 - secret key: ``ed25519:`` + base58(32-byte seed ‖ 32-byte public key)
 
-A :class:`SecretKey` never shows its secret in ``repr``/``str`` and is only read from an
-environment variable or a file with owner-only permissions (see :func:`load_secret_key`).
+A :class:`SecretKey` never shows its secret in ``repr``/``str``. Reading one from an environment
+variable or an owner-only file is I/O, in :mod:`solver.io.key_files`.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 import nacl.exceptions
 import nacl.signing
 
-from solver.errors import ConfigError, SignatureError
 from solver.protocol.encoding import b58decode, b58encode
+from solver.protocol.errors import SignatureError
 
 ED25519_PREFIX = "ed25519:"
 
@@ -113,44 +111,3 @@ class SecretKey:
         return f"SecretKey(public_key={self.public_key.to_text()!r}, secret=<redacted>)"
 
     __str__ = __repr__
-
-
-def load_secret_key(*, env: str | None = None, path: str | Path | None = None) -> SecretKey:
-    """Read a secret key from an environment variable or an owner-only file.
-
-    Files readable by group or others are refused, as ssh does: a key that others could read
-    is already compromised.
-    """
-    if env:
-        text = os.environ.get(env)
-        if not text:
-            raise ConfigError(f"environment variable {env} is not set or empty")
-        try:
-            return SecretKey.from_text(text)
-        except SignatureError as exc:
-            raise ConfigError(f"environment variable {env}: {exc}") from None
-    if path:
-        file = Path(path)
-        try:
-            mode = file.stat().st_mode
-            if mode & (stat.S_IRWXG | stat.S_IRWXO):
-                raise ConfigError(
-                    f"key file {file} must not be readable by group or others (chmod 600)"
-                )
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read key file {file}: {exc.strerror}") from None
-        try:
-            return SecretKey.from_text(text)
-        except SignatureError as exc:
-            raise ConfigError(f"key file {file}: {exc}") from None
-    raise ConfigError("no key source given: set an environment variable or a key file")
-
-
-def write_secret_key(key: SecretKey, path: str | Path) -> Path:
-    """Write the key file with mode 0600 from the start (never world-readable, even briefly)."""
-    file = Path(path)
-    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(key.to_text() + "\n")
-    return file

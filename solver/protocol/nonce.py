@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from solver.errors import ProtocolError
 from solver.protocol.encoding import b64decode, b64encode
+from solver.protocol.errors import ProtocolError
 
 NONCE_LEN = 32
 SALT_LEN = 4

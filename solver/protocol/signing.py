@@ -23,9 +23,9 @@ import orjson
 from Crypto.Hash import keccak
 from pydantic import BaseModel, ValidationError
 
-from solver.errors import ProtocolError, SignatureError
 from solver.protocol.amounts import WIRE
 from solver.protocol.encoding import b58decode, b58encode, b64decode, b64encode
+from solver.protocol.errors import ProtocolError, SignatureError
 from solver.protocol.intents import (
     SIGNED_INTENT_ADAPTER,
     Erc191Signed,

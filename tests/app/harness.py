@@ -2,7 +2,7 @@
 
 :func:`live_bot` starts a :class:`~sandbox.server.Sandbox` (no takers unless asked), funds a
 fresh solver key on its ledger, builds the bot's configuration from ``config/default.yaml``
-with the sandbox's URLs and short refresh periods, runs :meth:`SolverApp.run` as a task, waits
+with the sandbox's URLs and short refresh periods, runs the runtime's ``LiveBot.run`` as a task, waits
 until the bot is warmed up and subscribed, and stops it at the end. A scripted user asks for
 quotes over the real ``/rpc`` and publishes the mirrored intent (:meth:`LiveBot.take`).
 Nothing of our own network code is mocked; every wait is bounded.
@@ -79,6 +79,7 @@ def bot_overrides(
         "chain.balance_refresh_ms": 300,
         "chain.balance_max_age_ms": 3000,
         "chain.salt_refresh_ms": 500,
+        "chain.salt_max_age_ms": 3000,  # as tolerant as the balances: a loaded CI machine
         "prices.sources": [{"kind": "sandbox", "url": urls["prices"], "refresh_ms": 200}],
         "storage.path": str(storage),
         "metrics.listen": None,

@@ -123,7 +123,8 @@ async def test_an_answer_refused_for_invalid_salt_refetches_the_salt_at_once(
 ) -> None:
     """With the periodic salt job far away, the relay's "invalid salt" refusal itself makes the
     bot re-read the salt; the next request is answered and settles."""
-    async with live_bot(tmp_path, overrides={"chain.salt_refresh_ms": 60_000}) as bot:
+    far = {"chain.salt_refresh_ms": 60_000, "chain.salt_max_age_ms": None}  # age: 2 x refresh
+    async with live_bot(tmp_path, overrides=far) as bot:
         ledger, app = bot.sandbox.ledger, bot.app
         old = ledger.current_salt()
         new = ledger.rotate_salt()

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 import solver
-import solver.cli_intents
+import solver.cli.intents
 from solver.cli import COMMAND_MODULES, build_parser, error_line, main
 from solver.errors import RemoteError
 from tests.cli.helpers import SALT_HEX, assert_one_line_error
@@ -37,7 +37,7 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: lis
 
 def test_every_registered_module_adds_its_group() -> None:
     parser = build_parser()
-    assert {"solver.cli_intents", "solver.cli_keys", "solver.cli_sandbox"} <= set(COMMAND_MODULES)
+    assert {"solver.cli.intents", "solver.cli.keys", "solver.cli.sandbox"} <= set(COMMAND_MODULES)
     groups = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert {"intents", "keys", "sandbox"} <= set(groups.choices)
 
@@ -52,7 +52,7 @@ def _raiser(exc: BaseException) -> object:
 def test_keyboard_interrupt_is_130_and_quiet(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(solver.cli_intents, "cmd_nonce", _raiser(KeyboardInterrupt()))
+    monkeypatch.setattr(solver.cli.intents, "cmd_nonce", _raiser(KeyboardInterrupt()))
     assert main(["intents", "nonce", "--salt", SALT_HEX]) == 130
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", "")
@@ -62,7 +62,7 @@ def test_solver_errors_are_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        solver.cli_intents, "cmd_nonce", _raiser(RemoteError("invalid salt\nsecond line"))
+        solver.cli.intents, "cmd_nonce", _raiser(RemoteError("invalid salt\nsecond line"))
     )
     assert main(["intents", "nonce", "--salt", SALT_HEX]) == 2
     assert capsys.readouterr().err == "solver: error: invalid salt second line\n"
@@ -71,7 +71,7 @@ def test_solver_errors_are_exit_2(
 def test_a_bug_is_one_line_without_its_message_unless_asked(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(solver.cli_intents, "cmd_nonce", _raiser(ValueError("private detail")))
+    monkeypatch.setattr(solver.cli.intents, "cmd_nonce", _raiser(ValueError("private detail")))
     assert main(["intents", "nonce", "--salt", SALT_HEX]) == 70
     err = capsys.readouterr().err
     assert_one_line_error(err)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from solver.cli import main
-from solver.cli_history import format_amount, parse_pair, parse_since
+from solver.cli.history import format_amount, parse_pair, parse_since
 from solver.config import TokenSpec
 from solver.core.facts import FillPrices
 from solver.core.lifecycle import QuoteState

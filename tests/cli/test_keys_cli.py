@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from solver.cli import main
-from solver.protocol.keys import PublicKey, SecretKey, load_secret_key
+from solver.io.key_files import load_secret_key
+from solver.protocol.keys import PublicKey, SecretKey
 from tests.cli.helpers import assert_one_line_error, make_payload, run_solver, write_json
 
 

@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from solver.cli import main
-from solver.cli_ops import status_table
+from solver.cli.ops import status_table
 from solver.config import validate_bot_config
 from solver.io.control import ControlServer
 from tests.cli.helpers import KEY_VAR, assert_one_line_error
@@ -131,16 +131,28 @@ async def test_pause_and_resume(
     assert capsys.readouterr().out == "paused wNEAR/USDC: paused from the command line\n"
 
     assert await solver("resume", "--config", config_file) == 0
-    assert capsys.readouterr().out == "resumed all pairs\n"
+    assert capsys.readouterr().out == "resumed everything\n"
     assert await solver("resume", "--config", config_file, "--pair", "wNEAR/USDC") == 0
     assert capsys.readouterr().out == "resumed wNEAR/USDC\n"
     assert target.paused == {}
+    assert await solver("resume", "--config", config_file, "--accept-balances") == 0
     assert target.calls == [
         ("pause", None, "rolling keys"),
         ("pause", "wNEAR/USDC", "paused from the command line"),
         ("resume", None, False),
         ("resume", "wNEAR/USDC", False),
+        ("resume", None, True),
     ]
+
+
+async def test_resume_never_reports_success_while_the_bot_stays_paused(
+    config_file: str, target: FakeTarget, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target.holds = ["drawdown: 3000.00 USD > 2500.0"]
+    assert await solver("resume", "--config", config_file) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "solver: not resumed: still paused: everything: drawdown: 3000.00 USD > 2500.0\n"
 
 
 async def test_unknown_pair_is_the_bots_answer(

@@ -25,7 +25,8 @@ from solver.config import (
     validate_bot_config,
 )
 from solver.errors import ConfigError
-from solver.protocol.keys import SecretKey, write_secret_key
+from solver.io.key_files import write_secret_key
+from solver.protocol.keys import SecretKey
 from tests.config.helpers import (
     DEFAULT_YAML,
     ETH,
@@ -392,10 +393,105 @@ def test_field_errors_carry_their_path(
     assert paths_of(data) == [expected]
 
 
+@pytest.mark.parametrize(
+    ("chain", "age_s"),
+    [
+        ({}, 20.0),  # twice the default salt_refresh_ms (10 s)
+        ({"salt_refresh_ms": 4000}, 8.0),
+        ({"salt_refresh_ms": 4000, "salt_max_age_ms": 4000}, 4.0),
+        ({"salt_max_age_ms": 45_000}, 45.0),
+        ({"salt_max_age_ms": None}, 20.0),
+    ],
+)
+def test_salt_max_age_defaults_to_twice_the_refresh_period(
+    chain: dict[str, Any], age_s: float
+) -> None:
+    data = minimal()
+    data["chain"].update(chain)
+    assert validate_bot_config(data).chain.salt_max_age_s == age_s
+
+
+def test_salt_max_age_below_the_refresh_period_is_refused() -> None:
+    data = minimal()
+    data["chain"].update(salt_refresh_ms=10_000, salt_max_age_ms=9_999)
+    assert problems_of(data) == [
+        "chain: salt_max_age_ms must be at least salt_refresh_ms, "
+        "or the salt goes stale between refreshes"
+    ]
+
+
+def test_salt_max_age_follows_an_overridden_refresh_period() -> None:
+    """The default is resolved when read, not stored: overriding the refresh moves it too."""
+    config = validate_bot_config(minimal()).with_overrides(chain__salt_refresh_ms=30_000)
+    assert config.chain.salt_max_age_s == 60.0
+
+
 def test_strategy_may_be_a_module_path() -> None:
     data = minimal()
-    data["pairs"][0]["strategy"] = "my_pkg.pricing:Skewed"
-    assert validate_bot_config(data).pairs[0].strategy == "my_pkg.pricing:Skewed"
+    data["pairs"][0]["strategy"] = "tests.strategies.broken:Raising"
+    data["pairs"][0]["params"] = {"message": "kaput"}
+    assert validate_bot_config(data).pairs[0].strategy == "tests.strategies.broken:Raising"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params", "expected"),
+    [
+        ("spread", {"spread_bps": -1}, ["pairs.0.params.spread_bps: Input should be greater"]),
+        ("spread", {"spred_bps": 5}, ["pairs.0.params.spred_bps: unknown key"]),
+        ("amm", {"margin_bps": "wide"}, ["pairs.0.params.margin_bps: "]),
+        (
+            "inventory_skew",
+            {"targets": {"nep141:a": 1.5}},
+            ["pairs.0.params.targets.nep141:a: Input should be less than or equal to 1"],
+        ),
+        (
+            "inventory_skew",
+            {"min_spread_bps": 50, "max_spread_bps": 10},
+            ["pairs.0.params: "],  # the strategy config's own cross-field check
+        ),
+        ("no_such_module.x:Strategy", {}, ["pairs.0.strategy: strategy 'no_such_module.x:"]),
+        ("nope", {}, ["pairs.0.strategy: unknown strategy 'nope'"]),
+        (
+            "tests.config.plugins:RefusesToStart",
+            {},
+            [
+                "pairs.0.params: strategy 'tests.config.plugins:RefusesToStart' refused these "
+                "params: RuntimeError"
+            ],
+        ),
+    ],
+)
+def test_strategy_params_are_validated_with_their_yaml_path(
+    strategy: str, params: dict[str, Any], expected: list[str]
+) -> None:
+    """Loading the config loads each pair's strategy with its params (issue 10): a bad one is a
+    problem with its YAML path, found at load time rather than when the bot builds its routes."""
+    data = minimal()
+    data["pairs"][0].update(strategy=strategy, params=params)
+    problems = problems_of(data)
+    assert len(problems) == len(expected), problems
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(start), problems
+
+
+def test_every_pair_s_strategy_is_checked_with_the_other_problems() -> None:
+    data = minimal()
+    second = {**data["pairs"][0], "base": ETH, "enabled": False}
+    second["params"] = {"spread_bps": 20_000}
+    data["pairs"].append(second)
+    data["pairs"][0]["params"] = {"spred_bps": 5}
+    data["bus"]["wait_ms"] = 5000
+    assert sorted(paths_of(data)) == [
+        "bus.wait_ms",
+        "pairs.0.params.spred_bps",
+        "pairs.1.params.spread_bps",
+    ]
+
+
+def test_with_overrides_checks_the_strategy_params_again() -> None:
+    config = validate_bot_config(minimal())
+    with pytest.raises(BotConfigError, match=r"pairs\.0\.params\.spread_bps"):
+        config.with_overrides({"pairs.0.params.spread_bps": -5})
 
 
 @pytest.mark.parametrize(
@@ -562,7 +658,9 @@ def test_names_and_public_keys_are_not_secrets() -> None:
     data["pairs"][0]["params"]["public_key"] = SecretKey.generate().public_key.to_text()
     data["account"]["key_env"] = "MY_KEY"
     assert find_secrets(data) == []
-    validate_bot_config(data)
+    # The spread strategy has no such params: those are the only problems, none a secret.
+    assert paths_of(data) == ["pairs.0.params.key", "pairs.0.params.public_key"]
+    assert not any("secret" in problem for problem in problems_of(data))
 
 
 # ---------------------------------------------------------------------------------- overrides

@@ -172,3 +172,19 @@ def test_check_in_a_child_process(tmp_path: Path) -> None:
     assert "account.secret: looks like a secret key" in done.stderr
     assert key.removeprefix("ed25519:")[:16] not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["config", "check", "--no-key-check"], ["run", "--config"]])
+def test_a_bad_strategy_parameter_is_named_by_its_path(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``solver config check`` and ``solver run`` refuse the same file the same way: exit 2, the
+    YAML path of the bad parameter, no traceback (``run`` stops before it touches the network)."""
+    data = minimal()
+    data["pairs"][0]["params"] = {"spread_bps": -3}
+    path = write_yaml(tmp_path / "bad-params.yaml", data)
+    code, out, err = run([*command, str(path)], capsys)
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+    assert f"solver: error: {path}: pairs.0.params.spread_bps: " in err
+    assert "internal error" not in err

@@ -111,7 +111,7 @@ def test_a_missing_or_foreign_file_is_a_store_error(tmp_path: Path) -> None:
         Store(tmp_path / "absent.sqlite", create=False)
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"this is not a database, not even close" * 100)
-    with pytest.raises(StoreError, match="cannot open"):
+    with pytest.raises(StoreError, match=f"the store {junk} is not a SQLite database"):
         Store(junk)
 
 

@@ -4,14 +4,14 @@ A new key's implicit account (64 hex characters, protocol-notes 4) owns it witho
 registration; a named account must first sign ``add_public_key`` with a key it already holds.
 
 Secrets: a secret key is read only from an environment variable or an owner-only (0600) file
-(:func:`solver.protocol.keys.load_secret_key`), written only to a new 0600 file, and printed only
+(:func:`solver.io.key_files.load_secret_key`), written only to a new 0600 file, and printed only
 on an explicit ``--show-secret``. It never appears in an error line: the key-source options
 refuse values that look like a key instead of echoing them.
 
 This module also holds the key-source options (``--key-env`` / ``--key-file``) that every
 signing command shares, and the options and runner of the operator commands that sign and
 publish intents for the configured account (``keys add`` / ``keys remove`` here, ``withdraw`` /
-``transfer`` in :mod:`solver.cli_funds`; the library is :mod:`solver.ops_intents`).
+``transfer`` in :mod:`solver.cli.funds`; the library is :mod:`solver.ops_intents`).
 
 Operator commands print one JSON line ``{intent_hash, status, tx_hash?, reason?, deadline}``
 and exit 0 when the intent SETTLED (or, with ``--dry-run``, simulated cleanly), 1 when it did not
@@ -34,9 +34,10 @@ from solver import ops_intents
 from solver.cli import print_json, warn
 from solver.config import BotConfig, load_bot_config, load_signing_key
 from solver.errors import ConfigError
+from solver.io.key_files import load_secret_key, write_secret_key
 from solver.protocol.ids import validate_account_id
 from solver.protocol.intents import RemovePublicKey
-from solver.protocol.keys import ED25519_PREFIX, SecretKey, load_secret_key, write_secret_key
+from solver.protocol.keys import ED25519_PREFIX, SecretKey
 
 EXIT_NOT_SETTLED = 1
 

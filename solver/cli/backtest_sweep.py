@@ -10,7 +10,7 @@ first), ``sweep.json`` (the winner, walk-forward in-sample against out-of-sample
 and ``solver run`` take), and ``timing.json``. A progress bar goes to stderr on a terminal; one
 JSON line with the winner goes to stdout.
 
-Registered through :func:`solver.cli_backtest.add_backtest_command`; heavy imports stay inside
+Registered through :func:`solver.cli.backtest.add_backtest_command`; heavy imports stay inside
 the handler so ``solver --help`` stays fast.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from solver.cli import EXIT_OK, print_json, warn
-from solver.cli_backtest import Group, add_backtest_command
+from solver.cli.backtest import Group, add_backtest_command
 from solver.errors import ConfigError
 
 if TYPE_CHECKING:

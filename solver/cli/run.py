@@ -9,8 +9,8 @@ import signal
 
 from solver.config import load_bot_config
 from solver.errors import ConfigError
+from solver.io.key_files import load_secret_key
 from solver.logsetup import setup_logging
-from solver.protocol.keys import load_secret_key
 from solver.runtime.loop import run_service
 
 
@@ -77,7 +77,7 @@ def run_bot(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from solver.demo import demo
+    from solver.cli.demo import demo
 
     if args.seconds <= 0:
         raise ConfigError("--seconds must be positive")

@@ -31,17 +31,18 @@ from solver.errors import ConfigError, SolverError
 PROG = "solver"
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "solver.cli_config",
-    "solver.cli_intents",
-    "solver.cli_keys",
-    "solver.cli_funds",
-    "solver.cli_sandbox",
-    "solver.cli_run",
-    "solver.cli_history",
-    "solver.cli_ops",
-    "solver.cli_backtest",
-    "solver.cli_backtest_run",
-    "solver.cli_swap",
+    "solver.cli.config",
+    "solver.cli.intents",
+    "solver.cli.keys",
+    "solver.cli.funds",
+    "solver.cli.sandbox",
+    "solver.cli.run",
+    "solver.cli.history",
+    "solver.cli.ops",
+    "solver.cli.backtest",
+    "solver.cli.backtest_run",
+    "solver.cli.swap",
+    "solver.cli.import_history",
 )
 """Modules that each register one subcommand group (``register(subparsers) -> None``)."""
 
@@ -204,11 +205,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"rerun as '{PROG} --traceback ...' and report the traceback"
         )
         return EXIT_SOFTWARE
-
-
-if __name__ == "__main__":
-    # Run through the importable module, not this ``__main__`` copy: subcommand modules import
-    # ``solver.cli``, and its exception classes must be the ones ``main`` catches.
-    from solver.cli import main as _main
-
-    raise SystemExit(_main())

@@ -11,7 +11,7 @@ one JSON line with the headline figures goes to stdout.
 (``--db``) or from a stream replayed with the ``competitor`` model, and writes the parameters as a
 ``--backtest-config`` file (``--out``, YAML or ``.json``).
 
-The subcommands join the ``backtest`` group through :func:`solver.cli_backtest.backtest_group`
+The subcommands join the ``backtest`` group through :func:`solver.cli.backtest.backtest_group`
 (which finds the group or creates it), so module order in ``COMMAND_MODULES`` does not matter.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from solver.cli import EXIT_OK, print_json, warn
-from solver.cli_backtest import backtest_group
+from solver.cli.backtest import backtest_group
 from solver.config import load_bot_config
 from solver.errors import ConfigError
 

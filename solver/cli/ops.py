@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -60,6 +61,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _add_common(resume)
     resume.add_argument("--pair", metavar="BASE/QUOTE", help="resume this pair only")
+    resume.add_argument(
+        "--accept-balances",
+        action="store_true",
+        help="after a deliberate move of funds: take the current balances as the new "
+        "reconciliation baseline (the move is neither a mismatch nor a loss)",
+    )
     resume.set_defaults(handler=cmd_resume)
 
 
@@ -108,10 +115,17 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    """Exit 0 only when the bot really resumed; 1 with the desk's reason when a pause still
+    holds (HTTP 409: a kill-switch condition still in force, another pause)."""
     pair = check_pair(args.pair)
     _, client = _connect(args)
-    client.request("POST", "/control/resume", {"pair": pair})
-    print(f"resumed {pair or 'all pairs'}")
+    body = {"pair": pair, "accept_balances": bool(args.accept_balances)}
+    reply = client.request("POST", "/control/resume", body, accept=(409,))
+    message = reply.get("message") if isinstance(reply, dict) else None
+    if isinstance(reply, dict) and reply.get("ok") is False:
+        print(f"solver: not resumed: {message or 'the bot stays paused'}", file=sys.stderr)
+        return 1
+    print(message or f"resumed {pair or 'all pairs'}")
     return 0
 
 
@@ -127,7 +141,11 @@ class ControlClient:
         self._token_env = token_env
         self._timeout_s = timeout_s
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, *, accept: tuple[int, ...] = ()
+    ) -> Any:
+        """The JSON answer; an HTTP error raises, but for the statuses in ``accept``, whose
+        body is an answer too (409 from resume: still paused, and why)."""
         headers = {"authorization": f"Bearer {self._token}", "accept": "application/json"}
         try:
             with httpx.Client(timeout=self._timeout_s) as client:
@@ -151,7 +169,7 @@ class ControlClient:
                 "until it is started with its control token variable set",
                 code=403,
             )
-        if response.status_code >= 400:
+        if response.status_code >= 400 and response.status_code not in accept:
             raise RemoteError(
                 f"the bot at {self.url} answered HTTP {response.status_code}: {detail}",
                 code=response.status_code,

@@ -10,7 +10,7 @@ a whole-token amount such as ``1.5``, converted exactly with the token's decimal
 ``tokens`` of the config (more precision than the decimals allow is refused, never rounded).
 
 Signing, publishing, output and exit codes are those of every operator command
-(:func:`solver.cli_keys.run_operator_command`).
+(:func:`solver.cli.keys.run_operator_command`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import argparse
 from pydantic import BaseModel
 
 from solver import ops_intents
-from solver.cli_keys import (
+from solver.cli.keys import (
     OPERATOR_EPILOG,
     add_operator_arguments,
     input_error,

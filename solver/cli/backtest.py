@@ -216,7 +216,7 @@ class _ProgressBar:
 
 
 def _register_sweep(group: Group) -> None:
-    from solver.cli_backtest_sweep import register_sweep  # imports this module: not at the top
+    from solver.cli.backtest_sweep import register_sweep  # imports this module: not at the top
 
     register_sweep(group)
 

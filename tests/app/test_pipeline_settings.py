@@ -1,0 +1,20 @@
+"""The live quote path takes its limits from the config (issue 10: the salt's maximum age is
+``chain.salt_max_age_ms``, no longer derived from the refresh period inside the app)."""
+
+from __future__ import annotations
+
+from solver.config import validate_bot_config
+from solver.desk_wiring import pipeline_settings
+from tests.config.helpers import minimal
+
+
+def test_the_salt_max_age_comes_from_the_config() -> None:
+    data = minimal()
+    data["chain"].update(salt_refresh_ms=5000, salt_max_age_ms=12_500)
+    assert pipeline_settings(validate_bot_config(data)).salt_max_age_s == 12.5
+
+
+def test_the_default_salt_max_age_is_twice_the_refresh_period() -> None:
+    data = minimal()
+    data["chain"]["salt_refresh_ms"] = 5000
+    assert pipeline_settings(validate_bot_config(data)).salt_max_age_s == 10.0

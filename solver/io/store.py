@@ -112,6 +112,12 @@ class Store:
     ) -> None:
         """Open (``create``: or create, with its parent directory) and migrate the database.
 
+        ``create`` is the writer's way in (the bot): SQLite itself must accept a write. Readers
+        (``solver history``, ``solver store export``) pass ``create=False``: they never take
+        the write lock to probe it, so they never wait for a running bot's transaction. (A
+        store in WAL mode needs its ``-shm`` file writable even to be read, so a read-only
+        file or directory is refused for readers too.)
+
         ``sample_requests`` is the fraction of quote requests :meth:`record_request` keeps.
         ``checkpoint_every_s``: copy the WAL into the database from a background thread at this
         period, off the hot path; ``None`` leaves it to SQLite, which checkpoints inside the
@@ -136,7 +142,7 @@ class Store:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            check_usable(self._conn, self.path)
+            check_usable(self._conn, self.path, writable=create)
             mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"cannot put the store {self.path} in WAL mode (got {mode})")

@@ -29,7 +29,8 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def refuse_unusable_file(path: Path) -> None:
-    """Before SQLite opens ``path``: refuse a file that is not a database, or not writable."""
+    """Before SQLite opens ``path``: refuse a file that is not a database, or not writable
+    (even a reader of a WAL database writes its ``-shm`` file)."""
     if not path.is_file():
         return  # created by the open (or "no store at ..." when creating is not allowed)
     try:
@@ -49,8 +50,10 @@ def refuse_unusable_file(path: Path) -> None:
         )
 
 
-def check_usable(conn: sqlite3.Connection, path: Path) -> None:
-    """On a fresh autocommit connection: refuse a damaged store, or one SQLite cannot write.
+def check_usable(conn: sqlite3.Connection, path: Path, *, writable: bool = True) -> None:
+    """On a fresh autocommit connection: refuse a damaged store, or (``writable``) one SQLite
+    cannot write. The write probe takes the write lock for an instant, so a reader skips it:
+    it would wait for a running bot's transaction, and it needs no write.
 
     Raises :class:`StoreError` (SQLite's own errors are translated by :func:`open_error`).
     """
@@ -60,6 +63,8 @@ def check_usable(conn: sqlite3.Connection, path: Path) -> None:
     if findings:
         more = f"; and {len(findings) - 1} more" if len(findings) > 1 else ""
         raise StoreError(f"the store {path} is damaged (integrity check: {findings[0]}{more})")
+    if not writable:
+        return
     # A real write, undone at once: BEGIN IMMEDIATE alone succeeds on a read-only WAL database.
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     conn.execute("BEGIN IMMEDIATE")

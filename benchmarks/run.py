@@ -62,6 +62,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(the sandbox relay accepts it, so it is on by default)",
     )
     parser.add_argument(
+        "--baseline",
+        default=quote_path.DEFAULT_BASELINE,
+        metavar="REV",
+        help="quote_path: also drive the bot at this git revision (git archive into the scratch "
+        "folder), phase by phase with the current one, and report ratios; none: leave it out "
+        "(default: %(default)s, the commit before the desk work)",
+    )
+    parser.add_argument(
         "--wait-quiet",
         type=float,
         default=30.0,
@@ -94,6 +102,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     profile=args.profile,
                     pin=args.pin,
                     deflate=not args.no_deflate,
+                    baseline=args.baseline,
                     command=command,
                     quiet=quiet,
                 )

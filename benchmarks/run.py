@@ -72,12 +72,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--wait-quiet",
         type=float,
-        default=30.0,
+        default=None,
         metavar="S",
         help="before each benchmark wait up to S seconds for other processes to use under "
-        "0.25 cores (default: %(default)s; the load measured is recorded either way)",
+        "0.25 cores (default: 30, 5 with --quick; the load measured is recorded either way)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.wait_quiet is None:
+        args.wait_quiet = 5.0 if args.quick else 30.0
+    return args
 
 
 async def main_async(args: argparse.Namespace) -> int:

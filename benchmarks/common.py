@@ -557,7 +557,7 @@ def profile_markdown(
     if "busy_share_pct" in prof:
         lines += [
             f"{prof['samples_main_thread']:,} samples of {what}'s main thread; busy in "
-            f"{prof['busy_share_pct']}% of them (the rest: the event loop waiting in `select`). "
+            f"{prof['busy_share_pct']}% of them (the rest: the event loop waiting for I/O). "
             "Shares below are of the busy samples.",
             "",
         ]

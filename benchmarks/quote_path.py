@@ -283,7 +283,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
     views = sandbox_stats.get("view_calls") or {}
     described = {s.name: _describe(s, views, trees[s.name], baseline_sha) for s in systems}
     summary = summaries(runs, names)
-    bot_nonce = described["bot"]["nonce_checks_per_lost_quote"]
+    bot_nonce = described["bot"].get("nonce_checks_per_lost_quote")
     result: dict[str, Any] = {
         "benchmark": NAME,
         "command": options.command,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import dirty_note, md_table, plot_stages, profile_markdown, stage_table
-from benchmarks.quote_path_compare import METRIC_LABELS
+from benchmarks.quote_path_compare import METRIC_LABELS, spread
 from benchmarks.quote_path_driver import PhaseData
 
 
@@ -29,6 +29,7 @@ def _mark(met: bool | None) -> str:
 def _header(r: dict[str, Any]) -> list[str]:
     m, setup = r["machine"], r["setup"]
     cal = m["calibration"]
+    others = spread(run["cpu_utilisation"].get("other_processes") for run in r["runs"])
     base = r["systems"].get("baseline")
     extensions = "; ".join(
         f"{n} {', '.join(s['websocket_extensions']) or 'none'}" for n, s in r["systems"].items()
@@ -62,7 +63,11 @@ def _header(r: dict[str, Any]) -> list[str]:
         f"Machine check: ed25519 sign {cal['ed25519_sign_us']} µs, base58(64 B) "
         f"{cal['b58encode_64B_us']} µs ({cal['ratio_to_design']}× DESIGN's budgets); other "
         f"processes used {(m.get('quiet_check') or {}).get('background_cores_at_start', '-')} "
-        "cores before the run (per run: `other procs` in the table of runs).",
+        f"cores before the run and {_cell(others, 2)} cores during the runs (median [min–max]; "
+        "per run: `other procs` in the table of runs). On this 2-core machine the driver and "
+        "the sandbox need most of one core, so every core another process takes comes out of "
+        "the system under test: rates and latencies then measure the machine as much as the "
+        "system, while CPU µs per answer hardly moves — it is the figure to compare.",
         "",
     ]
 

@@ -140,17 +140,18 @@ def _issue10(r: dict[str, Any]) -> list[str]:
                 _cell(r["summary"][key].get("baseline")),
                 _cell(ratio, 3),
                 f"{better} is better; ±{ratio['tolerance']:.0%}",
-                _mark(v["met"]),
+                v["verdict"] if v["verdict"] == "not slower" else f"**{v['verdict']}**",
             ]
         )
     return [
         "## Issue 10: not slower than the baseline (same harness, same run)",
         "",
-        md_table(["", "bot", "baseline", "bot / baseline (paired)", "", "not slower"], rows),
+        md_table(["", "bot", "baseline", "bot / baseline (paired)", "", "verdict"], rows),
         "",
-        f"Verdict: **{'not slower' if verdict['met'] else 'SLOWER on at least one figure'}**. "
-        "A ratio is taken within each repeat, the two systems having run the same phase back "
-        "to back; the median over the repeats must not be worse than the tolerance.",
+        f"Verdict: **{verdict['verdict']}**. A ratio is taken within each repeat, the two "
+        "systems having run the same phase back to back. A figure is *not slower* when the "
+        "median over the repeats is not worse than the tolerance, *slower* when every repeat "
+        "is worse, *inconclusive* when the repeats disagree.",
         "",
     ]
 

@@ -231,7 +231,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
             pids: dict[str, int | None] = {s.name: s.child.pid for s in systems if s.child}
             pids |= {"sandbox": sandbox.child.pid, "driver": None}
             after_s = 0.0 if quick else AFTER_WORK_S
-            warm = Phase("warm-up", "rate", 0.5 if quick else 2.0, rate=500, recorded=False)
+            warm = Phase("warm-up", "rate", 0.5 if quick else 2.0, rate=500)
             for system in systems:
                 await measured_run(system, systems, warm, pids, progress, after_s)
             for rep in range(repeats(quick)):
@@ -359,6 +359,8 @@ def _describe(
         "answers_verified": {"checked": relay.verified, "invalid": dict(relay.invalid)},
         "driver_sent_total": relay.sent_total,
         "unknown_answers": relay.unknown_answers,
+        "other_frames": dict(relay.other_frames),
+        "send_errors": relay.send_errors,
         "websocket_extensions": relay.extensions,
         "view_calls": {
             k.split(" ")[0]: v for k, v in views.items() if k.endswith(" " + system.account)

@@ -106,7 +106,6 @@ class Phase:
     seconds: float
     rate: float = 0.0
     inflight: int = SAT_INFLIGHT
-    recorded: bool = True
 
 
 @dataclass
@@ -116,7 +115,6 @@ class PhaseData:
     ended_ns: int = 0
     sent: int = 0
     answered: int = 0
-    late: int = 0
     missing: int = 0
     latencies_ns: list[int] = field(default_factory=list)
     send_offsets_ns: list[int] = field(default_factory=list)  # of answered requests
@@ -133,7 +131,6 @@ class Relay:
         self.contract = contract
         self.ws: ServerConnection | None = None
         self.subscribed = asyncio.Event()
-        self.closed = asyncio.Event()
         self.sub_ids: dict[str, str] = {}
         self.extensions: list[str] = []
         self.outstanding: dict[str, tuple[PhaseData, int, int]] = {}  # qid -> (phase, tpl, t)
@@ -178,7 +175,6 @@ class Relay:
             pass
         finally:
             self.ws = None
-            self.closed.set()
 
     async def _on_answer(self, ws: ServerConnection, frame: dict[str, Any], now: int) -> None:
         params = frame["params"][0]

@@ -92,8 +92,8 @@ def profile_phases(quick: bool) -> list[Phase]:
     show) and saturation (where the per-quote path shows)."""
     s = 4.0 if quick else 8.0
     return [
-        Phase("rate_500 (profiled)", "rate", s, rate=500, recorded=False),
-        Phase("saturation (profiled)", "saturation", s, recorded=False),
+        Phase("rate_500 (profiled)", "rate", s, rate=500),
+        Phase("saturation (profiled)", "saturation", s),
     ]
 
 
@@ -110,7 +110,7 @@ async def pyspy_profile(
     spy = await pyspy_start(bot.pid, int(phase.seconds), out)
     if spy is None:
         return None, None
-    longer = Phase(phase.name, phase.kind, phase.seconds + 1, phase.rate, phase.inflight, False)
+    longer = Phase(phase.name, phase.kind, phase.seconds + 1, phase.rate, phase.inflight)
     data = await run_phase(relay, longer, progress, {**pids, "py-spy": spy.pid})
     text = await pyspy_finish(spy, out)
     if text is None:

@@ -332,13 +332,14 @@ async def start_child(
     *,
     env: Mapping[str, str] | None = None,
     stdout_pipe: bool = False,
+    cwd: Path = ROOT,
 ) -> Child:
-    """Start ``argv``; stderr (and stdout unless piped) go to ``log_path``."""
+    """Start ``argv`` in ``cwd``; stderr (and stdout unless piped) go to ``log_path``."""
     log = log_path.open("wb")
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
-            cwd=ROOT,
+            cwd=cwd,
             env={**os.environ, **(env or {})},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE if stdout_pipe else log,
@@ -473,9 +474,14 @@ def short_frame(frame: str) -> str:
 
 
 def _idle(frame: str) -> bool:
-    """The event loop waiting for I/O: ``EpollSelector.select (selectors.py)``."""
+    """The event loop waiting for I/O: ``EpollSelector.select (selectors.py)``; under uvloop
+    the loop runs in C below ``Runner.run`` / ``run (uvloop/__init__.py)``, so a stack ending
+    there is counted idle too (with it the few samples of libuv's own work, which has no
+    Python frame)."""
     name = frame.partition(" (")[0]
-    return "selectors.py" in frame and name.endswith(("select", "poll"))
+    if "selectors.py" in frame and name.endswith(("select", "poll")):
+        return True
+    return frame.startswith(("Runner.run (asyncio/runners.py", "run (uvloop/__init__.py"))
 
 
 def analyse_collapsed(text: str, stages: Stages, top: int = 25) -> dict[str, Any]:
@@ -551,7 +557,7 @@ def profile_markdown(
     if "busy_share_pct" in prof:
         lines += [
             f"{prof['samples_main_thread']:,} samples of {what}'s main thread; busy in "
-            f"{prof['busy_share_pct']}% of them (the rest: the event loop waiting in `select`). "
+            f"{prof['busy_share_pct']}% of them (the rest: the event loop waiting for I/O). "
             "Shares below are of the busy samples.",
             "",
         ]

@@ -62,14 +62,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(the sandbox relay accepts it, so it is on by default)",
     )
     parser.add_argument(
+        "--baseline",
+        default=quote_path.DEFAULT_BASELINE,
+        metavar="REV",
+        help="quote_path: also drive the bot at this git revision (git archive into the scratch "
+        "folder), phase by phase with the current one, and report ratios; none: leave it out "
+        "(default: %(default)s, the commit before the desk work)",
+    )
+    parser.add_argument(
         "--wait-quiet",
         type=float,
-        default=30.0,
+        default=None,
         metavar="S",
         help="before each benchmark wait up to S seconds for other processes to use under "
-        "0.25 cores (default: %(default)s; the load measured is recorded either way)",
+        "0.25 cores (default: 30, 5 with --quick; the load measured is recorded either way)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.wait_quiet is None:
+        args.wait_quiet = 5.0 if args.quick else 30.0
+    return args
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -94,6 +105,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     profile=args.profile,
                     pin=args.pin,
                     deflate=not args.no_deflate,
+                    baseline=args.baseline,
                     command=command,
                     quiet=quiet,
                 )

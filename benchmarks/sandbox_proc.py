@@ -5,8 +5,8 @@ a spec (the :class:`~sandbox.config.SandboxConfig` as JSON and the balances to d
 starts every service on loopback port 0 without takers, prints one JSON line (URLs, verifier
 contract, current salt) once listening, and serves until SIGTERM. Then it lets the settlements
 in flight finish (at most 5 s), writes its statistics to ``--stats-out`` — bus counters,
-intent statuses, every log record at WARNING or above, frames dropped by full outboxes — stops
-cleanly and exits 0.
+intent statuses, every log record at WARNING or above, frames dropped by full outboxes, ledger
+RPC view calls per method and account — stops cleanly and exits 0.
 """
 
 from __future__ import annotations
@@ -56,6 +56,20 @@ class RecordCounter(logging.Handler):
             self.errors.append(f"{record.name}: {text}"[:500])
 
 
+def count_views(sandbox: Sandbox) -> Counter[str]:
+    """Count the chain RPC's view calls as ``method account`` (the sandbox keeps no such
+    counter): e.g. how many ``is_nonce_used`` checks each solver made."""
+    calls: Counter[str] = Counter()
+    view = sandbox.chain.view
+
+    def counted(method: str, args: dict[str, Any]) -> Any:
+        calls[f"{method} {args.get('account_id', '-')}"] += 1
+        return view(method, args)
+
+    sandbox.chain.view = counted  # type: ignore[method-assign]
+    return calls
+
+
 def intent_summary(sandbox: Sandbox) -> dict[str, Any]:
     """Status of every user intent (records keyed by a quote hash are the same objects)."""
     intents: dict[str, Any] = {}
@@ -81,6 +95,7 @@ async def serve(spec: dict[str, Any]) -> dict[str, Any]:
     logging.getLogger().setLevel(logging.WARNING)
     dropped: dict[str, int] = {}
     async with Sandbox(config, run_takers=False) as sandbox:
+        views = count_views(sandbox)
         for name in ("uvicorn", "uvicorn.error"):  # uvicorn's own loggers do not propagate
             logging.getLogger(name).addHandler(counter)
         for account, balances in spec.get("fund", {}).items():
@@ -112,6 +127,7 @@ async def serve(spec: dict[str, Any]) -> dict[str, Any]:
             "dropped_frames": sum(dropped.values()),
             "block_height": sandbox.chain.block_height,
             "intents": intent_summary(sandbox),
+            "view_calls": dict(views),
         }
     stats["log_records"] = {
         "by_level": dict(counter.by_level),

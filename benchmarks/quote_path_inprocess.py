@@ -1,0 +1,252 @@
+"""The bot's quote path inside this process, no socket: the desk and the executor alone.
+
+A real :class:`~solver.runtime.bot.LiveBot` (its desk, executor, journal and bus client) whose
+websocket is a stand-in that records when each answer frame is handed over. Each request is
+``bot.ws.handle_frame(event)`` → the desk decides → the executor signs, appends to the journal,
+commits once per loop turn and sends → the answer frame; then the relay's ``OK`` reply is fed
+back. The market inputs the scheduled jobs would fetch are fed as desk events
+(``SaltSeen``, ``PriceSeen``, ``BalancesSeen``), and ``desk.tick`` runs every 100 ms as the
+bot's ticker does, so deadlines expire as they would live. Logging at INFO goes to a file.
+
+It separates the bot's own cost from the transport (``desk_executor_only``), gives a fallback
+profile without py-spy (``cprofile_desk_executor``) and watches the event loop: a 1 ms timer's
+lateness is the longest time the loop could not run anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import gc
+import logging
+import pstats
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+
+from benchmarks.common import summarize
+from benchmarks.quote_path_driver import ETH, NEAR, USDC
+from benchmarks.quote_path_systems import bot_config, fresh_store, funding
+from solver.core import events as ev
+from solver.protocol.keys import SecretKey
+from solver.runtime.bot import TICK_S, LiveBot
+
+PRICES = {USDC: 1.0, NEAR: 3.0, ETH: 3000.0}
+WARM_UP = 2000
+
+
+class GcWatch:
+    """Counts the garbage collector's passes per generation and times them (gc.callbacks):
+    a full (generation 2) pass walks every tracked object, the open book included."""
+
+    def __init__(self) -> None:
+        self.durations: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.durations[info["generation"]].append((time.perf_counter() - self._started) * 1e3)
+
+    def __enter__(self) -> GcWatch:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            f"gen{g}": {
+                "count": len(d),
+                "total_ms": round(sum(d), 1),
+                "max_ms": round(max(d), 2) if d else 0.0,
+            }
+            for g, d in self.durations.items()
+        }
+
+
+class LagWatch:
+    """A task that asks for a 1 ms sleep over and over and records how late it woke: the
+    longest lateness is the longest stretch the loop spent in one callback (a stall)."""
+
+    def __init__(self) -> None:
+        self.late_ms: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _watch(self) -> None:
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.late_ms.append((time.perf_counter() - asked) * 1e3 - 1.0)
+
+    def __enter__(self) -> LagWatch:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+class _FakeSocket:
+    """Stands in for the bot's websocket: records when each frame was handed over."""
+
+    def __init__(self) -> None:
+        self.last_ns = 0
+        self.frames = 0
+
+    async def send(self, frame: bytes, text: bool = False) -> None:
+        self.last_ns = time.perf_counter_ns()
+        self.frames += 1
+
+
+def _feed_inputs(bot: LiveBot, now: datetime) -> None:
+    """What the bot's scheduled jobs would do: fresh salt, prices and balances."""
+    feed = bot.executor.feed
+    feed(ev.SaltSeen(bytes(4), now), now)
+    for asset, usd in PRICES.items():
+        feed(ev.PriceSeen(asset, usd, now), now)
+    feed(ev.BalancesSeen(funding(PRICES), now), now)
+
+
+def _bot(store: Path) -> LiveBot:
+    key = SecretKey.generate()
+    info = {
+        "verifier_contract": "intents.sandbox",
+        "relay_rpc": "http://127.0.0.1:9/rpc",
+        "chain_rpc": "http://127.0.0.1:9/",
+        "prices": "http://127.0.0.1:9/prices",
+    }
+    account = key.public_key.implicit_account_id()
+    config = bot_config(info, "ws://127.0.0.1:9/ws", account, fresh_store(store), 0)
+    bot = LiveBot(config, key)
+    # Private seams of the ws client, used only here: a connected socket and a subscription.
+    bot.ws._ws = cast(Any, _FakeSocket())
+    bot.ws._subs["quote-sub"] = "quote"
+    return bot
+
+
+def _ended(bot: LiveBot) -> int:
+    """Requests finished without an answer (skipped, or not sent)."""
+    return int(sum(bot.desk.stats.skipped.values()) + bot.executor.send_failed)
+
+
+async def _drive(
+    bot: LiveBot, templates: list[dict[str, Any]], n: int, tag: str
+) -> tuple[list[int], float]:
+    """``n`` requests one after the other; per request, event in → answer frame out (ns)."""
+    fake = cast(_FakeSocket, bot.ws._ws)
+    per_call: list[int] = []
+    started = time.perf_counter()
+    next_tick = started
+    for i in range(n):
+        if i % 500 == 0:
+            _feed_inputs(bot, datetime.now(UTC))  # never stale, however slow the machine
+        if time.perf_counter() >= next_tick:  # the bot's ticker: deadlines, polls, PnL
+            next_tick += TICK_S
+            now = datetime.now(UTC)
+            bot.executor.run(bot.desk.tick(now), now, time.perf_counter())
+        data = {"quote_id": f"{tag}-{i}", **templates[i % len(templates)]}
+        raw = orjson.dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": "event",
+                "params": {"subscription": "quote-sub", "data": data, "metadata": {}},
+            }
+        )
+        frames, ended = fake.frames, _ended(bot)
+        t0 = time.perf_counter_ns()
+        bot.ws.handle_frame(raw)
+        for _ in range(100):  # let the loop run until the answer is handed over or skipped
+            await asyncio.sleep(0)
+            if fake.frames > frames or _ended(bot) > ended:
+                break
+        if fake.frames > frames:  # a skip sends nothing
+            per_call.append(fake.last_ns - t0)
+        bot.ws.handle_frame(b'{"jsonrpc":"2.0","id":%d,"result":"OK"}' % bot.ws._next_id)
+    return per_call, time.perf_counter() - started
+
+
+def _started(store: Path) -> LiveBot:
+    bot = _bot(store)
+    bot.executor.feed(ev.ConnectionRestored())  # connected before every quote: LOST needs no RPC
+    _feed_inputs(bot, datetime.now(UTC))
+    return bot
+
+
+async def _close(bot: LiveBot) -> None:
+    await bot.executor.drain()
+    await bot.http.aclose()
+    if bot.store is not None:
+        bot.store.close()
+
+
+async def desk_executor_only(
+    templates: list[dict[str, Any]], n: int, scratch: Path
+) -> dict[str, Any]:
+    """The bot's in-process quote path timed per request, with the loop's lateness and the
+    garbage collector watched."""
+    handler = logging.FileHandler(scratch / "desk-executor.log")
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    bot = _started(scratch / "desk-executor.sqlite")
+    try:
+        await _drive(bot, templates, WARM_UP, "warm")
+        signed_before = bot.desk.stats.signed
+        with GcWatch() as collections, LagWatch() as lag:
+            per_call, wall = await _drive(bot, templates, n, "run")
+        signed = bot.desk.stats.signed - signed_before
+        result = {
+            "requests": n,
+            "signed": signed,
+            "skipped_incl_warm_up": dict(bot.desk.stats.skipped),
+            "outcomes": dict(bot.desk.stats.outcomes),
+            "per_quote_us": summarize([x / 1000 for x in per_call]),
+            "throughput_per_s_one_core": round(signed / wall),
+            "loop_lateness_ms": summarize(lag.late_ms),
+            "garbage_collections": collections.summary(),
+            "open_quotes_at_end": len(bot.desk.book.quotes),
+            "note": "handle_frame -> desk -> sign -> journal append + commit -> answer frame, "
+            "and the OK reply; desk.tick every 100 ms; no socket",
+        }
+    finally:
+        await _close(bot)
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    return result
+
+
+async def cprofile_desk_executor(
+    templates: list[dict[str, Any]], n: int, scratch: Path
+) -> dict[str, Any]:
+    """Fallback profile (no py-spy): cProfile of the in-process path, top functions by self time."""
+    bot = _started(scratch / "desk-executor-cprofile.sqlite")
+    try:
+        await _drive(bot, templates, WARM_UP // 2, "warm")
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await _drive(bot, templates, n, "prof")
+        profiler.disable()
+    finally:
+        await _close(bot)
+    st = pstats.Stats(profiler)
+    stats = st.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in stats.values())
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:25]
+    return {
+        "tool": "cProfile (in-process desk/executor path, no socket)",
+        "top_self": [
+            {
+                "function": f"{name} ({Path(file).name}:{line})",
+                "pct_of_busy": round(100 * v[2] / total, 1),
+            }
+            for (file, line, name), v in rows
+        ],
+    }

@@ -34,7 +34,8 @@ import orjson
 from pydantic import ValidationError
 
 from sandbox.chain import SandboxChain
-from sandbox.ledger import LedgerError
+from sandbox.ledger import ERR_INVARIANT, LedgerError
+from sandbox.ledger_journal import deltas_json
 from solver.errors import ProtocolError, SignatureError
 from solver.protocol import bus as wire
 from solver.protocol.amounts import WIRE
@@ -409,7 +410,7 @@ class MessageBus:
             return {"status": "FAILED", "reason": exc.text, "intent_hashes": user_hashes}
         if "invariant_violated" in simulated:
             unmatched = simulated["invariant_violated"]["unmatched_deltas"]
-            reason = f"invariant violated: unmatched deltas {unmatched}"
+            reason = f"{ERR_INVARIANT}: unmatched deltas {deltas_json(unmatched)}"
             self.stats.count(self.stats.publish_failed, reason)
             return {"status": "FAILED", "reason": reason, "intent_hashes": user_hashes}
         for record in records:

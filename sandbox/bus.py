@@ -190,7 +190,7 @@ class MessageBus:
         return _dump(wire.rpc_result(request.id, result))
 
     def _solver_method(self, conn: SolverConnection, request: wire.JsonRpcRequest) -> Any:
-        param = request.first_param()
+        param = first_param(request)
         if request.method == "subscribe":
             if param not in ("quote", "quote_status"):
                 raise BusRpcError(
@@ -530,6 +530,22 @@ class MessageBus:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def first_param(request: wire.JsonRpcRequest) -> Any:
+    """``params[0]`` of a request whose ``params`` is the array of spec 4.7.
+
+    JSON-RPC 2.0 also allows ``params`` as a by-name object, but the bus's methods take an array
+    holding one object; a bare object is refused by name rather than read as if it were that
+    array (a client that sends one would otherwise work here and fail against a real relay).
+    """
+    if isinstance(request.params, dict):
+        raise BusRpcError(
+            wire.INVALID_PARAMS,
+            "params must be an array holding one object (spec 4.7), not a bare object: "
+            'send "params": [{...}]',
+        )
+    return request.params[0] if request.params else None
 
 
 def _mirrored_amounts(intents: list[Any], request: wire.QuoteParams) -> tuple[int, int]:

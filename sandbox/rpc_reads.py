@@ -113,7 +113,7 @@ def block(chain: SandboxChain, params: Any) -> dict[str, Any]:
     moment = chain.block_times[height]
     previous = max(height - 1, 1)
     nanos = _nanos(moment)
-    header = {
+    header: dict[str, Any] = {
         "height": height,
         "prev_height": previous if height > 1 else None,
         "epoch_id": EMPTY_CODE_HASH,

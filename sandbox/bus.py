@@ -508,6 +508,11 @@ class MessageBus:
         out: dict[str, Any] = {"intent_hash": params.intent_hash, "status": record.status.value}
         if record.tx_hash:
             out["data"] = {"hash": record.tx_hash}
+        if record.reason is not None:
+            # Failed in execution (not merely unknown): clients such as the official SDK stop
+            # polling on ``status_details: FAILED`` instead of waiting for a settlement.
+            out["status_details"] = "FAILED"
+            out["reason"] = record.reason
         return out
 
     async def rpc(self, method: str, param: Any) -> Any:

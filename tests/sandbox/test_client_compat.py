@@ -1,19 +1,26 @@
-"""The ledger RPC's start-up read methods over real HTTP (issue 13; sandbox/rpc_reads.py).
+"""What real clients need of the sandbox's ledger RPC and bus, over real HTTP (issue 13).
 
-The shapes are those of the NEAR RPC docs that py-near and near-api-js read; the interop
-suite (tests/interop/near_rpc.mjs) runs near-api-js itself against the same node.
+The ledger RPC's start-up reads (sandbox/rpc_reads.py) have the shapes of the NEAR RPC docs that
+py-near and near-api-js read; the interop suite (tests/interop/near_rpc.mjs) runs near-api-js
+itself against the same node. The bus refuses bare-object params by name, prints failure
+reasons as JSON, and marks an intent that failed in execution with ``status_details``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from sandbox.server import Sandbox
+from solver.protocol.intents import Transfer
 from solver.protocol.keys import SecretKey
+from solver.protocol.nonce import salted_nonce
+from solver.protocol.signing import sign_nep413
 from tests.sandbox.scripted import NEAR, USDC, rpc, sandbox_config, user_item
 
 E24 = 10**24
@@ -211,3 +218,37 @@ async def test_publish_failure_reason_prints_json(
     assert body["result"]["reason"] == (
         'invariant violated: unmatched deltas {"nep141:usdc.sandbox":"-5"}'
     )
+
+
+async def test_intent_failed_in_execution_has_status_details(client: httpx.AsyncClient) -> None:
+    async with Sandbox(sandbox_config(settlement_delay_ms=300), run_takers=False) as sb:
+        user = SecretKey.generate()
+        account = user.public_key.implicit_account_id()
+        sb.ledger.deposit(account, USDC, 10)
+        url = sb.urls()["relay_rpc"]
+        hashes = []
+        for _ in range(2):  # each alone is affordable; the second fails once the first ran
+            item = sign_nep413(
+                user,
+                signer_id=account,
+                verifying_contract=sb.ledger.contract_id,
+                deadline=datetime.now(UTC) + timedelta(seconds=60),
+                nonce=salted_nonce(bytes.fromhex(sb.ledger.current_salt())),
+                intents=[Transfer(receiver_id="bob.sandbox", tokens={USDC: 10})],
+            ).model_dump(mode="json", exclude_none=True)
+            body = await rpc(
+                client, url, "publish_intent", {"quote_hashes": [], "signed_data": item}
+            )
+            assert body["result"]["status"] == "OK", body
+            hashes.append(body["result"]["intent_hash"])
+        for _ in range(100):
+            second = (await rpc(client, url, "get_status", {"intent_hash": hashes[1]}))["result"]
+            if second["status"] == "NOT_FOUND_OR_NOT_VALID":
+                break
+            await asyncio.sleep(0.02)
+        assert second["status_details"] == "FAILED"
+        assert second["reason"] == "insufficient balance or overflow"
+        first = (await rpc(client, url, "get_status", {"intent_hash": hashes[0]}))["result"]
+        assert first["status"] == "SETTLED" and "status_details" not in first
+        unknown = (await rpc(client, url, "get_status", {"intent_hash": "nope"}))["result"]
+        assert unknown == {"intent_hash": "nope", "status": "NOT_FOUND_OR_NOT_VALID"}

@@ -1,0 +1,3 @@
+"""node_modules holds third-party packages, never tests of ours."""
+
+collect_ignore_glob = ["node_modules/*"]

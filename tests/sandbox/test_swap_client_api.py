@@ -76,6 +76,8 @@ async def test_optional_client_fields_are_accepted_and_echoed(
         ({"rebates": [{"recipient": "A.near", "share": 100}]}, "rebates.0.recipient", ""),
         ({"rebates": [{"recipient": "a.near", "share": "100"}]}, "rebates.0.share", ""),
         ({"rebates": [{"recipient": "a.near", "share": 0}]}, "rebates.0.share", ""),
+        ({"depositType": "CONFIDENTIAL_INTENTS"}, "depositType", ""),
+        ({"recipientType": "CONFIDENTIAL_INTENTS"}, "recipientType", ""),
     ],
 )
 async def test_bad_client_fields_are_422_naming_the_field(

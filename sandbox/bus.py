@@ -34,7 +34,8 @@ import orjson
 from pydantic import ValidationError
 
 from sandbox.chain import SandboxChain
-from sandbox.ledger import LedgerError
+from sandbox.ledger import ERR_INVARIANT, LedgerError
+from sandbox.ledger_journal import deltas_json
 from solver.errors import ProtocolError, SignatureError
 from solver.protocol import bus as wire
 from solver.protocol.amounts import WIRE
@@ -189,7 +190,7 @@ class MessageBus:
         return _dump(wire.rpc_result(request.id, result))
 
     def _solver_method(self, conn: SolverConnection, request: wire.JsonRpcRequest) -> Any:
-        param = request.first_param()
+        param = first_param(request)
         if request.method == "subscribe":
             if param not in ("quote", "quote_status"):
                 raise BusRpcError(
@@ -409,7 +410,7 @@ class MessageBus:
             return {"status": "FAILED", "reason": exc.text, "intent_hashes": user_hashes}
         if "invariant_violated" in simulated:
             unmatched = simulated["invariant_violated"]["unmatched_deltas"]
-            reason = f"invariant violated: unmatched deltas {unmatched}"
+            reason = f"{ERR_INVARIANT}: unmatched deltas {deltas_json(unmatched)}"
             self.stats.count(self.stats.publish_failed, reason)
             return {"status": "FAILED", "reason": reason, "intent_hashes": user_hashes}
         for record in records:
@@ -507,6 +508,11 @@ class MessageBus:
         out: dict[str, Any] = {"intent_hash": params.intent_hash, "status": record.status.value}
         if record.tx_hash:
             out["data"] = {"hash": record.tx_hash}
+        if record.reason is not None:
+            # Failed in execution (not merely unknown): clients such as the official SDK stop
+            # polling on ``status_details: FAILED`` instead of waiting for a settlement.
+            out["status_details"] = "FAILED"
+            out["reason"] = record.reason
         return out
 
     async def rpc(self, method: str, param: Any) -> Any:
@@ -529,6 +535,22 @@ class MessageBus:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def first_param(request: wire.JsonRpcRequest) -> Any:
+    """``params[0]`` of a request whose ``params`` is the array of spec 4.7.
+
+    JSON-RPC 2.0 also allows ``params`` as a by-name object, but the bus's methods take an array
+    holding one object; a bare object is refused by name rather than read as if it were that
+    array (a client that sends one would otherwise work here and fail against a real relay).
+    """
+    if isinstance(request.params, dict):
+        raise BusRpcError(
+            wire.INVALID_PARAMS,
+            "params must be an array holding one object (spec 4.7), not a bare object: "
+            'send "params": [{...}]',
+        )
+    return request.params[0] if request.params else None
 
 
 def _mirrored_amounts(intents: list[Any], request: wire.QuoteParams) -> tuple[int, int]:

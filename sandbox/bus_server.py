@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from sandbox.bus import BusRpcError, MessageBus, SolverConnection
+from sandbox.bus import BusRpcError, MessageBus, SolverConnection, first_param
 from solver.protocol import bus as wire
 from solver.protocol.signing import first_error
 
@@ -107,7 +107,7 @@ async def _dispatch(bus: MessageBus, raw: Any) -> dict[str, Any]:
             request_id, wire.INVALID_REQUEST, f"invalid request: {first_error(exc)}"
         )
     try:
-        result = await bus.rpc(request.method, request.first_param())
+        result = await bus.rpc(request.method, first_param(request))
     except BusRpcError as exc:
         return wire.rpc_error(request.id, exc.code, exc.message)
     except Exception:  # a bug must not stop the server; it is logged with its traceback

@@ -9,6 +9,7 @@ loop, so the ledger needs no lock (each call is synchronous and atomic).
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from sandbox.ledger import ExecutionResult, LedgerError, VerifierLedger, utc_now
 from solver.protocol.encoding import b58encode
 from solver.protocol.ids import validate_account_id
+
+MAX_BLOCK_TIMES = 100_000
 
 
 class ViewError(Exception):
@@ -28,9 +31,15 @@ class SandboxChain:
         self.clock = clock
         self.block_height = 1
         self._tx_counter = 0
+        # When each block was made (the ledger RPC's ``block`` and ``status`` report it); the
+        # oldest are forgotten past MAX_BLOCK_TIMES, and the first one is the genesis.
+        self.genesis_time = clock()
+        self.block_times: OrderedDict[int, datetime] = OrderedDict({1: self.genesis_time})
 
-    def block_hash(self) -> str:
-        return b58encode(hashlib.sha256(f"block:{self.block_height}".encode()).digest())
+    def block_hash(self, height: int | None = None) -> str:
+        """The hash of block ``height`` (default: the latest), derived from its height."""
+        number = self.block_height if height is None else height
+        return b58encode(hashlib.sha256(f"block:{number}".encode()).digest())
 
     def next_tx_hash(self) -> str:
         self._tx_counter += 1
@@ -40,8 +49,12 @@ class SandboxChain:
 
     def execute(self, signed: list[dict[str, Any]]) -> ExecutionResult:
         """Execute a batch in a new block; raises :class:`LedgerError` (state unchanged)."""
-        result = self.ledger.execute_intents(signed, self.clock())
+        now = self.clock()
+        result = self.ledger.execute_intents(signed, now)
         self.block_height += 1
+        self.block_times[self.block_height] = now
+        while len(self.block_times) > MAX_BLOCK_TIMES:
+            self.block_times.popitem(last=False)
         return result
 
     def view(self, method: str, args: dict[str, Any]) -> Any:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sandbox.nonce_policy import NoncePolicy
 from solver.errors import ConfigError
 from solver.protocol.amounts import U128
 from solver.protocol.ids import AccountId, AssetId, ChainId
@@ -117,9 +118,15 @@ class SwapSpec(BaseModel):
 
 
 class SandboxConfig(BaseModel):
+    """The whole sandbox. ``nonces`` is the verifier's nonce policy (:mod:`sandbox.nonce_policy`:
+    ``spec`` requires a salt, ``deployed`` also takes legacy nonces); ``wrapped_native`` is the
+    token ``storage_deposit`` is paid with (spec 2.12) and must be one of ``tokens``."""
+
     model_config = _STRICT
     verifier_contract: AccountId = "intents.sandbox"
     fee_pips: Annotated[int, Field(ge=0, lt=1_000_000)] = 0
+    nonces: NoncePolicy = "spec"
+    wrapped_native: AssetId = "nep141:wrap.sandbox"
     seed: int = 7
     state_dir: Path = Path("var/sandbox")
     tokens: dict[AssetId, TokenSpec]
@@ -135,6 +142,15 @@ class SandboxConfig(BaseModel):
         if not value:
             raise ValueError("at least one token is needed")
         return value
+
+    @model_validator(mode="after")
+    def _wrapped_native_is_a_token(self) -> SandboxConfig:
+        if self.tokens and self.wrapped_native not in self.tokens:
+            raise ValueError(
+                f"wrapped_native: {self.wrapped_native} is not in tokens "
+                "(storage_deposit is paid with it, so the sandbox must know and fund it)"
+            )
+        return self
 
 
 def format_validation_error(exc: ValidationError, source: str) -> str:

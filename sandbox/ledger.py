@@ -4,8 +4,9 @@ Nothing here does I/O or reads the clock: ``now`` is an argument. The servers of
 wrap one :class:`VerifierLedger`; the backtest settles simulated fills on one.
 
 Checks per signed item, in the verifier's order (the first failure is the error reported):
-signature → JSON → recipient → deadline → signer holds the key → nonce salt/expiry → nonce
-unused → the intents in order. After the whole batch, the invariant: per token, the
+signature → JSON → recipient → deadline → signer holds the key → nonce salt/expiry (under the
+nonce policy of :mod:`sandbox.nonce_policy`: ``spec`` or ``deployed``) → nonce unused → the
+intents in order. After the whole batch, the invariant: per token, the
 ``token_diff`` deltas of the batch net to zero. Any failure rolls back the whole batch
 (all-or-nothing, spec 7.3) through an undo journal, so a failed batch leaves the state exactly
 as it was (:meth:`VerifierLedger.state_digest` is unchanged).
@@ -16,7 +17,10 @@ signer on top of the delta and credited to ``fee_collector``; the invariant is o
 and total supply is conserved because the fee only moves between accounts.
 
 ``ft_withdraw`` and ``storage_deposit`` debit the signer and record an event: there is no
-external chain to pay out to in the sandbox.
+external chain to pay out to in the sandbox. Storage is paid in ``wrapped_native``, the
+sandbox's own wNEAR (``config/sandbox.yaml``), which the sandbox funds like any other token.
+
+The undo journal and the event lines live in :mod:`sandbox.ledger_journal`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sandbox import ledger_journal, nonce_policy
+from sandbox.ledger_journal import (
+    Journal,
+    deltas_json,
+    event,
+    fmt_deltas,
+)
+from sandbox.nonce_policy import (
+    NONCE_POLICIES,
+    NoncePolicy,
+    nonce_problem,
+)
 from solver.errors import ProtocolError, SignatureError
 from solver.protocol.amounts import U128_MAX
 from solver.protocol.encoding import b58encode, b64decode, b64encode
@@ -55,18 +71,21 @@ SignedItem = Nep413Signed | RawEd25519Signed | Erc191Signed
 # A VerifiedItem is an item whose signature and JSON the caller has already checked with
 # verify_signed (the bus does when an answer arrives): its checks are not run twice.
 LedgerItem = SignedItem | dict[str, Any] | VerifiedItem
-EVENT_STANDARD = "dip4"
-EVENT_VERSION = "0.3.0"
-DEFAULT_WRAPPED_NATIVE = "nep141:wrap.near"
+# The sandbox's wNEAR (config/sandbox.yaml ``wrapped_native``): what ``storage_deposit`` and an
+# ``ft_withdraw`` storage deposit are paid with (spec 2.12).
+DEFAULT_WRAPPED_NATIVE = "nep141:wrap.sandbox"
+_Journal = Journal  # the backtest's settlement imports it under its old name
+EVENT_STANDARD = ledger_journal.EVENT_STANDARD
+EVENT_VERSION = ledger_journal.EVENT_VERSION
 
 # The verifier's error texts (protocol-notes 2), matched by callers and tests.
 ERR_SIGNATURE = "invalid signature"
 ERR_JSON = "invalid JSON"
 ERR_RECIPIENT = "wrong verifying_contract"
 ERR_DEADLINE = "deadline has expired"
-ERR_SALT = "invalid salt"
-ERR_NONCE_EXPIRED = "nonce has expired"
-ERR_NONCE_DEADLINE = "intent deadline is after the nonce deadline"
+ERR_SALT = nonce_policy.ERR_SALT
+ERR_NONCE_EXPIRED = nonce_policy.ERR_NONCE_EXPIRED
+ERR_NONCE_DEADLINE = nonce_policy.ERR_NONCE_DEADLINE
 ERR_NONCE_USED = "nonce was already used"
 ERR_BALANCE = "insufficient balance or overflow"
 ERR_INVALID_INTENT = "invalid intent"
@@ -112,50 +131,6 @@ class ExecutionResult:
         return [e.intent_hash for e in self.executed]
 
 
-_MISSING = object()
-
-
-class _Journal:
-    """Undo log: every mutation records the previous value so a batch can be rolled back."""
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[dict[Any, Any] | set[Any], Any, Any]] = []
-
-    def set_item(self, mapping: dict[Any, Any], key: Any, value: Any) -> None:
-        self.entries.append((mapping, key, mapping.get(key, _MISSING)))
-        mapping[key] = value
-
-    def setdefault(self, mapping: dict[Any, Any], key: Any, default: Any) -> Any:
-        """``mapping.setdefault`` whose insertion is undone by :meth:`rollback`."""
-        if key not in mapping:
-            self.entries.append((mapping, key, _MISSING))
-            mapping[key] = default
-        return mapping[key]
-
-    def add(self, target: set[Any], value: Any) -> None:
-        if value not in target:
-            self.entries.append((target, value, _MISSING))
-            target.add(value)
-
-    def discard(self, target: set[Any], value: Any) -> None:
-        if value in target:
-            self.entries.append((target, value, True))
-            target.discard(value)
-
-    def rollback(self) -> None:
-        for container, key, old in reversed(self.entries):
-            if isinstance(container, set):
-                if old is _MISSING:
-                    container.discard(key)
-                else:
-                    container.add(key)
-            elif old is _MISSING:
-                container.pop(key, None)
-            else:
-                container[key] = old
-        self.entries.clear()
-
-
 class VerifierLedger:
     """Balances, keys, nonces, salts, fees and events of one verifier contract."""
 
@@ -166,10 +141,14 @@ class VerifierLedger:
         fee_pips: int = 0,
         fee_collector: str | None = None,
         wrapped_native: str = DEFAULT_WRAPPED_NATIVE,
+        nonce_policy: NoncePolicy = "spec",
         seed: int | None = None,
     ) -> None:
         if not 0 <= fee_pips < 1_000_000:
             raise ValueError("fee_pips must be in [0, 1e6)")
+        if nonce_policy not in NONCE_POLICIES:
+            raise ValueError(f"nonce_policy must be one of {', '.join(NONCE_POLICIES)}")
+        self.nonce_policy: NoncePolicy = nonce_policy
         self.contract_id = contract_id
         self.fee_pips = fee_pips
         self.fee_collector = fee_collector or f"fees.{contract_id}"
@@ -264,13 +243,13 @@ class VerifierLedger:
 
     def execute_intents(self, signed: Sequence[LedgerItem], now: datetime) -> ExecutionResult:
         """Execute a batch all-or-nothing; raise :class:`LedgerError` with the verifier's text."""
-        journal = _Journal()
+        journal = Journal()
         try:
             result = self._run(signed, now, journal)
             if result.unmatched_deltas:
                 raise LedgerError(
-                    f"{ERR_INVARIANT}: unmatched deltas {_fmt_deltas(result.unmatched_deltas)}",
-                    detail={"unmatched_deltas": _fmt_deltas(result.unmatched_deltas)},
+                    f"{ERR_INVARIANT}: unmatched deltas {deltas_json(result.unmatched_deltas)}",
+                    detail={"unmatched_deltas": fmt_deltas(result.unmatched_deltas)},
                 )
         except BaseException:
             journal.rollback()
@@ -284,7 +263,7 @@ class VerifierLedger:
         An unbalanced batch is not an error here: it is reported as ``invariant_violated``
         (that is how a solver's single quote is checked for affordability).
         """
-        journal = _Journal()
+        journal = Journal()
         try:
             result = self._run(signed, now, journal)
         finally:
@@ -301,12 +280,12 @@ class VerifierLedger:
         if result.unmatched_deltas:
             out["invariant_violated"] = {
                 "error": "unmatched_deltas",
-                "unmatched_deltas": _fmt_deltas(result.unmatched_deltas),
+                "unmatched_deltas": fmt_deltas(result.unmatched_deltas),
             }
         return out
 
     def _run(
-        self, signed: Sequence[LedgerItem], now: datetime, journal: _Journal
+        self, signed: Sequence[LedgerItem], now: datetime, journal: Journal
     ) -> ExecutionResult:
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
@@ -325,7 +304,7 @@ class VerifierLedger:
             nonce_text = b64encode(item.nonce)
             executed.append(ExecutedIntent(item.intent_hash_text, signer, nonce_text))
             logs.append(
-                _event(
+                event(
                     "intents_executed",
                     [
                         {
@@ -361,14 +340,15 @@ class VerifierLedger:
         signer = message.signer_id
         if not self._holds_key(signer, item):
             raise LedgerError(err_no_key(item.public_key, signer), index)
-        nonce = parse_nonce(item.nonce)
-        if nonce.salt not in self.salts:
-            raise LedgerError(ERR_SALT, index)
-        if nonce.deadline_ns is not None:
-            if nonce.deadline_ns < datetime_to_ns(now):
-                raise LedgerError(ERR_NONCE_EXPIRED, index)
-            if datetime_to_ns(message.deadline) > nonce.deadline_ns:
-                raise LedgerError(ERR_NONCE_DEADLINE, index)
+        problem = nonce_problem(
+            parse_nonce(item.nonce),
+            self.nonce_policy,
+            self.salts,
+            datetime_to_ns(now),
+            datetime_to_ns(message.deadline),
+        )
+        if problem is not None:
+            raise LedgerError(problem, index)
         if item.nonce in self.used_nonces.get(signer, set()):
             raise LedgerError(ERR_NONCE_USED, index)
 
@@ -393,7 +373,7 @@ class VerifierLedger:
         intent: BaseModel,
         signer: str,
         intent_hash: str,
-        journal: _Journal,
+        journal: Journal,
         logs: list[str],
         sums: dict[str, int],
         index: int,
@@ -414,7 +394,7 @@ class VerifierLedger:
                     self._credit(signer, token, delta, journal, index)
                 sums[token] = sums.get(token, 0) + delta
             logs.append(
-                _event(
+                event(
                     "token_diff",
                     [
                         {
@@ -431,7 +411,7 @@ class VerifierLedger:
                 self._debit(signer, token, amount, journal, index)
                 self._credit(intent.receiver_id, token, amount, journal, index)
             logs.append(
-                _event(
+                event(
                     "transfer",
                     [
                         {
@@ -449,7 +429,7 @@ class VerifierLedger:
             if intent.storage_deposit:
                 self._debit(signer, self.wrapped_native, intent.storage_deposit, journal, index)
             logs.append(
-                _event(
+                event(
                     "ft_withdraw",
                     [
                         {
@@ -470,7 +450,7 @@ class VerifierLedger:
         elif isinstance(intent, StorageDeposit):
             self._debit(signer, self.wrapped_native, intent.amount, journal, index)
             logs.append(
-                _event(
+                event(
                     "storage_deposit",
                     [
                         {
@@ -488,21 +468,19 @@ class VerifierLedger:
                 raise LedgerError(err_key_exists(intent.public_key, signer), index)
             journal.add(journal.setdefault(self.keys, signer, set()), intent.public_key)
             logs.append(
-                _event(
-                    "public_key_added", [{"account_id": signer, "public_key": intent.public_key}]
-                )
+                event("public_key_added", [{"account_id": signer, "public_key": intent.public_key}])
             )
         elif isinstance(intent, RemovePublicKey):
             self._remove_key(signer, intent.public_key, journal, index)
             logs.append(
-                _event(
+                event(
                     "public_key_removed", [{"account_id": signer, "public_key": intent.public_key}]
                 )
             )
         else:  # pragma: no cover - the discriminated union has no other members
             raise LedgerError(ERR_INVALID_INTENT, index)
 
-    def _remove_key(self, signer: str, public_key: str, journal: _Journal, index: int) -> None:
+    def _remove_key(self, signer: str, public_key: str, journal: Journal, index: int) -> None:
         keys = self.keys.get(signer, set())
         if public_key in keys:
             journal.discard(keys, public_key)
@@ -512,7 +490,7 @@ class VerifierLedger:
             raise LedgerError(err_no_key(public_key, signer), index)
 
     def _debit(
-        self, account_id: str, token: str, amount: int, journal: _Journal, index: int
+        self, account_id: str, token: str, amount: int, journal: Journal, index: int
     ) -> None:
         balances = journal.setdefault(self.balances, account_id, {})
         current = balances.get(token, 0)
@@ -521,7 +499,7 @@ class VerifierLedger:
         journal.set_item(balances, token, current - amount)
 
     def _credit(
-        self, account_id: str, token: str, amount: int, journal: _Journal, index: int
+        self, account_id: str, token: str, amount: int, journal: Journal, index: int
     ) -> None:
         balances = journal.setdefault(self.balances, account_id, {})
         new = balances.get(token, 0) + amount
@@ -534,15 +512,6 @@ class VerifierLedger:
             salt = self._rng.getrandbits(32).to_bytes(4, "big")
             if salt not in getattr(self, "salts", []):
                 return salt
-
-
-def _event(kind: str, data: list[dict[str, Any]]) -> str:
-    body = {"standard": EVENT_STANDARD, "version": EVENT_VERSION, "event": kind, "data": data}
-    return "EVENT_JSON:" + json.dumps(body, separators=(",", ":"))
-
-
-def _fmt_deltas(deltas: dict[str, int]) -> dict[str, str]:
-    return {token: str(total) for token, total in sorted(deltas.items())}
 
 
 def utc_now() -> datetime:

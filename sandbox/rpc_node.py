@@ -1,6 +1,9 @@
 """The ledger JSON-RPC node at ``{chain_rpc_url}`` (spec 4.6; protocol-notes 5).
 
-Serves ``query`` with ``request_type`` ``call_function`` for every view of the verifier. Shapes:
+Serves ``query`` with ``request_type`` ``call_function`` for every view of the verifier, and
+the read methods RPC clients call at start-up (``status``, ``block``, ``gas_price``,
+``EXPERIMENTAL_protocol_config``, ``query`` for ``view_account`` / ``view_access_key`` /
+``view_access_key_list``: :mod:`sandbox.rpc_reads`). Shapes:
 
 - success: ``{"result": {"result": [bytes of the JSON return], "logs": [], "block_height": N,
   "block_hash": "<b58>"}}``
@@ -24,8 +27,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from sandbox.chain import SandboxChain, ViewError
+from sandbox.rpc_reads import QUERY_KINDS, READ_METHODS, RpcReadError, query
 
 MAX_BODY_BYTES = 1 << 20
+_ERROR_CODES = {"PARSE_ERROR": -32700, "METHOD_NOT_FOUND": -32601}
 
 
 def _transport_error(
@@ -37,11 +42,7 @@ def _transport_error(
         "error": {
             "name": name,
             "cause": {"name": cause, "info": info},
-            "code": -32000
-            if name == "HANDLER_ERROR"
-            else -32700
-            if cause == "PARSE_ERROR"
-            else -32600,
+            "code": _ERROR_CODES.get(cause, -32000 if name == "HANDLER_ERROR" else -32600),
             "message": "Server error" if name == "HANDLER_ERROR" else message,
             "data": message,
         },
@@ -100,22 +101,37 @@ def handle_request(chain: SandboxChain, req: Any) -> dict[str, Any]:
         return _transport_error(
             request_id, "REQUEST_VALIDATION_ERROR", "PARSE_ERROR", {}, "invalid JSON-RPC envelope"
         )
-    if req["method"] != "query":
+    method, params = req["method"], req.get("params")
+    try:
+        if method in READ_METHODS:
+            return _ok(request_id, READ_METHODS[method](chain, params))
+        if (
+            method == "query"
+            and isinstance(params, dict)
+            and params.get("request_type") in QUERY_KINDS
+        ):
+            return _ok(request_id, query(chain, params))
+    except RpcReadError as exc:
+        return _transport_error(request_id, exc.name, exc.cause, exc.info, exc.message)
+    if method != "query":
         return _transport_error(
             request_id,
             "REQUEST_VALIDATION_ERROR",
             "METHOD_NOT_FOUND",
-            {"method_name": req["method"]},
-            f"method {req['method']!r} not found",
+            {"method_name": method},
+            f"method {method!r} not found: the sandbox node serves query, "
+            + ", ".join(READ_METHODS),
         )
-    params = req.get("params")
     if not isinstance(params, dict) or params.get("request_type") != "call_function":
+        kind = params.get("request_type") if isinstance(params, dict) else None
         return _transport_error(
             request_id,
             "REQUEST_VALIDATION_ERROR",
             "PARSE_ERROR",
             {},
-            "only call_function queries are served",
+            f"query request_type {kind!r} is not served: call_function, "
+            + ", ".join(QUERY_KINDS)
+            + " are (params must be an object)",
         )
     account_id = params.get("account_id")
     if account_id != chain.ledger.contract_id:
@@ -142,16 +158,19 @@ def handle_request(chain: SandboxChain, req: Any) -> dict[str, Any]:
     except ViewError as exc:
         return _panic(chain, request_id, str(exc))
     encoded = json.dumps(value, separators=(",", ":")).encode()
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "result": {
+    return _ok(
+        request_id,
+        {
             "result": list(encoded),
             "logs": [],
             "block_height": chain.block_height,
             "block_hash": chain.block_hash(),
         },
-    }
+    )
+
+
+def _ok(request_id: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
 def _panic(chain: SandboxChain, request_id: Any, text: str) -> dict[str, Any]:

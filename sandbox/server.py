@@ -74,7 +74,11 @@ class Sandbox:
         self.run_takers = run_takers and config.takers.enabled
         self.extra_keys = extra_keys or {}
         self.ledger = VerifierLedger(
-            config.verifier_contract, fee_pips=config.fee_pips, seed=config.seed
+            config.verifier_contract,
+            fee_pips=config.fee_pips,
+            wrapped_native=config.wrapped_native,
+            nonce_policy=config.nonces,
+            seed=config.seed,
         )
         self.chain = SandboxChain(self.ledger)
         self.bus = MessageBus(
@@ -137,6 +141,7 @@ class Sandbox:
                 self.prices,
                 self.urls()["relay_rpc"],
                 seed=self.config.seed,
+                asset_field_prefix=self.config.bus.asset_field_prefix,
             )
             self.takers.fund()
             self._background.append(asyncio.create_task(self.takers.run(self._stop)))
@@ -224,6 +229,8 @@ class Sandbox:
             **self.urls(),
             "verifier_contract": self.ledger.contract_id,
             "asset_field_prefix": self.config.bus.asset_field_prefix,
+            "nonces": self.config.nonces,
+            "wrapped_native": self.config.wrapped_native,
             "swap_service_public_key": self.swap.public_key,
             "swap_token_file": str(self.swap.token_file) if self.swap.token_file else None,
             "accounts": {

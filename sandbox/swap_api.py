@@ -3,6 +3,10 @@
 - ``POST /v0/quote`` (2.1 → 2.2), ``POST /v0/deposit/submit`` (2.4 → 2.5),
   ``GET /v0/status?depositAddress=…[&depositMemo=…]`` (→ 2.5): bearer token optional (without
   one the platform fee applies; an invalid one is a 401).
+- ``GET /v0/tokens`` and ``GET /v0/any-input/withdrawals``: what the official 1Click client
+  calls beyond the spec (:mod:`sandbox.swap_client_api`); quote requests also take its optional
+  ``confidentiality`` and ``rebates``. Other paths that client knows answer a JSON 404 naming
+  the path.
 - Sandbox only: ``POST /sandbox/deposit`` (a chosen amount arrives at a deposit address) and
   ``GET /sandbox/service-key`` (the public key that signs quotes).
 
@@ -20,6 +24,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandbox.swap_checks import SandboxDepositRequest
+from sandbox.swap_client_api import (
+    ClientQuoteRequest,
+    ClientQuoteResponse,
+    WithdrawalsQuery,
+    any_input_withdrawals,
+    not_served_message,
+    token_listing,
+)
 from sandbox.swap_http import (
     BEARER_SCHEME,
     ERROR_RESPONSES,
@@ -39,8 +51,6 @@ from sandbox.swap_service import SwapService
 from solver.protocol.swap import (
     DepositSubmitRequest,
     DepositSubmitResponse,
-    QuoteRequest,
-    QuoteResponse,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -53,6 +63,44 @@ class StatusQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     depositAddress: str
     depositMemo: str | None = None
+
+
+class TokenEntry(BaseModel):
+    """One entry of ``GET /v0/tokens`` (the 1Click client's ``TokenResponse``)."""
+
+    assetId: str
+    decimals: int
+    blockchain: str
+    symbol: str
+    price: float
+    priceUpdatedAt: str
+    contractAddress: str | None = None
+
+
+class Withdrawal(BaseModel):
+    """One payout of an ANY_INPUT quote (the 1Click client's ``AnyInputQuoteWithdrawal``)."""
+
+    status: str
+    amountOut: str
+    amountOutFormatted: str
+    amountOutUsd: str
+    withdrawFee: str
+    withdrawFeeFormatted: str
+    withdrawFeeUsd: str
+    timestamp: str
+    hash: str
+
+
+class WithdrawalsPage(BaseModel):
+    """Answer of ``GET /v0/any-input/withdrawals``."""
+
+    asset: str
+    recipient: str
+    affiliateRecipient: str
+    withdrawals: list[Withdrawal]
+    page: int
+    limit: int
+    total: int
 
 
 class ServiceKey(BaseModel):
@@ -83,20 +131,48 @@ def parse_body(model: type[M], body: bytes) -> tuple[M, dict[str, Any]]:
 
 def create_swap_app(service: SwapService) -> FastAPI:
     app = FastAPI(title="sandbox swap API", version="0", docs_url=None, redoc_url=None)
-    install_error_handlers(app)
+    install_error_handlers(app, not_served_message)
     limit = service.spec.max_body_bytes
 
     @app.post(
         "/v0/quote",
         response_model=None,
         summary="Request a quote (2.1 → 2.2)",
-        responses=_responses(QuoteResponse, 400, 401, 413, 422),
-        openapi_extra={**json_body(QuoteRequest), "security": OPTIONAL_AUTH},
+        responses=_responses(ClientQuoteResponse, 400, 401, 413, 422),
+        openapi_extra={**json_body(ClientQuoteRequest), "security": OPTIONAL_AUTH},
     )
     async def quote(request: Request) -> JSONResponse:
         authorized = service.authorized(bearer_token(request))
-        req, raw = parse_body(QuoteRequest, await read_body(request, limit))
+        req, raw = parse_body(ClientQuoteRequest, await read_body(request, limit))
         return JSONResponse(await service.quote(req, raw, authorized))
+
+    @app.get(
+        "/v0/tokens",
+        response_model=None,
+        summary="Tokens that can be swapped, with their reference price (1Click client)",
+        responses=_responses(list[TokenEntry]),
+    )
+    async def tokens() -> JSONResponse:
+        return JSONResponse(token_listing(service))
+
+    @app.get(
+        "/v0/any-input/withdrawals",
+        response_model=None,
+        summary="Payouts of an ANY_INPUT quote (1Click client)",
+        responses=_responses(WithdrawalsPage, 400, 401, 404),
+        openapi_extra={
+            "parameters": query_parameters(WithdrawalsQuery, required=("depositAddress",)),
+            "security": OPTIONAL_AUTH,
+        },
+    )
+    async def withdrawals(request: Request) -> JSONResponse:
+        service.authorized(bearer_token(request))
+        try:
+            query = WithdrawalsQuery.model_validate(query_items(request))
+        except ValidationError as exc:
+            message, field = validation_problem(exc)
+            raise bad_parameter(message, field) from None
+        return JSONResponse(any_input_withdrawals(service, query))
 
     @app.post(
         "/v0/deposit/submit",
@@ -153,7 +229,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
 
     install_openapi(
         app,
-        (QuoteRequest, DepositSubmitRequest, SandboxDepositRequest),
+        (ClientQuoteRequest, DepositSubmitRequest, SandboxDepositRequest),
         lambda: (
             "Sandbox of the swap API (spec 4.1, 4.2). Quotes are signed with ed25519 key "
             f"{service.public_key} over the bytes defined in docs/swap-api.md "

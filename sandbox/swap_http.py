@@ -95,15 +95,29 @@ def validation_problem(exc: ValidationError) -> tuple[str, str | None]:
     return (f"{field}: {err['msg']}" if field else str(err["msg"])), field
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def _no_such_path(method: str, path: str) -> str:
+    return f"no such path: {method} {path[:200]}"
+
+
+def install_error_handlers(
+    app: FastAPI, path_message: Callable[[str, str], str] = _no_such_path
+) -> None:
+    """JSON error bodies for every failure; an unknown path's 404 names the method and path
+    (``path_message(method, path)``), so a client learns what the server does not serve."""
+
     async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
         return error_response(exc.status, exc.code, exc.message, exc.field)
 
-    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         codes = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE"}
-        return error_response(exc.status_code, codes.get(exc.status_code, "ERROR"), exc.detail)
+        message = exc.detail
+        if exc.status_code == 404 and message == "Not Found":  # no route matched
+            message = path_message(request.method, request.url.path)
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path[:200]}"
+        return error_response(exc.status_code, codes.get(exc.status_code, "ERROR"), message)
 
     async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
         return error_response(400, "BAD_PARAMETER", str(exc)[:300])

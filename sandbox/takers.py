@@ -17,6 +17,9 @@ Acceptance: the best quote is taken when the reference value of what the user re
 least ``1 - tolerance_bps/1e4`` of the value of what it gives, at the reference prices of
 :class:`~sandbox.prices.PriceProcess` at that moment.
 
+Field names: requests and offers use the bus's ``asset_field_prefix`` (``core_…`` by default,
+``defuse_…`` for the vendor spelling), so takers trade with any prefix (protocol-notes 6).
+
 Robustness: nothing a peer sends can crash the loop; every outcome is counted by reason in
 :attr:`TakerPopulation.stats`.
 """
@@ -38,7 +41,13 @@ from pydantic import ValidationError
 from sandbox.chain import SandboxChain
 from sandbox.config import TakersSpec, TokenSpec
 from sandbox.prices import PriceProcess, amount_to_usd, seeded_rng, to_decimal, usd_to_amount
-from solver.protocol.bus import PublishResult, PublishStatus, QuoteResultItem, rpc_request
+from solver.protocol.bus import (
+    PublishResult,
+    PublishStatus,
+    QuoteResultItem,
+    rename_asset_fields,
+    rpc_request,
+)
 from solver.protocol.intents import TokenDiff, parse_deadline
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import parse_salt, salted_nonce
@@ -112,6 +121,7 @@ class TakerPopulation:
         seed: int,
         *,
         max_in_flight: int = MAX_IN_FLIGHT,
+        asset_field_prefix: str = "core",
     ) -> None:
         for pair in spec.pairs:
             if pair.base == pair.quote or not {pair.base, pair.quote} <= tokens.keys():
@@ -123,6 +133,9 @@ class TakerPopulation:
         self.relay_rpc_url = relay_rpc_url
         self.seed = seed
         self.max_in_flight = max_in_flight
+        # The bus spells the asset fields with this prefix (``bus.asset_field_prefix``): takers
+        # ask and read offers in the bus's own spelling, like any other client of that relay.
+        self.asset_field_prefix = asset_field_prefix
         self.stats = TakerStats()
         self._rng = seeded_rng(seed, "takers")
         self._keys = [
@@ -220,13 +233,17 @@ class TakerPopulation:
             stats.insufficient_funds += 1
             return
         side = "exact_amount_out" if request.exact_out else "exact_amount_in"
-        params = {
-            "core_asset_identifier_in": request.asset_in,
-            "core_asset_identifier_out": request.asset_out,
-            side: str(request.amount),
-            "min_deadline_ms": self.spec.min_deadline_ms,
-            "wait_ms": self.spec.wait_ms,
-        }
+        params = rename_asset_fields(
+            {
+                "core_asset_identifier_in": request.asset_in,
+                "core_asset_identifier_out": request.asset_out,
+                side: str(request.amount),
+                "min_deadline_ms": self.spec.min_deadline_ms,
+                "wait_ms": self.spec.wait_ms,
+            },
+            "core",
+            self.asset_field_prefix,
+        )
         try:
             result = await self._call(client, "quote", params)
         except _RpcFailure as failure:
@@ -283,7 +300,11 @@ class TakerPopulation:
         offers = []
         for raw in result:
             try:
-                offer = QuoteResultItem.model_validate(raw)
+                if not isinstance(raw, dict):
+                    raise ValueError("an offer must be an object")
+                offer = QuoteResultItem.model_validate(
+                    rename_asset_fields(raw, self.asset_field_prefix, "core")
+                )
                 expires = parse_deadline(offer.expiration_time)
             except (ValidationError, ValueError):
                 self.stats.errors["quote:bad_offer"] += 1

@@ -26,6 +26,7 @@ from solver.cli.keys import add_key_source_arguments, load_key_from_args
 from solver.errors import ConfigError, ProtocolError, SolverError
 from solver.protocol.amounts import WIRE
 from solver.protocol.encoding import b58encode, b64decode
+from solver.protocol.ids import is_eth_implicit_account
 from solver.protocol.intents import (
     Erc191Signed,
     Nep413Signed,
@@ -74,8 +75,10 @@ Only the signature and the message are checked (the first two checks of the veri
 Whether signer_id holds the key is a ledger matter and is NOT checked: an implicit account
 (signer_is_key_owner true) owns its key, any other account must have registered the key with
 add_public_key. Deadline, nonce salt and reuse, and balances are not checked either.
-For erc191 the key is recovered from the signature, so an altered payload shows up as
-another key_owner (signer_is_key_owner false), not as a bad signature.
+For erc191 the key is recovered from the signature, so an altered payload recovers another
+key: when signer_id is an implicit 0x account, a signature that recovers to any other address
+is invalid (that is the only key the account can hold without add_public_key, and the
+verifier rejects it); for a named signer, key_owner and signer_is_key_owner show the address.
 
 Exit status: 0 valid, 1 invalid (bad signature, bad message; the report says why),
 2 unreadable input (not JSON, not an object, unknown standard, missing fields).
@@ -254,6 +257,23 @@ def verify_report(item: SignedItem) -> dict[str, Any]:
         report["signer_id"] = _loose_signer_id(item)
         return report
     message = verified.message
+    if (
+        isinstance(item, Erc191Signed)
+        and is_eth_implicit_account(message.signer_id)
+        and verified.key_owner != message.signer_id
+    ):
+        report.update(
+            intent_hash=verified.intent_hash_text,
+            signer_id=message.signer_id,
+            public_key=verified.public_key,
+            key_owner=verified.key_owner,
+            signer_is_key_owner=False,
+            error=(
+                f"invalid signature: it recovers to {verified.key_owner}, not to the signer "
+                f"{message.signer_id} (an implicit 0x account is signed for by its own key only)"
+            ),
+        )
+        return report
     report.update(
         valid=True,
         intent_hash=verified.intent_hash_text,

@@ -50,11 +50,19 @@ def b64encode(data: bytes) -> str:
 
 
 def b64decode(text: str, *, length: int | None = None, what: str = "base64 value") -> bytes:
-    """Strict standard base64 decode, optionally requiring an exact byte length."""
+    """Strict standard base64 decode, optionally requiring an exact byte length.
+
+    Canonical only: the text must be exactly what :func:`b64encode` gives for the bytes, so
+    set unused trailing bits (``…AB=`` for ``…AA=``) are refused, as the verifier's decoder (a
+    strict standard engine) refuses them. Otherwise one nonce would have several spellings.
+    """
     try:
-        data = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        raw = text.encode("ascii")
+        data = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError, AttributeError) as exc:
         raise ProtocolError(f"{what} is not valid base64") from exc
+    if base64.b64encode(data) != raw:
+        raise ProtocolError(f"{what} is not canonical base64 (unused trailing bits are set)")
     if length is not None and len(data) != length:
         raise ProtocolError(f"{what} must be {length} bytes, got {len(data)}")
     return data

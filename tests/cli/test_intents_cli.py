@@ -259,10 +259,33 @@ def test_verify_accepts_erc191(tmp_path: Path, capsys: pytest.CaptureFixture[str
     tampered = item.model_dump(mode="json")
     tampered["payload"] = tampered["payload"].replace('"5"', '"6"')
     code, report = verify(tmp_path, capsys, tampered)
-    # erc191 has no public key to check against: a changed payload recovers *another* key,
-    # so the item is "valid" and only the owner shows the change (ownership is a ledger check).
-    assert code == 0
+    # erc191 has no public key to check against: a changed payload recovers *another* key.
+    # The signer is an implicit 0x account, which only its own key signs for: invalid.
+    assert code == 1
+    assert report["valid"] is False
     assert report["key_owner"] != address
+    assert report["signer_is_key_owner"] is False
+    assert report["error"] == (
+        f"invalid signature: it recovers to {report['key_owner']}, not to the signer "
+        f"{address} (an implicit 0x account is signed for by its own key only)"
+    )
+
+
+def test_verify_erc191_named_signer_reports_the_recovered_owner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A named account may hold a secp256k1 key through add_public_key: a ledger matter.
+    item = sign_erc191(
+        ERC191_PRIVATE_KEY,
+        signer_id="alice.near",
+        verifying_contract="intents.near",
+        deadline=datetime(2099, 1, 1, tzinfo=UTC),
+        nonce=bytes(32),
+        intents=[TokenDiff(diff={"nep141:usdc.near": 5})],
+    )
+    code, report = verify(tmp_path, capsys, item.model_dump(mode="json"))
+    assert (code, report["valid"]) == (0, True)
+    assert report["key_owner"] == secp256k1_address(ERC191_PRIVATE_KEY)
     assert report["signer_is_key_owner"] is False
 
 

@@ -251,15 +251,6 @@ def test_versioned_nonce_deadline_out_of_range() -> None:
         versioned_nonce(b"\x01\x02\x03\x04", datetime(2300, 1, 1, tzinfo=UTC), b"\x00" * 15)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason=(
-        "BUG: b64decode is documented as strict but accepts non-canonical base64 whose unused "
-        "trailing bits are set ('...AB=' decodes like '...AA='), so one nonce has several "
-        "wire spellings; strict decoders (e.g. Rust's base64 STANDARD engine) reject them"
-    ),
-)
 def test_parse_nonce_rejects_non_canonical_base64() -> None:
     canonical = nonce_to_text(b"\x00" * 32)
     assert canonical.endswith("AA=")

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sandbox.ledger import VerifierLedger
+from sandbox.ledger import DEFAULT_WRAPPED_NATIVE, VerifierLedger
 from solver.protocol.encoding import b58decode, b58encode, b64decode, b64encode
 from solver.protocol.intents import Nep413Signed, TokenDiff
 from solver.protocol.keys import SecretKey
@@ -28,7 +28,7 @@ DEADLINE = NOW + timedelta(minutes=5)
 TOKEN_A = "nep141:usdc.sandbox"
 TOKEN_B = "nep141:wbtc.sandbox"
 TOKEN_C = "nep245:mt.sandbox:42"
-WRAPPED_NATIVE = "nep141:wrap.near"
+WRAPPED_NATIVE = DEFAULT_WRAPPED_NATIVE
 
 
 def make_key(seed: int) -> SecretKey:

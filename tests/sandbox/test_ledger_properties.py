@@ -415,11 +415,6 @@ def test_any_single_byte_change_is_refused(change: tuple[str, int, int], fee_pip
     assert led.mt_balance_of(ACCOUNTS[1], TOKEN_A) == FUND + 77
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="codec bug: b64decode accepts non-canonical base64 (non-zero unused trailing bits); "
-    "the deployed verifier's base64 decoder rejects it (solver/protocol/encoding.py)",
-)
 def test_non_canonical_base64_nonce_is_refused() -> None:
     led = funded_ledger()
     nonce = fresh_nonce(led)

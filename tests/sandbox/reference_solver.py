@@ -1,0 +1,210 @@
+"""A solver that behaves like the reference TypeScript AMM solver's quickstart, for the sandbox.
+
+Written from the protocol notes and the public behaviour of that solver (no third-party code):
+
+- connects to ``{relay}/ws``, subscribes to ``quote`` then ``quote_status`` (protocol-notes 6);
+- reads the vendor spelling of the asset fields, ``defuse_asset_identifier_in/out``;
+- prices with a constant-product curve over its reserves on the verifier, read with
+  ``mt_batch_balance_of`` through the ledger RPC (``query`` / ``call_function``, finality
+  ``optimistic``), minus a margin in percent, and re-reads the reserves on ``quote_status``;
+- signs a NEP-413 ``token_diff`` whose message is ``JSON.stringify({signer_id, deadline,
+  intents})`` (that key order, ``toISOString()`` deadline, positive amounts without a sign),
+  deadline ``min_deadline_ms`` plus an extra, under a **legacy nonce**: 32 random bytes, no salt
+  (the reference solver's ``generateRandomNonce``; its deterministic variant, a sha256 of the
+  reserves, repeats a nonce until the reserves change and is not used here).
+
+Legacy nonces are accepted only by a sandbox with ``nonces: deployed``; under ``spec`` every
+answer is refused with ``invalid salt``, which :attr:`ReferenceStyleSolver.errors` records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+
+from solver.protocol.keys import SecretKey
+from solver.protocol.signing import sign_nep413_message
+
+PREFIX = "defuse"
+EXTRA_DEADLINE_MS = 5_000
+
+
+class ReferenceStyleSolver:
+    def __init__(
+        self,
+        relay_ws: str,
+        chain_rpc: str,
+        contract: str,
+        key: SecretKey,
+        tokens: list[str],
+        *,
+        margin_percent: float = 0.3,
+    ) -> None:
+        self.relay_ws, self.chain_rpc, self.contract = relay_ws, chain_rpc, contract
+        self.key = key
+        self.account = key.public_key.implicit_account_id()
+        self.tokens = tokens
+        self.margin_bips = int(margin_percent * 100)
+        self.reserves: dict[str, int] = {}
+        self.answered = 0
+        self.accepted = 0
+        self.errors: list[str] = []
+        self.statuses: list[dict[str, Any]] = []
+        self._ids = itertools.count(10)
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._subs: dict[str, str] = {}
+        self._ws: ClientConnection | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reader: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self.update_reserves()
+        self._ws = await connect(self.relay_ws)
+        self._reader = asyncio.create_task(self._read())
+        for kind in ("quote", "quote_status"):
+            sub_id = await self._request("subscribe", [kind])
+            assert isinstance(sub_id, str), sub_id
+            self._subs[sub_id] = kind
+
+    async def stop(self) -> None:
+        for task in [*self._tasks, *([self._reader] if self._reader else [])]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._ws is not None:
+            await self._ws.close()
+
+    async def update_reserves(self) -> None:
+        args = {"account_id": self.account, "token_ids": self.tokens}
+        body = {
+            "jsonrpc": "2.0",
+            "id": "dontcare",
+            "method": "query",
+            "params": {
+                "request_type": "call_function",
+                "finality": "optimistic",
+                "account_id": self.contract,
+                "method_name": "mt_batch_balance_of",
+                "args_base64": base64.b64encode(json.dumps(args).encode()).decode(),
+            },
+        }
+        async with httpx.AsyncClient(timeout=5) as http:
+            answer = (await http.post(self.chain_rpc, json=body)).json()
+        balances = json.loads(bytes(answer["result"]["result"]))
+        self.reserves = {t: int(b) for t, b in zip(self.tokens, balances, strict=True)}
+
+    # ------------------------------------------------------------------ frames
+
+    async def _request(self, method: str, params: list[Any]) -> Any:
+        assert self._ws is not None
+        request_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        await self._ws.send(
+            orjson.dumps({"id": request_id, "jsonrpc": "2.0", "method": method, "params": params})
+        )
+        reply = await asyncio.wait_for(future, 5)
+        if "error" in reply:
+            raise RuntimeError(str(reply["error"].get("message")))
+        return reply["result"]
+
+    async def _read(self) -> None:
+        assert self._ws is not None
+        async for raw in self._ws:
+            frame = orjson.loads(raw)
+            if isinstance(frame.get("id"), int) and frame["id"] in self._pending:
+                self._pending.pop(frame["id"]).set_result(frame)
+            elif frame.get("method") == "event":
+                kind = self._subs.get(frame["params"]["subscription"])
+                data = frame["params"]["data"]
+                if kind == "quote":
+                    self._spawn(self._on_quote(data))
+                elif kind == "quote_status":
+                    self.statuses.append(data)
+                    self._spawn(self.update_reserves())
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ quoting
+
+    def price(self, event: dict[str, Any]) -> tuple[int, int] | None:
+        """``(amount_in, amount_out)`` on the constant-product curve with the margin, or None."""
+        token_in, token_out = (
+            event[f"{PREFIX}_asset_identifier_in"],
+            event[f"{PREFIX}_asset_identifier_out"],
+        )
+        reserve_in, reserve_out = self.reserves.get(token_in), self.reserves.get(token_out)
+        if not reserve_in or not reserve_out:
+            return None
+        keep = 10_000 - self.margin_bips
+        if "exact_amount_in" in event:
+            amount_in = int(event["exact_amount_in"])
+            with_fee = amount_in * keep
+            amount_out = with_fee * reserve_out // (reserve_in * 10_000 + with_fee)
+        else:
+            amount_out = int(event["exact_amount_out"])
+            if amount_out >= reserve_out:
+                return None
+            amount_in = -(-reserve_in * amount_out * 10_000 // ((reserve_out - amount_out) * keep))
+        if amount_in <= 0 or amount_out <= 0 or amount_out >= reserve_out:
+            return None
+        return amount_in, amount_out
+
+    async def _on_quote(self, event: dict[str, Any]) -> None:
+        priced = self.price(event)
+        if priced is None:
+            return
+        amount_in, amount_out = priced
+        token_in = event[f"{PREFIX}_asset_identifier_in"]
+        token_out = event[f"{PREFIX}_asset_identifier_out"]
+        deadline = datetime.now(UTC) + timedelta(
+            milliseconds=int(event["min_deadline_ms"]) + EXTRA_DEADLINE_MS
+        )
+        message = json.dumps(
+            {
+                "signer_id": self.account,
+                "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%S.")
+                + f"{deadline.microsecond // 1000:03d}Z",
+                "intents": [
+                    {
+                        "intent": "token_diff",
+                        "diff": {token_in: str(amount_in), token_out: f"-{amount_out}"},
+                    }
+                ],
+            },
+            separators=(",", ":"),
+        )
+        nonce = os.urandom(32)  # a legacy nonce: no salt
+        signed = sign_nep413_message(self.key, message, nonce, self.contract)
+        output = (
+            {"amount_out": str(amount_out)}
+            if "exact_amount_in" in event
+            else {"amount_in": str(amount_in)}
+        )
+        answer = {
+            "quote_id": event["quote_id"],
+            "quote_output": output,
+            "signed_data": signed.model_dump(mode="json", exclude_none=True),
+        }
+        self.answered += 1
+        try:
+            await self._request("quote_response", [answer])
+        except (RuntimeError, TimeoutError) as exc:
+            self.errors.append(str(exc))
+        else:
+            self.accepted += 1

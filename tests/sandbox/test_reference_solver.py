@@ -1,0 +1,122 @@
+"""The reference solver's quickstart settings against the sandbox (issue 13 acceptance).
+
+A solver that signs like the reference TypeScript AMM solver (legacy nonces, the ``defuse_``
+field prefix; :mod:`tests.sandbox.reference_solver`) answers the simulated takers of a sandbox
+with ``nonces: deployed`` and ``bus.asset_field_prefix: defuse``: its answers are accepted,
+takers publish against them and the batches settle on the ledger. Under the default
+``nonces: spec`` the same answers are refused with ``invalid salt``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sandbox.config import SandboxConfig, TokenSpec
+from sandbox.server import Sandbox
+from solver.protocol.keys import SecretKey
+from tests.sandbox.reference_solver import ReferenceStyleSolver
+from tests.sandbox.scripted import rpc
+
+USDC = "nep141:usdc.sandbox"
+NEAR = "nep141:wrap.sandbox"
+E6, E24 = 10**6, 10**24
+# Reserves in the reference price ratio (3 USDC per wNEAR): the curve's mid price is the
+# takers' reference price, so the 0.3 % margin stays inside their 0.6 % tolerance.
+RESERVES = {USDC: 300_000 * E6, NEAR: 100_000 * E24}
+
+
+def config(tmp_path: Path, *, nonces: str, takers: bool) -> SandboxConfig:
+    return SandboxConfig.model_validate(
+        {
+            "state_dir": tmp_path / "sandbox",
+            "nonces": nonces,
+            "tokens": {
+                USDC: TokenSpec(symbol="USDC", decimals=6, usd=1.0),
+                NEAR: TokenSpec(symbol="wNEAR", decimals=24, usd=3.0),
+            },
+            "bus": {
+                "asset_field_prefix": "defuse",
+                "solver_wait_ms": 800,
+                "settlement_delay_ms": 100,
+            },
+            "prices": {"tick_ms": 100},
+            "takers": {
+                "enabled": takers,
+                "count": 4,
+                "requests_per_s": 12.0,
+                "size_usd_median": 40.0,
+                "size_usd_sigma": 0.5,
+                "tolerance_bps": 60.0,
+                "wait_ms": 800,
+                "funding_usd": 10_000.0,
+                "pairs": [{"base": NEAR, "quote": USDC}],
+            },
+        }
+    )
+
+
+@contextlib.asynccontextmanager
+async def reference_solver_on(
+    tmp_path: Path, *, nonces: str, takers: bool
+) -> AsyncIterator[tuple[Sandbox, ReferenceStyleSolver]]:
+    async with Sandbox(config(tmp_path, nonces=nonces, takers=takers)) as sb:
+        key = SecretKey.generate()
+        for asset, amount in RESERVES.items():
+            sb.ledger.deposit(key.public_key.implicit_account_id(), asset, amount)
+        urls = sb.urls()
+        solver = ReferenceStyleSolver(
+            urls["relay_ws"], urls["chain_rpc"], sb.ledger.contract_id, key, [USDC, NEAR]
+        )
+        await solver.start()
+        try:
+            yield sb, solver
+        finally:
+            await solver.stop()
+
+
+async def eventually(predicate: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_reference_quickstart_settles_with_deployed_nonces_and_takers_on(
+    tmp_path: Path,
+) -> None:
+    async with reference_solver_on(tmp_path, nonces="deployed", takers=True) as (sb, solver):
+        await eventually(lambda: sb.bus.stats.settled >= 3, "three settled batches", 30)
+        assert sb.takers is not None
+        stats = sb.takers.stats
+        # The takers read offers in the bus's own (defuse_) spelling: none is thrown away.
+        assert "quote:bad_offer" not in stats.errors, stats.as_dict()
+        assert stats.published_ok >= 3, stats.as_dict()
+        assert solver.accepted >= 3 and not [e for e in solver.errors if "salt" in e]
+        # Its quote_status events arrived and the solver re-read its reserves from the RPC.
+        await eventually(lambda: len(solver.statuses) >= 3, "quote_status events", 5)
+        balances = sb.ledger.mt_batch_balance_of(solver.account, [USDC, NEAR])
+        assert balances != [RESERVES[USDC], RESERVES[NEAR]]
+
+
+async def test_legacy_nonces_are_refused_under_the_spec_policy(tmp_path: Path) -> None:
+    async with (
+        reference_solver_on(tmp_path, nonces="spec", takers=False) as (sb, solver),
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        params: dict[str, Any] = {
+            "defuse_asset_identifier_in": NEAR,
+            "defuse_asset_identifier_out": USDC,
+            "exact_amount_in": str(2 * E24),
+        }
+        body = await rpc(client, sb.urls()["relay_rpc"], "quote", params)
+        assert body["result"] == []
+        await eventually(lambda: bool(solver.errors), "the refusal of the answer", 5)
+        assert solver.errors == ["simulation failed: invalid salt"]

@@ -22,8 +22,8 @@ from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
 from backtest.stream import write_stream
 from solver.cli import main
-from solver.core.market import QuoteRequest
 from solver.core.lifecycle import QuoteState, TrackedQuote, Transition
+from solver.core.market import QuoteRequest
 from solver.errors import ConfigError
 from solver.io.store import Fill, Store
 from solver.protocol.keys import SecretKey

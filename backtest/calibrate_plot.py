@@ -11,6 +11,7 @@ matplotlib's Agg canvas, no pyplot: no global state, no display needed.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -52,22 +53,25 @@ def plot_calibration(path: str | Path, calibration: Calibration, title: str) -> 
         top.plot(grid, curve, color="tab:blue", label=label)
         top.fill_between(grid, band[:, 0], band[:, 1], color="tab:blue", alpha=0.2)
     if calibration.refusals:
-        top.text(
-            0.02, 0.95, "REFUSED: " + calibration.refusals[0][:90], transform=top.transAxes,
-            color="tab:red", va="top", fontsize=8,
-        )  # fmt: skip
+        why = "\n".join(textwrap.wrap("REFUSED: " + "; ".join(calibration.refusals), 100)[:6])
+        top.text(0.02, 0.97, why, transform=top.transAxes, color="tab:red", va="top", fontsize=8)
     top.set_ylim(-0.02, 1.02)
     top.set_ylabel("P(win)")
     top.set_title(title, fontsize=10)
     top.grid(alpha=0.3)
     top.legend(loc="lower right", fontsize=8)
     if x.size:
-        bins = np.histogram_bin_edges(x, bins=min(60, max(5, x.size // 20)))
-        if len(bins) < 2 or bins[0] == bins[-1]:
-            bins = np.array([x.min() - 0.5, x.max() + 0.5])
+        low, high = float(x.min()), float(x.max())
+        if high - low < 10:  # a spot, not a range: show it as one, 0.25-bps bins
+            middle = (low + high) / 2
+            bins = np.linspace(middle - 5, middle + 5, 41)
+            bottom.set_xlim(middle - 5, middle + 5)
+        else:
+            bins = np.histogram_bin_edges(x, bins=min(60, max(5, x.size // 20)))
         bottom.hist([x[y], x[~y]], bins=bins, stacked=True, color=["tab:green", "tab:gray"],
                     label=["won", "lost"])  # fmt: skip
         bottom.legend(fontsize=8)
+    bottom.ticklabel_format(axis="x", useOffset=False)
     bottom.set_xlabel("edge given to the user, bps (negative: we charge)")
     bottom.set_ylabel("quotes")
     fig.tight_layout()

@@ -116,6 +116,13 @@ def _register_synth(group: Group) -> None:
     parser.add_argument("--competitor-edge-bps", type=float, default=8.0)
     parser.add_argument("--competitor-edge-sd-bps", type=float, default=6.0)
     parser.add_argument(
+        "--competitor-edge-bps-per-decade",
+        type=float,
+        default=2.0,
+        help="extra competitor edge per tenfold size above the median (default 2; 0: the "
+        "competition does not depend on size)",
+    )
+    parser.add_argument(
         "--competitor-edge-dist",
         choices=("normal", "logistic"),
         default="normal",
@@ -163,6 +170,7 @@ def run_synth(args: argparse.Namespace) -> int:
         competitor_share=args.competitor_share,
         competitor_edge_bps=args.competitor_edge_bps,
         competitor_edge_sd_bps=args.competitor_edge_sd_bps,
+        competitor_edge_bps_per_decade=args.competitor_edge_bps_per_decade,
         competitor_edge_dist=args.competitor_edge_dist,
         informed_share=args.informed_share,
         informed_horizon_s=args.informed_horizon_s,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +22,8 @@ from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
 from backtest.stream import write_stream
 from solver.cli import main
-from solver.core.lifecycle import QuoteState, TrackedQuote, Transition
-from solver.core.market import QuoteRequest
 from solver.errors import ConfigError
-from solver.io.store import Fill, Store
-from solver.protocol.keys import SecretKey
-from solver.protocol.nonce import salted_nonce
-from solver.protocol.quote_signing import QuoteSigner
+from solver.io.store import Store
 from tests.backtest.replay_helpers import (
     E6,
     E24,
@@ -79,48 +74,41 @@ def test_write_fit_gives_a_backtest_config(tmp_path: Path) -> None:
 
 
 def _store(path: Path) -> list[float]:
-    """Quotes selling 1 NEAR (3 USD) for 3 USDC * (1 + edge): better edges won."""
-    signer = QuoteSigner(SecretKey(b"\x07" * 32), "solver.near", "intents.near")
-    rows = [  # (state path, edge bps, seconds)
-        ([QuoteState.WON, QuoteState.SETTLED], -5.0, 0),
-        ([QuoteState.WON, QuoteState.SETTLING], -8.0, 10),
-        ([QuoteState.LOST], -25.0, 20),
-        ([QuoteState.LOST], -4.0, 30),
-        ([QuoteState.WON, QuoteState.FAILED], -12.0, 40),
-        ([QuoteState.REJECTED], -1.0, 50),  # never seen by users: left out
-        ([], -3.0, 60),  # still open: left out
-        ([QuoteState.LOST], -30.0, 4_000),  # no price nearby unless a stream gives one
-        ([QuoteState.WON], -2.0, 70),
+    """Quotes selling 1 NEAR (3 USD) for 3 USDC * (1 + edge): better edges won.
+
+    Rows are written with SQL into the store's schema: what calibration reads is the table
+    contract (``quotes.state``, the prices of ``fills``), whatever API the desk writes it with.
+    """
+    rows = [  # (final state, edge bps, seconds)
+        ("SETTLED", -5.0, 0),
+        ("SETTLING", -8.0, 10),
+        ("LOST", -25.0, 20),
+        ("LOST", -4.0, 30),
+        ("FAILED", -12.0, 40),
+        ("REJECTED", -1.0, 50),  # never seen by users: left out
+        ("OPEN", -3.0, 60),  # still open: left out
+        ("LOST", -30.0, 4_000),  # no price nearby unless a stream gives one
+        ("WON", -2.0, 70),
     ]
-    with Store(path, checkpoint_every_s=None) as store:
-        for i, (states, edge, seconds) in enumerate(rows):
-            created = T0 + timedelta(seconds=seconds)
-            deadline = created + timedelta(seconds=60)
-            out = round(3 * E6 * (1 + edge / 10_000))
-            signed = signer.sign(
-                deadline=deadline,
-                nonce=salted_nonce(b"\x00\x00\x00\x01"),
-                asset_in=NEAR,
-                amount_in=E24,
-                asset_out=USDC,
-                amount_out=out,
+    Store(path, checkpoint_every_s=None).close()  # the schema
+    with sqlite3.connect(path) as conn:
+        for i, (state, edge, seconds) in enumerate(rows):
+            created = (T0 + timedelta(seconds=seconds)).isoformat()
+            out = str(round(3 * E6 * (1 + edge / 10_000)))
+            conn.execute(
+                "INSERT INTO quotes (quote_id, quote_hash, created_at, deadline, asset_in, "
+                "asset_out, amount_in, amount_out, fee, nonce, signed_data, state) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, '0', x'00', '{}', ?)",
+                (f"q{i}", f"h{i}", created, created, NEAR, USDC, str(E24), out, state),
             )
-            tracked = TrackedQuote(
-                f"q{i}", signed.quote_hash, NEAR, USDC, E24, out, 0, deadline, signed.nonce, created
-            )
-            store.record_quote(tracked, signed, QuoteRequest(f"q{i}", NEAR, USDC, True, E24, 1000))
-            old = QuoteState.OPEN
-            for new in states:
-                store.record_transition(Transition(f"q{i}", signed.quote_hash, old, new, created))
-                old = new
-            if QuoteState.SETTLED in states:
-                tracked.state = QuoteState.SETTLED
-                store.record_fill(
-                    Fill.from_quote(
-                        tracked, created, price_in_usd=Decimal("3"), price_out_usd=Decimal("1")
-                    )
+            if state == "SETTLED":
+                conn.execute(
+                    "INSERT INTO fills (quote_id, quote_hash, at, asset_in, amount_in, "
+                    "asset_out, amount_out, fee, price_in_usd, price_out_usd) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, '0', '3', '1')",
+                    (f"q{i}", f"h{i}", created, NEAR, str(E24), USDC, out),
                 )
-    return [edge for states, edge, _ in rows]
+    return [edge for _, edge, _ in rows]
 
 
 def test_observations_from_a_store(tmp_path: Path) -> None:

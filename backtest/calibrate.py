@@ -1,11 +1,11 @@
-"""Fit the ``logistic`` fill model: ``P(win) = 1 / (1 + exp(-(a + b * edge_bps)))``.
+"""Calibrate the ``logistic`` fill model: ``P(win) = 1 / (1 + exp(-(a + b * edge_bps)))``.
+
+The fit, its intervals and the checks that refuse data which cannot identify the model live in
+:mod:`backtest.logistic_fit` (re-exported here); the plot in :mod:`backtest.calibrate_plot`.
+This module gathers the observations ``(edge_bps, won)``.
 
 ``edge_bps`` is what the user gains against the reference price (see :func:`backtest.fills.
-edge_bps`), so ``b > 0`` means better prices win more often. The fit is maximum likelihood by
-Newton's method (IRLS) on the standardised edge, with a vanishing ridge so perfectly separated
-data still gives finite numbers; ``(a, b)`` are mapped back to raw basis points.
-
-Observations come from:
+edge_bps`), so ``b > 0`` means better prices win more often. Observations come from:
 
 - **a store** (``solver backtest calibrate --db STORE``): the bot's own signed quotes. States
   WON, SETTLING, SETTLED and FAILED count as won (the user took the quote; FAILED only failed
@@ -15,9 +15,10 @@ Observations come from:
   observation at or before the quote, else the first after it, within ``max_gap_s``. Quotes
   without both prices, or with an asset of unknown decimals, are skipped and counted.
 - **a stream replay** (``solver backtest calibrate STREAM --config FILE``): the stream's requests
-  through the configured pipeline, each answer judged by the ``competitor`` model against the
-  stream's recorded competing answers; the logistic then smooths that competition into a
-  probability of the edge.
+  through the configured pipeline, each answer judged by the ``competitor`` model (with the
+  settings' taker limits) against the stream's recorded competing answers; the logistic then
+  smooths that competition into a probability of the edge. The strategy's edge must vary
+  (a constant spread identifies nothing, and is refused).
 """
 
 from __future__ import annotations
@@ -27,102 +28,47 @@ import json
 import math
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
 
-from backtest.engine import Replay
 from backtest.events import Header, PriceEvent, StreamEvent
 from backtest.fills import edge_bps
-from backtest.settings import BacktestSettings, FillSpec
+from backtest.logistic_fit import (
+    Calibration,
+    CalibrationRefused,
+    Criteria,
+    LogisticFit,
+    calibrate,
+    fit_logistic,
+)
+from backtest.settings import BacktestSettings
 from solver.config import BotConfig
 from solver.errors import ConfigError
 
+__all__ = [
+    "LOST_STATES",
+    "WON_STATES",
+    "Calibration",
+    "CalibrationRefused",
+    "Criteria",
+    "LogisticFit",
+    "Observations",
+    "PriceBook",
+    "calibrate",
+    "calibration_summary",
+    "fit_logistic",
+    "observations_from_replay",
+    "observations_from_store",
+    "write_fit",
+]
+
 WON_STATES = frozenset({"WON", "SETTLING", "SETTLED", "FAILED"})
 LOST_STATES = frozenset({"LOST"})
-
-
-@dataclass(frozen=True)
-class LogisticFit:
-    a: float
-    b: float
-    n: int
-    won: int
-    log_likelihood: float
-    iterations: int
-    converged: bool
-
-    def probability(self, edge: float) -> float:
-        z = self.a + self.b * edge
-        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-
-    def settings(self) -> dict[str, Any]:
-        """A ``--backtest-config`` document selecting this model."""
-        return {"fill": {"model": "logistic", "a": self.a, "b": self.b}}
-
-
-def fit_logistic(
-    edges: Sequence[float] | np.ndarray,
-    won: Sequence[bool] | np.ndarray,
-    *,
-    ridge: float = 1e-6,
-    max_iter: int = 100,
-    tol: float = 1e-10,
-) -> LogisticFit:
-    """Maximum-likelihood ``(a, b)``; needs both won and lost observations."""
-    x = np.asarray(edges, dtype=np.float64)
-    y = np.asarray(won, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError("edges and outcomes must be two sequences of the same length")
-    n, wins = int(x.size), int(y.sum())
-    if n < 2 or wins in (0, n):
-        raise ConfigError(
-            f"cannot fit a win probability from {n} quotes of which {wins} won: "
-            "both won and lost quotes are needed"
-        )
-    if not np.all(np.isfinite(x)):
-        raise ValueError("edges must be finite")
-    mean = float(x.mean())
-    scale = float(x.std()) or 1.0
-    design = np.column_stack((np.ones(n), (x - mean) / scale))
-    penalty = np.diag([0.0, ridge])
-    beta = np.zeros(2)
-
-    def loglik(b: np.ndarray) -> float:
-        z = design @ b
-        # log(1 + e^z) computed stably; the ridge is part of the objective.
-        return float(np.sum(y * z - np.logaddexp(0.0, z)) - 0.5 * ridge * b[1] ** 2)
-
-    current = loglik(beta)
-    converged = False
-    iterations = 0
-    for iterations in range(1, max_iter + 1):  # noqa: B007 - the count is reported
-        p = 1.0 / (1.0 + np.exp(-(design @ beta)))
-        gradient = design.T @ (y - p) - penalty @ beta
-        hessian = (design.T * (p * (1.0 - p))) @ design + penalty
-        step = np.linalg.solve(hessian + 1e-12 * np.eye(2), gradient)
-        t = 1.0
-        while True:  # step halving keeps every iteration an improvement
-            candidate = beta + t * step
-            value = loglik(candidate)
-            if value >= current - 1e-12 or t < 1e-8:
-                break
-            t /= 2
-        beta, previous, current = candidate, current, value
-        if float(np.max(np.abs(t * step))) < tol or abs(current - previous) < tol * (
-            1 + abs(current)
-        ):
-            converged = True
-            break
-    alpha, slope = float(beta[0]), float(beta[1])
-    b = slope / scale
-    a = alpha - b * mean
-    return LogisticFit(a, b, n, wins, current, iterations, converged)
 
 
 # ------------------------------------------------------------------------------ observations
@@ -139,7 +85,11 @@ class Observations:
         self.won.append(won)
 
     def fit(self) -> LogisticFit:
+        """The bare fit (no checks); use :meth:`calibrate` for anything reported."""
         return fit_logistic(self.edges, self.won)
+
+    def calibrate(self, criteria: Criteria | None = None) -> Calibration:
+        return calibrate(self.edges, self.won, criteria)
 
 
 class PriceBook:
@@ -243,25 +193,44 @@ def observations_from_replay(
     config: BotConfig,
     settings: BacktestSettings,
 ) -> Observations:
-    """Replay with the ``competitor`` model and record each answer's edge and verdict."""
+    """Replay with the ``competitor`` model and record each answer's edge and verdict.
+
+    The settings' taker limits stay (a user over their limit refuses whatever the competition).
+    """
+    from backtest.engine import Replay  # the replay is heavy; the fit alone does not need it
+
     obs = Observations()
-    competitor = settings.model_copy(update={"fill": FillSpec(model="competitor")})
+    fill = settings.fill.model_copy(update={"model": "competitor"})
+    competitor = settings.model_copy(update={"fill": fill})
     Replay(config, competitor, observe=obs.add).run(events, header)
     return obs
 
 
 def write_fit(path: str | Path, fit: LogisticFit, source: str) -> Path:
-    """Write the fit as a ``--backtest-config`` file: JSON for ``.json``, else YAML."""
+    """Write the fit as a ``--backtest-config`` file: JSON for ``.json``, else YAML (with the
+    intervals as comments). A fit in which a better price wins less is never written."""
+    if not fit.b > 0:
+        raise CalibrationRefused(
+            f"not writing a fit with b = {fit.b:.4g}: a better price wins less"
+        )
     target = Path(path)
     document = fit.settings()
     if target.suffix.lower() == ".json":
         text = json.dumps(document, indent=2, sort_keys=True) + "\n"
     else:
         where = " ".join(source.split())
+        intervals = ""
+        if math.isfinite(fit.se_a) and math.isfinite(fit.se_b):
+            (a_lo, a_hi), (b_lo, b_hi) = fit.a_interval(), fit.b_interval()
+            intervals = (
+                f"# 95 % intervals: a {a_lo:.4g} .. {a_hi:.4g}, b {b_lo:.4g} .. {b_hi:.4g}; "
+                f"50 % win at {fit.edge_at(0.5):.2f} bps of edge.\n"
+            )
         text = (
             f"# Fitted by solver backtest calibrate from {where}: {fit.n} quotes, {fit.won} "
             f"won; log-likelihood {fit.log_likelihood:.3f}, converged: {fit.converged}.\n"
-            "# P(win) = 1 / (1 + exp(-(a + b * edge_bps))); use with --backtest-config.\n"
+            + intervals
+            + "# P(win) = 1 / (1 + exp(-(a + b * edge_bps))); use with --backtest-config.\n"
             + yaml.safe_dump(document, sort_keys=True)
         )
     try:
@@ -270,3 +239,48 @@ def write_fit(path: str | Path, fit: LogisticFit, source: str) -> Path:
     except OSError as exc:
         raise ConfigError(f"cannot write {target}: {exc.strerror}") from None
     return target
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant digits: what a reader needs, not float noise."""
+    return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+
+
+def calibration_summary(calibration: Calibration) -> dict[str, object]:
+    """The readable report of ``solver backtest calibrate`` (JSON-ready; docs/backtest.md)."""
+    x = calibration.edges
+    wins = int(calibration.won.sum())
+    summary: dict[str, object] = {
+        "model": "P(win) = 1 / (1 + exp(-(a + b * edge_bps)))",
+        "quotes": int(x.size),
+        "won": wins,
+        "lost": int(x.size) - wins,
+        "edge_bps": calibration.edge_summary(),
+    }
+    fit = calibration.fit
+    if fit is not None and calibration.ok:
+        a_lo, a_hi = fit.a_interval()
+        b_lo, b_hi = fit.b_interval()
+        summary |= {
+            "a": _sig(fit.a),
+            "a_95": [_sig(a_lo), _sig(a_hi)],
+            "b": _sig(fit.b),
+            "b_95": [_sig(b_lo), _sig(b_hi)],
+            "edge_bps_at_50pct_win": round(fit.edge_at(0.5), 2),
+            "win_probability": [
+                {
+                    "edge_bps": round(float(e), 2),
+                    "fitted": round(fit.probability(float(e)), 4),
+                    "fitted_95": [round(p, 4) for p in fit.probability_interval(float(e))],
+                }
+                for e in np.quantile(x, [0.05, 0.5, 0.95])
+            ],
+            "log_likelihood": round(fit.log_likelihood, 3),
+            "iterations": fit.iterations,
+            "converged": fit.converged,
+        }
+    summary["buckets"] = [b.as_dict() for b in calibration.buckets]
+    summary["warnings"] = list(calibration.warnings)
+    if calibration.refusals:
+        summary["refused"] = list(calibration.refusals)
+    return summary

@@ -2,16 +2,23 @@
 
 A recorded stream says what was asked, at what reference prices, and (when recorded) how good the
 best competing answer was; it cannot say whether *our* answer would have been taken. A fill
-model decides that:
+model decides that, in two steps:
 
-- ``always``: every answer in time wins. An upper bound on volume (and usually on losses).
+1. **The taker** (:class:`backtest.takers.TakerModel`, ``fill.taker``): the user takes no answer
+   that charges them more than their limit against the reference price, whatever the
+   competition. Lost with reason ``taker_limit``. Every model applies it, so "nobody else
+   answered" never means "any price is taken".
+2. **The competition**, by model:
+
+- ``always``: every answer in time within the taker's limit wins. An upper bound on volume.
 - ``competitor``: win when strictly better for the user than the recorded best competing answer
   (exact-in: our ``amount_out > best_amount``; exact-out: our ``amount_in < best_amount``).
-  A request without a competitor event is won (nobody else answered).
+  A request without a competitor event is won if the taker accepts it (nobody else answered).
 - ``logistic``: win with probability ``1 / (1 + exp(-(a + b * edge_bps)))``, where ``edge_bps`` is
   what the user gains against the reference price (negative when we charge a spread). ``a`` and
   ``b`` come from ``solver backtest calibrate`` (:mod:`backtest.calibrate`). The draws come from a
-  numpy ``Generator`` seeded with ``--seed``, one per answer in request order, so a run is
+  numpy ``Generator`` seeded with ``--seed``, one per answer in request order (drawn even when
+  the taker refuses, so the taker's settings never shift other answers' draws), so a run is
   reproducible.
 
 The latency model sets when our answer is ready (``request ts + latency``); an answer later than
@@ -27,12 +34,14 @@ from typing import Protocol
 import numpy as np
 
 from backtest.settings import FillSpec, LatencySpec
+from backtest.takers import TakerModel
 from solver.core.quoting import Quote
 
 # Why a quote lost (summary ``lost`` keys).
 LOST_COMPETITOR = "competitor"
 LOST_MODEL = "model"
 LOST_LATE = "late"
+LOST_TAKER = "taker_limit"
 
 _BLOCK = 4096
 
@@ -77,23 +86,36 @@ def edge_bps(
 
 class FillModel(Protocol):
     name: str
+    takers: TakerModel
 
     def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
-        """None when the quote wins, else why it lost (``LOST_*``)."""
+        """None when the quote wins, else why it lost (``LOST_*``).
+
+        ``best_amount`` is the recorded best competing answer (None: none recorded) and
+        ``edge_bps`` the user's gain against the reference (:func:`edge_bps`) at decision time.
+        """
         ...
 
 
 class AlwaysFill:
     name = "always"
 
+    def __init__(self, takers: TakerModel | None = None) -> None:
+        self.takers = takers if takers is not None else TakerModel()
+
     def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
-        return None
+        return None if self.takers.accepts(quote.request.quote_id, edge_bps) else LOST_TAKER
 
 
 class CompetitorFill:
     name = "competitor"
 
+    def __init__(self, takers: TakerModel | None = None) -> None:
+        self.takers = takers if takers is not None else TakerModel()
+
     def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
+        if not self.takers.accepts(quote.request.quote_id, edge_bps):
+            return LOST_TAKER
         if best_amount is None:
             return None
         if quote.request.exact_in:
@@ -104,8 +126,11 @@ class CompetitorFill:
 class LogisticFill:
     name = "logistic"
 
-    def __init__(self, a: float, b: float, rng: np.random.Generator) -> None:
+    def __init__(
+        self, a: float, b: float, rng: np.random.Generator, takers: TakerModel | None = None
+    ) -> None:
         self.a, self.b = a, b
+        self.takers = takers if takers is not None else TakerModel()
         self._uniforms = _Uniforms(rng)
 
     def probability(self, edge: float) -> float:
@@ -116,15 +141,20 @@ class LogisticFill:
         return e / (1.0 + e)
 
     def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
-        return None if self._uniforms.next() < self.probability(edge_bps) else LOST_MODEL
+        draw = self._uniforms.next()  # drawn first: one per answer, whatever the taker says
+        if not self.takers.accepts(quote.request.quote_id, edge_bps):
+            return LOST_TAKER
+        return None if draw < self.probability(edge_bps) else LOST_MODEL
 
 
 def make_fill_model(spec: FillSpec, seed: int) -> FillModel:
+    """The model of ``spec`` with its taker limits (``spec.taker``), all seeded by ``seed``."""
+    takers = TakerModel(spec.taker, seed)
     if spec.model == "always":
-        return AlwaysFill()
+        return AlwaysFill(takers)
     if spec.model == "competitor":
-        return CompetitorFill()
-    return LogisticFill(spec.a, spec.b, seeded(seed, 1))
+        return CompetitorFill(takers)
+    return LogisticFill(spec.a, spec.b, seeded(seed, 1), takers)
 
 
 class CompetitorBook:

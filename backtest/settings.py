@@ -12,7 +12,9 @@ in a small YAML given with ``solver backtest run --backtest-config FILE`` (every
     settlement_delay_ms: 1000  # a won quote settles this long after its request
     fee_pips: 0                # the ledger's protocol fee (1 pip = 1e-6)
     latency: {kind: fixed, ms: 0}          # or {kind: lognormal, median_ms: 40, sigma: 0.5}
-    fill: {model: competitor}              # always | competitor | logistic (with a, b)
+    fill:                                  # always | competitor | logistic (with a, b)
+      model: competitor
+      taker: {kind: lognormal, tolerance_bps: 60, sigma: 0.5, max_bps: 500}
     seed: 0                    # numpy / nonce randomness; same seed, same result
     sign: false                # sign quotes and settle through the verifier's full checks
     kill_switch: true          # the desk's PnL and stale-data kill switch (false: off)
@@ -52,8 +54,27 @@ class LatencySpec(BaseModel):
     sigma: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.5
 
 
+class TakerSpec(BaseModel):
+    """How much worse than the reference price a user still accepts (:mod:`backtest.takers`).
+
+    Every fill model consults it, so an answer nobody competed with is still refused when it
+    charges the user more than their limit. ``fixed``: every user's limit is ``tolerance_bps``
+    (the sandbox takers' rule). ``lognormal``: each request's limit is ``tolerance_bps *
+    exp(sigma * N(0, 1))`` (``tolerance_bps`` is the median), never above ``max_bps``.
+    """
+
+    model_config = _STRICT
+    kind: Literal["fixed", "lognormal"] = "lognormal"
+    tolerance_bps: Annotated[float, Field(ge=0, le=5_000, allow_inf_nan=False)] = 60.0
+    """The limit (``fixed``) or its median (``lognormal``), in bps of what the user pays."""
+    sigma: Annotated[float, Field(ge=0, le=3, allow_inf_nan=False)] = 0.5
+    max_bps: Annotated[float, Field(ge=0, le=5_000, allow_inf_nan=False)] = 500.0
+    """No user accepts an answer worse than this, whatever the draw."""
+
+
 class FillSpec(BaseModel):
-    """Which quotes win (see :mod:`backtest.fills`); ``a`` and ``b`` are the logistic's."""
+    """Which quotes win (see :mod:`backtest.fills`); ``a`` and ``b`` are the logistic's, and
+    ``taker`` the limit every model applies first."""
 
     model_config = _STRICT
     model: FillModelName = "competitor"
@@ -61,6 +82,7 @@ class FillSpec(BaseModel):
     """Log-odds of winning at zero edge."""
     b: Annotated[float, Field(allow_inf_nan=False)] = 0.05
     """Change of the log-odds per basis point of edge given to the user."""
+    taker: TakerSpec = Field(default_factory=TakerSpec)
 
 
 class BacktestSettings(BaseModel):

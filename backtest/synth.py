@@ -13,43 +13,51 @@ The shape (``docs/backtest.md`` "Synthetic streams"):
 - **Prices**: one geometric Brownian motion per token (:class:`sandbox.prices.PriceProcess`,
   the sandbox's own, with each token's ``volatility_annual``), stepped every
   ``price_interval_s``, with a ``price`` event per token per step.
+- **Informed flow**: a share ``informed_share`` of requests take the direction that the
+  reference price ``informed_horizon_s`` ahead rewards (:mod:`backtest.synth_flow`), so fills
+  are marked out at a loss on average, as informed flow is live.
 - **Competition**: with probability ``competitor_share`` a request gets a ``competitor`` event
   right after it (same timestamp): the best competing answer, priced at the reference rate
-  minus an edge in bps drawn ``Normal(competitor_edge_bps + competitor_edge_bps_per_decade *
-  log10(size / median), competitor_edge_sd_bps)`` — larger trades are quoted wider, and a
-  negative draw is a competitor pricing better than the reference.
+  minus an edge in bps drawn ``Normal`` (or ``Logistic``: ``competitor_edge_dist``) with mean
+  ``competitor_edge_bps + competitor_edge_bps_per_decade * log10(size / median)`` and sd
+  ``competitor_edge_sd_bps`` — larger trades are quoted wider, and a negative draw is a
+  competitor pricing better than the reference.
 
 Determinism: every draw comes from numpy Generators seeded from ``(seed, stream name)``
-(:func:`sandbox.prices.seeded_rng`), one per concern (arrivals, flow, competition, prices),
-consumed in blocks of a fixed size; timestamps are whole milliseconds from ``start``; gzip is
-written without a name or mtime. The same arguments give a byte-identical file.
+(:func:`sandbox.prices.seeded_rng`), one per concern (arrivals, flow, competition, informed,
+prices), consumed in blocks of a fixed size; timestamps are whole milliseconds from ``start``;
+gzip is written without a name or mtime. The same arguments give a byte-identical file.
+
+The knobs are :class:`~backtest.synth_params.SynthParams` (re-exported here).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
-
-from backtest.events import (
-    CompetitorEvent,
-    Header,
-    PriceEvent,
-    RequestEvent,
-    StreamEvent,
-    TokenInfo,
-)
+from backtest.events import Header, PriceEvent, StreamEvent, TokenInfo
 from backtest.stream import PathLike, StreamWriter
+from backtest.synth_flow import Draws, PricePath, RequestMaker
+from backtest.synth_params import SynthParams, SynthSummary
 from sandbox.config import TokenSpec
-from sandbox.prices import PriceProcess, format_usd, seeded_rng, usd_to_amount
-from solver.core.market import QuoteRequest
-from solver.protocol.amounts import U128_MAX
+from sandbox.prices import PriceProcess, seeded_rng
+
+__all__ = [
+    "DEFAULT_START",
+    "DEFAULT_TOKENS",
+    "SynthParams",
+    "SynthSummary",
+    "generate",
+    "header_for",
+    "resolve_pairs",
+    "synthesize",
+]
 
 DEFAULT_START: Final = datetime(2025, 1, 1, tzinfo=UTC)
 DEFAULT_TOKENS: Final[Mapping[str, TokenSpec]] = {
@@ -58,132 +66,6 @@ DEFAULT_TOKENS: Final[Mapping[str, TokenSpec]] = {
     "nep141:eth.sandbox": TokenSpec(symbol="ETH", decimals=18, usd=3000.0, volatility_annual=0.7),
 }
 """The tokens of ``config/sandbox.yaml``: used when no token file is given."""
-
-_BLOCK = 4096
-_CTX = Context(prec=80)
-_BPS = Decimal(10_000)
-
-
-@dataclass(frozen=True)
-class SynthParams:
-    """Every knob of the generator, with its default. See the module docstring."""
-
-    rate_per_s: float = 5.0
-    """Long-run average of quote requests per second (calm and burst together)."""
-    burst_factor: float = 6.0
-    """Arrival rate in a burst, as a multiple of the calm rate (1: no bursts)."""
-    calm_mean_s: float = 300.0
-    burst_mean_s: float = 20.0
-    size_usd_median: float = 50.0
-    size_usd_sigma: float = 1.0
-    exact_out_share: float = 0.3
-    min_deadline_ms: int = 60_000
-    price_interval_s: float = 1.0
-    competitor_share: float = 0.85
-    """Share of requests with a ``competitor`` event (the rest: no competing answer known)."""
-    competitor_edge_bps: float = 8.0
-    """Mean edge of the best competitor against the reference price at the median size."""
-    competitor_edge_sd_bps: float = 6.0
-    competitor_edge_bps_per_decade: float = 2.0
-    """Extra edge per tenfold size above the median (less below it)."""
-    partner_id: str | None = "synth"
-
-    def check(self) -> None:
-        """Raise ``ValueError`` naming the first parameter out of range."""
-        positive = {
-            "rate_per_s": self.rate_per_s,
-            "calm_mean_s": self.calm_mean_s,
-            "burst_mean_s": self.burst_mean_s,
-            "size_usd_median": self.size_usd_median,
-            "price_interval_s": self.price_interval_s,
-        }
-        for name, value in positive.items():
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be positive, got {value}")
-        if not (math.isfinite(self.burst_factor) and self.burst_factor >= 1):
-            raise ValueError("burst_factor must be >= 1")
-        if not 0 <= self.size_usd_sigma <= 5:
-            raise ValueError("size_usd_sigma must be in 0..5")
-        for name in ("exact_out_share", "competitor_share"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in 0..1")
-        if not 0 <= self.min_deadline_ms <= 86_400_000:
-            raise ValueError("min_deadline_ms must be in 0..86400000")
-        if not (math.isfinite(self.competitor_edge_sd_bps) and self.competitor_edge_sd_bps >= 0):
-            raise ValueError("competitor_edge_sd_bps must be >= 0")
-        for name in ("competitor_edge_bps", "competitor_edge_bps_per_decade"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be finite")
-
-    @property
-    def calm_rate(self) -> float:
-        """The calm-state rate that makes the long-run average ``rate_per_s``."""
-        calm_share = self.calm_mean_s / (self.calm_mean_s + self.burst_mean_s)
-        return self.rate_per_s / (calm_share + self.burst_factor * (1 - calm_share))
-
-
-@dataclass
-class SynthSummary:
-    """What one run produced."""
-
-    path: Path | None = None
-    duration_s: float = 0.0
-    requests: int = 0
-    exact_out: int = 0
-    prices: int = 0
-    competitors: int = 0
-    bursts: int = 0
-    burst_time_s: float = 0.0
-    requests_by_pair: dict[str, int] = field(default_factory=dict)
-    bytes: int = 0
-
-    @property
-    def events(self) -> int:
-        return self.requests + self.prices + self.competitors
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "path": str(self.path) if self.path else None,
-            "duration_s": self.duration_s,
-            "events": self.events,
-            "requests": self.requests,
-            "exact_out": self.exact_out,
-            "prices": self.prices,
-            "competitors": self.competitors,
-            "bursts": self.bursts,
-            "burst_time_s": round(self.burst_time_s, 3),
-            "requests_by_pair": dict(self.requests_by_pair),
-            "bytes": self.bytes,
-        }
-
-
-class _Draws:
-    """Buffered draws from one Generator: blocks of a fixed size keep runs reproducible."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self._rng = rng
-        self._uniform: list[float] = []
-        self._normal: list[float] = []
-        self._exponential: list[float] = []
-
-    def uniform(self) -> float:
-        if not self._uniform:
-            self._uniform = self._rng.random(_BLOCK).tolist()
-            self._uniform.reverse()
-        return self._uniform.pop()
-
-    def normal(self) -> float:
-        if not self._normal:
-            self._normal = self._rng.standard_normal(_BLOCK).tolist()
-            self._normal.reverse()
-        return self._normal.pop()
-
-    def exponential(self) -> float:
-        """A standard exponential (mean 1)."""
-        if not self._exponential:
-            self._exponential = self._rng.standard_exponential(_BLOCK).tolist()
-            self._exponential.reverse()
-        return self._exponential.pop()
 
 
 def resolve_pairs(text: str, tokens: Mapping[str, TokenSpec]) -> list[tuple[str, str, float]]:
@@ -308,12 +190,17 @@ def _events(
     summary: SynthSummary,
     progress: Callable[[float], None] | None,
 ) -> Iterator[StreamEvent]:
-    arrivals = _Draws(seeded_rng(seed, "synth.arrivals"))
-    flow = _Draws(seeded_rng(seed, "synth.flow"))
-    rivals = _Draws(seeded_rng(seed, "synth.competitors"))
+    arrivals = Draws(seeded_rng(seed, "synth.arrivals"))
     process = PriceProcess(tokens, seed=seed, clock=lambda: start)
     assets = process.assets
-    decimals = {asset: tokens[asset].decimals for asset in assets}
+    interval = params.price_interval_s
+    path = PricePath(process, interval)
+    maker = RequestMaker(
+        seed, pairs, cumulative, params, {asset: tokens[asset].decimals for asset in assets}, path,
+        flow=Draws(seeded_rng(seed, "synth.flow")),
+        rivals=Draws(seeded_rng(seed, "synth.competitors")),
+        informed=Draws(seeded_rng(seed, "synth.informed")),
+    )  # fmt: skip
     calm_rate = params.calm_rate
     rates = (calm_rate, calm_rate * params.burst_factor)
     state_means = (params.calm_mean_s, params.burst_mean_s)
@@ -321,11 +208,8 @@ def _events(
     state = 0  # 0 calm, 1 burst
     state_end = state_means[0] * arrivals.exponential() if bursts_on else math.inf
     next_arrival = arrivals.exponential() / rates[0]
-    interval = params.price_interval_s
     tick = 0
     next_tick = 0.0
-    log_median = math.log(params.size_usd_median)
-    sigma = params.size_usd_sigma
     usd_text: dict[str, str] = {}
     usd_dec: dict[str, Decimal] = {}
     produced = 0
@@ -340,11 +224,9 @@ def _events(
         if t >= duration_s:
             break
         if t == next_tick:
-            if tick:
-                process.step(interval)
             ts = stamp(t)
-            for asset in assets:
-                text = format_usd(process.usd(asset))
+            path.release_before(tick)
+            for asset, text in path.at(tick).items():
                 usd_text[asset] = text
                 usd_dec[asset] = Decimal(text)
                 summary.prices += 1
@@ -367,11 +249,9 @@ def _events(
             next_arrival = t + arrivals.exponential() / rates[state]
             seq += 1
             ts = stamp(t)
-            request, competitor = _request(
-                seq, seed, ts, pairs, cumulative, flow, rivals, params, log_median, sigma,
-                usd_text, usd_dec, decimals,
-            )  # fmt: skip
+            request, competitor, informed = maker.make(seq, ts, tick - 1, usd_text, usd_dec)
             summary.requests += 1
+            summary.informed += informed
             summary.exact_out += not request.request.exact_in
             asked = request.request
             key = f"{tokens[asked.asset_in].symbol}/{tokens[asked.asset_out].symbol}"
@@ -389,66 +269,6 @@ def _events(
         summary.burst_time_s += duration_s - burst_started
     if progress is not None:
         progress(duration_s)
-
-
-def _request(
-    seq: int,
-    seed: int,
-    ts: datetime,
-    pairs: list[tuple[str, str, float]],
-    cumulative: list[float],
-    flow: _Draws,
-    rivals: _Draws,
-    params: SynthParams,
-    log_median: float,
-    sigma: float,
-    usd_text: dict[str, str],
-    usd_dec: dict[str, Decimal],
-    decimals: dict[str, int],
-) -> tuple[RequestEvent, CompetitorEvent | None]:
-    pick = flow.uniform()
-    index = next((i for i, c in enumerate(cumulative) if pick < c), len(pairs) - 1)
-    base, quote, _ = pairs[index]
-    asset_in, asset_out = (base, quote) if flow.uniform() < 0.5 else (quote, base)
-    exact_in = flow.uniform() >= params.exact_out_share
-    size_usd = math.exp(log_median + sigma * flow.normal())
-    fixed = asset_in if exact_in else asset_out
-    amount = max(1, usd_to_amount(f"{size_usd:.6f}", usd_text[fixed], decimals[fixed]))
-    amount = min(amount, U128_MAX)
-    quote_id = f"synth-{seed}-{seq:09d}"
-    request = RequestEvent(
-        ts,
-        QuoteRequest(
-            quote_id,
-            asset_in,
-            asset_out,
-            exact_in,
-            amount,
-            params.min_deadline_ms,
-            params.partner_id,
-        ),
-    )
-    # Competition: drawn for every request (present or not) so the flow stays aligned.
-    present = rivals.uniform() < params.competitor_share
-    edge_bps = (
-        params.competitor_edge_bps
-        + params.competitor_edge_bps_per_decade * math.log10(size_usd / params.size_usd_median)
-        + params.competitor_edge_sd_bps * rivals.normal()
-    )
-    if not present:
-        return request, None
-    edge = Decimal(f"{edge_bps:.4f}") / _BPS
-    # Whole units of asset_out per whole unit of asset_in, at the reference prices.
-    rate = _CTX.divide(usd_dec[asset_in], usd_dec[asset_out])
-    scale_in, scale_out = Decimal(10) ** decimals[asset_in], Decimal(10) ** decimals[asset_out]
-    if exact_in:
-        fair_out = _CTX.multiply(_CTX.divide(Decimal(amount), scale_in) * rate, scale_out)
-        best = _CTX.multiply(fair_out, 1 - edge).to_integral_value(rounding=ROUND_FLOOR)
-    else:
-        fair_in = _CTX.multiply(_CTX.divide(Decimal(amount), scale_out) / rate, scale_in)
-        best = _CTX.multiply(fair_in, 1 + edge).to_integral_value(rounding=ROUND_CEILING)
-    best_amount = min(max(int(best), 1), U128_MAX)
-    return request, CompetitorEvent(ts, quote_id, best_amount)
 
 
 def synthesize(

@@ -81,7 +81,8 @@ def _register_synth(group: Group) -> None:
         help="write a realistic synthetic quote stream (deterministic for a seed)",
         description=(
             "Write a synthetic stream: Poisson arrivals with bursts, lognormal sizes in USD, "
-            "GBM reference prices per token, competitor answers around the reference price. "
+            "GBM reference prices per token, a share of informed requests, competitor answers "
+            "around the reference price. "
             "The same arguments give a byte-identical file. Prints a JSON summary."
         ),
     )
@@ -114,6 +115,30 @@ def _register_synth(group: Group) -> None:
     parser.add_argument("--competitor-share", type=float, default=0.85)
     parser.add_argument("--competitor-edge-bps", type=float, default=8.0)
     parser.add_argument("--competitor-edge-sd-bps", type=float, default=6.0)
+    parser.add_argument(
+        "--competitor-edge-bps-per-decade",
+        type=float,
+        default=2.0,
+        help="extra competitor edge per tenfold size above the median (default 2; 0: the "
+        "competition does not depend on size)",
+    )
+    parser.add_argument(
+        "--competitor-edge-dist",
+        choices=("normal", "logistic"),
+        default="normal",
+        help="shape of the competitor's edge; logistic: wins follow the logistic fill model "
+        "exactly (a stream to check calibration on)",
+    )
+    parser.add_argument(
+        "--informed-share",
+        type=float,
+        default=0.1,
+        help="share of requests whose direction follows the price --informed-horizon-s ahead "
+        "(adverse selection; default 0.1)",
+    )
+    parser.add_argument(
+        "--informed-horizon-s", type=float, default=60.0, metavar="S", help="default 60"
+    )
     parser.add_argument("--start", help="ISO time of the first event (default 2025-01-01T00:00Z)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_synth)
@@ -145,6 +170,10 @@ def run_synth(args: argparse.Namespace) -> int:
         competitor_share=args.competitor_share,
         competitor_edge_bps=args.competitor_edge_bps,
         competitor_edge_sd_bps=args.competitor_edge_sd_bps,
+        competitor_edge_bps_per_decade=args.competitor_edge_bps_per_decade,
+        competitor_edge_dist=args.competitor_edge_dist,
+        informed_share=args.informed_share,
+        informed_horizon_s=args.informed_horizon_s,
     )
     try:
         pairs = resolve_pairs(args.pairs, tokens)

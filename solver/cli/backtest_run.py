@@ -9,7 +9,10 @@ one JSON line with the headline figures goes to stdout.
 
 ``calibrate`` fits the ``logistic`` fill model (:mod:`backtest.calibrate`) from a store
 (``--db``) or from a stream replayed with the ``competitor`` model, and writes the parameters as a
-``--backtest-config`` file (``--out``, YAML or ``.json``).
+``--backtest-config`` file (``--out``, YAML or ``.json``) and a fit plot (``--plot``, by default
+``--out`` with ``.png``). It refuses (exit 2, nothing written but the plot) data that cannot
+identify the model: too few wins or losses, an edge that does not vary, separated data, or a fit
+in which a better price wins less.
 
 The subcommands join the ``backtest`` group through :func:`solver.cli.backtest.backtest_group`
 (which finds the group or creates it), so module order in ``COMMAND_MODULES`` does not matter.
@@ -90,7 +93,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Fit P(win) = 1 / (1 + exp(-(a + b * edge_bps))) by maximum likelihood, from the "
             "bot's store (--db: its quotes and outcomes) or from a stream replayed with the "
-            "competitor model (STREAM --config). Writes a --backtest-config file."
+            "competitor model (STREAM --config). Writes a --backtest-config file and a plot of "
+            "the win rate by edge bucket against the fitted curve; prints the fit with 95 %% "
+            "intervals. Refuses (exit 2) data that cannot identify the model."
         ),
     )
     calibrate.add_argument("stream", metavar="STREAM", nargs="?", help="stream to replay")
@@ -112,6 +117,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     calibrate.add_argument(
         "--out", required=True, metavar="FILE", help="where to write a,b (YAML, or .json)"
     )
+    calibrate.add_argument(
+        "--plot", metavar="FILE", help="the fit plot (PNG; default: --out with .png)"
+    )
+    calibrate.add_argument(
+        "--min-wins", type=_non_negative_int, default=20, metavar="N",
+        help="refuse with fewer won quotes (20)",
+    )  # fmt: skip
+    calibrate.add_argument(
+        "--min-losses", type=_non_negative_int, default=20, metavar="N",
+        help="refuse with fewer lost quotes (20)",
+    )  # fmt: skip
+    calibrate.add_argument(
+        "--min-edge-sd-bps", type=float, default=1.0, metavar="BPS",
+        help="refuse when the edge varies less than this, sd in bps (1.0): a constant spread "
+        "cannot identify the slope",
+    )  # fmt: skip
     calibrate.set_defaults(handler=cmd_calibrate)
 
 
@@ -263,20 +284,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         with read_stream(args.stream) as reader:
             obs = observations_from_replay(reader, reader.header, config, settings)
         source = f"stream {args.stream}"
-    fit = obs.fit()
+    from backtest.calibrate import Criteria, calibration_summary
+    from backtest.calibrate_plot import plot_calibration
+
+    criteria = Criteria(args.min_wins, args.min_losses, args.min_edge_sd_bps)
+    calibration = obs.calibrate(criteria)
+    plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
+    title = f"Calibration: {' '.join(source.split())}"
+    if calibration.edges.size:
+        plot_calibration(plot, calibration, title)
+    if calibration.refusals:
+        where = f"\n(the data are plotted in {plot})" if calibration.edges.size else ""
+        try:
+            calibration.require()
+        except ConfigError as exc:
+            raise type(exc)(f"{exc}{where}") from None
+    fit = calibration.require()
     path = write_fit(args.out, fit, source)
-    if not fit.converged:
-        warn("the fit did not converge: the parameters may be unreliable")
-    print_json(
-        {
-            "out": str(path),
-            "a": fit.a,
-            "b": fit.b,
-            "n": fit.n,
-            "won": fit.won,
-            "log_likelihood": fit.log_likelihood,
-            "converged": fit.converged,
-            "skipped": dict(sorted(obs.skipped.items())),
-        }
-    )
+    for message in calibration.warnings:
+        warn(message)
+    report = {"out": str(path), "plot": str(plot), **calibration_summary(calibration)}
+    report["skipped"] = dict(sorted(obs.skipped.items()))
+    print_json(report)
     return EXIT_OK

@@ -195,7 +195,11 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
 
     # Replay the recording with the live config, the same starting balances, competitor model.
     settings = validate_settings(
-        {"balances": {a: str(v) for a, v in BALANCES.items()}, "fill": {"model": "competitor"}}
+        {
+            "balances": {a: str(v) for a, v in BALANCES.items()},
+            # The sandbox takers' rule: a user takes the best offer within 60 bps of the price.
+            "fill": {"model": "competitor", "taker": {"kind": "fixed", "tolerance_bps": 60}},
+        }
     )
     replay = Replay(config, settings)
     decided: dict[str, Quote | Skip] = {}

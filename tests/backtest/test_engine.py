@@ -398,7 +398,9 @@ def test_memory_stays_bounded_by_the_open_work() -> None:
         events.append(event)
         if i % 10 == 0:  # answers to requests we never saw: forgotten after a while
             events.append(CompetitorEvent(event.ts, f"nobody{i}", 1))
-    replay, result = run(events, fill={"model": "always"})
+    # Every user takes (a fixed 60 bps limit, above the 25 bps spread): all quotes end won.
+    taker = {"kind": "fixed", "tolerance_bps": 60}
+    replay, result = run(events, fill={"model": "always", "taker": taker})
     assert result.measures.won > 1_000 and result.measures.events["competitor"] > 300
     assert not replay._resolves and not result.measures.open_fills
     assert not replay.desk.book.quotes and not replay.desk.inventory.reservations

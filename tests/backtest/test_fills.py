@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from backtest.fills import (
     LOST_COMPETITOR,
     LOST_MODEL,
+    LOST_TAKER,
     AlwaysFill,
     CompetitorFill,
     LatencyModel,
@@ -18,11 +20,21 @@ from backtest.fills import (
     make_fill_model,
     seeded,
 )
-from backtest.settings import FillSpec, LatencySpec, load_settings
+from backtest.settings import FillSpec, LatencySpec, TakerSpec, load_settings
+from backtest.takers import TakerModel
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
 from solver.errors import ConfigError
-from tests.backtest.replay_helpers import NEAR, USDC, at
+
+# Not from replay_helpers: these models are tested without the replay.
+USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+WIDE = TakerModel(TakerSpec(kind="fixed", tolerance_bps=5_000, max_bps=5_000))
+"""Users who take anything short of a 50 % loss: the competition alone decides."""
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
 
 
 def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
@@ -48,17 +60,19 @@ def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
 def test_competitor_model(
     exact_in: bool, amount_in: int, amount_out: int, best: int | None, wins: bool
 ) -> None:
-    verdict = CompetitorFill().decide(quote(exact_in, amount_in, amount_out), best, -20.0)
+    verdict = CompetitorFill(WIDE).decide(quote(exact_in, amount_in, amount_out), best, -20.0)
     assert verdict == (None if wins else LOST_COMPETITOR)
 
 
-def test_always_wins() -> None:
-    assert AlwaysFill().decide(quote(True, 1, 1), 10**30, -1e6) is None
+def test_always_wins_within_the_takers_limit() -> None:
+    assert AlwaysFill(WIDE).decide(quote(True, 1, 1), 10**30, -20.0) is None
+    assert AlwaysFill(WIDE).decide(quote(True, 1, 1), 10**30, -1e6) == LOST_TAKER
+    assert AlwaysFill().decide(quote(True, 1, 1), 10**30, -600.0) == LOST_TAKER  # defaults
 
 
 def test_logistic_is_deterministic_for_a_seed_and_follows_its_probability() -> None:
     def decisions(seed: int, edge: float, n: int = 20_000) -> list[bool]:
-        model = LogisticFill(0.5, 0.1, seeded(seed, 1))
+        model = LogisticFill(0.5, 0.1, seeded(seed, 1), WIDE)
         q = quote(True, 1, 1)
         return [model.decide(q, None, edge) is None for _ in range(n)]
 
@@ -80,6 +94,9 @@ def test_make_fill_model_by_name() -> None:
     assert make_fill_model(FillSpec(model="competitor"), 0).name == "competitor"
     logistic = make_fill_model(FillSpec(model="logistic", a=1.0, b=0.2), 0)
     assert isinstance(logistic, LogisticFill) and (logistic.a, logistic.b) == (1.0, 0.2)
+    fixed = TakerSpec(kind="fixed", tolerance_bps=25)
+    model = make_fill_model(FillSpec(model="always", taker=fixed), 0)
+    assert model.takers.limit_bps("any") == 25.0
 
 
 def test_edge_is_the_users_gain_against_the_reference() -> None:

@@ -54,6 +54,7 @@ from solver.runtime.operator import Operator
 log = logging.getLogger("solver.bot")
 TICK_S = 0.1
 SNAPSHOT_EVERY_FACTS = 50_000
+PROJECT_BUDGET_S = 0.003
 
 
 def utc_now() -> datetime:
@@ -283,11 +284,21 @@ class LiveBot:
             if actions:
                 self.executor.run(actions, now, time.perf_counter())
             self.operator.refresh_metrics()  # a few gauges: cheap, and never a tick behind
+            self._project()
             count += 1
             if count % snapshot_every == 0:
                 self._maybe_snapshot(now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
+
+    def _project(self, budget_s: float | None = PROJECT_BUDGET_S) -> None:
+        """The query tables follow the journal, a few milliseconds per tick at most."""
+        if self.store is None:
+            return
+        try:
+            self.store.project(budget_s)
+        except SolverError as exc:
+            log.warning("the query tables are behind the journal: %s", exc)
 
     def _maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
         journal = self.store.journal if self.store is not None else None
@@ -464,6 +475,7 @@ class LiveBot:
             await self.control.stop()
         if self.store is not None:
             self._maybe_snapshot(self.clock(), force=True)
+            self._project(budget_s=None)
             self.store.close()
         log.info("stopped: %s", self.summary())
 

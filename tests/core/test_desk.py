@@ -274,6 +274,7 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
         f.QuoteOpened("q2", "h2", USDC, NEAR, 1, 5, 0, when, b"\x02" * 32, when, False, None),
         f.QuoteMoved("q", "SETTLED", when, "r", "i", "t", f.FillPrices(1.5, 2.0, -0.25)),
         f.QuoteMoved("q", "LOST", when),
+        f.QuotesLost(("q", "q2"), when, "deadline passed, never named"),
         f.ClaimAdded("q", "i", None, when),
         f.ClaimEnded("q", "i", "NOT_FOUND_OR_NOT_VALID", when),
         f.BalancesReconciled(when, {USDC: 2**128 - 1}, (("k", USDC, 1, NEAR, 2),), True, {USDC: 3}),

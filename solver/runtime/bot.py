@@ -347,11 +347,12 @@ class LiveBot:
         add(self.refresh_salt, c.chain.salt_refresh_ms / 1000)
         add(self.refresh_balances, c.chain.balance_refresh_ms / 1000)
         add(self.refresh_fee, 60)
-        for source in c.prices.sources:
+        for index, source in enumerate(c.prices.sources):
+            name = source.label(index)  # several sources of one asset: combined (median)
             if source.kind == "static":
-                add(_coro(self.feeds.poll_static), 1, dict(source.prices))
+                add(_coro(self.feeds.poll_static), 1, dict(source.prices), name)
             elif source.kind == "sandbox":
-                add(self.feeds.poll_sandbox, source.refresh_ms / 1000, str(source.url))
+                add(self.feeds.poll_sandbox, source.refresh_ms / 1000, str(source.url), name)
             elif source.kind == "http_json":
                 add(
                     self.feeds.poll_http_json,
@@ -360,6 +361,7 @@ class LiveBot:
                     source.asset,
                     source.json_path,
                     source.headers_env,
+                    name,
                 )
             else:
                 add(
@@ -368,6 +370,7 @@ class LiveBot:
                     source.asset,
                     source.quote_asset,
                     source.probe_amount,
+                    name,
                 )
         if self.rebalancer is not None:
             add(self.rebalance, c.rebalance.tick_s)
@@ -402,14 +405,15 @@ class LiveBot:
     async def warm_up(self) -> None:
         """Fetch every cached input once before answering anything."""
         await asyncio.gather(self.refresh_salt(), self.refresh_balances(), self.refresh_fee())
-        for source in self.config.prices.sources:
+        for index, source in enumerate(self.config.prices.sources):
+            name = source.label(index)
             if source.kind == "static":
-                self.feeds.poll_static(dict(source.prices))
+                self.feeds.poll_static(dict(source.prices), name)
             elif source.kind == "sandbox":
-                await self.feeds.poll_sandbox(str(source.url))
+                await self.feeds.poll_sandbox(str(source.url), name)
             elif source.kind == "http_json":
                 await self.feeds.poll_http_json(
-                    str(source.url), source.asset, source.json_path, source.headers_env
+                    str(source.url), source.asset, source.json_path, source.headers_env, name
                 )
 
     async def run(self, stop: asyncio.Event, *, grace_s: float = 0.0) -> None:

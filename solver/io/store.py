@@ -42,7 +42,7 @@ import orjson
 from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.io.journal import SqliteJournal
-from solver.io.projection import project
+from solver.io.projection import pending, project
 from solver.io.store_checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store_schema import (
     INSERT_NONCE,
@@ -203,6 +203,10 @@ class Store:
         """The writer's own reads (status windows, exports) see everything it journaled."""
         if self._writer:
             self.project()
+
+    def unprojected(self) -> int:
+        """Journal entries the query tables do not show yet."""
+        return pending(self._conn)
 
     def project(self, budget_s: float | None = None) -> int:
         """Derive the query tables from the journal (:mod:`solver.io.projection`), after

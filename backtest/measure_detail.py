@@ -96,7 +96,9 @@ class PairBook:
     def name(self, asset_in: str, asset_out: str) -> str:
         name = self.names.get((asset_in, asset_out))
         if name is None:
-            a, b = sorted((self.symbols.get(asset_in, asset_in), self.symbols.get(asset_out, asset_out)))
+            a, b = sorted(
+                (self.symbols.get(asset_in, asset_in), self.symbols.get(asset_out, asset_out))
+            )
             name = self.names[(asset_in, asset_out)] = f"{a}/{b}"
         return name
 
@@ -175,8 +177,7 @@ class LatencyHistogram:
     def add(self, ms: float) -> None:
         self.n += 1
         self.total += ms
-        if ms > self.max:
-            self.max = ms
+        self.max = max(self.max, ms)
         self.bins[min(int(ms), LATENCY_CAP_MS)] += 1
 
     def quantile(self, q: float) -> float | None:

@@ -136,9 +136,15 @@ def _search(result: SweepResult) -> dict[str, Any]:
 
 
 def write_outputs(
-    result: SweepResult, out: Path, *, config_source: str, settings_source: str | None
+    result: SweepResult,
+    out: Path,
+    *,
+    config_source: str,
+    settings_source: str | None,
+    heatmap: Sequence[str] | None = None,
 ) -> dict[str, Path]:
-    """``leaderboard.csv``, ``sweep.json``, ``timing.json``, and for the winner
+    """``leaderboard.csv``, ``sweep.json``, ``timing.json``, ``sweep.html`` (a heatmap over
+    ``heatmap``, two swept keys, or the first two that vary), and for the winner
     ``best_config.yaml`` (the whole bot YAML) and ``best_backtest.yaml`` (its settings)."""
     from backtest.report import write_json
 
@@ -150,9 +156,13 @@ def write_outputs(
         "leaderboard": out / "leaderboard.csv",
         "summary": out / "sweep.json",
         "timing": out / "timing.json",
+        "html": out / "sweep.html",
     }
     paths["leaderboard"].write_text(leaderboard_csv(result), encoding="utf-8")
     write_json(paths["summary"], summary_json(result))
+    from backtest.sweep_html import render_sweep_html
+
+    paths["html"].write_text(render_sweep_html(result, heatmap), encoding="utf-8")
     task_seconds = sum(r.elapsed_s for r in result.results.values())
     write_json(
         paths["timing"],

@@ -46,6 +46,8 @@ the segment carried into it.
 
 from __future__ import annotations
 
+from backtest.sweep_html import heatmap_keys as heatmap_keys_for
+from backtest.sweep_html import render_sweep_html
 from backtest.sweep_outputs import leaderboard_csv, summary_json, write_outputs
 from backtest.sweep_result import SplitResult, SweepResult, spearman
 from backtest.sweep_run import plan, plan_segments, run_sweep, tasks_for
@@ -104,11 +106,13 @@ __all__ = [
     "build_candidate",
     "build_candidates",
     "expand",
+    "heatmap_keys_for",
     "leaderboard_csv",
     "load_sweep",
     "make_runner",
     "plan",
     "plan_segments",
+    "render_sweep_html",
     "run_dask",
     "run_local",
     "run_sweep",

@@ -195,7 +195,8 @@ def _headline(figures: Mapping[str, Any], note: str | None) -> str:
         f"trough {when(dd['trough_at'])}, recovered {recovered}"
     )
     counts = " / ".join(count(figures[k]) for k in ("requests", "quoted", "won"))
-    sharpe = f"{num(ratios['sharpe'])} / {num(ratios['sortino'])} over {ratios['days']} days"
+    days = f"{ratios['days']} day{'' if ratios['days'] == 1 else 's'}"
+    sharpe = f"{num(ratios['sharpe'])} / {num(ratios['sortino'])} over {days}"
     risk = f"{money(figures['inventory_risk_usd'])} / {money(figures['max_inventory_risk_usd'])}"
     equity = f"{money(figures['start_equity_usd'])} / {money(figures['end_equity_usd'])}"
     rows = [

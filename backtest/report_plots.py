@@ -92,9 +92,10 @@ def pnl_and_inventory(
     if halted_at is not None:
         for axi in lines:
             axi.axvline(_dates([halted_at])[0], color="black", ls="--", lw=1)
-        ax.annotate(
-            "kill switch", (_dates([halted_at])[0], 0), rotation=90, fontsize=8, va="bottom"
-        )
+        ax.text(
+            _dates([halted_at])[0], 0.02, " kill switch", rotation=90, fontsize=8,
+            va="bottom", transform=ax.get_xaxis_transform(),
+        )  # fmt: skip
     ax.legend(loc="upper left", fontsize=8)
     lines[-1].xaxis_date(UTC)
     fig.autofmt_xdate()

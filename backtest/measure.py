@@ -156,14 +156,18 @@ class Measurements:
     ) -> None:
         """A request the desk answered at ``ts + latency_ms``: quoted (``skip`` None) or skipped
         with that reason (the desk counts totals; this keeps pairs, latency and time)."""
-        for pair in self.pairs.both(asset_in, asset_out):
-            pair.requests += 1
-            if skip is None:
-                pair.quoted += 1
-            else:
-                pair.skips[skip] += 1
+        pair, everything = self.pairs.stats(asset_in, asset_out), self.pairs.all
+        pair.requests += 1
+        everything.requests += 1
+        if skip is None:
+            pair.quoted += 1
+            everything.quoted += 1
+            skip = "quoted"
+        else:
+            pair.skips[skip] += 1
+            everything.skips[skip] += 1
         self.latency.add(latency_ms)
-        self.outcomes.add(t_us / 1e6, "quoted" if skip is None else skip)
+        self.outcomes.add(t_us / 1e6, skip)
 
     def on_resolved(self, edge_bps: float, notional_usd: float, won: bool) -> None:
         # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge_bps))), NaN to -EDGE_CLAMP_BPS

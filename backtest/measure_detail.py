@@ -92,6 +92,7 @@ class PairBook:
         self.symbols = symbols
         self.pairs: dict[str, PairStats] = {}
         self.all = PairStats()
+        self._by_route: dict[tuple[str, str], PairStats] = {}
 
     def name(self, asset_in: str, asset_out: str) -> str:
         name = self.names.get((asset_in, asset_out))
@@ -103,10 +104,13 @@ class PairBook:
         return name
 
     def stats(self, asset_in: str, asset_out: str) -> PairStats:
-        name = self.name(asset_in, asset_out)
-        stats = self.pairs.get(name)
+        stats = self._by_route.get((asset_in, asset_out))
         if stats is None:
-            stats = self.pairs[name] = PairStats()
+            name = self.name(asset_in, asset_out)
+            stats = self.pairs.get(name)
+            if stats is None:
+                stats = self.pairs[name] = PairStats()
+            self._by_route[(asset_in, asset_out)] = stats
         return stats
 
     def both(self, asset_in: str, asset_out: str) -> tuple[PairStats, PairStats]:
@@ -204,12 +208,13 @@ class Timeline:
         self.buckets: dict[int, Counter[str]] = {}
 
     def add(self, t: float, label: str) -> None:
-        if self.origin is None:
-            self.origin = t - t % self.width_s
-        index = int((t - self.origin) // self.width_s)
+        origin = self.origin
+        if origin is None:
+            origin = self.origin = t - t % self.width_s
+        index = int((t - origin) // self.width_s)
         while index >= self.max_buckets:
             self._merge()
-            index = int((t - self.origin) // self.width_s)
+            index = int((t - origin) // self.width_s)
         bucket = self.buckets.get(index)
         if bucket is None:
             bucket = self.buckets[index] = Counter()

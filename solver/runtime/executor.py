@@ -36,7 +36,7 @@ from solver.core.actions import (
     SignAndSend,
 )
 from solver.core.desk import Desk
-from solver.core.facts import Fact, QuoteMoved, QuoteOpened
+from solver.core.facts import Fact, QuoteMoved, QuoteOpened, QuotesLost
 from solver.core.quoting import Skip
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
@@ -114,8 +114,12 @@ class Executor:
                 self._sign_and_queue(action, now, started)
             elif kind is Record:
                 assert isinstance(action, Record)
-                if type(action.fact) is QuoteMoved:
-                    self.metrics.inc_outcome(action.fact.new)
+                fact = action.fact
+                if type(fact) is QuoteMoved:
+                    self.metrics.inc_outcome(fact.new)
+                elif type(fact) is QuotesLost:
+                    for _ in fact.quote_ids:
+                        self.metrics.inc_outcome("LOST")
                 self._append(action)
                 for observer in self.observers:
                     observer(action.fact)

@@ -69,6 +69,7 @@ from backtest.events import (
 )
 from backtest.fills import LOST_LATE, CompetitorBook, LatencyModel, edge_bps, make_fill_model
 from backtest.measure import FillRecord, Measurements
+from backtest.measure_detail import pair_names
 from backtest.settings import BacktestSettings
 from backtest.settle import LedgerSettler, SettlementFailed
 from solver.config import BotConfig
@@ -174,7 +175,14 @@ class Replay:
         )
         self.fill_model = make_fill_model(settings.fill, settings.seed)
         self.latency = LatencyModel(settings.latency, settings.seed)
-        self.measures = Measurements(self.decimals, self.tokens, on_fill)
+        symbols = {asset: token.symbol for asset, token in config.tokens.items()}
+        self.measures = Measurements(
+            self.decimals,
+            self.tokens,
+            on_fill,
+            pair_names=pair_names(((p.base, p.quote) for p in config.pairs), symbols),
+            symbols=symbols,
+        )
         self.progress = progress
         self.observe = observe
         self.wait_ms = float(config.bus.wait_ms)
@@ -426,7 +434,7 @@ class Replay:
         desk = self.desk
         self._carry_out(desk.tick(now), now)
         pnl = desk.pnl
-        self.measures.on_tick(t_us / 1e6, pnl.pnl, pnl.drawdown_usd())
+        self.measures.on_tick(t_us / 1e6, pnl.pnl, pnl.drawdown_usd(), pnl.realized_usd)
         self.measures.flush(t_us)
 
     def _carry_out(self, actions: list[Action], now: datetime) -> None:
@@ -482,8 +490,12 @@ class Replay:
         now = ts + timedelta(milliseconds=latency) if latency else ts
         desk = self.desk
         action = desk.receive(QuoteRequested(request), now)[0]
-        if type(action) is not SignAndSend:
-            return  # a Skip: the desk counted it
+        on_request = self.measures.on_request
+        if type(action) is not SignAndSend:  # a Skip: the desk counted it
+            reason = getattr(action, "reason", type(action).__name__)
+            on_request(request.asset_in, request.asset_out, t_us, latency, reason)
+            return
+        on_request(request.asset_in, request.asset_out, t_us, latency, None)
         quote = action.quote
         quote_id = request.quote_id
         if quote_id in desk.book.quotes:  # a repeated quote_id still open: cannot be signed

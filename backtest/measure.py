@@ -18,6 +18,11 @@ edge per fill, markouts, PnL marked to market, drawdown and daily loss are the d
   ``inventory_risk_usd`` is its time-weighted mean over the run, ``max_inventory_risk_usd`` its
   peak. The sweep's default objective penalises it (:mod:`backtest.sweep`).
 
+- **breakdowns** for the report (:mod:`backtest.measure_detail`): per pair (requests, quotes,
+  skips, fills, volume, realized edge and markouts in USD and bps), per UTC day (the PnL's
+  close), the dates of the largest drawdown, the latency of each request, and outcomes (quoted
+  or the skip's reason) per time bucket.
+
 Memory is flat in the stream length: histograms have fixed bins, time series are downsampled
 (:class:`Downsampled`), fills wait at most the longest markout horizon.
 """
@@ -30,6 +35,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from backtest.measure_detail import (
+    DailyBook,
+    DrawdownWatch,
+    LatencyHistogram,
+    PairBook,
+    Timeline,
+)
 from solver.core.pnl import MARKOUT_HORIZONS_S
 
 HORIZONS_S: tuple[int, ...] = MARKOUT_HORIZONS_S
@@ -94,8 +106,12 @@ class Measurements:
         decimals: Mapping[str, int],
         tokens: Iterable[str],
         sink: Callable[[FillRecord], None] | None = None,
+        *,
+        pair_names: Mapping[tuple[str, str], str] | None = None,
+        symbols: Mapping[str, str] | None = None,
     ) -> None:
         self.tokens = sorted(tokens)
+        self.symbols = dict(symbols or {})
         self.scale = {asset: 10.0 ** decimals[asset] for asset in decimals}
         self.sink = sink
         # The desk counts requests, quotes and skips; copied here by :meth:`counts`.
@@ -122,6 +138,11 @@ class Measurements:
         self.exposure = self.max_exposure = self.exposure_integral = 0.0
         self._exposure_t0 = self._exposure_t = 0.0
         self._exposure_started = False
+        self.pairs = PairBook(pair_names or {}, self.symbols)
+        self.daily = DailyBook()
+        self.drawdown = DrawdownWatch()
+        self.latency = LatencyHistogram()
+        self.outcomes = Timeline()
 
     # ------------------------------------------------------------------ counts
 
@@ -129,6 +150,24 @@ class Measurements:
         """The desk's counters (``DeskStats``), taken at progress reports and at the end."""
         self.requests, self.quoted = requests, quoted
         self.skips = Counter(skips)
+
+    def on_request(
+        self, asset_in: str, asset_out: str, t_us: int, latency_ms: float, skip: str | None
+    ) -> None:
+        """A request the desk answered at ``ts + latency_ms``: quoted (``skip`` None) or skipped
+        with that reason (the desk counts totals; this keeps pairs, latency and time)."""
+        pair, everything = self.pairs.stats(asset_in, asset_out), self.pairs.all
+        pair.requests += 1
+        everything.requests += 1
+        if skip is None:
+            pair.quoted += 1
+            everything.quoted += 1
+            skip = "quoted"
+        else:
+            pair.skips[skip] += 1
+            everything.skips[skip] += 1
+        self.latency.add(latency_ms)
+        self.outcomes.add(t_us / 1e6, skip)
 
     def on_resolved(self, edge_bps: float, notional_usd: float, won: bool) -> None:
         # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge_bps))), NaN to -EDGE_CLAMP_BPS
@@ -159,6 +198,9 @@ class Measurements:
         self.balances.update(balances)
         self.start_balances = dict(self.balances)
         self._update_exposure(t)
+        self.inventory_series.add(
+            t, tuple(self.balances.get(a, 0) / self.scale[a] for a in self.tokens)
+        )
 
     def _update_exposure(self, t: float) -> None:
         """Integrate the inventory risk up to ``t``, then take its new value."""
@@ -200,18 +242,27 @@ class Measurements:
 
     # ------------------------------------------------------------------ the desk's PnL
 
-    def on_tick(self, t: float, pnl: float | None, drawdown: float) -> None:
-        """The desk's marked PnL and drawdown at a tick (None: not marked yet)."""
+    def on_tick(self, t: float, pnl: float | None, drawdown: float, realized: float = 0.0) -> None:
+        """The desk's marked PnL, drawdown and realized edge at a tick (None: not marked yet)."""
         if pnl is None:
             return
         self.max_drawdown = max(self.max_drawdown, drawdown)
-        self.pnl_series.add(t, (pnl, drawdown))
+        self.pnl_series.add(t, (pnl, drawdown, realized))
+        self.daily.on_tick(t, pnl, realized)
+        self.drawdown.on_tick(t, pnl, drawdown)
 
     # ------------------------------------------------------------------ fills
 
     def on_fill(self, record: FillRecord, settled_us: int) -> None:
         self.won += 1
-        self.volume += record.amount_in * record.price_in / self.scale[record.asset_in]
+        notional = record.amount_in * record.price_in / self.scale[record.asset_in]
+        self.volume += notional
+        for stats in self.pairs.both(record.asset_in, record.asset_out):
+            stats.won += 1
+            stats.volume_usd += notional
+            stats.realized_usd += record.realized_usd
+            if notional > 0:
+                stats.realized_bps.add(record.realized_usd / notional * 1e4)
         self.fees += record.fee * record.price_out / self.scale[record.asset_out]
         record.done_us = settled_us + self._last_horizon_us
         self.open_fills.append(record)
@@ -222,6 +273,9 @@ class Measurements:
         record = self._by_quote.get(quote_id)
         if record is not None:
             record.markouts[horizon_s] = value_usd
+            notional = record.amount_in * record.price_in / self.scale[record.asset_in]
+            for stats in self.pairs.both(record.asset_in, record.asset_out):
+                stats.markout(horizon_s, value_usd, notional)
 
     def flush(self, now_us: int | None = None) -> None:
         """Hand the fills whose last markout was due by ``now_us`` (None: all) to the sink."""

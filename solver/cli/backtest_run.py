@@ -4,8 +4,10 @@
 bot YAML (``--config``) with the settings of ``--backtest-config`` (:mod:`backtest.settings`;
 ``--fill-model``, ``--seed`` and ``--sign`` override it), and writes into ``--out``:
 ``summary.json`` and ``fills.csv`` (byte-identical between identical runs), ``timing.json``
-(wall-clock figures) and ``report.html`` (plots). A progress bar goes to stderr on a terminal;
-one JSON line with the headline figures goes to stdout.
+(wall-clock figures) and ``report.html`` (tables and plots). A progress bar goes to stderr on a
+terminal; one JSON line with the headline figures goes to stdout, with ``halted`` (when and why
+the kill switch stopped quoting, or null) and ``paused`` (requests skipped because of it); a
+halted replay also says so in one line on stderr. ``--no-kill-switch`` replays without it.
 
 ``calibrate`` fits the ``logistic`` fill model (:mod:`backtest.calibrate`) from a store
 (``--db``) or from a stream replayed with the ``competitor`` model, and writes the parameters as a
@@ -74,6 +76,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--sign",
         action="store_true",
         help="sign every quote and settle through every verifier check (slower)",
+    )
+    run.add_argument(
+        "--no-kill-switch",
+        action="store_true",
+        help="replay without the desk's PnL and stale-data kill switch (kill_switch: false), "
+        "to see what a strategy does after the point where live it would have been halted",
     )
     run.add_argument(
         "--strict", action="store_true", help="stop at the first malformed stream line"
@@ -175,6 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from backtest.engine import Replay
     from backtest.prefetch import PrefetchReader
     from backtest.report import FillsCsv, summary, write_json, write_report
+    from backtest.report_tables import config_block, halted_note
     from backtest.settings import load_settings
     from backtest.stream import read_stream
 
@@ -184,6 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         fill_model=args.fill_model,
         seed=args.seed,
         sign=True if args.sign else None,
+        kill_switch=False if args.no_kill_switch else None,
     )
     out = Path(args.out)
     # A bad stream fails before any output.
@@ -210,9 +220,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     stats = reader.stats
     figures = summary(result, fill_model=settings.fill.model, seed=settings.seed)
     figures["stream"] = {
+        "file": Path(args.stream).name,
         "malformed_lines": stats.malformed_total,
         "unknown_kinds": stats.unknown_kinds,
     }
+    figures["config"] = config_block(config, settings)
     write_json(out / "summary.json", figures)
     tracker = result.measures
     write_json(
@@ -237,6 +249,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         first = stats.malformed[0] if stats.malformed else None
         where = f" (first: line {first[0]}: {first[1]})" if first else ""
         warn(f"{stats.malformed_total} malformed stream lines skipped{where}")
+    note = halted_note(figures)
+    if note is not None:
+        warn(f"replay {note}")
     print_json(
         {
             "out": str(out),
@@ -245,6 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "won": figures["won"],
             "pnl_usd": figures["pnl_usd"],
             "max_drawdown_usd": figures["max_drawdown_usd"],
+            "halted": figures["halted"],
+            "paused": figures["skips"].get("paused", 0),
             "requests_per_s": round(tracker.requests / elapsed, 1) if elapsed > 0 else None,
         }
     )

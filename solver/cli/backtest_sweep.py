@@ -1,13 +1,15 @@
 """``solver backtest sweep``: many configurations of one stream, in parallel, ranked.
 
 ``solver backtest sweep STREAM --config BOT.yaml --grid SWEEP.yaml --out DIR`` expands the sweep
-file (:mod:`backtest.sweep`: a grid and/or random samples over dotted config keys, an objective,
-optional walk-forward splits), replays every candidate on every time segment in ``--workers``
+file (:mod:`backtest.sweep`: a grid and/or random samples over dotted config keys, or an Optuna
+TPE search with ``--search tpe``; an objective; optional walk-forward splits, whose test
+windows choose the winner), replays every candidate on every time segment in ``--workers``
 processes (``--executor local``) or on a dask.distributed cluster (``--executor dask``, a local
 one unless ``--scheduler ADDRESS``), and writes into ``--out``: ``leaderboard.csv`` (best
 first), ``sweep.json`` (the winner, walk-forward in-sample against out-of-sample),
 ``best_config.yaml`` and ``best_backtest.yaml`` (the winner as files ``solver backtest run``
-and ``solver run`` take), and ``timing.json``. A progress bar goes to stderr on a terminal; one
+and ``solver run`` take), ``sweep.html`` (the candidates compared: a table and a heatmap over
+two swept keys, ``--heatmap``) and ``timing.json``. A progress bar goes to stderr on a terminal; one
 JSON line with the winner goes to stdout.
 
 Registered through :func:`solver.cli.backtest.add_backtest_command`; heavy imports stay inside
@@ -51,7 +53,8 @@ def register_sweep(group: Group) -> None:
             "Expand a sweep file (grid and/or random samples over dotted keys of the bot YAML, "
             "or of the backtest settings with a 'backtest.' prefix; an objective; optional "
             "walk-forward splits), replay every candidate on the stream in parallel, and write "
-            "leaderboard.csv, sweep.json, best_config.yaml, best_backtest.yaml and timing.json "
+            "leaderboard.csv, sweep.json, sweep.html, best_config.yaml, best_backtest.yaml and "
+            "timing.json "
             "into --out. The format is in docs/backtest.md (Sweeps)."
         ),
     )
@@ -83,6 +86,21 @@ def register_sweep(group: Group) -> None:
         metavar="ADDRESS",
         help="with --executor dask: connect to this scheduler (tcp://host:8786); its workers "
         "must have this project installed and read STREAM at the same path",
+    )
+    parser.add_argument(
+        "--search",
+        choices=("grid", "random", "tpe"),
+        help="grid: only the file's grid; random: the grid with the random samples; tpe: an "
+        "Optuna TPE search over the same space (the file's tpe block, or its random block: "
+        "samples as trials, its seed). Default: as the file says",
+    )
+    parser.add_argument(
+        "--trials", type=_positive_int, metavar="N", help="with --search tpe: how many trials"
+    )
+    parser.add_argument(
+        "--heatmap",
+        metavar="KEY,KEY",
+        help="the two swept keys of sweep.html's heatmap (default: the first two that vary)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=cmd_sweep)
@@ -131,7 +149,10 @@ def _progress_bar(enabled: bool) -> Iterator[tuple[Callable[[int], None], Callab
 def cmd_sweep(args: argparse.Namespace) -> int:
     from backtest.sweep import load_sweep, run_sweep, write_outputs
 
-    spec = load_sweep(args.grid)
+    spec = load_sweep(args.grid).searched(args.search, args.trials)
+    heatmap = args.heatmap.split(",") if args.heatmap else None
+    if heatmap is not None and (len(heatmap) != 2 or not set(heatmap) <= set(spec.keys)):
+        raise ConfigError(f"--heatmap needs two swept keys, of: {', '.join(spec.keys)}")
     base_config = _read_mapping(args.config)
     base_settings = _read_mapping(args.backtest_config) if args.backtest_config else {}
     if args.scheduler and args.executor != "dask":
@@ -152,7 +173,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
     out = Path(args.out)
     paths = write_outputs(
-        result, out, config_source=args.config, settings_source=args.backtest_config
+        result,
+        out,
+        config_source=args.config,
+        settings_source=args.backtest_config,
+        heatmap=heatmap,
     )
     best = result.best()
     failed = [c.index for c in result.candidates if result.error(c) is not None]
@@ -168,7 +193,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if best is None
             else {
                 "candidate": best.index,
+                "chosen_on": result.chosen_on,
                 "objective": result.objective(best.index),
+                "out_of_sample_mean": result.mean_over(best.index, test=True),
                 "overrides": best.overrides,
             },
             "elapsed_s": round(time.perf_counter() - started, 3),

@@ -14,7 +14,8 @@ import yaml
 
 from backtest.engine import Progress, Replay
 from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
-from backtest.report import FILL_COLUMNS, FillsCsv, render_html, summary
+from backtest.report import FILL_COLUMNS, FillsCsv, summary
+from backtest.report_html import SECTIONS, render_html
 from backtest.stream import write_stream
 from solver.cli import main
 from tests.backtest.replay_helpers import HEADER, bot_config, bot_config_data, flow, run, settings
@@ -97,21 +98,19 @@ def test_report_html_embeds_the_plots(files: tuple[Path, Path, Path], tmp_path: 
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(images) == 5
     assert all(base64.b64decode(i).startswith(b"\x89PNG\r\n\x1a\n") for i in images)
-    for title in (
-        "PnL and drawdown",
-        "Inventory per token",
-        "Win rate against margin",
-        "Size",
-        "Markouts",
-    ):
-        assert title in page
+    assert re.findall(r"<h2>([^<]+)</h2>", page) == list(SECTIONS)
     assert "http://" not in page and "https://" not in page  # self-contained
 
 
 def test_signing_on_gives_the_same_outputs(files: tuple[Path, Path, Path], tmp_path: Path) -> None:
     off = _run(files, tmp_path / "off")
     on = _run(files, tmp_path / "on", "--sign")
+    config_on, config_off = on.pop("config"), off.pop("config")
     assert on == off
+    # The report says what ran: the settings differ in signing only.
+    assert config_on["backtest"] == {**config_off["backtest"], "sign": True}
+    assert config_on["digest"] == config_off["digest"]
+    assert config_on["backtest_digest"] != config_off["backtest_digest"]
     assert (tmp_path / "on" / "fills.csv").read_bytes() == (
         tmp_path / "off" / "fills.csv"
     ).read_bytes()

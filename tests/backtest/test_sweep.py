@@ -241,9 +241,15 @@ def test_walk_forward_picks_the_in_sample_best_and_scores_it_out_of_sample() -> 
     assert walk["mean_in_sample"] == 35.0 and walk["mean_out_of_sample"] == 5.0
     assert walk["mean_gap"] == 30.0 and walk["splits_detail"][0]["gap"] == 60.0
     rows = list(csv.DictReader(io.StringIO(leaderboard_csv(result))))
-    assert [r["candidate"] for r in rows] == ["2", "0", "1"]  # by the full-stream objective
-    assert rows[1]["split0_is"] == "50.000000" and rows[1]["split0_oos"] == "-10.000000"
-    assert rows[0]["is_mean"] == "20.000000" and rows[0]["k"] == "2"
+    # Ranked by the mean out-of-sample objective (1 and 2 tie at 20: the lower index first),
+    # not by the full stream (2, 0, 1) nor in sample (0 was the luckiest there).
+    assert [r["candidate"] for r in rows] == ["1", "2", "0"]
+    assert rows[2]["split0_is"] == "50.000000" and rows[2]["split0_oos"] == "-10.000000"
+    assert rows[1]["is_mean"] == "20.000000" and rows[1]["k"] == "2"
+    assert rows[0]["oos_mean"] == rows[1]["oos_mean"] == "20.000000"
+    best = summary_json(result)["best"]
+    assert best["candidate"] == 1 and best["chosen_on"] == "out_of_sample_mean"
+    assert (best["in_sample_mean"], best["out_of_sample_mean"]) == (5.0, 20.0)
 
 
 def test_ties_rank_by_candidate_index_and_failures_go_last() -> None:
@@ -376,7 +382,7 @@ def test_cli_writes_the_leaderboard_and_the_best_config(
     rows = list(csv.DictReader(io.StringIO((out / "leaderboard.csv").read_text())))
     assert [r["rank"] for r in rows] == ["1", "2", "3"]
     assert rows[-1]["pairs.0.params.spread_bps"] == "600" and "spread_bps" in rows[-1]["error"]
-    scores = [float(r["objective"]) for r in rows[:2]]
+    scores = [float(r["oos_mean"]) for r in rows[:2]]  # the winner: best out of sample
     assert scores == sorted(scores, reverse=True)
     assert rows[0]["split0_is"] and rows[0]["split0_oos"]
     best = line["best"]

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from solver.cli.ops import status_table
 from tests.app.browser import Dom, chromium_path, dump_dom
 from tests.app.harness import E6, E24, NEAR, USDC, live_bot
 
@@ -73,6 +75,11 @@ async def test_shadow_mode_paper_trades_apart_from_the_real_books(
         )  # constant prices: marked = realized
         assert [f["amount_out"] for f in doc["recent_fills"]] == ["29925000"] * 2
         assert doc["recent_fills"][0]["edge_bps"] == -25.0
+        console = Console(record=True, width=200)
+        console.print(status_table(status, url, app.config))
+        shown = console.export_text()
+        assert "SHADOW paper" in shown and "2 fills of 2 shadow quotes" in shown
+        assert "recent_fills" not in shown  # for the page, not the terminal
         near = next(row for row in status["pairs"] if row["pair"] == "wNEAR/USDC")
         assert (near["paper_fills"], near["fills_24h"]) == (2, 0)
 

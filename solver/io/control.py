@@ -121,6 +121,13 @@ class StatusDoc(TypedDict, total=False):
     pnl_usd: float | None
     last_reconciliation: ReconciliationDoc | None
     uptime_s: float
+    # For the status page (solver/runtime/status_extra.py): token decimals and symbols, one row
+    # per configured pair, the store's last fills, and shadow mode's paper book.
+    decimals: dict[str, int]
+    symbols: dict[str, str]
+    pairs: list[dict[str, Any]]
+    recent_fills: list[dict[str, Any]]
+    paper: dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------- the app

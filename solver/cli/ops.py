@@ -266,6 +266,12 @@ def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = No
         shown.add("last_reconciliation")
     if "uptime_s" in doc and isinstance(doc["uptime_s"], int | float):
         row("uptime", _duration(float(doc["uptime_s"])), "uptime_s")
+    paper = doc.get("paper")
+    if isinstance(paper, Mapping):  # shadow mode's paper book (docs/paper-trading.md)
+        pnl, realized = _usd(paper.get("pnl_usd"), signed=True), paper.get("realized_pnl_usd")
+        fills = f"{paper.get('fills')} fills of {paper.get('quotes')} shadow quotes"
+        row("SHADOW paper", f"{fills}, PnL {pnl} (realized {_usd(realized, signed=True)})", "paper")
+    shown.update(("decimals", "symbols", "recent_fills"))  # read by the status page
     for key, value in doc.items():
         if key not in shown:
             text = value if isinstance(value, str) else orjson.dumps(value).decode()

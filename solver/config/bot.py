@@ -41,6 +41,7 @@ from solver.config.sections import (
     SwapApiSpec,
     TokenSpec,
 )
+from solver.config.shadow import ShadowSpec
 from solver.config.strategies import strategy_problems
 from solver.protocol.ids import AccountId, AssetId, validate_asset_id
 
@@ -62,6 +63,7 @@ class BotConfig(BaseModel):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     log: LogSpec = Field(default_factory=LogSpec)
+    shadow: ShadowSpec = Field(default_factory=ShadowSpec)
     swap_api: SwapApiSpec | None = None
     history_api: HistoryApiSpec | None = None
     rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)

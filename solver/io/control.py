@@ -7,6 +7,14 @@ One FastAPI app, served by uvicorn inside the bot's own event loop on ``metrics.
 ``GET /healthz``
     ``200 {"ready": true, "reasons": []}`` only when :meth:`ControlTarget.health` says ready
     (connected, salted, reconciled); ``503 {"ready": false, "reasons": [...]}`` otherwise (open).
+``GET /`` (also ``/status``)
+    The status page (open): one self-contained HTML file (``solver/io/static/status.html``,
+    inline CSS and JavaScript, nothing fetched from elsewhere) that reads ``/control/status``
+    with the token every few seconds and shows mode, state, PnL, inventory, pairs and fills.
+    The page holds no data itself; it asks for the token once (or takes it from a
+    ``#token=...`` fragment, which browsers never send to the server) and keeps it in the
+    tab's ``sessionStorage``. Served with a strict Content-Security-Policy: its one script by
+    hash, connections to this origin only.
 ``GET /control/status``
     :meth:`ControlTarget.status` as JSON (token; shape in :class:`StatusDoc`).
 ``POST /control/pause`` ``{"pair": "BASE/QUOTE" | null, "reason": "..."}``
@@ -29,7 +37,9 @@ handlers, so the target's state is never touched from a worker thread.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -38,11 +48,13 @@ import re
 import socket
 from collections.abc import Generator
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Annotated, Any, Protocol, TypedDict
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.errors import ConfigError
@@ -109,6 +121,13 @@ class StatusDoc(TypedDict, total=False):
     pnl_usd: float | None
     last_reconciliation: ReconciliationDoc | None
     uptime_s: float
+    # For the status page (solver/runtime/status_extra.py): token decimals and symbols, one row
+    # per configured pair, the store's last fills, and shadow mode's paper book.
+    decimals: dict[str, int]
+    symbols: dict[str, str]
+    pairs: list[dict[str, Any]]
+    recent_fills: list[dict[str, Any]]
+    paper: dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------- the app
@@ -175,6 +194,12 @@ def create_control_app(
             {"ready": bool(ready), "reasons": list(reasons)}, status_code=200 if ready else 503
         )
 
+    @app.get("/", include_in_schema=False)
+    @app.get("/status", include_in_schema=False)
+    async def status_page() -> HTMLResponse:
+        html, headers = status_page_html()
+        return HTMLResponse(html, headers=headers)
+
     @app.get("/control/status", dependencies=guarded)
     async def status() -> JSONResponse:
         return JSONResponse(target.status())
@@ -201,6 +226,30 @@ def create_control_app(
         return JSONResponse(doc, status_code=409)
 
     return app
+
+
+@cache
+def status_page_html() -> tuple[str, dict[str, str]]:
+    """The status page and its response headers: the CSP allows its inline script by hash."""
+    html = resources.files("solver.io").joinpath("static/status.html").read_text("utf-8")
+    script = _SCRIPT_RE.search(html)
+    if script is None:  # pragma: no cover - the packaged file has its script
+        raise ConfigError("the packaged status page has no script")
+    digest = base64.b64encode(hashlib.sha256(script.group(1).encode("utf-8")).digest()).decode()
+    csp = (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    headers = {
+        "Content-Security-Policy": csp,
+        "Cache-Control": "no-store",
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+    }
+    return html, headers
+
+
+_SCRIPT_RE = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 
 
 def _call(action: Any, *args: Any) -> None:

@@ -296,6 +296,19 @@ class Store:
         params = query_params(since, pair, limit)
         return [fill_row(row) for row in self._conn.execute(SELECT_FILLS, params)]
 
+    def fill_totals(self, since: datetime) -> list[tuple[str, str, int, float]]:
+        """``(asset_in, asset_out, fills, realized PnL USD)`` per direction since ``since``: one
+        grouped query (the status page asks every few seconds). The PnL is a float sum, for
+        people; a fill without prices counts 0."""
+        sql = (
+            "SELECT asset_in, asset_out, COUNT(*), TOTAL(CAST(realized_pnl_usd AS REAL)) "
+            "FROM fills WHERE at >= ? GROUP BY asset_in, asset_out ORDER BY asset_in, asset_out"
+        )
+        return [
+            (asset_in, asset_out, int(count), float(total))
+            for asset_in, asset_out, count, total in self._conn.execute(sql, (ts(since),))
+        ]
+
     def stats(self, window_s: float, now: datetime) -> dict[str, Any]:
         """Counts of the quotes created in the last ``window_s`` and the volume they settled."""
         self._fresh()

@@ -34,6 +34,7 @@ from solver.core import events as ev
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.market import QuoteRequest
+from solver.core.quoting import Quote
 from solver.desk_wiring import build_desk
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
@@ -41,6 +42,7 @@ from solver.io.bus_ws import CONNECTED, BusWsClient
 from solver.io.control import ControlServer, create_control_app, serve_control
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import Metrics
+from solver.io.paper_metrics import PaperMetrics, PaperSnapshot
 from solver.io.price_feeds import PriceFeeds
 from solver.io.store import Store, StoreError
 from solver.io.swap_client import SwapApiClient
@@ -50,6 +52,7 @@ from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance import Rebalancer
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator
+from solver.runtime.paper import PaperBook
 
 log = logging.getLogger("solver.bot")
 TICK_S = 0.1
@@ -92,6 +95,17 @@ class LiveBot:
         )
         self.desk: Desk = build_desk(config, shadow=shadow)
         self.metrics = Metrics()
+        # Shadow mode's paper book: simulated fills, inventory and PnL apart from the real ones.
+        self.paper = (
+            PaperBook(
+                config.shadow,
+                {a: t.decimals for a, t in config.tokens.items()},
+                floors=self.desk.inventory.floors,
+            )
+            if shadow
+            else None
+        )
+        self.paper_metrics = PaperMetrics(self.metrics.registry) if shadow else None
         api_key = os.environ.get(config.bus.api_key_env) if config.bus.api_key_env else None
         self.http = httpx.AsyncClient(timeout=config.chain.timeout_ms / 1000)
         self.ledger = LedgerClient(
@@ -133,6 +147,7 @@ class LiveBot:
             nonce_layout=config.nonce.layout,
             on_refresh_balances=self._balance_now.set,
             on_refresh_salt=self._refresh_salt_soon,
+            on_shadow_quote=self._on_shadow_quote if shadow else None,
         )
         self.sample_requests = self.store is not None and config.storage.sample_requests > 0
         self.feeds = PriceFeeds(
@@ -203,6 +218,33 @@ class LiveBot:
             reason = getattr(first, "reason", None)
             with contextlib.suppress(StoreError):
                 self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
+
+    def _on_shadow_quote(self, quote: Quote, now: datetime) -> None:
+        """Shadow mode: the paper book decides whether a simulated user takes ``quote``."""
+        assert self.paper is not None
+        desk = self.desk
+        fill = self.paper.on_quote(quote, now, desk.price, desk.inventory.confirmed)
+        if fill is not None and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "SHADOW paper fill %s: in %d %s, out %d %s, edge %.1f bps, realized %.4f USD",
+                fill.quote_id, fill.amount_in, fill.asset_in, fill.amount_out, fill.asset_out,
+                fill.edge_bps, fill.realized_usd,
+            )  # fmt: skip
+
+    def refresh_paper_metrics(self) -> None:
+        if self.paper is None or self.paper_metrics is None:
+            return
+        paper, desk = self.paper, self.desk
+        self.paper_metrics.refresh(
+            PaperSnapshot(
+                fills=paper.fills,
+                lost=dict(paper.lost),
+                pnl_marked_usd=paper.marked_usd(desk.price),
+                pnl_realized_usd=paper.realized_usd,
+                inventory=paper.balances(self.tokens, desk.inventory.confirmed),
+                decimals=dict(desk.state.decimals),
+            )
+        )
 
     def _on_quote_status(self, event: QuoteStatusEvent) -> None:
         self.executor.feed(ev.QuoteStatusSeen(event.quote_hash, event.intent_hash, event.tx_hash))
@@ -286,6 +328,7 @@ class LiveBot:
                 self.executor.run(actions, now, time.perf_counter())
             self.operator.refresh_metrics()  # a few gauges: cheap, and never a tick behind
             self._project()
+            self.refresh_paper_metrics()
             count += 1
             if count % snapshot_every == 0:
                 self._maybe_snapshot(now)
@@ -332,7 +375,10 @@ class LiveBot:
         return job
 
     def summary(self) -> str:
-        return self.operator.summary()
+        if self.paper is None:
+            return self.operator.summary()
+        # Shadow mode says so on every summary line, with the paper book beside the counts.
+        return f"SHADOW {self.operator.summary()} {self.paper.summary(self.desk.price)}"
 
     def _schedule(self) -> None:
         c = self.config
@@ -424,6 +470,12 @@ class LiveBot:
         """Quote until ``stop`` is set, then stop quoting and return (``grace_s``: first let
         open quotes settle for at most that long; the journal makes it unnecessary)."""
         self.recover()
+        if self.shadow:
+            log.warning(
+                "SHADOW mode: quotes are decided but never signed or sent; a paper book "
+                "simulates fills (%s model) apart from the real inventory and PnL",
+                self.config.shadow.fill.model,
+            )
         await self.warm_up()
         # Everything built so far lives as long as the process: keep the cyclic GC from
         # re-walking it on every full collection (those pauses land on the quote path).

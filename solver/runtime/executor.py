@@ -37,7 +37,7 @@ from solver.core.actions import (
 )
 from solver.core.desk import Desk
 from solver.core.facts import Fact, QuoteMoved, QuoteOpened, QuotesLost
-from solver.core.quoting import Skip
+from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.journal import Journal
@@ -70,6 +70,7 @@ class Executor:
         nonce_layout: NonceLayout = "salted",
         on_refresh_balances: Callable[[], None] = lambda: None,
         on_refresh_salt: Callable[[], None] = lambda: None,
+        on_shadow_quote: Callable[[Quote, datetime], None] | None = None,
     ) -> None:
         self.desk = desk
         self.signer = signer
@@ -83,6 +84,7 @@ class Executor:
         self.nonce_layout = nonce_layout
         self.on_refresh_balances = on_refresh_balances
         self.on_refresh_salt = on_refresh_salt
+        self.on_shadow_quote = on_shadow_quote  # shadow mode's paper book (runtime.paper)
         self.sent = 0
         self.send_failed = 0
         self.response_us: deque[float] = deque(maxlen=20_000)
@@ -145,8 +147,10 @@ class Executor:
             elif kind is OperatorReply:
                 assert isinstance(action, OperatorReply)
                 self.replies.append(action)
-            elif kind is ShadowQuote:
-                pass  # counted by the desk; nothing leaves in shadow mode
+            elif kind is ShadowQuote and self.on_shadow_quote is not None:
+                # Counted by the desk; nothing leaves in shadow mode, the paper book decides.
+                assert isinstance(action, ShadowQuote)
+                self.on_shadow_quote(action.quote, now)
 
     # ------------------------------------------------------------------ the quote path
 

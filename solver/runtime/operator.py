@@ -16,6 +16,7 @@ from solver.core import events as ev
 from solver.core.actions import OperatorReply
 from solver.core.pnl import usd_value
 from solver.io.metrics import MetricsSnapshot
+from solver.runtime.status_extra import status_extra
 
 if TYPE_CHECKING:
     from solver.runtime.bot import LiveBot
@@ -106,6 +107,7 @@ class Operator:
                     "volume_usd": self._volume_usd(stats["volume_in"]),
                 }
             doc["windows"] = windows
+        doc.update(status_extra(bot, now))  # decimals, symbols, pairs, recent_fills, paper
         return doc
 
     def _volume_usd(self, volume_in: Mapping[str, str]) -> float | None:

@@ -1,0 +1,111 @@
+"""The parts of ``/control/status`` the status page needs beyond the counts (issue 14).
+
+:func:`status_extra` returns keys added to :meth:`solver.runtime.operator.Operator.status`'s
+document; every one is additive (``solver status`` shows unknown keys raw):
+
+``decimals`` / ``symbols``
+    ``{asset: int}`` / ``{asset: str}`` of the configured tokens, so a reader can show the
+    smallest-unit strings of ``free``, ``reserved`` and the fills in whole tokens.
+``pairs``
+    One row per configured pair: ``pair`` (``BASE/QUOTE`` by symbol), ``strategy``, ``state``
+    (``RUNNING`` | ``PAUSED`` | ``DISABLED``), ``paused`` (why, or null), ``open_quotes``,
+    ``fills_24h`` and ``realized_pnl_usd_24h`` (both directions, from the store), and in shadow
+    mode ``paper_fills`` and ``paper_realized_pnl_usd``.
+``recent_fills``
+    The store's last :data:`RECENT_FILLS` fills, newest first (amounts as strings).
+``paper``
+    Shadow mode only: the paper book (:meth:`solver.runtime.paper.PaperBook.doc`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from solver.io.store import Store
+    from solver.runtime.bot import LiveBot
+
+RECENT_FILLS = 20
+_DAY = timedelta(hours=24)
+
+
+def status_extra(bot: LiveBot, now: datetime) -> dict[str, Any]:
+    desk = bot.desk
+    doc: dict[str, Any] = {
+        "decimals": {a: t.decimals for a, t in bot.config.tokens.items()},
+        "symbols": {a: t.symbol for a, t in bot.config.tokens.items()},
+        "pairs": pair_rows(bot, now),
+    }
+    if bot.store is not None:
+        doc["recent_fills"] = recent_fills(bot.store)
+    if bot.paper is not None:
+        doc["paper"] = bot.paper.doc(bot.tokens, desk.inventory.confirmed, desk.price)
+    return doc
+
+
+def recent_fills(store: Store, limit: int = RECENT_FILLS) -> list[dict[str, Any]]:
+    def usd(value: object) -> float | None:
+        return None if value is None else float(str(value))
+
+    return [
+        {
+            "at": f.at.isoformat(),
+            "quote_id": f.quote_id,
+            "asset_in": f.asset_in,
+            "amount_in": str(f.amount_in),
+            "asset_out": f.asset_out,
+            "amount_out": str(f.amount_out),
+            "fee": str(f.fee),
+            "realized_pnl_usd": usd(f.realized_pnl_usd),
+            "tx_hash": f.tx_hash,
+        }
+        for f in store.fills_since(None, None, limit)
+    ]
+
+
+def pair_rows(bot: LiveBot, now: datetime) -> list[dict[str, Any]]:
+    desk, tokens = bot.desk, bot.config.tokens
+    totals: dict[frozenset[str], tuple[int, float]] = {}
+    if bot.store is not None:
+        for asset_in, asset_out, count, realized in bot.store.fill_totals(now - _DAY):
+            _add(totals, frozenset((asset_in, asset_out)), count, realized)
+    paper: dict[frozenset[str], tuple[int, float]] = {}
+    if bot.paper is not None:
+        for (asset_in, asset_out), (count, realized) in bot.paper.by_direction.items():
+            _add(paper, frozenset((asset_in, asset_out)), count, realized)
+    open_quotes: dict[frozenset[str], int] = {}
+    for quote in desk.book.quotes.values():
+        key = frozenset((quote.asset_in, quote.asset_out))
+        open_quotes[key] = open_quotes.get(key, 0) + 1
+    rows = []
+    for pair in bot.config.pairs:
+        key = frozenset((pair.base, pair.quote))
+        paused = desk.pauses.reason(f"{pair.base}->{pair.quote}") or desk.pauses.reason(
+            f"{pair.quote}->{pair.base}"
+        )
+        state = "DISABLED" if not pair.enabled else "PAUSED" if paused else "RUNNING"
+        fills, realized = totals.get(key, (0, 0.0))
+        row: dict[str, Any] = {
+            "pair": f"{tokens[pair.base].symbol}/{tokens[pair.quote].symbol}",
+            "base": pair.base,
+            "quote": pair.quote,
+            "strategy": pair.strategy,
+            "directions": pair.directions,
+            "state": state,
+            "paused": paused,
+            "open_quotes": open_quotes.get(key, 0),
+            "fills_24h": fills,
+            "realized_pnl_usd_24h": realized,
+        }
+        if bot.paper is not None:
+            row["paper_fills"], row["paper_realized_pnl_usd"] = paper.get(key, (0, 0.0))
+        rows.append(row)
+    return rows
+
+
+def _add(
+    into: dict[frozenset[str], tuple[int, float]], key: frozenset[str], count: int, usd: float
+) -> None:
+    old_count, old_usd = into.get(key, (0, 0.0))
+    into[key] = (old_count + count, old_usd + usd)

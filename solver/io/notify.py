@@ -241,6 +241,8 @@ class Notifier:
         """Deliver what is queued within ``timeout_s``, then stop."""
         task, self._task = self._task, None
         if task is None:
+            if self._queue:
+                log.error("alerts: never started; %d message(s) not delivered", len(self._queue))
             return
         try:
             await asyncio.wait_for(self.drain(), timeout_s)

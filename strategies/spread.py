@@ -46,10 +46,32 @@ __all__ = ["SpreadConfig", "SpreadStrategy"]
 class SpreadConfig(StrategyConfig):
     """Knobs of :class:`SpreadStrategy`; all spreads in basis points of the input's value."""
 
-    spread_bps: float = Field(default=20.0, ge=0, lt=BPS)
-    widen_bps_per_1k_usd: float = Field(default=0.0, ge=0)
-    max_spread_bps: float = Field(default=500.0, gt=0, lt=BPS)
-    max_price_age_s: float = Field(default=30.0, gt=0)
+    spread_bps: float = Field(
+        default=20.0,
+        ge=0,
+        lt=BPS,
+        description="Spread kept from the input's value on the smallest trades; the stated edge.",
+        json_schema_extra={"unit": "bps"},
+    )
+    widen_bps_per_1k_usd: float = Field(
+        default=0.0,
+        ge=0,
+        description="Extra spread per 1,000 USD of the fixed side's notional (0: a flat spread).",
+        json_schema_extra={"unit": "bps per 1,000 USD"},
+    )
+    max_spread_bps: float = Field(
+        default=500.0,
+        gt=0,
+        lt=BPS,
+        description="No quote when the widened spread would exceed this; at least spread_bps.",
+        json_schema_extra={"unit": "bps"},
+    )
+    max_price_age_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A reference price older than this counts as missing: no quote.",
+        json_schema_extra={"unit": "s"},
+    )
 
     @model_validator(mode="after")
     def _spread_within_max(self) -> SpreadConfig:

@@ -89,7 +89,10 @@ class LiveBot:
             else None
         )
         self.desk: Desk = build_desk(config, shadow=shadow)
-        self.metrics = Metrics()
+        self.metrics = Metrics(
+            pairs=[(pair.base, pair.quote) for pair in config.pairs],
+            symbols={asset: token.symbol for asset, token in config.tokens.items()},
+        )
         api_key = os.environ.get(config.bus.api_key_env) if config.bus.api_key_env else None
         self.http = httpx.AsyncClient(timeout=config.chain.timeout_ms / 1000)
         self.ledger = LedgerClient(

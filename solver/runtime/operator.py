@@ -127,10 +127,12 @@ class Operator:
                 free={a: desk.inventory.free(a) for a in bot.tokens},
                 reserved={a: desk.inventory.reserved.get(a, 0) for a in bot.tokens},
                 decimals=dict(desk.state.decimals),
-                pnl_usd=desk.pnl.pnl,
+                pnl_marked_usd=desk.pnl.pnl,
+                pnl_realized_usd=desk.pnl.realized_usd,
                 mismatch=dict(desk.balances.found) | desk.balances.unresolved,
                 connected=bot.ws.connected,
                 paused=desk.pauses.globally_paused(),
+                shadow=bot.shadow,
                 open_quotes=len(desk.book.quotes),
             )
         )

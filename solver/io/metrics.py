@@ -262,6 +262,8 @@ class Metrics:
         )
         self._notifications = {name: notifications.labels(name) for name in NOTIFICATION_RESULTS}
         self._notifications_seen: dict[str, int] = {}
+        self._outcomes_seen: dict[tuple[str, str], int] = {}
+        self._volume_seen: dict[str, float] = {}
         self._decision = Histogram(
             "solver_decision_seconds",
             "Time from quote request to decision (quote or skip).",
@@ -397,6 +399,29 @@ class Metrics:
             if child is not None and grew > 0:
                 child.inc(grew)
                 self._notifications_seen[result] = total
+
+    def sync_outcomes(
+        self, totals: Mapping[tuple[str, str], int], *, baseline: bool = False
+    ) -> None:
+        """Catch up with cumulative ``(pair, state) -> count`` kept by the desk (its per-pair
+        stats, which know each quote's pair even after it left the book). ``baseline``: take
+        the totals as already counted (the facts replayed at start happened before this
+        process)."""
+        for key, total in totals.items():
+            grew = total - self._outcomes_seen.get(key, 0)
+            if grew > 0:
+                if not baseline:
+                    self._outcomes.child(*key).inc(grew)
+                self._outcomes_seen[key] = total
+
+    def sync_volume(self, totals: Mapping[str, float], *, baseline: bool = False) -> None:
+        """Catch up with cumulative ``pair -> USD volume`` of settled fills (as above)."""
+        for pair, total in totals.items():
+            grew = total - self._volume_seen.get(pair, 0.0)
+            if grew > 0 and math.isfinite(grew):
+                if not baseline:
+                    self.add_volume(grew, pair)
+                self._volume_seen[pair] = total
 
     def refresh_gauges(self, snapshot: MetricsSnapshot | Mapping[str, Any]) -> None:
         """Set every gauge from a snapshot; a mapping must use :class:`MetricsSnapshot`'s keys."""

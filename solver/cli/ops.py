@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -21,9 +20,11 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.cli import print_json
+from solver.cli.status_pairs import pairs_table
 from solver.config import BotConfig, load_bot_config
 from solver.errors import ConfigError, ProtocolError, RemoteError, TransportError
 from solver.io.control import DEFAULT_TOKEN_ENV, check_pair, parse_listen, url_host
+from solver.protocol.amounts import format_units
 
 DEFAULT_REASON = "paused from the command line"
 
@@ -99,7 +100,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        Console().print(status_table(doc, client.url, config))
+        console = Console()
+        console.print(status_table(doc, client.url, config))
+        pairs = pairs_table(doc)
+        if pairs is not None:
+            console.print(pairs)
     return 0
 
 
@@ -261,6 +266,15 @@ def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = No
                 table.add_row(f"last {name}", _window(window))
     if "pnl_usd" in doc:
         row("PnL", _usd(doc["pnl_usd"], signed=True), "pnl_usd")
+    if "realized_pnl_usd" in doc:
+        row("  realized", _usd(doc["realized_pnl_usd"], signed=True), "realized_pnl_usd")
+    alerts = doc.get("alerts")
+    if isinstance(alerts, Mapping):
+        opened = alerts.get("open")
+        listed = ", ".join(map(str, opened)) if isinstance(opened, list) and opened else "none"
+        counts = f"{alerts.get('sent', 0)} sent, {alerts.get('failed', 0)} failed"
+        row("alerts open", f"{listed} ({counts})", "alerts")
+    shown.add("pairs")  # a table of its own (solver.cli.status_pairs)
     if "last_reconciliation" in doc:
         row("last reconciliation", _reconciliation(doc["last_reconciliation"], names))
         shown.add("last_reconciliation")
@@ -295,7 +309,7 @@ class _Names:
             return str(amount)
         if token is None:
             return str(units)
-        return f"{Decimal(units).scaleb(-token.decimals).normalize():,f}"
+        return format_units(units, token.decimals, token.symbol)
 
 
 def _usd(value: Any, *, signed: bool = False) -> str:

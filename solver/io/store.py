@@ -32,7 +32,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -69,6 +69,7 @@ from solver.io.store_schema import (
     tracked_row,
     ts,
 )
+from solver.io.store_totals import PairTotals, pair_totals
 
 DELETE_NONCE = "DELETE FROM nonces WHERE account = ? AND nonce = ?"
 
@@ -272,6 +273,15 @@ class Store:
         """Newest first; ``pair`` matches both directions."""
         params = query_params(since, pair, limit)
         return [fill_row(row) for row in self._conn.execute(SELECT_FILLS, params)]
+
+    def pair_totals(
+        self,
+        since: datetime | None = None,
+        pair: Pair | None = None,
+        decimals: Mapping[str, int] | None = None,
+    ) -> list[PairTotals]:
+        """Quotes, wins, fills, volume and realized PnL per pair (:mod:`store_totals`)."""
+        return pair_totals(self._conn, "" if since is None else ts(since), pair, decimals)
 
     def stats(self, window_s: float, now: datetime) -> dict[str, Any]:
         """Counts of the quotes created in the last ``window_s`` and the volume they settled."""

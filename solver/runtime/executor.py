@@ -111,9 +111,7 @@ class Executor:
             self.run(actions, when, time.perf_counter())
         return actions
 
-    def run(
-        self, actions: list[Action], now: datetime, started: float, pair: str = OTHER
-    ) -> None:
+    def run(self, actions: list[Action], now: datetime, started: float, pair: str = OTHER) -> None:
         """``pair``: the metrics label of the request these actions answer (its skip and its
         quote are counted under it); outcomes are counted from the desk's per-pair stats."""
         for action in actions:

@@ -100,7 +100,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        console = Console()
+        # Not a terminal (a pipe, a log): wide enough that the per-pair table never folds.
+        console = Console(width=None if sys.stdout.isatty() else 200)
         console.print(status_table(doc, client.url, config))
         pairs = pairs_table(doc)
         if pairs is not None:
@@ -226,7 +227,7 @@ def _connect(args: argparse.Namespace) -> tuple[BotConfig | None, ControlClient]
 def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = None) -> Table:
     """The status document as a two-column table; absent keys are left out, unknown ones shown
     raw at the end."""
-    names = _Names(config)
+    names = _Names(config, doc.get("tokens"))
     table = Table(title=f"solver at {url}", show_header=False, expand=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -274,7 +275,7 @@ def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = No
         listed = ", ".join(map(str, opened)) if isinstance(opened, list) and opened else "none"
         counts = f"{alerts.get('sent', 0)} sent, {alerts.get('failed', 0)} failed"
         row("alerts open", f"{listed} ({counts})", "alerts")
-    shown.add("pairs")  # a table of its own (solver.cli.status_pairs)
+    shown.update(("pairs", "tokens"))  # the pairs: a table of their own; tokens: names
     if "last_reconciliation" in doc:
         row("last reconciliation", _reconciliation(doc["last_reconciliation"], names))
         shown.add("last_reconciliation")
@@ -288,14 +289,23 @@ def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = No
 
 
 class _Names:
-    """Symbols and whole-token amounts when the config is at hand; raw ids and units if not."""
+    """Symbols and whole-token amounts from the config, else from the status document's
+    ``tokens`` (``asset -> {symbol, decimals}``, sent by the bot); raw ids and units if neither."""
 
-    def __init__(self, config: BotConfig | None) -> None:
-        self.tokens = dict(config.tokens) if config is not None else {}
+    def __init__(self, config: BotConfig | None, sent: Any = None) -> None:
+        self.tokens: dict[str, tuple[str, int]] = {}
+        if isinstance(sent, Mapping):
+            for asset, spec in sent.items():
+                if isinstance(spec, Mapping):
+                    symbol, decimals = spec.get("symbol"), spec.get("decimals")
+                    if isinstance(symbol, str) and isinstance(decimals, int) and decimals >= 0:
+                        self.tokens[str(asset)] = (symbol, decimals)
+        if config is not None:
+            self.tokens.update({a: (t.symbol, t.decimals) for a, t in config.tokens.items()})
 
     def symbol(self, asset: str) -> str:
         token = self.tokens.get(asset)
-        return token.symbol if token is not None else asset
+        return token[0] if token is not None else asset
 
     def scope(self, scope: str) -> str:
         asset_in, sep, asset_out = scope.partition("->")
@@ -309,7 +319,7 @@ class _Names:
             return str(amount)
         if token is None:
             return str(units)
-        return format_units(units, token.decimals, token.symbol)
+        return format_units(units, token[1], token[0])
 
 
 def _usd(value: Any, *, signed: bool = False) -> str:

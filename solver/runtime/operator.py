@@ -94,6 +94,10 @@ class Operator:
             "realized_pnl_usd": desk.pnl.realized_usd,
             "last_reconciliation": desk.balances.report,
             "pairs": self.pairs(),
+            "tokens": {
+                asset: {"symbol": token.symbol, "decimals": token.decimals}
+                for asset, token in bot.config.tokens.items()
+            },
             "alerts": {
                 "open": bot.notifier.tracker.open_incidents(),
                 **bot.notifier.stats.as_dict(),

@@ -279,3 +279,19 @@ def test_sync_notifications_follows_totals_and_ignores_unknown_results() -> None
     assert value(m, "solver_notifications_total", result="dropped") == 3
     assert value(m, "solver_notifications_total", result="rate_limited") == 0
     assert ("solver_notifications_total", frozenset({("result", "bogus")})) not in samples(m)
+
+
+def test_outcomes_and_volume_follow_the_desks_per_pair_totals() -> None:
+    """The runtime counts outcomes and volume from the desk's cumulative per-pair totals; the
+    totals replayed at start are a baseline, not new events."""
+    m = Metrics(pairs=[("wrap", "usdc")], symbols={"wrap": "wNEAR", "usdc": "USDC"})
+    m.sync_outcomes({("wNEAR/USDC", "WON"): 5}, baseline=True)
+    m.sync_volume({"wNEAR/USDC": 1000.0}, baseline=True)
+    m.sync_outcomes({("wNEAR/USDC", "WON"): 7, ("wNEAR/USDC", "SETTLED"): 1, ("X/Y", "LOST"): 2})
+    m.sync_volume({"wNEAR/USDC": 1012.5})
+    m.sync_outcomes({("wNEAR/USDC", "WON"): 7})  # nothing grew: nothing counted
+    text = m.render().decode()
+    assert 'solver_quote_outcomes_total{pair="wNEAR/USDC",state="WON"} 2.0' in text
+    assert 'solver_quote_outcomes_total{pair="wNEAR/USDC",state="SETTLED"} 1.0' in text
+    assert 'solver_quote_outcomes_total{pair="other",state="LOST"} 2.0' in text  # clamped
+    assert 'solver_volume_usd_total{pair="wNEAR/USDC"} 12.5' in text

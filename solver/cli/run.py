@@ -67,22 +67,22 @@ def run_bot(args: argparse.Namespace) -> int:
     key = load_secret_key(env=config.account.key_env, path=config.account.key_file)
     if args.shutdown_wait < 0:
         raise ConfigError("--shutdown-wait must be >= 0")
-    # The start-up line: which file, which account, which mode, and what the command line
-    # changed (a WARNING, so it is in the log whatever log.level says).
-    logging.getLogger("solver.run").warning(
-        "starting: config %s, account %s, %s, %s",
-        args.config,
-        config.account.id,
-        "SHADOW (nothing signed or sent)" if args.shadow else "LIVE",
-        describe_overrides(overrides),
-    )
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        bot = LiveBot(config, key, shadow=args.shadow)
+        bot = LiveBot(config, key, shadow=args.shadow)  # the store is checked and opened here
+        # The start-up line: which file, which account, which mode, and what the command
+        # line changed (a WARNING, so it is in the log whatever log.level says).
+        logging.getLogger("solver.run").warning(
+            "starting: config %s, account %s, %s, %s",
+            args.config,
+            config.account.id,
+            "SHADOW (nothing signed or sent)" if args.shadow else "LIVE",
+            describe_overrides(overrides),
+        )
         await bot.run(stop, grace_s=args.shutdown_wait)
 
     run_service(main())

@@ -10,16 +10,29 @@ import time
 from collections.abc import Callable
 
 from solver.config import BotConfig
+from solver.config.sections import PartnersSpec
 from solver.core.desk import Desk, DeskSettings
-from solver.core.quoting import PipelineSettings, Route
+from solver.core.quoting import PartnerFilter, PipelineSettings, Route
 from solver.core.risk import RiskLimits
 from strategies.registry import load_strategy
+
+
+def partner_filter(spec: PartnersSpec | None) -> PartnerFilter | None:
+    """None when the pair serves everyone (the quote path then checks nothing)."""
+    if spec is None or (spec.allow is None and not spec.deny):
+        return None
+    allow = None if spec.allow is None else frozenset(spec.allow)
+    return PartnerFilter(allow, frozenset(spec.deny))
 
 
 def build_routes(config: BotConfig) -> dict[tuple[str, str], Route]:
     routes: dict[tuple[str, str], Route] = {}
     for pair in config.pairs:
         strategy = load_strategy(pair.strategy, pair.params)
+        giveaway = pair.max_giveaway_bps
+        if giveaway is None:
+            giveaway = config.quote.max_giveaway_bps
+        partners = partner_filter(pair.partners)
         directions = {
             "both": [(pair.base, pair.quote), (pair.quote, pair.base)],
             "buy_base": [(pair.base, pair.quote)],
@@ -33,6 +46,8 @@ def build_routes(config: BotConfig) -> dict[tuple[str, str], Route]:
                 pair.min_notional_usd,
                 pair.max_notional_usd,
                 pair.enabled,
+                max_giveaway_bps=giveaway,
+                partners=partners,
             )
     return routes
 
@@ -45,6 +60,7 @@ def pipeline_settings(config: BotConfig) -> PipelineSettings:
         balance_max_age_s=config.chain.balance_max_age_ms / 1000,
         price_max_age_s=config.prices.max_age_ms / 1000,
         salt_max_age_s=config.chain.salt_max_age_s,
+        max_price_divergence_bps=config.prices.max_divergence_bps,
         max_open_exposure_usd=config.risk.max_open_exposure_usd,
         max_open_per_token=dict(config.risk.max_open_per_token),
         max_quotes_per_s=config.risk.max_quotes_per_s,
@@ -59,6 +75,8 @@ def risk_limits(config: BotConfig) -> RiskLimits:
         dict(risk.max_reconciliation_mismatch),
         risk.halt_on_mismatch,
         risk.max_stale_s,
+        max_daily_loss_pct=risk.max_daily_loss_pct,
+        max_drawdown_pct=risk.max_drawdown_pct,
     )
 
 

@@ -25,6 +25,11 @@ Formulas (per asset ``a``; all prices relative, so ``gamma`` is dimensionless):
   variance is the sum for independent assets), clamped to ``[min_spread_bps, max_spread_bps]``.
   The A–S order-arrival term ``(2/gamma) ln(1 + gamma/kappa)`` is not modelled: arrival intensity
   is not observable from a quote stream, and ``min_spread_bps`` plays its role as the floor.
+- Exposure (``strategies.volatility``): the quote binds the solver for
+  ``T_q = (min_deadline_ms + deadline_margin_ms) / 1000`` seconds, so
+  ``exposure_vol_mult * √(sigma2_in + sigma2_out) * √T_q`` (in bps) is added to ``h`` before the
+  clamp: ``exposure_vol_mult`` standard deviations of the pair's move while the user may fill.
+  Default 0: off.
 
 The quote multiplies the reference rate by ``mult = 1 + skew - h`` (linear, so the bound below is
 exact): exact-in ``out`` = the largest int with ``out + fee(out) <= fair(in) * mult``; exact-out
@@ -36,13 +41,10 @@ reference to rebalance, which this strategy then admits to the conformance kit.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from fractions import Fraction
 from typing import Annotated, ClassVar
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from solver.core.market import MarketView, QuoteRequest
@@ -58,8 +60,14 @@ from strategies.pricing import (
     request_ok,
     usd_value,
 )
+from strategies.volatility import (
+    exposure_s,
+    exposure_spread_bps,
+    realised_variance,
+)
 
 __all__ = ["InventorySkewConfig", "InventorySkewStrategy", "SkewComponents", "realised_variance"]
+# realised_variance lives in strategies.volatility; re-exported here, where it was first.
 
 
 class InventorySkewConfig(StrategyConfig):
@@ -134,6 +142,18 @@ class InventorySkewConfig(StrategyConfig):
         description="A reference price older than this counts as missing: no quote.",
         json_schema_extra={"unit": "s"},
     )
+    exposure_vol_mult: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description=(
+            "Standard deviations of the pair's price move over the quote's exposure time "
+            "(min_deadline_ms + the solver's deadline margin) added to the half-spread, "
+            "dimensionless; the volatility is the realised one of the price histories "
+            "(bps per √s). 0: off."
+        ),
+        json_schema_extra={"unit": "dimensionless"},
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> InventorySkewConfig:
@@ -166,32 +186,6 @@ class SkewComponents:
     def multiplier(self) -> Fraction:
         """``1 + skew - h`` as an exact Fraction of the two clamped floats."""
         return 1 + (Fraction(self.skew_bps) - Fraction(self.half_spread_bps)) / BPS
-
-
-def realised_variance(history: Sequence[tuple[datetime, float]], min_returns: int) -> float:
-    """Per-second variance of log returns, or 0.0 with fewer than ``min_returns`` usable ones.
-
-    ``history`` is ``[(datetime, price), ...]`` oldest first; non-positive or non-finite prices
-    and non-increasing timestamps are dropped.
-    """
-    if len(history) - 1 < min_returns:
-        return 0.0
-    try:
-        data = np.array([(stamp.timestamp(), price) for stamp, price in history], dtype=float)
-    except (TypeError, ValueError, AttributeError):
-        return 0.0
-    times, prices = data[:, 0], data[:, 1]
-    usable = np.isfinite(times) & np.isfinite(prices) & (prices > 0)
-    times, prices = times[usable], prices[usable]
-    if len(times) > 1:  # keep only samples later than every earlier one
-        later = np.concatenate(([True], times[1:] > np.maximum.accumulate(times)[:-1]))
-        times, prices = times[later], prices[later]
-    if len(prices) - 1 < min_returns:
-        return 0.0
-    returns = np.diff(np.log(prices))
-    elapsed = float(times[-1] - times[0])
-    variance = float(np.sum(returns * returns)) / elapsed
-    return variance if math.isfinite(variance) else 0.0
 
 
 def _clamp(value: float, low: float, high: float) -> float:
@@ -245,6 +239,9 @@ class InventorySkewStrategy(Strategy):
         q_in, q_out = self._deviations(market, request.pair)
         var_in, var_out = (self._variance(market, asset) for asset in request.pair)
         half = cfg.gamma * (var_in + var_out) * cfg.horizon_s / 2 * BPS
+        if cfg.exposure_vol_mult > 0:
+            sigma = math.sqrt(var_in + var_out) * BPS  # bps per √s
+            half += exposure_spread_bps(cfg.exposure_vol_mult, sigma, exposure_s(request, market))
         skew = cfg.gamma * cfg.horizon_s * (q_out * var_out - q_in * var_in) * BPS
         return SkewComponents(
             q_in=q_in,

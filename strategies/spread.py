@@ -5,9 +5,17 @@ spread. Larger trades carry more adverse selection and more inventory risk, so t
 linearly with the USD notional of the fixed side; beyond ``max_spread_bps`` the size is more than
 the strategy is willing to price and it declines (None) rather than quote an absurd rate.
 
+The spread also widens with the quote's **exposure time**: a signed quote binds the solver
+until its deadline, ``T = (min_deadline_ms + deadline_margin_ms) / 1000`` seconds, while the
+price may move against it. ``exposure_vol_mult`` (``k``) standard deviations of that move add
+``k * sigma * √T`` bps (``strategies.volatility``), with ``sigma`` the pair's volatility in bps
+per √second: ``vol_bps_per_sqrt_s``, or with ``vol_from_history`` the larger of it and the
+realised volatility of the two assets' reference-price histories. ``k = 0`` (the default): no
+such term, and no cost.
+
 With ``fair`` the fixed amount converted at reference prices (``strategies.pricing.convert``),
-``s = (spread_bps + widen_bps_per_1k_usd * notional_usd / 1000) / 1e4`` and the protocol fee
-``ceil(out * fee_pips / 1e6)`` paid by the solver on its outflow:
+``s = (spread_bps + widen_bps_per_1k_usd * notional_usd / 1000 + k * sigma * √T) / 1e4`` and
+the protocol fee ``ceil(out * fee_pips / 1e6)`` paid by the solver on its outflow:
 
 - exact-in: ``out`` = the largest int with ``out + fee(out) <= fair(in) * (1 - s)``;
 - exact-out: ``in = ceil(fair(out + fee(out)) / (1 - s))``.
@@ -19,6 +27,7 @@ fee. The stated edge is ``spread_bps`` (widening only adds to it).
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import ClassVar
 
@@ -39,6 +48,7 @@ from strategies.pricing import (
     request_ok,
     usd_value,
 )
+from strategies.volatility import exposure_s, exposure_spread_bps, pair_sigma_bps_per_sqrt_s
 
 __all__ = ["SpreadConfig", "SpreadStrategy"]
 
@@ -72,11 +82,57 @@ class SpreadConfig(StrategyConfig):
         description="A reference price older than this counts as missing: no quote.",
         json_schema_extra={"unit": "s"},
     )
+    exposure_vol_mult: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description=(
+            "k: standard deviations of the pair's price move over the quote's exposure time "
+            "(min_deadline_ms + the solver's deadline margin) added to the spread as "
+            "k * sigma * sqrt(T) bps; dimensionless. 0: off."
+        ),
+        json_schema_extra={"unit": "dimensionless"},
+    )
+    vol_bps_per_sqrt_s: float = Field(
+        default=0.0,
+        ge=0,
+        lt=BPS,
+        allow_inf_nan=False,
+        description=(
+            "sigma: the pair's volatility, bps per sqrt(second) (an annual volatility a is "
+            "a / sqrt(31557600) * 1e4; 60 % a year is about 1.07). With vol_from_history, a "
+            "floor under the estimate."
+        ),
+        json_schema_extra={"unit": "bps per sqrt(s)"},
+    )
+    vol_from_history: bool = Field(
+        default=False,
+        description=(
+            "Estimate sigma from the two assets' reference-price histories (realised "
+            "variance of log returns, per second); the larger of it and vol_bps_per_sqrt_s "
+            "applies. Costs a pass over up to vol_max_history samples per request."
+        ),
+        json_schema_extra={"unit": "flag"},
+    )
+    vol_min_history: int = Field(
+        default=10,
+        ge=2,
+        description="Returns needed before the estimate counts, count.",
+        json_schema_extra={"unit": "count"},
+    )
+    vol_max_history: int = Field(
+        default=500,
+        ge=3,
+        description="Latest samples of each history used, count.",
+        json_schema_extra={"unit": "count"},
+    )
 
     @model_validator(mode="after")
     def _spread_within_max(self) -> SpreadConfig:
         if self.spread_bps > self.max_spread_bps:
             raise ValueError("spread_bps must not exceed max_spread_bps")
+        if self.vol_min_history >= self.vol_max_history:
+            raise ValueError("vol_min_history must be below vol_max_history")
         return self
 
 
@@ -100,9 +156,25 @@ class SpreadStrategy(Strategy):
             if notional is None:
                 return None
             spread += Fraction(cfg.widen_bps_per_1k_usd) * notional / 1000
+        if cfg.exposure_vol_mult > 0:
+            spread += Fraction(self.exposure_bps(request, market))
         if spread > Fraction(cfg.max_spread_bps):
             return None
         return spread
+
+    def exposure_bps(self, request: QuoteRequest, market: MarketView) -> float:
+        """The spread the quote's exposure time adds, bps (module doc); 0 when off."""
+        cfg = self.config
+        if cfg.exposure_vol_mult <= 0:
+            return 0.0
+        sigma = cfg.vol_bps_per_sqrt_s
+        if cfg.vol_from_history:
+            estimate = pair_sigma_bps_per_sqrt_s(
+                market, request.pair, cfg.vol_min_history, cfg.vol_max_history
+            )
+            sigma = max(sigma, estimate)
+        extra = exposure_spread_bps(cfg.exposure_vol_mult, sigma, exposure_s(request, market))
+        return extra if math.isfinite(extra) else float(BPS)
 
     def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
         if not request_ok(request):
@@ -110,9 +182,16 @@ class SpreadStrategy(Strategy):
         cfg = self.config
         if cfg.widen_bps_per_1k_usd > 0 or not cfg.spread_bps <= cfg.max_spread_bps:
             return self._quote_widening(request, market)
-        # A constant spread: the same exact rationals as :meth:`_quote_widening`, as one
-        # integer numerator and denominator each (no Fraction, no gcd): identical results.
-        sn, sd = cfg.spread_bps.as_integer_ratio()
+        # A spread independent of size: the same exact rationals as :meth:`_quote_widening`,
+        # as one integer numerator and denominator each (no Fraction for a constant spread,
+        # no gcd): identical results.
+        if cfg.exposure_vol_mult > 0:
+            total = Fraction(cfg.spread_bps) + Fraction(self.exposure_bps(request, market))
+            if total > Fraction(cfg.max_spread_bps):
+                return None
+            sn, sd = total.numerator, total.denominator
+        else:
+            sn, sd = cfg.spread_bps.as_integer_ratio()
         keep_n, keep_d = BPS * sd - sn, BPS * sd  # keep = 1 - spread / BPS, > 0
         free_out = market.free(request.asset_out)
         age = cfg.max_price_age_s
@@ -166,4 +245,4 @@ class SpreadStrategy(Strategy):
         return convert(market, request.amount, fixed, other, self.config.max_price_age_s)
 
     def stated_edge_bps(self) -> float:
-        return self.config.spread_bps
+        return self.config.spread_bps  # widening, for size or exposure, only adds to it

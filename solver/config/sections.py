@@ -145,6 +145,31 @@ class TokenSpec(BaseModel):
     decimals: Annotated[int, Field(ge=0, le=38)]
 
 
+Bps = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
+PartnerId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class PartnersSpec(BaseModel):
+    """Which relay partners a pair serves, by the ``partner_id`` of the request's metadata."""
+
+    model_config = STRICT
+    allow: list[PartnerId] | None = None
+    """Only these partners (a request without a partner id is refused); ``None``: anyone."""
+    deny: list[PartnerId] = Field(default_factory=list)
+    """Never these partners."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> PartnersSpec:
+        if self.allow is not None and not self.allow:
+            raise PydanticCustomError(
+                "partners", "an empty allow list admits nobody: use enabled: false instead"
+            )
+        both = sorted(set(self.allow or ()) & set(self.deny))
+        if both:
+            raise PydanticCustomError("partners", "in both allow and deny: {both}", {"both": both})
+        return self
+
+
 class PairSpec(BaseModel):
     """A market the bot quotes, both ways by default, priced by one strategy."""
 
@@ -162,6 +187,10 @@ class PairSpec(BaseModel):
     enabled: bool = True
     directions: Literal["both", "buy_base", "sell_base"] = "both"
     """Which way the bot trades: ``buy_base`` only takes base in, ``sell_base`` only gives it."""
+    max_giveaway_bps: Bps | None = None
+    """Price guard of this pair (bps vs reference prices); ``None``: ``quote.max_giveaway_bps``."""
+    partners: PartnersSpec | None = None
+    """Partner allow / deny lists; ``None``: every partner, and requests without one."""
 
     @model_validator(mode="after")
     def _sane(self) -> PairSpec:
@@ -172,28 +201,38 @@ class PairSpec(BaseModel):
         return self
 
 
-class StaticPriceSource(BaseModel):
+SourceName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")]
+
+
+class _PriceSource(BaseModel):
+    model_config = STRICT
+    name: SourceName | None = None
+    """Name of the source in logs and skip details; ``None``: ``sources.<index>``."""
+
+    def label(self, index: int) -> str:
+        """The name prices from this source are kept under (``index``: its place in the list)."""
+        return self.name or f"sources.{index}"
+
+
+class StaticPriceSource(_PriceSource):
     """Fixed USD prices (tests, stablecoins)."""
 
-    model_config = STRICT
     kind: Literal["static"]
     prices: Annotated[dict[AssetId, Usd], Field(min_length=1)]
     """USD per whole unit of each asset."""
 
 
-class SandboxPriceSource(BaseModel):
+class SandboxPriceSource(_PriceSource):
     """The sandbox price feed: ``GET url`` returns USD prices of every sandbox token."""
 
-    model_config = STRICT
     kind: Literal["sandbox"]
     url: HttpUrl
     refresh_ms: Millis = 1000
 
 
-class HttpJsonPriceSource(BaseModel):
+class HttpJsonPriceSource(_PriceSource):
     """Any HTTP JSON API: ``GET url``, the USD price of ``asset`` at ``json_path``."""
 
-    model_config = STRICT
     kind: Literal["http_json"]
     url: HttpUrl
     asset: AssetId
@@ -204,10 +243,9 @@ class HttpJsonPriceSource(BaseModel):
     """Name of an environment variable holding extra request headers as a JSON object."""
 
 
-class BusQuotePriceSource(BaseModel):
+class BusQuotePriceSource(_PriceSource):
     """Price ``asset`` by asking the bus for a quote of ``probe_amount`` into ``quote_asset``."""
 
-    model_config = STRICT
     kind: Literal["bus_quote"]
     asset: AssetId
     quote_asset: AssetId
@@ -237,7 +275,23 @@ class PricesSpec(BaseModel):
     """A price older than this is stale: pairs needing it skip."""
     history_size: Annotated[int, Field(ge=2, le=1_000_000)] = 512
     """Observations kept per asset (volatility estimates, markouts)."""
+    max_divergence_bps: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] | None = 200.0
+    """Fresh sources of one asset further apart than this (max / min − 1): its pairs skip
+    (``price_divergence``); ``None``: no check. The reference price is their median."""
     sources: Annotated[list[PriceSource], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PricesSpec:
+        names = [source.name for source in self.sources if source.name is not None]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise PydanticCustomError(
+                "names", "source names must be unique: {twice}", {"twice": twice}
+            )
+        return self
+
+
+Percent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
 
 
 class RiskSpec(BaseModel):
@@ -256,6 +310,12 @@ class RiskSpec(BaseModel):
     """Kill switch: realised + marked loss since 00:00 UTC."""
     max_drawdown_usd: Usd = 2500.0
     """Kill switch: fall of marked PnL from its peak."""
+    max_daily_loss_pct: Percent | None = None
+    """Kill switch: the daily loss as a percentage of the starting equity; the tighter of this
+    and ``max_daily_loss_usd`` applies. ``None``: the USD limit alone."""
+    max_drawdown_pct: Percent | None = None
+    """Kill switch: the drawdown as a percentage of the starting equity; the tighter of this and
+    ``max_drawdown_usd`` applies. ``None``: the USD limit alone."""
     max_reconciliation_mismatch: dict[AssetId, Amount] = Field(default_factory=dict)
     """Kill switch: largest tolerated gap between expected and on-chain balance, per asset."""
     halt_on_mismatch: bool = True
@@ -274,6 +334,9 @@ class QuoteSpec(BaseModel):
     """Requests asking for a longer ``min_deadline_ms`` are skipped (too long an exposure)."""
     response_budget_ms: Annotated[int, Field(ge=1, le=3000)] = 2500
     """Answers ready later than this after receipt are skipped: too late for the bus wait."""
+    max_giveaway_bps: Bps = 300.0
+    """Price guard: quotes giving away more than this (bps) vs reference prices are skipped
+    (``price_guard``); a pair's own ``max_giveaway_bps`` overrides it."""
 
 
 class StorageSpec(BaseModel):

@@ -300,6 +300,7 @@ class Desk(DeskRisk):
 
     def _due_deadlines(self, now: datetime, actions: list[Action]) -> None:
         since = self.connected_since
+        lost: list[str] = []
         for quote in self.book.past_deadline(now - self._grace):
             if quote.pending_claims() and now < quote.deadline + self._grace + self._claim_timeout:
                 continue  # a claim may still settle it: its polls decide
@@ -313,11 +314,12 @@ class Desk(DeskRisk):
             ):
                 # Connected throughout its life and nobody named it: no status was missed, so
                 # nobody used it. No RPC (most answers are lost: this is the common case).
-                reason = "deadline passed, never named"
-                self._move(quote.quote_id, QuoteState.LOST, now, actions, reason=reason)
+                lost.append(quote.quote_id)
                 continue
             quote.nonce_check_at = now
             actions.append(CheckNonce(quote.quote_id, quote.nonce))
+        if lost:
+            self._fact(f.QuotesLost(tuple(lost), now, "deadline passed, never named"), actions)
 
     # ------------------------------------------------------------------ reading
 

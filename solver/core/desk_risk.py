@@ -33,7 +33,8 @@ class DeskRisk(DeskState):
             ):
                 self._record_pnl(now, actions)
             if pnl.pnl is not None and self.settings.kill_switch:
-                for breach in check_pnl(self.limits, pnl.daily_loss_usd(), pnl.drawdown_usd()):
+                loss, drawdown = pnl.daily_loss_usd(), pnl.drawdown_usd()
+                for breach in check_pnl(self.limits, loss, drawdown, pnl.start_equity):
                     self._breach(breach, now, actions, halt=True)
         if self.settings.kill_switch:
             ages = [p.age_s(now) for p in self.state.prices.values()]

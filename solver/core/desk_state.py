@@ -108,6 +108,7 @@ class DeskState:
         self._appliers: dict[type, Callable[[Any], None]] = {
             f.QuoteOpened: self._apply_opened,
             f.QuoteMoved: self._apply_moved,
+            f.QuotesLost: self._apply_lost,
             f.ClaimAdded: self._apply_claim_added,
             f.ClaimEnded: self._apply_claim_ended,
             f.BalancesReconciled: self._apply_balances,
@@ -195,6 +196,19 @@ class DeskState:
                 self.pnl.record_fill(self._fill_value(quote), fact.at, fact.fill.realized_usd)
         elif new in (QuoteState.REJECTED, QuoteState.LOST, QuoteState.FAILED):
             self.inventory.release(fact.quote_id)
+
+    def _apply_lost(self, fact: f.QuotesLost) -> None:
+        book, inventory, outcomes = self.book, self.inventory, self.stats.outcomes
+        for quote_id in fact.quote_ids:
+            quote = book.get(quote_id)
+            if quote is None:
+                continue
+            book.move(quote_id, QuoteState.LOST, fact.at, reason=fact.reason)
+            inventory.release(quote_id)
+            outcomes["LOST"] += 1
+            pair = self.pair_book.of(quote.asset_in, quote.asset_out)
+            if pair is not None:
+                pair.outcomes["LOST"] += 1
 
     def _apply_claim_added(self, fact: f.ClaimAdded) -> None:
         quote = self.book.get(fact.quote_id)

@@ -61,6 +61,17 @@ class QuoteMoved:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotesLost:
+    """Quotes past their deadline that nobody named while the bot stayed connected: LOST, one
+    fact per tick for all of them (most answers end so; one entry each would cost the quote
+    path a journal row per answer again)."""
+
+    quote_ids: tuple[str, ...]
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimAdded:
     quote_id: str
     intent_hash: str
@@ -145,6 +156,7 @@ class BaselineAccepted:
 Fact = (
     QuoteOpened
     | QuoteMoved
+    | QuotesLost
     | ClaimAdded
     | ClaimEnded
     | BalancesReconciled
@@ -159,6 +171,7 @@ Fact = (
 KINDS: dict[str, type[Any]] = {
     "quote_opened": QuoteOpened,
     "quote_moved": QuoteMoved,
+    "quotes_lost": QuotesLost,
     "claim_added": ClaimAdded,
     "claim_ended": ClaimEnded,
     "balances": BalancesReconciled,
@@ -202,6 +215,8 @@ def _encode_value(name: str, value: Any) -> Any:
         return {k: str(v) for k, v in value.items()}
     if name in _INT_FIELDS:
         return str(value)
+    if name == "quote_ids":
+        return list(value)
     if isinstance(value, tuple):
         return [[str(x) if isinstance(x, int) else x for x in item] for item in value]
     return value
@@ -262,6 +277,8 @@ def _decode_value(cls: type[Any], name: str, annotation: str, raw: Any) -> Any:
         return {str(k): int(v) for k, v in raw.items()}
     if name in _INT_FIELDS:
         return int(raw)
+    if name == "quote_ids":
+        return tuple(str(q) for q in raw)
     if cls is BalancesReconciled and name == "own_open":
         return tuple((str(k), str(o), int(a), str(i), int(b)) for k, o, a, i, b in raw)
     if annotation in ("float",):

@@ -54,6 +54,14 @@ class MarketView(Protocol):
     @property
     def fee_pips(self) -> int: ...
 
+    @property
+    def deadline_margin_ms(self) -> int:
+        """What the solver adds to the request's ``min_deadline_ms`` to set the deadline: a
+        quote is binding for ``min_deadline_ms + deadline_margin_ms`` (its exposure time).
+        Views written before it existed may lack it; ``strategies.volatility.exposure_s``
+        reads it with a default of 0."""
+        ...
+
     def free(self, asset: str) -> int:
         """Spendable balance: confirmed − reserved by open quotes − configured floor (≥ 0)."""
         ...
@@ -79,6 +87,7 @@ class StaticMarket:
     token_decimals: Mapping[str, int]
     fee_pips: int = 0
     history: Mapping[str, list[tuple[datetime, float]]] | None = None
+    deadline_margin_ms: int = 0
 
     def free(self, asset: str) -> int:
         return max(0, self.balances.get(asset, 0))

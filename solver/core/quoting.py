@@ -5,6 +5,11 @@ Pure: the time comes in as ``now``; the only other input is the cached state. Ev
 ends in exactly one outcome with a reason. A strategy that raises, returns nonsense or overruns
 its budget means "no quote" with a logged reason; it never kills the loop. The returned quote
 has already reserved its outflow, so no quote can be signed that free inventory cannot pay.
+
+Per pair (:class:`Route`): the price guard (``max_giveaway_bps``) and the partners it serves
+(:class:`PartnerFilter`, on the relay's ``partner_id``). Reference prices come combined from
+every source (:mod:`solver.core.state`); an asset whose sources disagree makes its pairs skip
+with ``price_divergence``.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ class PricingStrategy(Protocol):
 UNKNOWN_PAIR = "unknown_pair"
 PAIR_DISABLED = "pair_disabled"
 PAUSED = "paused"
+PARTNER_NOT_ALLOWED = "partner_not_allowed"
 DEADLINE_TOO_LONG = "min_deadline_too_long"
 TOO_LATE = "too_late"
 NO_SALT = "no_salt"
 STALE_BALANCES = "stale_balances"
+PRICE_DIVERGENCE = "price_divergence"
 NO_PRICE = "no_price"
 STALE_PRICE = "stale_price"
 BELOW_MIN_SIZE = "below_min_size"
@@ -66,6 +73,24 @@ class Quote:
 
 
 @dataclass(frozen=True, slots=True)
+class PartnerFilter:
+    """Which relay partners (``partner_id`` of the request's metadata) a pair serves.
+
+    ``allow``: only these (None: anyone); ``deny``: never these. A request without a partner
+    id passes only when there is no allow list."""
+
+    allow: frozenset[str] | None = None
+    deny: frozenset[str] = frozenset()
+
+    def admits(self, partner_id: str | None) -> bool:
+        if partner_id is None:
+            return self.allow is None
+        if partner_id in self.deny:
+            return False
+        return self.allow is None or partner_id in self.allow
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """One direction of a configured pair."""
 
@@ -75,6 +100,10 @@ class Route:
     min_notional_usd: float = 0.0
     max_notional_usd: float = float("inf")
     enabled: bool = True
+    max_giveaway_bps: float = 300.0
+    """Price guard: refuse quotes giving away more than this vs the reference prices."""
+    partners: PartnerFilter | None = None
+    """None: every partner (and requests without one)."""
 
     @property
     def key(self) -> str:
@@ -90,7 +119,7 @@ class PipelineSettings:
     price_max_age_s: float = 10.0
     salt_max_age_s: float = 120.0
     strategy_budget_ms: float = 5.0
-    max_giveaway_bps: float = 300.0  # refuse quotes giving away more than this vs reference
+    max_price_divergence_bps: float | None = 200.0  # sources of one asset further apart: skip
     max_open_exposure_usd: float = 50_000.0
     max_open_per_token: Mapping[str, int] = field(default_factory=dict)
     max_quotes_per_s: float = 200.0
@@ -113,6 +142,10 @@ class QuotePipeline:
         self.state = state
         self.pauses = pauses
         self.timer = timer
+        # The freshness and divergence rules of prices are the pipeline's: the state combines
+        # its sources by them when a price arrives (not per request).
+        state.price_max_age_s = settings.price_max_age_s
+        state.max_divergence_bps = settings.max_price_divergence_bps
         rate = settings.max_quotes_per_s
         self.bucket = TokenBucket(rate, max(1.0, rate))
         # 10**decimals as floats, once: USD notionals are estimates for limits, never amounts.
@@ -130,6 +163,9 @@ class QuotePipeline:
         paused = self.pauses.reason(route.key)
         if paused:
             return Skip(PAUSED, paused)
+        partners = route.partners
+        if partners is not None and not partners.admits(request.partner_id):
+            return Skip(PARTNER_NOT_ALLOWED, request.partner_id or "no partner_id")
         if request.amount > I128_MAX:
             return Skip(ABOVE_MAX_SIZE, "amount does not fit a token_diff delta (i128)")
         if request.min_deadline_ms > s.max_min_deadline_ms:
@@ -149,6 +185,11 @@ class QuotePipeline:
         age = self.inventory.balance_age_s(now)
         if age is None or age > s.balance_max_age_s:
             return Skip(STALE_BALANCES, "no balance snapshot" if age is None else f"{age:.1f}s old")
+        divergent = state.divergent
+        if divergent:
+            detail = divergent.get(request.asset_in) or divergent.get(request.asset_out)
+            if detail is not None:
+                return Skip(PRICE_DIVERGENCE, detail)
         price_in, price_out = (
             state.prices.get(request.asset_in),
             state.prices.get(request.asset_out),
@@ -167,7 +208,7 @@ class QuotePipeline:
         if fixed_usd > route.max_notional_usd:
             return Skip(ABOVE_MAX_SIZE, f"{fixed_usd:.2f} USD")
 
-        view = LiveMarketView(state, self.inventory, now)
+        view = LiveMarketView(state, self.inventory, now, s.deadline_margin_ms)
         started = self.timer()
         try:
             other = route.strategy.quote(request, view)
@@ -187,7 +228,7 @@ class QuotePipeline:
 
         value_in = amount_in * price_in.usd / unit_in
         value_out = amount_out * price_out.usd / unit_out
-        if value_out > value_in * (1 + s.max_giveaway_bps / 10_000):
+        if value_out > value_in * (1 + route.max_giveaway_bps / 10_000):
             return Skip(PRICE_GUARD, f"gives {value_out:.2f} USD for {value_in:.2f} USD")
         fee = -(-amount_out * state.fee_pips // 1_000_000)
         outflow = amount_out + fee

@@ -9,7 +9,9 @@ configured tolerance it is an alert and, by default, a halt of quoting.
 
 **Kill switch.** Each breach — daily loss, drawdown from peak PnL, reconciliation mismatch,
 data stale for too long — moves the bot to PAUSED with the reason: quotes stop, settlement
-continues. Only an operator (``solver resume``) clears it.
+continues. Only an operator (``solver resume``) clears it. The daily loss and the drawdown
+have a limit in USD and, optionally, one in percent of the starting equity (the PnL baseline:
+equity when PnL marking began, moved by accepted deposits and withdrawals); the tighter applies.
 """
 
 from __future__ import annotations
@@ -62,6 +64,19 @@ class RiskLimits:
     max_mismatch: Mapping[str, int]
     halt_on_mismatch: bool = True
     max_stale_s: float = 120.0
+    max_daily_loss_pct: float | None = None
+    """Percent (0..100] of the starting equity; None: the USD limit alone."""
+    max_drawdown_pct: float | None = None
+    """Percent (0..100] of the starting equity; None: the USD limit alone."""
+
+
+def _limit(usd: float, pct: float | None, start_equity: float | None) -> tuple[float, str]:
+    """The tighter of ``usd`` and ``pct`` % of a positive starting equity, and how it reads."""
+    if pct is not None and start_equity is not None and start_equity > 0:
+        share = start_equity * pct / 100
+        if share < usd:
+            return share, f"{share:.2f} ({pct:g} % of starting equity {start_equity:.2f} USD)"
+    return usd, str(usd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +85,17 @@ class Breach:
     detail: str
 
 
-def check_pnl(limits: RiskLimits, daily_loss: float, drawdown: float) -> list[Breach]:
+def check_pnl(
+    limits: RiskLimits, daily_loss: float, drawdown: float, start_equity: float | None = None
+) -> list[Breach]:
+    """Breaches of the loss limits; ``start_equity`` (USD) scales the percent ones."""
     breaches = []
-    if daily_loss > limits.max_daily_loss_usd:
-        breaches.append(
-            Breach("daily_loss", f"daily loss {daily_loss:.2f} USD > {limits.max_daily_loss_usd}")
-        )
-    if drawdown > limits.max_drawdown_usd:
-        breaches.append(
-            Breach("drawdown", f"drawdown {drawdown:.2f} USD > {limits.max_drawdown_usd}")
-        )
+    daily, daily_text = _limit(limits.max_daily_loss_usd, limits.max_daily_loss_pct, start_equity)
+    if daily_loss > daily:
+        breaches.append(Breach("daily_loss", f"daily loss {daily_loss:.2f} USD > {daily_text}"))
+    peak, peak_text = _limit(limits.max_drawdown_usd, limits.max_drawdown_pct, start_equity)
+    if drawdown > peak:
+        breaches.append(Breach("drawdown", f"drawdown {drawdown:.2f} USD > {peak_text}"))
     return breaches
 
 

@@ -3,17 +3,39 @@
 The desk writes it from events (salt, prices, fee); the quote path only reads it, so a slow
 or failing remote makes inputs *stale* — and the pair skip with a reason — instead of
 blocking the loop.
+
+**Several price sources per asset** (DESIGN "The quote path"). Each source's latest
+observation of an asset is kept under the source's name (``prices.sources[i].name``, else
+``sources.i``). When one arrives, the asset's reference price is recomputed once — never per
+request — from the *fresh* observations, those at most ``price_max_age_s`` older than the
+newest one:
+
+- the price is their median (the mean of the two middle ones for an even count), stamped with
+  the time of the *oldest* of them, so it goes stale as soon as one of its inputs would; a
+  source that stops is left out at the next arrival from another one;
+- when they disagree by more than ``max_divergence_bps`` (``max / min − 1``), the asset has no
+  usable price: it is listed in :attr:`MarketState.divergent` with the detail, pairs using it
+  skip (``price_divergence``), and :attr:`MarketState.prices` keeps the last price the
+  sources agreed on (so PnL marks on it while it ages; a divergence lasting longer than
+  ``risk.max_stale_s`` trips the kill switch as stale data).
+
+With one source an asset's price is that source's latest observation, exactly as before.
+:attr:`MarketState.prices` and :attr:`MarketState.history` hold the combined price: that is
+what strategies, limits and PnL read.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from solver.core.inventory import Inventory
 from solver.core.market import ReferencePrice
+
+BPS = 10_000
 
 
 @dataclass
@@ -25,18 +47,58 @@ class MarketState:
     fee_pips: int = 0
     salt: bytes | None = None
     salt_at: datetime | None = None
+    price_max_age_s: float = 10.0
+    """Observations older than this, relative to the newest of the asset, are left out."""
+    max_divergence_bps: float | None = 200.0
+    """Fresh sources of one asset further apart than this: no usable price (None: no check)."""
+    observations: dict[str, dict[str, ReferencePrice]] = field(default_factory=dict)
+    """Per asset, the latest observation of each source (by source name)."""
+    divergent: dict[str, str] = field(default_factory=dict)
+    """Assets whose fresh sources disagree, with the detail (the skip's)."""
 
-    def set_price(self, asset: str, usd: float, observed_at: datetime) -> None:
+    def set_price(self, asset: str, usd: float, observed_at: datetime, source: str = "") -> None:
         if not usd > 0:
             return
-        current = self.prices.get(asset)
+        seen = self.observations.get(asset)
+        if seen is None:
+            seen = self.observations[asset] = {}
+        current = seen.get(source)
         if current is not None and current.observed_at > observed_at:
             return
-        self.prices[asset] = ReferencePrice(usd, observed_at)
+        price = seen[source] = ReferencePrice(usd, observed_at)
+        stamp = observed_at
+        if len(seen) > 1:
+            combined = self._combine(asset, seen)
+            if combined is None:
+                return
+            price, stamp = combined
+        self.prices[asset] = price
         series = self.history.get(asset)
         if series is None:
             series = self.history[asset] = deque(maxlen=self.history_size)
-        series.append((observed_at, usd))
+        series.append((stamp, price.usd))
+
+    def _combine(
+        self, asset: str, seen: Mapping[str, ReferencePrice]
+    ) -> tuple[ReferencePrice, datetime] | None:
+        """The median of the fresh observations and the newest time, or None (divergent)."""
+        newest = max(p.observed_at for p in seen.values())
+        horizon = newest - timedelta(seconds=self.price_max_age_s)
+        fresh = sorted(
+            ((p.usd, name, p.observed_at) for name, p in seen.items() if p.observed_at >= horizon)
+        )
+        low, high = fresh[0][0], fresh[-1][0]
+        limit = self.max_divergence_bps
+        if limit is not None and high > low * (1 + limit / BPS):
+            listed = ", ".join(f"{name or '-'}={usd:.6g}" for usd, name, _ in fresh)
+            spread = (high / low - 1) * BPS
+            self.divergent[asset] = f"sources disagree by {spread:.0f} bps > {limit:g}: {listed}"
+            return None
+        self.divergent.pop(asset, None)
+        values = [usd for usd, _, _ in fresh]
+        usd = statistics.median(values)
+        oldest = min(at for _, _, at in fresh)
+        return ReferencePrice(usd, oldest), newest
 
     def set_salt(self, salt: bytes, observed_at: datetime) -> None:
         self.salt, self.salt_at = salt, observed_at
@@ -45,10 +107,17 @@ class MarketState:
 class LiveMarketView:
     """The :class:`~solver.core.market.MarketView` strategies get for one decision."""
 
-    __slots__ = ("_inventory", "_state", "now")
+    __slots__ = ("_inventory", "_state", "deadline_margin_ms", "now")
 
-    def __init__(self, state: MarketState, inventory: Inventory, now: datetime) -> None:
+    def __init__(
+        self,
+        state: MarketState,
+        inventory: Inventory,
+        now: datetime,
+        deadline_margin_ms: int = 0,
+    ) -> None:
         self._state, self._inventory, self.now = state, inventory, now
+        self.deadline_margin_ms = deadline_margin_ms
 
     @property
     def fee_pips(self) -> int:

@@ -6,10 +6,11 @@ driver commits before any answer decided in the batch leaves the process (group 
 commit per turn of the event loop, not one per quote). On start, :meth:`SqliteJournal.load`
 gives the latest desk snapshot and every fact after it, and the desk applies them in order.
 
-The same transaction keeps the tables people query (``solver history``, exports, status windows)
-in step: a projection of each fact — the quote row and its nonce, state changes and
-transitions, fills and markouts, balance snapshots, alerts. Nonces are unique per account, so
-a nonce signed before (in this run or any earlier one) is refused (:class:`NonceReusedError`).
+The quote path writes two rows per answer: the journal entry (with the signed answer, kept for
+disputes) and its nonce, unique per account, so a nonce signed before (in this run or any
+earlier one) is refused (:class:`NonceReusedError`). The tables people query — quotes,
+transitions, fills, balance snapshots, alerts — are derived from the journal in batches, off
+the quote path (:mod:`solver.io.projection`), a tick behind at most while the bot runs.
 
 The interface is small (append, commit, rollback, load, snapshot) so that a shared PostgreSQL
 journal for several instances can stand beside this one later.
@@ -26,29 +27,12 @@ from typing import Any, Protocol
 import orjson
 
 from solver.core import facts as f
-from solver.io.store_schema import (
-    INSERT_NONCE,
-    INSERT_QUOTE,
-    INSERT_TRANSITION,
-    UPDATE_STATE,
-    NonceReusedError,
-    StoreError,
-    ts,
-)
+from solver.io.store_schema import INSERT_NONCE, NonceReusedError, StoreError, ts
 
 INSERT_ENTRY = "INSERT INTO journal (at, kind, body) VALUES (?, ?, ?)"
 DELETE_NONCE = "DELETE FROM nonces WHERE account = ? AND nonce = ?"
-SELECT_STATE = "SELECT state FROM quotes WHERE quote_id = ?"
-INSERT_FILL_FROM_QUOTE = (
-    "INSERT OR REPLACE INTO fills (quote_id, quote_hash, at, asset_in, amount_in, asset_out, "
-    "amount_out, fee, intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, "
-    "markouts) SELECT quote_id, quote_hash, ?, asset_in, amount_in, asset_out, amount_out, fee, "
-    "intent_hash, tx_hash, ?, ?, ?, '{}' FROM quotes WHERE quote_id = ?"
-)
-UPDATE_MARKOUT = "UPDATE fills SET markouts = json_set(markouts, ?, ?) WHERE quote_id = ?"
-INSERT_BALANCE = "INSERT INTO balance_snapshots (at, asset, amount, expected) VALUES (?, ?, ?, ?)"
-INSERT_ALERT = "INSERT INTO alerts (at, kind, detail) VALUES (?, ?, ?)"
-RESOLVE_ALERTS = "UPDATE alerts SET resolved_at = ? WHERE kind = ? AND resolved_at IS NULL"
+SIGNED_DATA = "signed_data"
+"""The key of a ``quote_opened`` entry's body that carries the signed answer."""
 
 
 class Journal(Protocol):
@@ -71,87 +55,36 @@ class SqliteJournal:
     # ------------------------------------------------------------------ writing
 
     def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None:
-        """Append ``fact`` (and its projection) to the open transaction; ``commit`` makes it
-        durable. ``signed_data``: the signed answer of a ``QuoteOpened`` (kept for disputes).
+        """Append ``fact`` to the open transaction; ``commit`` makes it durable.
+        ``signed_data``: the signed answer of a ``QuoteOpened`` (kept for disputes).
 
-        A fact whose projection fails writes nothing (its earlier rows are taken back)."""
-        kind = f.kind_of(fact)
-        body = orjson.dumps(f.encode(fact)).decode()
+        A ``QuoteOpened`` whose nonce was signed before writes nothing."""
         cur = self._cur
         try:
             if not self._conn.in_transaction:
                 cur.execute("BEGIN")
             if type(fact) is f.QuoteOpened:
-                self._quote_opened(fact, signed_data)
+                body = f.encode(fact)
+                body[SIGNED_DATA] = signed_data or {}
+                # The nonce goes first: a reused nonce writes nothing; a failing entry takes
+                # its nonce back (a failing INSERT undoes only itself: no savepoint needed).
+                nonce = fact.nonce.hex()
+                cur.execute(INSERT_NONCE, (self.account, nonce, fact.quote_id, ts(fact.created_at)))
+                try:
+                    cur.execute(
+                        INSERT_ENTRY,
+                        (f.micros(fact.created_at), "quote_opened", orjson.dumps(body).decode()),
+                    )
+                except sqlite3.Error:
+                    with contextlib.suppress(sqlite3.Error):
+                        cur.execute(DELETE_NONCE, (self.account, nonce))
+                    raise
             else:
-                cur.execute(INSERT_ENTRY, (f.micros(_at(fact)), kind, body))
-                self._project(fact)
-                self.appended += 1
-                return
-            try:
-                cur.execute(INSERT_ENTRY, (f.micros(fact.created_at), kind, body))
-            except sqlite3.Error:
-                self._undo_opened(fact)
-                raise
+                body_text = orjson.dumps(f.encode(fact)).decode()
+                cur.execute(INSERT_ENTRY, (f.micros(_at(fact)), f.kind_of(fact), body_text))
         except sqlite3.Error as exc:
             raise _error(exc, fact, self.account) from None
         self.appended += 1
-
-    def _quote_opened(self, q: f.QuoteOpened, signed_data: Mapping[str, Any] | None) -> None:
-        # The nonce goes first: a reused nonce writes nothing. A failing quote row takes its
-        # nonce row back (a failing INSERT undoes only itself in SQLite: no savepoint needed).
-        cur = self._cur
-        created = ts(q.created_at)
-        cur.execute(INSERT_NONCE, (self.account, q.nonce.hex(), q.quote_id, created))
-        row = (q.quote_id, q.quote_hash, created, ts(q.deadline), q.asset_in, q.asset_out,
-               str(q.amount_in), str(q.amount_out), str(q.fee), q.nonce,
-               orjson.dumps(signed_data or {}).decode(), "OPEN", None, q.exact_in,
-               q.partner_id)  # fmt: skip
-        try:
-            cur.execute(INSERT_QUOTE, row)
-        except sqlite3.Error:
-            cur.execute(DELETE_NONCE, (self.account, q.nonce.hex()))
-            raise
-
-    def _undo_opened(self, q: f.QuoteOpened) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._cur.execute("DELETE FROM quotes WHERE quote_id = ?", (q.quote_id,))
-            self._cur.execute(DELETE_NONCE, (self.account, q.nonce.hex()))
-
-    def _project(self, fact: f.Fact) -> None:
-        cur = self._cur
-        if type(fact) is f.QuoteMoved:
-            at = ts(fact.at)
-            old = cur.execute(SELECT_STATE, (fact.quote_id,)).fetchone()
-            cur.execute(
-                UPDATE_STATE,
-                (fact.new, at, fact.reason, fact.intent_hash, fact.tx_hash, fact.quote_id),
-            )
-            cur.execute(
-                INSERT_TRANSITION,
-                (fact.quote_id, old[0] if old else "?", fact.new, at, fact.reason,
-                 fact.intent_hash, fact.tx_hash),
-            )  # fmt: skip
-            if fact.new == "SETTLED":
-                fill = fact.fill
-                prices = (None, None, None) if fill is None else (
-                    repr(fill.price_in), repr(fill.price_out), repr(fill.realized_usd)
-                )  # fmt: skip
-                cur.execute(INSERT_FILL_FROM_QUOTE, (at, *prices, fact.quote_id))
-        elif type(fact) is f.Markout:
-            path = f'$."{fact.horizon_s}"'
-            cur.execute(UPDATE_MARKOUT, (path, fact.value_usd, fact.quote_id))  # a JSON number
-        elif type(fact) is f.BalancesReconciled:
-            at = ts(fact.observed)
-            want = fact.expected or {}
-            for asset, amount in fact.balances.items():
-                expected = want.get(asset)
-                row = (at, asset, str(amount), None if expected is None else str(expected))
-                cur.execute(INSERT_BALANCE, row)
-        elif type(fact) is f.PauseSet and fact.kind != "operator":
-            cur.execute(INSERT_ALERT, (ts(fact.at), fact.kind, fact.reason))
-        elif type(fact) is f.PauseCleared and fact.kind != "operator":
-            cur.execute(RESOLVE_ALERTS, (ts(fact.at), fact.kind))
 
     def commit(self) -> None:
         """Make everything appended so far durable (the group commit)."""

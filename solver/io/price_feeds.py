@@ -9,6 +9,11 @@ the quote path only reads the cached value and its age, so a slow or dead source
 - ``http_json``: any URL; the number at a dot path (digits index lists).
 - ``bus_quote``: ask the bus's ``quote`` method for a small amount and price the asset from the
   best answer that is not our own, relative to the quote asset's reference price.
+
+Each poll writes under its source's name (``source``: the config's
+``prices.sources[i].label(i)``; by default one derived from the source's own arguments), so
+several sources of one asset are combined by median with a divergence guard
+(:mod:`solver.core.state`) instead of overwriting each other.
 """
 
 from __future__ import annotations
@@ -82,12 +87,12 @@ class PriceFeeds:
         self.errors[key] = self.errors.get(key, 0) + 1
         log.warning("price source %s failed: %s", source, reason)
 
-    def poll_static(self, prices: dict[str, float]) -> None:
+    def poll_static(self, prices: dict[str, float], source: str = "static") -> None:
         now = self.clock()
         for asset, usd in prices.items():
-            self.state.set_price(asset, usd, now)
+            self.state.set_price(asset, usd, now, source)
 
-    async def poll_sandbox(self, url: str) -> None:
+    async def poll_sandbox(self, url: str, source: str = "sandbox") -> None:
         started = self.clock()
         try:
             response = await self.client.get(url)
@@ -103,12 +108,17 @@ class PriceFeeds:
             if self.assets and asset not in self.assets:
                 continue
             try:
-                self.state.set_price(asset, parse_usd(entry["usd"]), started)
+                self.state.set_price(asset, parse_usd(entry["usd"]), started, source)
             except (ValueError, KeyError, TypeError):
                 self._error("sandbox", f"bad price for {asset}")
 
     async def poll_http_json(
-        self, url: str, asset: str, json_path: str, headers_env: str | None
+        self,
+        url: str,
+        asset: str,
+        json_path: str,
+        headers_env: str | None,
+        source: str | None = None,
     ) -> None:
         started = self.clock()
         headers: dict[str, str] = {}
@@ -125,9 +135,11 @@ class PriceFeeds:
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
             self._error("http_json", type(exc).__name__)
             return
-        self.state.set_price(asset, usd, started)
+        self.state.set_price(asset, usd, started, source or f"http_json:{url}#{json_path}")
 
-    async def poll_bus_quote(self, asset: str, quote_asset: str, probe_amount: int) -> None:
+    async def poll_bus_quote(
+        self, asset: str, quote_asset: str, probe_amount: int, source: str | None = None
+    ) -> None:
         if self.bus is None:
             return
         quote_price = self.state.prices.get(quote_asset)
@@ -158,4 +170,4 @@ class PriceFeeds:
             Decimal(best) / Decimal(10) ** dec_out * Decimal(str(quote_price.usd))
             / (Decimal(probe_amount) / Decimal(10) ** dec_in)
         )  # fmt: skip
-        self.state.set_price(asset, float(usd), started)
+        self.state.set_price(asset, float(usd), started, source or f"bus_quote:{quote_asset}")

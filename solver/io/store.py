@@ -42,6 +42,7 @@ import orjson
 from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.io.journal import SqliteJournal
+from solver.io.projection import pending, project
 from solver.io.store_checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store_schema import (
     INSERT_NONCE,
@@ -160,6 +161,9 @@ class Store:
             raise
         self._cur = self._conn.cursor()
         self.journal = SqliteJournal(self._conn, account)
+        self._writer = create
+        if create:  # the writer: what a killed run appended but did not project yet
+            self.project()
         self._checkpointer: _Checkpointer | None = None
         if checkpoint_every_s is not None:
             self._checkpointer = _Checkpointer(self.path, checkpoint_every_s, busy_timeout_ms)
@@ -195,6 +199,21 @@ class Store:
                 with contextlib.suppress(sqlite3.Error):
                     self._cur.execute("ROLLBACK")
                 raise StoreError(f"cannot commit recorded quotes: {exc}") from None
+
+    def _fresh(self) -> None:
+        """The writer's own reads (status windows, exports) see everything it journaled."""
+        if self._writer:
+            self.project()
+
+    def unprojected(self) -> int:
+        """Journal entries the query tables do not show yet."""
+        return pending(self._conn)
+
+    def project(self, budget_s: float | None = None) -> int:
+        """Derive the query tables from the journal (:mod:`solver.io.projection`), after
+        committing what was appended; ``budget_s``: at most about this long. Writer only."""
+        self.commit()
+        return project(self._conn, budget_s=budget_s)
 
     def _write(self, statements: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
         """Run the statements in one transaction; return the last one's rowcount."""
@@ -237,6 +256,7 @@ class Store:
     # ------------------------------------------------------------------ records
 
     def open_alerts(self) -> list[Alert]:
+        self._fresh()
         rows = self._conn.execute(
             "SELECT id, at, kind, detail FROM alerts WHERE resolved_at IS NULL ORDER BY id"
         )
@@ -250,6 +270,7 @@ class Store:
 
     def signed_data(self, quote_id: str) -> dict[str, Any] | None:
         """The signed item exactly as it was sent (for disputes), or None."""
+        self._fresh()
         row = self._conn.execute(
             "SELECT signed_data FROM quotes WHERE quote_id = ?", (quote_id,)
         ).fetchone()
@@ -264,6 +285,7 @@ class Store:
         self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
     ) -> list[TrackedQuote]:
         """Newest first; ``pair`` matches both directions."""
+        self._fresh()
         params = query_params(since, pair, limit)
         return [tracked_row(row) for row in self._conn.execute(SELECT_QUOTES, params)]
 
@@ -271,6 +293,7 @@ class Store:
         self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
     ) -> list[Fill]:
         """Newest first; ``pair`` matches both directions."""
+        self._fresh()
         params = query_params(since, pair, limit)
         return [fill_row(row) for row in self._conn.execute(SELECT_FILLS, params)]
 
@@ -285,6 +308,7 @@ class Store:
 
     def stats(self, window_s: float, now: datetime) -> dict[str, Any]:
         """Counts of the quotes created in the last ``window_s`` and the volume they settled."""
+        self._fresh()
         since = ts(now - timedelta(seconds=window_s))
         counts: dict[str, int] = {}
         volume_in: dict[str, int] = {}
@@ -314,6 +338,7 @@ class Store:
         }
 
     def last_balance_snapshot(self) -> BalanceSnapshot | None:
+        self._fresh()
         row = self._conn.execute("SELECT MAX(at) FROM balance_snapshots").fetchone()
         if row is None or row[0] is None:
             return None
@@ -376,6 +401,7 @@ class Store:
         Values are as stored (amounts as decimal strings, times ISO, nonces hex); JSON Lines
         embeds the JSON columns (``signed_data``, ``markouts``) as values. Returns the row count.
         """
+        self._fresh()
         return export_rows(self._conn, table, fmt, out)
 
 

@@ -191,6 +191,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             body TEXT NOT NULL
         )""",
     ),
+    # 6: how far the query tables (quotes, transitions, fills, balances, alerts) have been
+    # derived from the journal: the quote path appends only the journal and the nonce, and the
+    # projection catches up in batches, off the quote path (solver.io.projection).
+    (
+        "CREATE TABLE projection (seq INTEGER NOT NULL)",
+        # A version-5 store projected each fact as it was appended: all of it is done.
+        "INSERT INTO projection (seq) SELECT COALESCE(MAX(seq), 0) FROM journal",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -22,7 +22,8 @@ DEFAULT_MIN_DEADLINE_MS = 60_000
 MAX_SOLVER_WAIT_MS = 3_000
 _TOLERANT = ConfigDict(extra="ignore", frozen=True)
 
-MinDeadlineMs = Annotated[int, Field(strict=True, ge=0, le=86_400_000)]
+MAX_MIN_DEADLINE_MS = 86_400_000
+MinDeadlineMs = Annotated[int, Field(strict=True, ge=0, le=MAX_MIN_DEADLINE_MS)]
 
 
 class IntentStatus(StrEnum):

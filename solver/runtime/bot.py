@@ -56,6 +56,8 @@ from solver.runtime.operator import Operator
 log = logging.getLogger("solver.bot")
 TICK_S = 0.1
 SNAPSHOT_EVERY_FACTS = 50_000
+PROJECT_BUDGET_S = 0.001
+BACKLOG_ENTRIES = 20_000
 NOTIFIER_CLOSE_S = 2.0
 """At stop, queued alert messages get this long to go out (within Docker's 10 s)."""
 
@@ -305,11 +307,24 @@ class LiveBot:
             if outage:
                 self.executor.run(list(outage), now, time.perf_counter())
             self.operator.refresh_metrics()  # a few gauges: cheap, and never a tick behind
+            self._project()
             count += 1
             if count % snapshot_every == 0:
                 self._maybe_snapshot(now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
+
+    def _project(self, budget_s: float | None = PROJECT_BUDGET_S) -> None:
+        """The query tables follow the journal: about a millisecond per tick, so the quote
+        path barely notices; a backlog (a burst at saturation) gets three."""
+        if self.store is None:
+            return
+        try:
+            if budget_s is not None and self.store.unprojected() > BACKLOG_ENTRIES:
+                budget_s *= 3
+            self.store.project(budget_s)
+        except SolverError as exc:
+            log.warning("the query tables are behind the journal: %s", exc)
 
     def _maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
         journal = self.store.journal if self.store is not None else None
@@ -358,11 +373,12 @@ class LiveBot:
         add(self.refresh_salt, c.chain.salt_refresh_ms / 1000)
         add(self.refresh_balances, c.chain.balance_refresh_ms / 1000)
         add(self.refresh_fee, 60)
-        for source in c.prices.sources:
+        for index, source in enumerate(c.prices.sources):
+            name = source.label(index)  # several sources of one asset: combined (median)
             if source.kind == "static":
-                add(_coro(self.feeds.poll_static), 1, dict(source.prices))
+                add(_coro(self.feeds.poll_static), 1, dict(source.prices), name)
             elif source.kind == "sandbox":
-                add(self.feeds.poll_sandbox, source.refresh_ms / 1000, str(source.url))
+                add(self.feeds.poll_sandbox, source.refresh_ms / 1000, str(source.url), name)
             elif source.kind == "http_json":
                 add(
                     self.feeds.poll_http_json,
@@ -371,6 +387,7 @@ class LiveBot:
                     source.asset,
                     source.json_path,
                     source.headers_env,
+                    name,
                 )
             else:
                 add(
@@ -379,6 +396,7 @@ class LiveBot:
                     source.asset,
                     source.quote_asset,
                     source.probe_amount,
+                    name,
                 )
         if self.rebalancer is not None:
             add(self.rebalance, c.rebalance.tick_s)
@@ -413,14 +431,15 @@ class LiveBot:
     async def warm_up(self) -> None:
         """Fetch every cached input once before answering anything."""
         await asyncio.gather(self.refresh_salt(), self.refresh_balances(), self.refresh_fee())
-        for source in self.config.prices.sources:
+        for index, source in enumerate(self.config.prices.sources):
+            name = source.label(index)
             if source.kind == "static":
-                self.feeds.poll_static(dict(source.prices))
+                self.feeds.poll_static(dict(source.prices), name)
             elif source.kind == "sandbox":
-                await self.feeds.poll_sandbox(str(source.url))
+                await self.feeds.poll_sandbox(str(source.url), name)
             elif source.kind == "http_json":
                 await self.feeds.poll_http_json(
-                    str(source.url), source.asset, source.json_path, source.headers_env
+                    str(source.url), source.asset, source.json_path, source.headers_env, name
                 )
 
     async def run(self, stop: asyncio.Event, *, grace_s: float = 0.0) -> None:
@@ -488,6 +507,7 @@ class LiveBot:
             await self.control.stop()
         if self.store is not None:
             self._maybe_snapshot(self.clock(), force=True)
+            self._project(budget_s=None)
             self.store.close()
         await self.notifier.aclose(NOTIFIER_CLOSE_S)
         log.info("stopped: %s", self.summary())

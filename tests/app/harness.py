@@ -180,6 +180,13 @@ class LiveBot:
         """The executor's observer: quote facts become :class:`Transition` records."""
         if type(fact) is f.QuoteOpened:
             self._states[fact.quote_id] = (fact.quote_hash, QuoteState.OPEN)
+        elif type(fact) is f.QuotesLost:
+            for quote_id in fact.quote_ids:
+                quote_hash, old = self._states.get(quote_id, ("?", QuoteState.OPEN))
+                self._states[quote_id] = (quote_hash, QuoteState.LOST)
+                self.on_transition(
+                    Transition(quote_id, quote_hash, old, QuoteState.LOST, fact.at, fact.reason)
+                )
         elif type(fact) is f.QuoteMoved:
             quote_hash, old = self._states.get(fact.quote_id, ("?", QuoteState.OPEN))
             new = QuoteState(fact.new)

@@ -140,6 +140,14 @@ def open_count(db: Path) -> int:
     return int(count)
 
 
+def projected(db: Path) -> bool:
+    """The running bot's query tables show everything it journaled."""
+    ((behind,),) = read(
+        db, "SELECT COALESCE(MAX(seq), 0) - (SELECT seq FROM projection) FROM journal"
+    )
+    return int(behind) == 0
+
+
 def has_state(db: Path, quote_hash: str, *states: str) -> bool:
     rows = read(db, "SELECT state FROM quotes WHERE quote_hash = ?", quote_hash)
     return bool(rows) and rows[0][0] in states
@@ -229,6 +237,8 @@ async def test_kill_9_loop_recovers_open_quotes_and_every_quote_ends_terminal(
                             "the bot to record the win",
                             5,
                         )
+                    # The query tables follow the journal a tick later: read them caught up.
+                    await eventually(functools.partial(projected, db), "the projection", 5)
                     open_at_kill.append(open_count(db))
                     await sigkill(sandbox, child)
                 if run == 0:

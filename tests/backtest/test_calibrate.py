@@ -115,7 +115,7 @@ def _store(path: Path) -> list[float]:
             for new in states:
                 fill = f.FillPrices(3.0, 1.0, 3.0 - out / E6) if new is QuoteState.SETTLED else None
                 store.journal.append(f.QuoteMoved(f"q{i}", new.value, created, fill=fill))
-            store.commit()
+            store.project()
     return [edge for states, edge, _ in rows]
 
 

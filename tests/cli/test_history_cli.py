@@ -57,7 +57,7 @@ def db(tmp_path: Path) -> Path:
             move(store, tracked.quote_id, QuoteState.WON, at, intent_hash=f"i-{tracked.quote_id}")
             tx_hash = f"tx-{tracked.quote_id}"
             move(store, tracked.quote_id, QuoteState.SETTLED, at, tx_hash=tx_hash, fill=prices)
-        store.journal.commit()
+        store.project()
     return path
 
 

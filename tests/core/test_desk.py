@@ -274,6 +274,7 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
         f.QuoteOpened("q2", "h2", USDC, NEAR, 1, 5, 0, when, b"\x02" * 32, when, False, None),
         f.QuoteMoved("q", "SETTLED", when, "r", "i", "t", f.FillPrices(1.5, 2.0, -0.25)),
         f.QuoteMoved("q", "LOST", when),
+        f.QuotesLost(("q", "q2"), when, "deadline passed, never named"),
         f.ClaimAdded("q", "i", None, when),
         f.ClaimEnded("q", "i", "NOT_FOUND_OR_NOT_VALID", when),
         f.BalancesReconciled(when, {USDC: 2**128 - 1}, (("k", USDC, 1, NEAR, 2),), True, {USDC: 3}),
@@ -287,3 +288,33 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
     assert {type(s) for s in samples} == set(f.KIND_OF)
     for fact in samples:
         assert f.decode(f.kind_of(fact), _json(f.encode(fact))) == fact
+
+
+def test_the_kill_switch_takes_loss_limits_in_percent_of_starting_equity() -> None:
+    # Starting equity: 2,000 USDC + 1,000 wNEAR at 2 USD = 4,000 USD; 1 % of it is 40 USD,
+    # far tighter than the USD limits.
+    limits = RiskLimits(
+        max_daily_loss_usd=1e9, max_drawdown_usd=1e9, max_mismatch={}, max_daily_loss_pct=1.0
+    )
+    desk = make_desk(limits=limits)
+    desk.tick(at(1))
+    assert desk.pnl.start_equity == 4_000.0
+    desk.receive(ev.PriceSeen(NEAR, 1.97, at(2)), at(2))  # -30 USD: within 40
+    desk.tick(at(2))
+    assert not desk.pauses
+    desk.receive(ev.PriceSeen(NEAR, 1.95, at(3)), at(3))  # -50 USD
+    desk.tick(at(3))
+    pause = desk.pauses.get("*", "daily_loss")
+    assert pause is not None and "1 % of starting equity 4000.00 USD" in pause.reason
+    # Drawdown in percent too, measured afresh after a resume.
+    drawdown = RiskLimits(
+        max_daily_loss_usd=1e9, max_drawdown_usd=1e9, max_mismatch={}, max_drawdown_pct=0.5
+    )
+    desk = make_desk(limits=drawdown)
+    desk.tick(at(1))
+    desk.receive(ev.PriceSeen(NEAR, 1.985, at(2)), at(2))  # -15 USD: within 20
+    desk.tick(at(2))
+    assert not desk.pauses
+    desk.receive(ev.PriceSeen(NEAR, 1.975, at(3)), at(3))  # -25 USD
+    desk.tick(at(3))
+    assert desk.pauses.get("*", "drawdown") is not None

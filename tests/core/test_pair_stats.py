@@ -71,3 +71,13 @@ def test_shadow_quotes_count_as_quotes() -> None:
     near = desk.stats.pairs["wNEAR/USDC"]
     assert (near.requests, near.quotes, near.won) == (1, 1, 0)
     assert near.as_dict()["win_rate"] == 0.0
+
+
+def test_quotes_lost_unnamed_count_per_pair() -> None:
+    desk = make_desk()
+    desk.receive(ev.ConnectionRestored(), at(0.5))
+    answer(desk, "q1", at(1))
+    facts = recorded(desk.tick(at(60)))  # past the deadline, connected throughout, never named
+    assert any(isinstance(fact, f.QuotesLost) for fact in facts), facts
+    assert desk.stats.pairs["wNEAR/USDC"].outcomes == {"LOST": 1}
+    assert desk.pair_book.outcome_totals() == {("wNEAR/USDC", "LOST"): 1}

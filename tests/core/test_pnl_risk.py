@@ -168,3 +168,31 @@ def test_reconciler_follows_settlements_whenever_the_snapshot_sees_them() -> Non
     # Someone took 100 USDC: reported once, then absorbed.
     assert rec.on_snapshot({USDC: 600, NEAR: 57}, []) == {USDC: -100, NEAR: 0}
     assert rec.on_snapshot({USDC: 600, NEAR: 57}, []) == {USDC: 0, NEAR: 0}
+
+
+@pytest.mark.parametrize(
+    ("limits", "start_equity", "kinds"),
+    [
+        # 2 % of 1,000 USD = 20 USD, tighter than 100 USD: a 25 USD loss breaches it.
+        (RiskLimits(100.0, 1e9, {}, max_daily_loss_pct=2.0), 1_000.0, ["daily_loss"]),
+        # 5 % of 1,000 = 50 USD is looser than 10 USD: the USD limit applies.
+        (RiskLimits(10.0, 1e9, {}, max_daily_loss_pct=5.0), 1_000.0, ["daily_loss"]),
+        (RiskLimits(100.0, 1e9, {}, max_daily_loss_pct=5.0), 1_000.0, []),
+        (RiskLimits(1e9, 100.0, {}, max_drawdown_pct=3.0), 1_000.0, ["drawdown"]),
+        (RiskLimits(1e9, 100.0, {}, max_drawdown_pct=4.0), 1_000.0, []),  # 40 USD: at the limit
+        # No starting equity yet, or none to take a share of: the USD limits alone.
+        (RiskLimits(100.0, 100.0, {}, max_daily_loss_pct=1.0), None, []),
+        (RiskLimits(100.0, 100.0, {}, max_drawdown_pct=1.0), 0.0, []),
+    ],
+)
+def test_loss_limits_as_a_share_of_starting_equity(
+    limits: RiskLimits, start_equity: float | None, kinds: list[str]
+) -> None:
+    breaches = check_pnl(limits, 25.0, 40.0, start_equity)
+    assert [b.kind for b in breaches] == kinds
+
+
+def test_a_percent_breach_says_which_limit() -> None:
+    limits = RiskLimits(100.0, 1e9, {}, max_daily_loss_pct=2.0)
+    (breach,) = check_pnl(limits, 25.0, 0.0, 1_000.0)
+    assert breach.detail == "daily loss 25.00 USD > 20.00 (2 % of starting equity 1000.00 USD)"

@@ -34,7 +34,9 @@ class Fixed:
         return self.answer  # type: ignore[no-any-return]
 
 
-def build(answer: Any = 3 * E6, **settings: Any) -> tuple[QuotePipeline, Fixed]:
+def build(
+    answer: Any = 3 * E6, *, route: dict[str, Any] | None = None, **settings: Any
+) -> tuple[QuotePipeline, Fixed]:
     state = MarketState(decimals={USDC: 6, NEAR: 24})
     state.set_salt(b"\x01\x02\x03\x04", NOW)
     state.set_price(USDC, 1.0, NOW)
@@ -42,9 +44,11 @@ def build(answer: Any = 3 * E6, **settings: Any) -> tuple[QuotePipeline, Fixed]:
     inventory = Inventory(floors={USDC: E6})
     inventory.set_confirmed({USDC: 1_000 * E6, NEAR: 1_000 * E24}, NOW)
     strategy = Fixed(answer)
-    route = Route(NEAR, USDC, strategy, min_notional_usd=1.0, max_notional_usd=10_000.0)
+    near_usdc = Route(
+        NEAR, USDC, strategy, min_notional_usd=1.0, max_notional_usd=10_000.0, **(route or {})
+    )
     pipeline = QuotePipeline(
-        PipelineSettings(**settings), {(NEAR, USDC): route}, inventory, state, Pauses()
+        PipelineSettings(**settings), {(NEAR, USDC): near_usdc}, inventory, state, Pauses()
     )
     return pipeline, strategy
 
@@ -161,7 +165,9 @@ def test_answer_after_the_bus_wait_is_too_late() -> None:
 
 
 def test_fifty_requests_for_the_whole_balance_reserve_it_once() -> None:
-    pipeline, _ = build(answer=999 * E6, max_open_exposure_usd=10**9, max_giveaway_bps=10**6)
+    pipeline, _ = build(
+        answer=999 * E6, max_open_exposure_usd=10**9, route={"max_giveaway_bps": 10**6}
+    )
     pipeline.inventory.set_confirmed({USDC: 1_000 * E6}, NOW)
     outcomes = [pipeline.decide(req(333 * E24, quote_id=f"q{i}"), NOW) for i in range(50)]
     quotes = [o for o in outcomes if isinstance(o, q.Quote)]
@@ -199,3 +205,98 @@ def test_a_pause_skips_its_scope_only_and_says_why() -> None:
     assert outcome.detail == "operator: watching it"
     pipeline.pauses.remove(f"{NEAR}->{USDC}", "operator")
     assert isinstance(pipeline.decide(req(quote_id="c"), NOW), q.Quote)
+
+
+# ----------------------------------------------------------------- per-pair guard and partners
+
+
+@pytest.mark.parametrize(
+    ("answer", "route", "reason"),
+    [
+        (3_080_000, {}, None),  # 3.08 USDC for 3 USD of NEAR: 267 bps, within the default 300
+        (3_100_000, {}, q.PRICE_GUARD),  # 333 bps
+        (3_100_000, {"max_giveaway_bps": 400.0}, None),  # this pair allows more
+        (3_001_000, {"max_giveaway_bps": 0.0}, q.PRICE_GUARD),  # and this one nothing
+        (3_000_000, {"max_giveaway_bps": 0.0}, None),
+    ],
+)
+def test_the_price_guard_is_the_pairs(
+    answer: int, route: dict[str, Any], reason: str | None
+) -> None:
+    pipeline, _ = build(answer=answer, route=route)
+    outcome = pipeline.decide(req(), NOW)
+    if reason is None:
+        assert isinstance(outcome, q.Quote), outcome
+    else:
+        assert isinstance(outcome, q.Skip) and outcome.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("allow", "deny", "partner", "admitted"),
+    [
+        (None, (), None, True),
+        (None, ("bad",), "good", True),
+        (None, ("bad",), "bad", False),
+        (None, ("bad",), None, True),  # a deny list alone admits requests without a partner
+        (("good",), (), "good", True),
+        (("good",), (), "other", False),
+        (("good",), (), None, False),  # an allow list needs a partner id
+        (("good", "bad"), ("bad",), "bad", False),  # deny wins
+    ],
+)
+def test_partner_allow_and_deny_lists(
+    allow: tuple[str, ...] | None, deny: tuple[str, ...], partner: str | None, admitted: bool
+) -> None:
+    partners = q.PartnerFilter(None if allow is None else frozenset(allow), frozenset(deny))
+    pipeline, strategy = build(route={"partners": partners})
+    request = replace(req(), partner_id=partner)
+    outcome = pipeline.decide(request, NOW)
+    if admitted:
+        assert isinstance(outcome, q.Quote), outcome
+    else:
+        assert isinstance(outcome, q.Skip) and outcome.reason == q.PARTNER_NOT_ALLOWED
+        assert outcome.detail == (partner or "no partner_id")
+        assert strategy.seen == [] and pipeline.inventory.reserved == {}
+
+
+# ------------------------------------------------------------------------ several price sources
+
+
+def test_sources_that_disagree_make_the_pair_skip_until_they_agree() -> None:
+    pipeline, strategy = build()
+    state = pipeline.state
+    state.set_price(NEAR, 3.0, NOW, "a")
+    state.set_price(NEAR, 3.1, NOW, "b")  # 333 bps apart > 200
+    outcome = pipeline.decide(req(quote_id="x"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.PRICE_DIVERGENCE
+    assert "333 bps > 200" in outcome.detail and "a=3" in outcome.detail
+    assert strategy.seen == []
+    # The other direction's asset too: USDC->NEAR would need the same NEAR price.
+    state.set_price(NEAR, 3.02, NOW + timedelta(seconds=1), "b")
+    outcome = pipeline.decide(req(quote_id="y"), NOW + timedelta(seconds=1))
+    assert isinstance(outcome, q.Quote), outcome
+    # The median of the three fresh ones: "" (3.0, from build), a (3.0), b (3.02).
+    assert state.prices[NEAR].usd == 3.0
+
+
+def test_the_divergence_limit_comes_from_the_settings() -> None:
+    pipeline, _ = build(max_price_divergence_bps=None)
+    pipeline.state.set_price(NEAR, 3.0, NOW, "a")
+    pipeline.state.set_price(NEAR, 3.6, NOW, "b")
+    assert isinstance(pipeline.decide(req(), NOW), q.Quote)
+    wide, _ = build(max_price_divergence_bps=1000.0, price_max_age_s=30.0)
+    assert (wide.state.max_divergence_bps, wide.state.price_max_age_s) == (1000.0, 30.0)
+
+
+def test_strategies_see_the_deadline_margin() -> None:
+    seen: list[int] = []
+
+    class Margin:
+        def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
+            seen.append(market.deadline_margin_ms)
+            return 3 * E6
+
+    pipeline, _ = build(deadline_margin_ms=7_000)
+    pipeline.routes[(NEAR, USDC)] = replace(pipeline.routes[(NEAR, USDC)], strategy=Margin())
+    assert isinstance(pipeline.decide(req(), NOW), q.Quote)
+    assert seen == [7_000]

@@ -82,9 +82,10 @@ def append_quotes(store: Store, *quotes: Signed) -> None:
 
 
 def record(store: Store, *quotes: Signed) -> None:
-    """Append the quotes and commit them, as the executor's flush does."""
+    """Append the quotes and commit them, as the executor's flush does, then derive the query
+    tables, as the bot's ticker does (:mod:`solver.io.projection`)."""
     append_quotes(store, *quotes)
-    store.journal.commit()
+    store.project()
 
 
 def move(

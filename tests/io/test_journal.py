@@ -63,6 +63,7 @@ def one_of_each_kind() -> list[f.Fact]:
         f.QuoteMoved("q1", "WON", t, intent_hash="i2"),
         f.QuoteMoved("q1", "SETTLED", t, "why", "i2", "tx2", f.FillPrices(1.0, 2.5, -1e-18)),
         f.QuoteMoved("q2", "LOST", t, reason="deadline passed, never named"),
+        f.QuotesLost(("q3", "q4"), t, "deadline passed, never named"),
         f.BalancesReconciled(t, {USDC: U128_MAX, WNEAR: 0}),
         f.BalancesReconciled(
             t, {USDC: 5}, (("rebalance-1", USDC, U128_MAX, WNEAR, 3),), own_settling=True
@@ -106,9 +107,13 @@ def test_load_returns_every_kind_of_fact_in_order(db: Path) -> None:
         conn.close()
     assert [r[0] for r in rows] == list(range(1, len(facts) + 1))
     assert [r[2] for r in rows] == [f.kind_of(fact) for fact in facts]
-    assert [orjson.loads(r[3]) for r in rows] == [f.encode(fact) for fact in facts]
+    bodies = [orjson.loads(r[3]) for r in rows]
+    # A quote's entry also carries its signed answer (kept for disputes, projected to quotes).
+    assert bodies[0].pop("signed_data") == {}  # appended here without one
+    assert bodies[1].pop("signed_data") == {}
+    assert bodies == [f.encode(fact) for fact in facts]
     assert rows[0][1] == f.micros(T0)  # a quote's entry is at its creation
-    assert rows[8][1] == f.micros(T0 + timedelta(seconds=1))  # balances: when observed
+    assert rows[9][1] == f.micros(T0 + timedelta(seconds=1))  # balances: when observed
 
 
 def test_only_committed_facts_are_loaded_elsewhere(db: Path, store: Store) -> None:
@@ -278,6 +283,7 @@ def trade_a_while(r: Recorder, *, snapshot_at: float | None = None) -> None:
     r.take(feed(desk, at(4.2), moved))
     r.receive(ev.OperatorResume(None, accept_balances=True), at(5))
     r.tick(at(12))  # the 10 s markout of q3
+    r.tick(at(20))  # q1 is past its deadline, never named while connected: QuotesLost
     r.store.journal.commit()
 
 
@@ -324,7 +330,8 @@ def test_the_run_journals_every_kind_of_fact(store: Store) -> None:
     assert {(p.scope, p.kind) for p in desk.pauses} == {("*", "daily_loss")}
     kinds = {(fact.scope, fact.kind) for fact in recorder.facts if isinstance(fact, f.PauseSet)}
     assert {("*", "operator"), ("*", "reconciliation"), ("*", "daily_loss")} <= kinds
-    assert desk.book.get("q1") is not None and NEAR in desk.inventory.reserved
+    assert desk.book.get("q1") is None and desk.stats.outcomes["LOST"] == 1  # QuotesLost
+    assert NEAR in desk.inventory.reserved  # q2 (WON) and q4 (SETTLING) still hold theirs
     assert desk.pnl.markout_n[1] == desk.pnl.markout_n[10] == 1
     assert store.journal.load() == (None, recorder.facts)
 

@@ -125,3 +125,22 @@ async def test_bus_quote_source_prices_from_other_solvers_only(sandbox: Sandbox)
             assert mine.errors == {"bus_quote:no offers from others": 1}
     finally:
         await key_solver.stop()
+
+
+async def test_several_sources_of_an_asset_are_combined_by_name(sandbox: Sandbox) -> None:
+    """Each source keeps its own observation; the reference is their median, and sources that
+    disagree leave the asset without a usable price (solver/core/state.py)."""
+    async with httpx.AsyncClient() as client:
+        feed = feeds(client)
+        near = sandbox.prices.usd(NEAR)
+        await feed.poll_sandbox(sandbox.urls()["prices"], "sandbox")
+        feed.poll_static({NEAR: near * 1.01}, "backup")  # 100 bps off: within 200
+        assert set(feed.state.observations[NEAR]) == {"sandbox", "backup"}
+        assert feed.state.prices[NEAR].usd == pytest.approx(near * 1.005)
+        feed.poll_static({NEAR: near * 1.05}, "backup")  # 500 bps off
+        assert "backup=" in feed.state.divergent[NEAR] and "sandbox=" in feed.state.divergent[NEAR]
+        assert feed.state.prices[NEAR].usd == pytest.approx(near * 1.005)  # the last agreed
+        # Unnamed, two static sources are one ("static"): the later replaces the earlier.
+        feed.poll_static({USDC: 1.0})
+        feed.poll_static({USDC: 1.5})
+        assert feed.state.observations[USDC].keys() == {"sandbox", "static"}

@@ -199,19 +199,24 @@ def test_nonces_are_per_account(db: Path) -> None:
         assert store.nonce_used_before("other.sandbox", quote[0].nonce)
 
 
-def test_a_duplicate_quote_id_writes_nothing_of_itself(db: Path) -> None:
+def test_a_duplicate_quote_id_is_journaled_and_its_projection_skipped(
+    db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The desk never signs one quote id twice (its book refuses it); should a second one ever
+    reach the journal, the journal keeps it (a record is never lost) and the projection logs
+    it and keeps the first quote row."""
     with Store(db, account=ACCOUNT) as store:
         record(store, signed_quote("d1"))
-        append_quotes(store, signed_quote("d0"))  # in the same open transaction
         duplicate = signed_quote("d1", amount_in=9)
-        with pytest.raises(StoreError, match=r"cannot record quote_opened: .*quotes\.quote_id"):
-            append_quotes(store, duplicate)
-        store.journal.commit()
-        assert not store.nonce_used_before(ACCOUNT, duplicate[0].nonce)  # no orphan nonce
+        record(store, duplicate, signed_quote("d0"))
+        assert store.nonce_used_before(ACCOUNT, duplicate[0].nonce)
         facts = store.journal.load()[1]
-        assert [fact.quote_id for fact in facts if isinstance(fact, f.QuoteOpened)] == ["d1", "d0"]
-        assert len(facts) == 2
-    assert (count(db, "journal"), count(db, "quotes"), count(db, "nonces")) == (2, 2, 2)
+        opened_ids = [fact.quote_id for fact in facts if isinstance(fact, f.QuoteOpened)]
+        assert opened_ids == ["d1", "d1", "d0"]
+        (row,) = store._conn.execute("SELECT amount_in FROM quotes WHERE quote_id = 'd1'")
+        assert row[0] == str(U128_MAX)  # the first one's
+    assert (count(db, "journal"), count(db, "quotes"), count(db, "nonces")) == (3, 2, 3)
+    assert any("journal entry 2 (quote_opened) not projected" in r.message for r in caplog.records)
 
 
 def test_a_quote_whose_journal_entry_fails_takes_its_rows_back(store: Store, db: Path) -> None:
@@ -223,7 +228,7 @@ def test_a_quote_whose_journal_entry_fails_takes_its_rows_back(store: Store, db:
     with pytest.raises(StoreError, match="no room"):
         record(store, quote)
     store._conn.execute("DROP TRIGGER no_room")
-    store.journal.commit()
+    store.project()
     assert not store.nonce_used_before(ACCOUNT, quote[0].nonce)
     assert store.quotes_since() == [] and count(db, "journal") == 0
     record(store, quote)  # and it can be recorded once the store works again
@@ -253,7 +258,7 @@ def test_moves_are_projected_and_open_quotes_survive_a_restart(db: Path) -> None
         append_quotes(store, *quotes.values())
         for name, new, extra in moves:
             move(store, name, new, at, **extra)  # type: ignore[arg-type]
-        store.journal.commit()
+        store.project()
 
     with Store(db, account=ACCOUNT) as store:
         loaded = {q.quote_id: q for q in open_quotes(store)}
@@ -293,7 +298,7 @@ def test_moves_are_projected_and_open_quotes_survive_a_restart(db: Path) -> None
 
 def test_a_move_of_a_quote_the_store_never_saw_is_journaled_without_rows(store: Store) -> None:
     move(store, "ghost", S.REJECTED, T0, reason="not sent")
-    store.journal.commit()
+    store.project()
     assert store.quotes_since() == [] and store.fills_since() == []
     assert store._conn.execute("SELECT quote_id, old, new FROM transitions").fetchall() == [
         ("ghost", "?", "REJECTED")
@@ -318,7 +323,7 @@ def test_fills_round_trip_exactly_and_markouts_merge(db: Path) -> None:
         for horizon, value in ((1, 0.1), (60, -0.25), (300, 1e-7)):
             store.journal.append(f.Markout("q1", horizon, value, settled_at))
         store.journal.append(f.Markout("absent", 1, 1.0, settled_at))  # no fill: no row
-        store.journal.commit()
+        store.project()
     with Store(db) as store:
         loaded = {fill.quote_id: fill for fill in store.fills_since()}
     assert set(loaded) == {"q1", "bare"}
@@ -349,13 +354,14 @@ def test_balance_snapshots_round_trip_and_the_last_one_wins(store: Store) -> Non
     store.journal.append(f.BalancesReconciled(T0, {USDC: 5, WNEAR: 6}))
     later = T0 + timedelta(seconds=2)
     store.journal.append(f.BalancesReconciled(later, {USDC: U128_MAX, WNEAR: 0}))
-    store.journal.commit()
+    store.project()
     snapshot = store.last_balance_snapshot()
     assert snapshot is not None
     assert snapshot.at == later
     assert snapshot.balances == {USDC: U128_MAX, WNEAR: 0}
     assert snapshot.expected is None  # the journal's projection does not write it
     store.journal.append(f.BalancesReconciled(later + timedelta(seconds=1), {ETH: 1}))
+    store.project()
     last = store.last_balance_snapshot()
     assert last is not None and last.balances == {ETH: 1}
 
@@ -366,7 +372,7 @@ def test_alerts_open_with_a_risk_pause_and_resolve_when_it_clears(store: Store) 
     journal.append(f.PauseSet("*", "stale_data", "no price for 30 s", T0 + timedelta(seconds=1)))
     journal.append(f.PauseSet("a->b", "operator", "maintenance", T0))  # an operator's: no alert
     journal.append(f.PauseSet("*", "reconciliation", "USDC off by 7", T0 + timedelta(seconds=2)))
-    journal.commit()
+    store.project()
     assert [(a.kind, a.detail) for a in store.open_alerts()] == [
         ("reconciliation", "USDC off by 5"),
         ("stale_data", "no price for 30 s"),
@@ -376,7 +382,7 @@ def test_alerts_open_with_a_risk_pause_and_resolve_when_it_clears(store: Store) 
     resolved_at = T0 + timedelta(seconds=9)
     journal.append(f.PauseCleared("*", "reconciliation", resolved_at, "operator"))
     journal.append(f.PauseCleared("a->b", "operator", resolved_at, "operator"))
-    journal.commit()
+    store.project()
     assert [a.kind for a in store.open_alerts()] == ["stale_data"]
     rows = store._conn.execute("SELECT kind, resolved_at FROM alerts ORDER BY id").fetchall()
     assert rows[0] == ("reconciliation", resolved_at.isoformat(timespec="microseconds"))
@@ -433,7 +439,7 @@ def test_quotes_and_fills_since_filter_by_time_and_pair_newest_first(store: Stor
     append_quotes(store, *quotes)
     for tracked, _, _ in quotes:
         move(store, tracked.quote_id, S.SETTLED, tracked.created_at + timedelta(seconds=1))
-    store.journal.commit()
+    store.project()
 
     def ids(items: Sequence[TrackedQuote | Fill]) -> list[str]:
         return [item.quote_id for item in items]
@@ -457,7 +463,7 @@ def test_stats_count_the_window_and_sum_settled_volume_exactly(store: Store) -> 
     for name in ("old", "q0", "q1"):
         move(store, name, S.SETTLED, now)
     move(store, "q3", S.LOST, now)
-    store.journal.commit()
+    store.project()
 
     stats = store.stats(3600, now)
     assert (stats["quotes"], stats["won"], stats["settled"]) == (5, 3, 2)
@@ -502,7 +508,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
     conn.close()
 
     with Store(db, account=ACCOUNT) as store:
-        assert SCHEMA_VERSION == len(MIGRATIONS) == 5
+        assert SCHEMA_VERSION == len(MIGRATIONS) == 6
         assert store.schema_version == SCHEMA_VERSION
         assert open_quotes(store) == [tracked]
         assert store.journal.load() == (None, [])  # the journal starts empty
@@ -510,7 +516,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
             record(store, signed_quote("again", nonce=tracked.nonce))
         record(store, new := signed_quote("new"))  # the new tables are there
         move(store, "new", S.SETTLED, T0, fill=f.FillPrices(1.0, 2.0, 0.5))
-        store.journal.commit()
+        store.project()
         assert [fill.quote_id for fill in store.fills_since()] == ["new"]
         exact = dict(store._conn.execute("SELECT quote_id, exact_in FROM quotes").fetchall())
         assert exact == {"legacy": None, "new": 1}
@@ -530,10 +536,11 @@ def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("DROP TABLE journal")
     conn.execute("DROP TABLE desk_snapshots")
-    conn.execute("DELETE FROM schema_version WHERE version = 5")
+    conn.execute("DROP TABLE projection")
+    conn.execute("DELETE FROM schema_version WHERE version >= 5")
     conn.close()
     with Store(db, account=ACCOUNT) as store:
-        assert store.schema_version == 5
+        assert store.schema_version == SCHEMA_VERSION
         assert [r.id for r in store.rebalances()] == ["r1"]
         assert store.rebalances()[0].amount_in == U128_MAX
         record(store, signed_quote("q1"))
@@ -563,7 +570,7 @@ def seed_every_table(store: Store) -> None:
         f.PauseSet("*", "reconciliation", "detail, with a comma\nand a newline", T0)
     )
     store.record_request(quote[2], "quoted", T0)
-    store.journal.commit()
+    store.project()
     store.save_rebalance(
         RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {"plan": [1, 2]}),
         "planned",
@@ -597,8 +604,11 @@ def test_the_journal_exports_its_body_as_json(db: Path) -> None:
     assert [int(r["seq"]) for r in flat] == [r["seq"] for r in nested] == list(range(1, 7))
     assert [r["kind"] for r in nested] == [f.kind_of(fact) for fact in facts]
     for row, csv_row, fact in zip(nested, flat, facts, strict=True):
-        assert row["body"] == f.encode(fact)  # a JSON value, not a string
-        assert orjson.loads(csv_row["body"]) == f.encode(fact)  # JSON text in CSV
+        body, csv_body = dict(row["body"]), orjson.loads(csv_row["body"])
+        if isinstance(fact, f.QuoteOpened):  # its entry keeps the signed answer too
+            assert body.pop("signed_data")["standard"] == csv_body.pop("signed_data")["standard"]
+        assert body == f.encode(fact)  # a JSON value, not a string
+        assert csv_body == f.encode(fact)  # JSON text in CSV
         assert f.decode(row["kind"], row["body"]) == fact
     assert nested[0]["body"]["amount_in"] == str(U128_MAX)
     assert nested[0]["at"] == f.micros(T0)
@@ -609,7 +619,7 @@ def test_export_parses_back_to_the_stored_values(store: Store) -> None:
     record(store, quote)
     move(store, "q1", S.SETTLED, T0)
     store.journal.append(f.Markout("q1", 5, 0.5, T0))
-    store.journal.commit()
+    store.project()
     csv_out, jsonl_out = io.StringIO(), io.StringIO()
     store.export("quotes", "csv", csv_out)
     store.export("quotes", "jsonl", jsonl_out)
@@ -655,7 +665,7 @@ _WRITER = textwrap.dedent(
     while True:
         quotes = [signed_quote(f"q{n + i}") for i in range(batch)]
         append_quotes(store, *quotes)
-        store.journal.commit()
+        store.project()
         sys.stdout.write("".join(q[0].quote_id + "\\n" for q in quotes))
         sys.stdout.flush()
         n += batch
@@ -733,6 +743,7 @@ def test_the_store_journal_is_a_journal(store: Store) -> None:
     journal.append(opened(quote), quote[1].signed_data)
     journal.append(f.QuoteMoved("q1", "LOST", T0))
     journal.commit()
+    store.project()
     assert open_quotes(store) == []
     journal.append(f.PauseSet("*", "drawdown", "rolled back", T0))
     journal.rollback()
@@ -766,7 +777,7 @@ def test_readers_in_other_processes_see_what_is_committed(db: Path) -> None:
         record(writer, signed_quote("q1"))
         append_quotes(writer, signed_quote("q2"))  # not committed yet
         assert read() == ["q1", "1"]
-        writer.journal.commit()
+        writer.project()
         assert read() == ["q1,q2", "2"]
 
 
@@ -779,7 +790,7 @@ def test_a_store_is_readable_while_another_connection_writes(db: Path) -> None:
         assert [q.quote_id for q in reader.quotes_since()] == ["q1"]
         append_quotes(writer, signed_quote("q2"))
         assert [q.quote_id for q in reader.quotes_since()] == ["q1"]  # not committed yet
-        writer.journal.commit()
+        writer.project()
         assert {q.quote_id for q in open_quotes(reader)} == {"q1", "q2"}
         assert len(reader.journal.load()[1]) == 2
 
@@ -796,7 +807,7 @@ def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> 
         append_quotes(store, signed_quote("g3"))
         move(store, "g1", S.WON, T0, intent_hash="I")
         store.journal.append(f.PauseSet("*", "stale_data", "old prices", T0))
-        store.journal.commit()
+        store.project()
         with sqlite3.connect(db) as other:
             ids = [r[0] for r in other.execute("SELECT quote_id FROM quotes ORDER BY quote_id")]
             kinds = [r[0] for r in other.execute("SELECT kind FROM journal ORDER BY seq")]
@@ -808,6 +819,8 @@ def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> 
         store.save_rebalance(
             RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {}), "planned"
         )
+        assert count(db, "journal") == 5 and count(db, "quotes") == 2  # projected: a tick later
+        store.project()
         assert count(db, "quotes") == 3
         # A rollback drops the whole open batch, and nothing else.
         append_quotes(store, g5 := signed_quote("g5"))
@@ -824,7 +837,7 @@ def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
             move(store, f"b{i}", S.LOST, T0 + timedelta(seconds=61))
         assert store._conn.in_transaction
         assert count(db, "journal") == 0
-        store.journal.commit()
+        store.project()
         assert not store._conn.in_transaction
         assert store.journal.appended == 750
     assert (count(db, "journal"), count(db, "nonces"), count(db, "transitions")) == (750, 500, 250)

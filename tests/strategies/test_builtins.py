@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -22,6 +23,7 @@ from strategies import (
 )
 from strategies.inventory_skew import realised_variance
 from strategies.pricing import U128_MAX, fee_on, gross_outflow, max_out_for_budget
+from strategies.volatility import exposure_s
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 USDC, ETH, WNEAR = "nep141:usdc.t", "nep141:eth.t", "nep141:wrap.t"
@@ -214,6 +216,85 @@ def test_spread_declines_stale_missing_and_short() -> None:
     exact_out = req(USDC, ETH, 10**18, exact_in=False)
     assert spread.quote(exact_out, market({**BOOK, ETH: 10**18})) is not None
     assert spread.quote(exact_out, market({**BOOK, ETH: 10**18}, fee_pips=1)) is None
+
+
+# ------------------------------------------------------------------- spread: exposure time
+
+
+def test_spread_widens_with_the_exposure_time_by_hand() -> None:
+    cfg = SpreadConfig(spread_bps=20, exposure_vol_mult=2, vol_bps_per_sqrt_s=1.5)
+    spread = SpreadStrategy(cfg)
+    book = replace(market(BOOK), deadline_margin_ms=4_000)
+    request = req(USDC, WNEAR, 1000 * 10**6)  # min_deadline_ms 60,000: T = 64 s, √T = 8
+    assert exposure_s(request, book) == 64.0
+    assert spread.exposure_bps(request, book) == 24.0  # 2 * 1.5 bps/√s * 8
+    # 400 wNEAR fair, keep 20 + 24 = 44 bp -> 398.24 wNEAR
+    assert spread.quote(request, book) == 398_240_000 * 10**18
+    exact_out = req(USDC, WNEAR, 100 * 10**24, exact_in=False)  # $250 / 0.9956, rounded up
+    expected = math.ceil(Fraction(250 * 10**6) / (1 - Fraction(44, 10_000)))
+    assert spread.quote(exact_out, book) == expected == 251_104_862
+    # A shorter deadline, less spread; a view without a margin counts min_deadline_ms alone.
+    shorter = QuoteRequest("q", USDC, WNEAR, True, 1000 * 10**6, 12_000)  # T = 16 s
+    assert spread.exposure_bps(shorter, book) == 12.0
+    assert spread.exposure_bps(request, market(BOOK)) == pytest.approx(2 * 1.5 * math.sqrt(60))
+    # Off by default: the figures of a plain spread.
+    plain = SpreadStrategy(SpreadConfig(spread_bps=20, vol_bps_per_sqrt_s=1.5))
+    assert plain.exposure_bps(request, book) == 0.0
+    assert plain.quote(request, book) == 399_200_000_000_000_000_000_000_000
+
+
+def test_spread_exposure_with_size_widening_and_beyond_the_max() -> None:
+    cfg = SpreadConfig(
+        spread_bps=20, widen_bps_per_1k_usd=10, exposure_vol_mult=1, vol_bps_per_sqrt_s=1
+    )
+    book = replace(market(BOOK), deadline_margin_ms=4_000)
+    request = req(USDC, WNEAR, 1000 * 10**6)  # 20 + 10 + 1 * 1 * 8 = 38 bp
+    assert SpreadStrategy(cfg).spread_bps(request, book) == 38
+    assert SpreadStrategy(cfg).quote(request, book) == 398_480_000 * 10**18
+    # Too volatile to price within max_spread_bps: declined, on either path.
+    wild = SpreadConfig(spread_bps=20, exposure_vol_mult=3, vol_bps_per_sqrt_s=21)  # +504
+    assert SpreadStrategy(wild).quote(request, book) is None
+    assert (
+        SpreadStrategy(wild.model_copy(update={"widen_bps_per_1k_usd": 1})).quote(request, book)
+        is None
+    )
+
+
+def test_spread_exposure_from_the_price_history() -> None:
+    sigma2 = 1e-8  # per second: 1 bp/√s
+    history = {ETH: gbm(sigma2, 400, 60.0, seed=3), USDC: gbm(1e-10, 400, 60.0, seed=4)}
+    book = replace(market(BOOK, history=history), deadline_margin_ms=4_000)
+    request = req(USDC, ETH, 1000 * 10**6)
+    cfg = SpreadConfig(spread_bps=20, exposure_vol_mult=2, vol_from_history=True)
+    variance = realised_variance(history[ETH], 10) + realised_variance(history[USDC], 10)
+    expected = 2 * math.sqrt(variance) * 10_000 * 8
+    got = SpreadStrategy(cfg).exposure_bps(request, book)
+    assert got == pytest.approx(expected) and got == pytest.approx(16.0, rel=0.15)
+    # vol_bps_per_sqrt_s is a floor under the estimate, and stands in while history is short.
+    floored = cfg.model_copy(update={"vol_bps_per_sqrt_s": 5.0})
+    assert SpreadStrategy(floored).exposure_bps(request, book) == 80.0
+    short = replace(book, history={ETH: history[ETH][:5]})
+    assert SpreadStrategy(cfg).exposure_bps(request, short) == 0.0
+    assert SpreadStrategy(floored).exposure_bps(request, short) == 80.0
+    with pytest.raises(ValueError, match="vol_min_history"):
+        SpreadConfig(vol_min_history=50, vol_max_history=50)
+
+
+def test_skew_half_spread_widens_with_the_exposure_time() -> None:
+    history = {ETH: gbm(1e-8, 200, 60.0)}
+    base = InventorySkewConfig(min_spread_bps=0, max_spread_bps=300, gamma=0.1, horizon_s=60)
+    book = replace(market(BOOK, history=history), deadline_margin_ms=4_000)
+    request = req(USDC, ETH, 1000 * 10**6)
+    without = InventorySkewStrategy(base).components(request, book)
+    exposed = base.model_copy(update={"exposure_vol_mult": 1.5})
+    with_exposure = InventorySkewStrategy(exposed).components(request, book)
+    sigma_bps = math.sqrt(without.var_in + without.var_out) * 10_000
+    assert with_exposure.half_spread_bps - without.half_spread_bps == pytest.approx(
+        1.5 * sigma_bps * 8
+    )
+    out_without = InventorySkewStrategy(base).quote(request, book)
+    out_with = InventorySkewStrategy(exposed).quote(request, book)
+    assert out_without is not None and out_with is not None and out_with < out_without
 
 
 # ---------------------------------------------------------------------------- inventory_skew

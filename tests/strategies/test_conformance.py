@@ -29,6 +29,16 @@ BUILTIN_CONFIGS: list[Strategy] = [
     SpreadStrategy(),
     SpreadStrategy(SpreadConfig(spread_bps=0, max_spread_bps=1)),
     SpreadStrategy(SpreadConfig(spread_bps=12.3, widen_bps_per_1k_usd=0.7)),
+    SpreadStrategy(SpreadConfig(spread_bps=5, exposure_vol_mult=2, vol_bps_per_sqrt_s=1.3)),
+    SpreadStrategy(
+        SpreadConfig(
+            spread_bps=5,
+            widen_bps_per_1k_usd=0.2,
+            exposure_vol_mult=1,
+            vol_bps_per_sqrt_s=0.5,
+            vol_from_history=True,
+        )
+    ),
     InventorySkewStrategy(),
     InventorySkewStrategy(
         InventorySkewConfig(
@@ -37,6 +47,7 @@ BUILTIN_CONFIGS: list[Strategy] = [
             gamma=500,
             max_skew_bps=80,
             min_spread_bps=0.5,
+            exposure_vol_mult=2,
         )
     ),
 ]

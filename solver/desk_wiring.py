@@ -102,5 +102,6 @@ def build_desk(
         {asset: token.decimals for asset, token in config.tokens.items()},
         floors=dict(config.risk.floors),
         symbols={asset: token.symbol for asset, token in config.tokens.items()},
+        pairs=[(pair.base, pair.quote) for pair in config.pairs],
         timer=timer,
     )

@@ -40,7 +40,14 @@ __all__ = ["AmmConfig", "AmmStrategy"]
 class AmmConfig(StrategyConfig):
     """``margin_bps``: the solver's cut of every input, in basis points (must be < 100 %)."""
 
-    margin_bps: float = Field(default=30.0, ge=0, lt=BPS)
+    margin_bps: float = Field(
+        default=30.0,
+        ge=0,
+        lt=BPS,
+        description="The solver's cut of every input, on top of the curve's own price impact; "
+        "the stated edge.",
+        json_schema_extra={"unit": "bps"},
+    )
 
 
 class AmmStrategy(Strategy):

@@ -73,16 +73,75 @@ __all__ = ["InventorySkewConfig", "InventorySkewStrategy", "SkewComponents", "re
 class InventorySkewConfig(StrategyConfig):
     """Knobs of :class:`InventorySkewStrategy` (spreads and skew in basis points)."""
 
-    targets: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
-    target_amounts: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
-    gamma: float = Field(default=50.0, gt=0)
-    horizon_s: float = Field(default=3600.0, gt=0)
-    min_spread_bps: float = Field(default=10.0, ge=0, lt=BPS)
-    max_spread_bps: float = Field(default=300.0, ge=0, lt=BPS)
-    max_skew_bps: float = Field(default=25.0, ge=0, lt=BPS)
-    min_history: int = Field(default=10, ge=2)
-    max_history: int = Field(default=500, ge=3)
-    max_price_age_s: float = Field(default=30.0, gt=0)
+    targets: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict,
+        description="Wanted share of the tracked portfolio's USD value, per asset id (0 to 1 "
+        "each, summing to at most 1). An asset in neither map has no inventory skew.",
+        json_schema_extra={"unit": "fraction"},
+    )
+    target_amounts: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="Wanted holding per asset id, instead of a share (an asset may not be in "
+        "both maps).",
+        json_schema_extra={"unit": "smallest units"},
+    )
+    gamma: float = Field(
+        default=50.0,
+        gt=0,
+        description="Risk aversion, dimensionless (prices are relative): scales the volatility "
+        "half-spread gamma*sigma2*T/2 and the inventory skew. 50 gives a half-spread of about "
+        "10 bps on a pair of a stablecoin and a 60 %-a-year asset over a 1 h horizon; the "
+        "A-S paper's 0.1 is in 1/USD of an absolute price and is inert here.",
+        json_schema_extra={"unit": "dimensionless"},
+    )
+    horizon_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Holding horizon T of both A-S terms: how long inventory is expected to be "
+        "held. Spread and skew grow linearly with it.",
+        json_schema_extra={"unit": "s"},
+    )
+    min_spread_bps: float = Field(
+        default=10.0,
+        ge=0,
+        lt=BPS,
+        description="Floor of the half-spread (the A-S order-arrival term, not modelled).",
+        json_schema_extra={"unit": "bps"},
+    )
+    max_spread_bps: float = Field(
+        default=300.0,
+        ge=0,
+        lt=BPS,
+        description="Ceiling of the half-spread; at least min_spread_bps.",
+        json_schema_extra={"unit": "bps"},
+    )
+    max_skew_bps: float = Field(
+        default=25.0,
+        ge=0,
+        lt=BPS,
+        description="Largest move of the rate towards the inventory targets, either way; "
+        "max_spread_bps + max_skew_bps stays below 10000.",
+        json_schema_extra={"unit": "bps"},
+    )
+    min_history: int = Field(
+        default=10,
+        ge=2,
+        description="Price returns needed before an asset's volatility counts; fewer: variance "
+        "0 (minimum spread, no skew from that asset). Below max_history.",
+        json_schema_extra={"unit": "count"},
+    )
+    max_history: int = Field(
+        default=500,
+        ge=3,
+        description="Latest price samples used for the variance (bounded cost, recent regime).",
+        json_schema_extra={"unit": "count"},
+    )
+    max_price_age_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A reference price older than this counts as missing: no quote.",
+        json_schema_extra={"unit": "s"},
+    )
     exposure_vol_mult: float = Field(
         default=0.0,
         ge=0,
@@ -93,6 +152,7 @@ class InventorySkewConfig(StrategyConfig):
             "dimensionless; the volatility is the realised one of the price histories "
             "(bps per √s). 0: off."
         ),
+        json_schema_extra={"unit": "dimensionless"},
     )
 
     @model_validator(mode="after")

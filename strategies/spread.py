@@ -57,19 +57,30 @@ class SpreadConfig(StrategyConfig):
     """Knobs of :class:`SpreadStrategy`; all spreads in basis points of the input's value."""
 
     spread_bps: float = Field(
-        default=20.0, ge=0, lt=BPS, description="Base spread, bps of the input's value."
+        default=20.0,
+        ge=0,
+        lt=BPS,
+        description="Spread kept from the input's value on the smallest trades; the stated edge.",
+        json_schema_extra={"unit": "bps"},
     )
     widen_bps_per_1k_usd: float = Field(
-        default=0.0, ge=0, description="Added spread per 1,000 USD of notional, bps."
+        default=0.0,
+        ge=0,
+        description="Extra spread per 1,000 USD of the fixed side's notional (0: a flat spread).",
+        json_schema_extra={"unit": "bps per 1,000 USD"},
     )
     max_spread_bps: float = Field(
         default=500.0,
         gt=0,
         lt=BPS,
-        description="A request whose total spread would exceed this is declined, bps.",
+        description="No quote when the widened spread would exceed this; at least spread_bps.",
+        json_schema_extra={"unit": "bps"},
     )
     max_price_age_s: float = Field(
-        default=30.0, gt=0, description="Reference prices older than this: no quote, seconds."
+        default=30.0,
+        gt=0,
+        description="A reference price older than this counts as missing: no quote.",
+        json_schema_extra={"unit": "s"},
     )
     exposure_vol_mult: float = Field(
         default=0.0,
@@ -80,6 +91,7 @@ class SpreadConfig(StrategyConfig):
             "(min_deadline_ms + the solver's deadline margin) added to the spread as "
             "k * sigma * sqrt(T) bps; dimensionless. 0: off."
         ),
+        json_schema_extra={"unit": "dimensionless"},
     )
     vol_bps_per_sqrt_s: float = Field(
         default=0.0,
@@ -91,6 +103,7 @@ class SpreadConfig(StrategyConfig):
             "a / sqrt(31557600) * 1e4; 60 % a year is about 1.07). With vol_from_history, a "
             "floor under the estimate."
         ),
+        json_schema_extra={"unit": "bps per sqrt(s)"},
     )
     vol_from_history: bool = Field(
         default=False,
@@ -99,12 +112,19 @@ class SpreadConfig(StrategyConfig):
             "variance of log returns, per second); the larger of it and vol_bps_per_sqrt_s "
             "applies. Costs a pass over up to vol_max_history samples per request."
         ),
+        json_schema_extra={"unit": "flag"},
     )
     vol_min_history: int = Field(
-        default=10, ge=2, description="Returns needed before the estimate counts, count."
+        default=10,
+        ge=2,
+        description="Returns needed before the estimate counts, count.",
+        json_schema_extra={"unit": "count"},
     )
     vol_max_history: int = Field(
-        default=500, ge=3, description="Latest samples of each history used, count."
+        default=500,
+        ge=3,
+        description="Latest samples of each history used, count.",
+        json_schema_extra={"unit": "count"},
     )
 
     @model_validator(mode="after")

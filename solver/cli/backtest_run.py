@@ -32,6 +32,7 @@ from typing import Any
 
 from solver.cli import EXIT_OK, print_json, warn
 from solver.cli.backtest import backtest_group
+from solver.cli.config import add_set_argument, describe_overrides, overrides_of
 from solver.config import load_bot_config
 from solver.errors import ConfigError
 
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     run.add_argument("stream", metavar="STREAM", help="stream file (JSON Lines, optionally gzip)")
     run.add_argument("--config", required=True, help="bot YAML (see config/default.yaml)")
+    add_set_argument(run)
     run.add_argument("--out", required=True, metavar="DIR", help="output directory")
     run.add_argument(
         "--backtest-config",
@@ -187,7 +189,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from backtest.settings import load_settings
     from backtest.stream import read_stream
 
-    config = load_bot_config(args.config)
+    overrides = overrides_of(args)
+    config = load_bot_config(args.config, overrides=overrides or None)
+    # The start-up line (stderr: stdout is the JSON result).
+    warn(f"backtest of {args.stream} with {args.config}, {describe_overrides(overrides)}")
     settings = load_settings(
         args.backtest_config,
         fill_model=args.fill_model,

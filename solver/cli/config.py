@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from solver.cli import EXIT_OK, EXIT_USAGE, error_line, print_json
 from solver.config import BotConfigError, load_bot_config, load_signing_key, redacted_dump
+from solver.config.secrets import redact
 from solver.errors import ConfigError
 
 
@@ -45,7 +47,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="do not load the signing key (check the file alone)",
     )
-    check.add_argument(
+    add_set_argument(check)
+    check.set_defaults(handler=cmd_check)
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` (repeatable): dotted overrides of the YAML, the same for ``solver
+    config check``, ``solver run`` and ``solver backtest run``."""
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -54,7 +63,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="override a dotted key before validation, e.g. bus.ws_url=ws://127.0.0.1:9000/ws "
         "or pairs.0.enabled=false (VALUE is read as YAML; repeatable)",
     )
-    check.set_defaults(handler=cmd_check)
+
+
+def overrides_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--set`` overrides given, in order (a key given twice keeps the last value)."""
+    return dict(parse_override(text) for text in getattr(args, "overrides", None) or ())
+
+
+def describe_overrides(overrides: Mapping[str, Any]) -> str:
+    """``overrides: risk.max_stale_s=60, pairs.0.enabled=false`` for a start-up line, or
+    ``no overrides``; values as YAML flow, secret-shaped text redacted."""
+    if not overrides:
+        return "no overrides"
+    parts = []
+    for key, value in overrides.items():
+        text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+        text = text.removesuffix("\n...").strip()
+        parts.append(f"{redact(key)}={redact(text)}")
+    return "overrides: " + ", ".join(parts)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -70,7 +96,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    overrides = dict(parse_override(text) for text in args.overrides)
+    overrides = overrides_of(args)
     problems: list[str]
     try:
         config = load_bot_config(args.file, overrides=overrides or None)

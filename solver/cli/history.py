@@ -1,9 +1,12 @@
 """``solver history`` and ``solver store export``: read the bot's SQLite store.
 
-``solver history`` shows recent fills or quotes, newest first, as a table, CSV or JSON. The
-store is the config's ``storage.path`` (``--config``) or ``--db``. The config is read only for
-that path and for token symbols and decimals (the table shows whole units, ``1.5 wNEAR``); the
-signing key is never loaded. CSV and JSON keep raw amounts in the smallest unit, as strings.
+``solver history`` shows recent fills or quotes, newest first, or totals per pair
+(``--kind pairs``: quotes, won, win rate, fills, amounts, volume and realized PnL), as a table,
+CSV or JSON; the fills and quotes tables end with the totals per pair too. The store is the
+config's ``storage.path`` (``--config``) or ``--db``. The config is read only for that path,
+token symbols and decimals (the table shows whole units, ``1,234.5 wNEAR``) and the pairs
+(named ``BASE/QUOTE`` as configured); the signing key is never loaded. CSV and JSON keep raw
+amounts in the smallest unit, as strings.
 
 ``solver store export`` streams a whole table as CSV or JSON Lines, values as stored.
 
@@ -17,6 +20,7 @@ import csv
 import re
 import sys
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,8 @@ from solver.core.lifecycle import TrackedQuote
 from solver.errors import ConfigError
 from solver.io.store import Fill, Store
 from solver.io.store_schema import TABLES
+from solver.io.store_totals import PairTotals
+from solver.protocol.amounts import format_units
 
 _RELATIVE = re.compile(r"-?(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -60,7 +66,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     # pattern so ``--since -1h`` works as written (no option of this parser starts with a digit).
     history._negative_number_matcher = re.compile(r"^-\d+(?:\.\d+)?[smhdw]?$|^-\d*\.\d+$")
     history.add_argument(
-        "--kind", choices=("fills", "quotes"), default="fills", help="what to list (fills)"
+        "--kind",
+        choices=("fills", "quotes", "pairs"),
+        default="fills",
+        help="what to list: fills, quotes, or totals per pair (default fills)",
     )
     history.add_argument(
         "--format",
@@ -146,15 +155,24 @@ def parse_pair(text: str, tokens: dict[str, TokenSpec]) -> tuple[str, str]:
 
 
 def _open_store(args: argparse.Namespace) -> tuple[Store, dict[str, TokenSpec]]:
+    store, tokens, _ = _open_store_and_pairs(args)
+    return store, tokens
+
+
+def _open_store_and_pairs(
+    args: argparse.Namespace,
+) -> tuple[Store, dict[str, TokenSpec], list[tuple[str, str]]]:
     tokens: dict[str, TokenSpec] = {}
+    pairs: list[tuple[str, str]] = []
     path: Path | None = Path(args.db) if args.db else None
     if args.config:
         config = load_bot_config(args.config)  # validates the file; the key is not loaded
         tokens = dict(config.tokens)
+        pairs = [(p.base, p.quote) for p in config.pairs]
         path = path or config.storage.path
     if path is None:
         raise ConfigError("give --config FILE (its storage.path) or --db PATH")
-    return Store(path, create=False, checkpoint_every_s=None), tokens
+    return Store(path, create=False, checkpoint_every_s=None), tokens, pairs
 
 
 # ---------------------------------------------------------------------------------- rows
@@ -205,9 +223,40 @@ def format_amount(amount: str, asset: str, tokens: dict[str, TokenSpec]) -> str:
     spec = tokens.get(asset)
     if spec is None:
         return f"{amount} {asset}"
-    whole, frac = divmod(int(amount), 10**spec.decimals)
-    digits = f"{frac:0{spec.decimals}d}".rstrip("0") if spec.decimals else ""
-    return f"{whole}{'.' + digits if digits else ''} {spec.symbol}"
+    return format_units(int(amount), spec.decimals, spec.symbol)
+
+
+def pair_name(
+    assets: tuple[str, str], pairs: list[tuple[str, str]], tokens: dict[str, TokenSpec]
+) -> str:
+    """``BASE/QUOTE`` as configured (symbols), else the two asset ids as stored."""
+    a, b = assets
+    base, quote = next(((x, y) for x, y in pairs if {x, y} == {a, b}), (a, b))
+    names = [tokens[x].symbol if x in tokens else x for x in (base, quote)]
+    return "/".join(names)
+
+
+def _plain(value: Decimal) -> str:
+    """``1.5`` for Decimal("1.5000000"); never exponent notation."""
+    return format(value.normalize(), "f") if value else "0"
+
+
+def totals_record(
+    row: PairTotals, pairs: list[tuple[str, str]], tokens: dict[str, TokenSpec]
+) -> dict[str, Any]:
+    return {
+        "pair": pair_name(row.assets, pairs, tokens),
+        "assets": list(row.assets),
+        "quotes": row.quotes,
+        "won": row.won,
+        "win_rate": row.win_rate,
+        "settled": row.settled,
+        "fills": row.fills,
+        "received": {a: str(v) for a, v in sorted(row.received.items())},
+        "paid": {a: str(v) for a, v in sorted(row.paid.items())},
+        "volume_usd": None if row.volume_usd is None else _plain(row.volume_usd),
+        "realized_pnl_usd": _plain(row.realized_pnl_usd),
+    }
 
 
 # ---------------------------------------------------------------------------------- commands
@@ -215,20 +264,28 @@ def format_amount(amount: str, asset: str, tokens: dict[str, TokenSpec]) -> str:
 
 def cmd_history(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
-    store, tokens = _open_store(args)
+    store, tokens, pairs = _open_store_and_pairs(args)
     with store:
         since = parse_since(args.since, now) if args.since else None
         pair = parse_pair(args.pair, tokens) if args.pair else None
+        decimals = {asset: spec.decimals for asset, spec in tokens.items()}
+        totals = [
+            totals_record(row, pairs, tokens) for row in store.pair_totals(since, pair, decimals)
+        ]
         if args.kind == "fills":
             rows = [fill_record(f) for f in store.fills_since(since, pair, args.limit)]
-        else:
+        elif args.kind == "quotes":
             rows = [quote_record(q) for q in store.quotes_since(since, pair, args.limit)]
+        else:
+            rows = totals
     if args.format == "json":
         print_json(rows)
     elif args.format == "csv":
         _write_csv(rows, args.kind)
     else:
-        _print_table(rows, args.kind, since, tokens)
+        if args.kind != "pairs":
+            _print_table(rows, args.kind, since, tokens)
+        _print_totals(totals, since, tokens)
     return EXIT_OK
 
 
@@ -238,13 +295,18 @@ def _write_csv(rows: list[dict[str, Any]], kind: str) -> None:
     writer.writeheader()
     for row in rows:
         writer.writerow(
-            {k: orjson.dumps(v).decode() if isinstance(v, dict) else v for k, v in row.items()}
+            {
+                k: orjson.dumps(v).decode() if isinstance(v, dict | list) else v
+                for k, v in row.items()
+            }
         )
     sys.stdout.flush()
 
 
 def _empty_record(kind: str) -> dict[str, Any]:
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    if kind == "pairs":
+        return totals_record(PairTotals(("", "")), [], {})
     if kind == "fills":
         return fill_record(Fill("", "", epoch, "", 0, "", 0, 0))
     return quote_record(TrackedQuote("", "", "", "", 0, 0, 0, epoch, b"", epoch))
@@ -280,6 +342,38 @@ def _print_table(
         table.add_row(*cells)
     if not rows:
         table.caption = f"no {kind}"
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+
+
+def _print_totals(
+    rows: list[dict[str, Any]], since: datetime | None, tokens: dict[str, TokenSpec]
+) -> None:
+    when = f"since {since.isoformat(timespec='seconds')}" if since else "all time"
+    table = Table(title=f"totals per pair, {when}", title_justify="left")
+    columns = ("pair", "quotes", "won", "win rate", "fills", "received", "paid")
+    for name in (*columns, "volume USD", "PnL USD"):
+        table.add_column(name, justify="left" if name == "pair" else "right", overflow="fold")
+
+    def amounts(values: dict[str, str]) -> str:
+        return "\n".join(format_amount(v, a, tokens) for a, v in values.items()) or "-"
+
+    for row in rows:
+        rate = row["win_rate"]
+        volume = row["volume_usd"]
+        table.add_row(
+            row["pair"],
+            f"{row['quotes']:,}",
+            f"{row['won']:,}",
+            "-" if rate is None else f"{rate:.1%}",
+            f"{row['fills']:,}",
+            amounts(row["received"]),
+            amounts(row["paid"]),
+            "unknown" if volume is None else f"{Decimal(volume):,.2f}",
+            f"{Decimal(row['realized_pnl_usd']):+,.2f}",
+        )
+    if not rows:
+        table.caption = "no quotes"
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
 

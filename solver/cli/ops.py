@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -21,9 +20,11 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.cli import print_json
+from solver.cli.status_pairs import pairs_table
 from solver.config import BotConfig, load_bot_config
 from solver.errors import ConfigError, ProtocolError, RemoteError, TransportError
 from solver.io.control import DEFAULT_TOKEN_ENV, check_pair, parse_listen, url_host
+from solver.protocol.amounts import format_units
 
 DEFAULT_REASON = "paused from the command line"
 
@@ -99,7 +100,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        Console().print(status_table(doc, client.url, config))
+        # Not a terminal (a pipe, a log): wide enough that the per-pair table never folds.
+        console = Console(width=None if sys.stdout.isatty() else 200)
+        console.print(status_table(doc, client.url, config))
+        pairs = pairs_table(doc)
+        if pairs is not None:
+            console.print(pairs)
     return 0
 
 
@@ -221,7 +227,7 @@ def _connect(args: argparse.Namespace) -> tuple[BotConfig | None, ControlClient]
 def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = None) -> Table:
     """The status document as a two-column table; absent keys are left out, unknown ones shown
     raw at the end."""
-    names = _Names(config)
+    names = _Names(config, doc.get("tokens"))
     table = Table(title=f"solver at {url}", show_header=False, expand=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -261,6 +267,15 @@ def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = No
                 table.add_row(f"last {name}", _window(window))
     if "pnl_usd" in doc:
         row("PnL", _usd(doc["pnl_usd"], signed=True), "pnl_usd")
+    if "realized_pnl_usd" in doc:
+        row("  realized", _usd(doc["realized_pnl_usd"], signed=True), "realized_pnl_usd")
+    alerts = doc.get("alerts")
+    if isinstance(alerts, Mapping):
+        opened = alerts.get("open")
+        listed = ", ".join(map(str, opened)) if isinstance(opened, list) and opened else "none"
+        counts = f"{alerts.get('sent', 0)} sent, {alerts.get('failed', 0)} failed"
+        row("alerts open", f"{listed} ({counts})", "alerts")
+    shown.update(("pairs", "tokens"))  # the pairs: a table of their own; tokens: names
     if "last_reconciliation" in doc:
         row("last reconciliation", _reconciliation(doc["last_reconciliation"], names))
         shown.add("last_reconciliation")
@@ -280,14 +295,23 @@ def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = No
 
 
 class _Names:
-    """Symbols and whole-token amounts when the config is at hand; raw ids and units if not."""
+    """Symbols and whole-token amounts from the config, else from the status document's
+    ``tokens`` (``asset -> {symbol, decimals}``, sent by the bot); raw ids and units if neither."""
 
-    def __init__(self, config: BotConfig | None) -> None:
-        self.tokens = dict(config.tokens) if config is not None else {}
+    def __init__(self, config: BotConfig | None, sent: Any = None) -> None:
+        self.tokens: dict[str, tuple[str, int]] = {}
+        if isinstance(sent, Mapping):
+            for asset, spec in sent.items():
+                if isinstance(spec, Mapping):
+                    symbol, decimals = spec.get("symbol"), spec.get("decimals")
+                    if isinstance(symbol, str) and isinstance(decimals, int) and decimals >= 0:
+                        self.tokens[str(asset)] = (symbol, decimals)
+        if config is not None:
+            self.tokens.update({a: (t.symbol, t.decimals) for a, t in config.tokens.items()})
 
     def symbol(self, asset: str) -> str:
         token = self.tokens.get(asset)
-        return token.symbol if token is not None else asset
+        return token[0] if token is not None else asset
 
     def scope(self, scope: str) -> str:
         asset_in, sep, asset_out = scope.partition("->")
@@ -301,7 +325,7 @@ class _Names:
             return str(amount)
         if token is None:
             return str(units)
-        return f"{Decimal(units).scaleb(-token.decimals).normalize():,f}"
+        return format_units(units, token[1], token[0])
 
 
 def _usd(value: Any, *, signed: bool = False) -> str:

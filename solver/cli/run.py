@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 
+from solver.cli.config import add_set_argument, describe_overrides, overrides_of
 from solver.config import load_bot_config
 from solver.errors import ConfigError
 from solver.io.key_files import load_secret_key
@@ -26,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     run.add_argument("--config", required=True, help="bot YAML (see config/default.yaml)")
+    add_set_argument(run)
     run.add_argument(
         "--shadow",
         action="store_true",
@@ -58,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_bot(args: argparse.Namespace) -> int:
     from solver.runtime.bot import LiveBot
 
-    config = load_bot_config(args.config)
+    overrides = overrides_of(args)
+    config = load_bot_config(args.config, overrides=overrides or None)
     setup_logging(config.log.level, config.log.format)
     key = load_secret_key(env=config.account.key_env, path=config.account.key_file)
     if args.shutdown_wait < 0:
@@ -69,7 +73,16 @@ def run_bot(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        bot = LiveBot(config, key, shadow=args.shadow)
+        bot = LiveBot(config, key, shadow=args.shadow)  # the store is checked and opened here
+        # The start-up line: which file, which account, which mode, and what the command
+        # line changed (a WARNING, so it is in the log whatever log.level says).
+        logging.getLogger("solver.run").warning(
+            "starting: config %s, account %s, %s, %s",
+            args.config,
+            config.account.id,
+            "SHADOW (nothing signed or sent)" if args.shadow else "LIVE",
+            describe_overrides(overrides),
+        )
         await bot.run(stop, grace_s=args.shutdown_wait)
 
     run_service(main())

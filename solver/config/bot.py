@@ -17,6 +17,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from solver.alerts_config import AlertsConfig
 from solver.config.fields import STRICT, Loc
 from solver.config.overrides import apply_overrides
 from solver.config.problems import BotConfigError, pydantic_message, yaml_path
@@ -67,6 +68,7 @@ class BotConfig(BaseModel):
     swap_api: SwapApiSpec | None = None
     history_api: HistoryApiSpec | None = None
     rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
     @field_validator("tokens")
     @classmethod

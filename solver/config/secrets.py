@@ -73,7 +73,7 @@ PASTED_KEY_HINT = (
 )
 
 
-_ENV_NAME_FIELDS = frozenset({"key_env", "api_key_env", "headers_env", "token_env"})
+_ENV_NAME_FIELDS = frozenset({"key_env", "api_key_env", "headers_env", "token_env", "urls_env"})
 
 
 def redacted_dump(config: BotConfig) -> dict[str, Any]:

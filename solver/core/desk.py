@@ -21,7 +21,7 @@ decides and reserves → :class:`~solver.core.actions.SignAndSend`; the driver s
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,9 +63,13 @@ class Desk(DeskRisk):
         *,
         floors: Mapping[str, int] | None = None,
         symbols: Mapping[str, str] | None = None,
+        pairs: Iterable[tuple[str, str]] = (),
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
-        super().__init__(settings, routes, decimals, floors=floors, symbols=symbols, timer=timer)
+        """``pairs``: the configured ``(base, quote)`` pairs, which name the per-pair stats."""
+        super().__init__(
+            settings, routes, decimals, floors=floors, symbols=symbols, pairs=pairs, timer=timer
+        )
         self._handlers: dict[type, Callable[[Any, datetime], list[Action]]] = {
             ev.QuoteRequested: self._quote_requested,
             ev.QuoteSigned: self._quote_signed,
@@ -96,7 +100,11 @@ class Desk(DeskRisk):
 
     def _quote_requested(self, event: ev.QuoteRequested, now: datetime) -> list[Action]:
         self.stats.requests += 1
-        outcome = self.pipeline.decide(event.request, now, event.received_at)
+        request = event.request
+        pair = self.pair_book.of(request.asset_in, request.asset_out)
+        if pair is not None:
+            pair.requests += 1
+        outcome = self.pipeline.decide(request, now, event.received_at)
         if type(outcome) is Skip:
             self.stats.skipped[outcome.reason] += 1
             return [outcome]
@@ -104,6 +112,8 @@ class Desk(DeskRisk):
         if self.settings.shadow:
             self.inventory.release(outcome.request.quote_id)
             self.stats.shadow_quotes += 1
+            if pair is not None:
+                pair.quotes += 1
             return [ShadowQuote(outcome)]
         self._unsigned[outcome.request.quote_id] = outcome
         salt = self.state.salt

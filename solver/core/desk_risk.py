@@ -16,6 +16,8 @@ from solver.core.desk_state import DeskState
 from solver.core.pauses import GLOBAL, OPERATOR, SHUTTING_DOWN, Pause
 from solver.core.risk import Breach, check_mismatch, check_pnl, check_stale
 
+RECONCILIATION, STALE_DATA = "reconciliation", "stale_data"
+
 
 class DeskRisk(DeskState):
     def _mark(self, now: datetime, actions: list[Action]) -> None:
@@ -37,8 +39,26 @@ class DeskRisk(DeskState):
         if self.settings.kill_switch:
             ages = [p.age_s(now) for p in self.state.prices.values()]
             balance_age = self.inventory.balance_age_s(now)
-            for breach in check_stale(self.limits, balance_age, max(ages, default=None)):
+            stale = check_stale(self.limits, balance_age, max(ages, default=None))
+            self._staleness(stale, now, actions)
+
+    def _staleness(self, breaches: list[Breach], now: datetime, actions: list[Action]) -> None:
+        """Stale inputs pause (latched until ``resume``); the person is also told when the
+        inputs are fresh again, and again if they go stale again under the same pause."""
+        if breaches:
+            paused = self.pauses.get(GLOBAL, STALE_DATA) is not None
+            for breach in breaches:
                 self._breach(breach, now, actions, halt=True)
+                if paused and not self.stale_open:
+                    actions.append(Alert(breach.kind, breach.detail))
+            self.stale_open = True
+        elif self.stale_open:
+            self.stale_open = False
+            held = self.pauses.get(GLOBAL, STALE_DATA) is not None
+            detail = "inputs fresh again" + (
+                "; quoting stays paused until `solver resume`" if held else ""
+            )
+            actions.append(Alert(STALE_DATA, detail, resolved=True))
 
     def _record_pnl(self, now: datetime, actions: list[Action]) -> None:
         pnl = self.pnl
@@ -61,8 +81,25 @@ class DeskRisk(DeskState):
             event.observed, dict(event.balances), own, event.own_settling, dict(expected)
         )
         self._fact(fact, actions)
-        for breach in check_mismatch(self.limits, self.balances.found):
-            self._breach(breach, now, actions, halt=self.limits.halt_on_mismatch)
+        breaches = check_mismatch(self.limits, self.balances.found)
+        halt = self.limits.halt_on_mismatch
+        for breach in breaches:
+            self._breach(breach, now, actions, halt=halt)
+        if halt:
+            return actions  # the pause's own alert, resolved when the operator resumes
+        # Alert only: nothing to resume, so recovery is the next snapshot that reconciles.
+        if breaches:
+            self.mismatch_open = True
+        elif self.mismatch_open:
+            self.mismatch_open = False
+            gaps = self.balances.unresolved
+            kept = (
+                f" (the earlier gap {dict(gaps)} stays shown until "
+                "`solver resume --accept-balances`)"
+                if gaps
+                else ""
+            )
+            actions.append(Alert(RECONCILIATION, f"balances reconcile again{kept}", resolved=True))
         return actions
 
     def _own_flow(self, event: ev.OwnFlowSettled, now: datetime) -> list[Action]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from solver.core.facts import from_micros, micros
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
-from solver.core.pauses import Pause
+from solver.core.pauses import GLOBAL, Pause
 
 if TYPE_CHECKING:
     from solver.core.desk import Desk
@@ -160,5 +160,7 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
         desk._recorded_day = part["recorded_day"]
         for scope, kind, reason, at in doc["pauses"]:
             desk.pauses.add(Pause(scope, kind, reason, from_micros(at)))
+            if scope == GLOBAL and kind == "stale_data":
+                desk.stale_open = True  # its recovery is still to be told
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"desk snapshot cannot be read: {type(exc).__name__}: {exc}") from None

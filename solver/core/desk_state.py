@@ -11,8 +11,8 @@ on start from the journal (:mod:`solver.core.facts`). The deciding layers build 
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,8 +21,9 @@ from solver.core import facts as f
 from solver.core.actions import Action, Record
 from solver.core.inventory import Inventory, Reservation
 from solver.core.lifecycle import Claim, QuoteBook, QuoteState, TrackedQuote
+from solver.core.pair_stats import PairBook, PairStats
 from solver.core.pauses import GLOBAL, Pause, Pauses
-from solver.core.pnl import MARKOUT_HORIZONS_S, FillValue, PnlBook
+from solver.core.pnl import MARKOUT_HORIZONS_S, FillValue, PnlBook, usd_value
 from solver.core.quoting import PipelineSettings, Quote, QuotePipeline, Route
 from solver.core.reconciliation import Reconciliation
 from solver.core.risk import RiskLimits
@@ -59,6 +60,8 @@ class DeskStats:
     duplicate_statuses: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
+    pairs: dict[str, PairStats] = field(default_factory=dict)
+    """Per configured pair (``wNEAR/USDC``): see :mod:`solver.core.pair_stats`."""
 
 
 class DeskState:
@@ -70,6 +73,7 @@ class DeskState:
         *,
         floors: Mapping[str, int] | None = None,
         symbols: Mapping[str, str] | None = None,
+        pairs: Iterable[tuple[str, str]] = (),
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.settings = settings
@@ -84,6 +88,10 @@ class DeskState:
         self.pnl = PnlBook(decimals, settings.markout_horizons_s)
         self.symbols = dict(symbols or {})
         self.stats = DeskStats()
+        self.pair_book = PairBook(pairs, routes, self.symbols)
+        # The last fills, for people (the fill log line, status): display only, never decided on.
+        self.recent_fills: deque[tuple[TrackedQuote, f.FillPrices | None]] = deque(maxlen=64)
+        self.stats.pairs = self.pair_book.stats
         self.connected_since: datetime | None = None
         self._unsigned: dict[str, Quote] = {}  # decided and reserved, not signed yet
         self._polling: dict[str, str] = {}  # intent_hash -> quote_id, claims still pending
@@ -93,6 +101,10 @@ class DeskState:
         self._nonce_retry = timedelta(seconds=settings.nonce_retry_s)
         self.balances = Reconciliation(settings.limits)
         self._recorded_day: str | None = None
+        # Open alert-only incidents, so their recovery is told once (not journaled: a stale
+        # pause restored from the journal sets stale_open again through its PauseSet).
+        self.stale_open = False
+        self.mismatch_open = False
         self._appliers: dict[type, Callable[[Any], None]] = {
             f.QuoteOpened: self._apply_opened,
             f.QuoteMoved: self._apply_moved,
@@ -140,6 +152,9 @@ class DeskState:
         # Live, decide() reserved it already; from the journal, the exposure is restored
         # whatever the balances say (it was signed).
         outflow = fact.amount_out + fact.fee
+        pair = self.pair_book.of(fact.asset_in, fact.asset_out)
+        if pair is not None:
+            pair.quotes += 1
         self.inventory.restore(
             [Reservation(fact.quote_id, fact.asset_out, outflow, fact.asset_in, fact.amount_in,
                          fact.deadline)]
@@ -155,10 +170,23 @@ class DeskState:
             tx_hash=fact.tx_hash,
         )  # fmt: skip
         self.stats.outcomes[new.value] += 1
+        pair = self.pair_book.of(quote.asset_in, quote.asset_out)
+        if pair is not None:
+            pair.outcomes[new.value] += 1
+            if new is QuoteState.WON:
+                pair.won += 1
+            elif new is QuoteState.SETTLED:
+                pair.settled += 1
+                if fact.fill is not None:
+                    pair.realized_usd += fact.fill.realized_usd
+                    decimals = self.state.decimals.get(quote.asset_in)
+                    if decimals is not None:
+                        pair.volume_usd += usd_value(quote.amount_in, decimals, fact.fill.price_in)
         if quote.terminal:
             for intent_hash in quote.claims:
                 self._polling.pop(intent_hash, None)
         if new is QuoteState.SETTLED:
+            self.recent_fills.append((quote, fact.fill))
             self.inventory.settle(fact.quote_id, fact.at)
             self.balances.settled(
                 quote.quote_id, quote.asset_in, quote.amount_in, quote.asset_out, quote.outflow,
@@ -172,11 +200,15 @@ class DeskState:
     def _apply_lost(self, fact: f.QuotesLost) -> None:
         book, inventory, outcomes = self.book, self.inventory, self.stats.outcomes
         for quote_id in fact.quote_ids:
-            if book.get(quote_id) is None:
+            quote = book.get(quote_id)
+            if quote is None:
                 continue
             book.move(quote_id, QuoteState.LOST, fact.at, reason=fact.reason)
             inventory.release(quote_id)
             outcomes["LOST"] += 1
+            pair = self.pair_book.of(quote.asset_in, quote.asset_out)
+            if pair is not None:
+                pair.outcomes["LOST"] += 1
 
     def _apply_claim_added(self, fact: f.ClaimAdded) -> None:
         quote = self.book.get(fact.quote_id)
@@ -220,9 +252,13 @@ class DeskState:
 
     def _apply_pause_set(self, fact: f.PauseSet) -> None:
         self.pauses.add(Pause(fact.scope, fact.kind, fact.reason, fact.at))
+        if fact.scope == GLOBAL and fact.kind == "stale_data":
+            self.stale_open = True
 
     def _apply_pause_cleared(self, fact: f.PauseCleared) -> None:
         self.pauses.remove(fact.scope, fact.kind)
+        if fact.scope == GLOBAL and fact.kind == "stale_data":
+            self.stale_open = False  # its recovery was told by the pause lifted
         if fact.scope == GLOBAL and fact.kind == "reconciliation":
             self.balances.unresolved.clear()  # acknowledged: the next snapshot reports afresh
 

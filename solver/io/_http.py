@@ -17,6 +17,7 @@ import httpx
 import orjson
 
 from solver.errors import ConfigError, ProtocolError, TransportError
+from solver.io.conn_notes import display_url
 
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
 # Statuses (besides every 5xx) that mean "not answering right now" rather than "no".
@@ -108,23 +109,25 @@ async def send(
 
     Raises :class:`TransportError` when no usable answer arrived (connect error, timeout, a
     transient status) and :class:`ConfigError` for a URL httpx cannot use. Error texts name
-    ``name`` and ``what`` and the URL, never the headers (they may carry a bearer token).
+    ``name`` and ``what`` and the URL (without query or credentials: :func:`display_url`),
+    never the headers (they may carry a bearer token).
     """
+    where = f"{name} {what} at {display_url(url)}"
     try:
         response = await client.request(
             method, url, content=content, params=params, headers=headers, timeout=timeout_s
         )
     except httpx.TimeoutException as exc:
-        raise TransportError(f"{name} {what}: timed out after {timeout_s:g} s") from exc
+        raise TransportError(f"{where}: timed out after {timeout_s:g} s") from exc
     except httpx.UnsupportedProtocol as exc:
         raise ConfigError(f"{name}: unsupported URL {url!r}") from exc
     except httpx.TransportError as exc:
-        raise TransportError(f"{name} {what}: {type(exc).__name__}: {exc}") from exc
+        raise TransportError(f"{where}: {type(exc).__name__}: {exc}") from exc
     except httpx.InvalidURL as exc:
         raise ConfigError(f"{name}: invalid URL {url!r}") from exc
     status = response.status_code
     if status >= 500 or status in TRANSIENT_STATUS:
-        raise TransportError(f"{name} {what}: HTTP {status}")
+        raise TransportError(f"{where}: HTTP {status}")
     return response
 
 

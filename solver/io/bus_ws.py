@@ -46,6 +46,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from solver.errors import ConfigError, ProtocolError, RemoteError, SolverError, TransportError
 from solver.io.backoff import Jitter, backoff, classify
+from solver.io.conn_notes import display_url, next_attempt
 from solver.protocol.amounts import U128_MAX, WIRE
 from solver.protocol.bus import (
     DEFAULT_MIN_DEADLINE_MS,
@@ -292,7 +293,10 @@ class BusWsClient:
                         raise error from exc
                     self._set_state(DISCONNECTED)
                     delay = next(delays)
-                    log.info("relay connect failed (%s); retrying in %.2f s", error, delay)
+                    log.info(
+                        "relay %s: connect failed (%s); next attempt %s",
+                        display_url(self.url), error, next_attempt(delay),
+                    )  # fmt: skip
                     await _sleep_unless(stop, delay)
                     continue
                 if ws is None:
@@ -304,7 +308,10 @@ class BusWsClient:
                 if stop.is_set():
                     break
                 delay = next(delays)
-                log.info("relay connection lost; reconnecting in %.2f s", delay)
+                log.info(
+                    "relay %s: connection lost; next attempt %s",
+                    display_url(self.url), next_attempt(delay),
+                )  # fmt: skip
                 await _sleep_unless(stop, delay)
         finally:
             self.connected = False

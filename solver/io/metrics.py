@@ -16,20 +16,31 @@ Two kinds of writers:
 
 Series (all prefixed ``solver_``)::
 
-    quote_requests_total                      counter    every quote request seen
-    quotes_total                              counter    quotes signed and sent
-    skips_total{reason}                       counter    requests answered with no quote
-    quote_outcomes_total{state}               counter    settlement transitions (WON, LOST, ...)
+    quote_requests_total{pair}                counter    every quote request seen
+    quotes_total{pair}                        counter    quotes signed and sent
+    skips_total{pair,reason}                  counter    requests answered with no quote
+    quote_outcomes_total{pair,state}          counter    settlement transitions (WON, LOST, ...)
+    volume_usd_total{pair}                    counter    USD notional of settled fills
     bad_frames_total{reason}                  counter    bus frames dropped unread
+    notifications_total{result}               counter    alert messages sent, failed, dropped, ...
     decision_seconds                          histogram  request -> decision (Quote | Skip)
     response_seconds                          histogram  request -> quote_response written
     free_inventory{asset}                     gauge      confirmed - reserved - floor
     reserved_inventory{asset}                 gauge      outflow held by open quotes
-    pnl_usd                                   gauge      NaN while unknown
+    pnl_marked_usd                            gauge      PnL marked to reference prices; NaN unknown
+    pnl_realized_usd                          gauge      PnL of settled fills only; NaN unknown
     reconciliation_mismatch{asset}            gauge      on-chain minus expected balance
     connected                                 gauge      1 while the bus websocket is up
     state{state="RUNNING"|"PAUSED"}           gauge      1 on the current state, 0 on the other
+    mode{mode="LIVE"|"SHADOW"}                gauge      1 on the current mode, 0 on the other
     open_quotes                               gauge      quotes not yet in a terminal state
+
+**The pair label has bounded cardinality.** Requests name any two asset ids a taker likes, so a
+label made from them would let the outside world create series without limit. Only the pairs
+given to ``Metrics(pairs=...)`` get a label value of their own (``BASE/QUOTE``, by symbol when
+known, for both directions); everything else — an unconfigured pair, or a call that passes no
+pair — is counted under ``pair="other"``. :meth:`Metrics.pair_label` maps a request's two asset
+ids to the label with two dict lookups, so the hot path can afford it.
 
 Inventory gauges are in whole tokens when the snapshot carries the asset's decimals, otherwise
 in the asset's smallest unit.
@@ -75,6 +86,11 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 ~30 µs; p99 under 1 ms at 2,000/s), then coarse up to 100 ms to show stalls; ``+Inf`` beyond."""
 
 STATES = ("RUNNING", "PAUSED")
+MODES = ("LIVE", "SHADOW")
+OTHER = "other"
+"""The ``pair`` label of everything that is not a configured pair."""
+NOTIFICATION_RESULTS = ("sent", "failed", "dropped", "duplicate", "rate_limited")
+"""``solver_notifications_total{result}``: see :class:`solver.io.notify.NotifierStats`."""
 
 
 @dataclass(slots=True)
@@ -87,12 +103,17 @@ class MetricsSnapshot:
     """asset -> outflow reserved by open quotes, smallest units."""
     decimals: Mapping[str, int] = field(default_factory=dict)
     """asset -> decimals; an asset listed here is reported in whole tokens."""
-    pnl_usd: float | None = None
+    pnl_marked_usd: float | None = None
+    """Realised plus unrealised PnL, inventory marked to reference prices (None: unknown)."""
+    pnl_realized_usd: float | None = None
+    """PnL of settled fills only, at the prices of their settlement (None: unknown)."""
     mismatch: Mapping[str, int] = field(default_factory=dict)
     """asset -> on-chain balance minus expected, smallest units (0 or absent: reconciled)."""
     connected: bool = False
     paused: bool = False
     """True while the whole bot is paused (scope ``*``); per-pair pauses keep it RUNNING."""
+    shadow: bool = False
+    """True in shadow mode (quotes decided and counted, nothing signed or sent)."""
     open_quotes: int = 0
 
 
@@ -119,6 +140,33 @@ class _AssetGauge:
             child.set(_units(amount, decimals.get(asset)))
 
 
+class _PairCounter:
+    """A counter labelled by pair (and optionally one more label) with cached children.
+
+    The pair label is clamped to the configured set plus ``other`` here, in one place, so no
+    caller can widen the cardinality by passing an arbitrary string.
+    """
+
+    __slots__ = ("_by_pair", "_counter", "_pairs")
+
+    def __init__(self, counter: Counter, pairs: frozenset[str]) -> None:
+        self._counter = counter
+        self._pairs = pairs
+        # pair -> second label value ("" when the counter has none) -> child
+        self._by_pair: dict[str, dict[str, Any]] = {pair: {} for pair in pairs}
+
+    def child(self, pair: str, other: str = "") -> Any:
+        by_label = self._by_pair.get(pair)
+        if by_label is None:  # not a configured pair: clamp
+            pair = OTHER
+            by_label = self._by_pair[OTHER]
+        child = by_label.get(other)
+        if child is None:
+            labels = (pair, other) if other else (pair,)
+            child = by_label[other] = self._counter.labels(*labels)
+        return child
+
+
 def _units(amount: int, decimals: int | None) -> float:
     if decimals is None:
         return float(amount)
@@ -128,28 +176,94 @@ def _units(amount: int, decimals: int | None) -> float:
     return whole + frac / scale
 
 
-class Metrics:
-    """The bot's metrics, in a registry of their own. Cheap to call from the quote path."""
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+
+class Metrics:
+    """The bot's metrics, in a registry of their own. Cheap to call from the quote path.
+
+    ``pairs`` are the configured pairs as ``(base, quote)`` asset ids; ``symbols`` (asset id ->
+    symbol) makes their labels readable (``wNEAR/USDC``). See the module doc on cardinality.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        pairs: Iterable[tuple[str, str]] = (),
+        symbols: Mapping[str, str] | None = None,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
-        self._requests = Counter(
-            "solver_quote_requests", "Quote requests received from the bus.", registry=r
+        names = symbols or {}
+        # asset_in -> asset_out -> label, both directions of every configured pair.
+        self._pair_of: dict[str, dict[str, str]] = {}
+        for base, quote in pairs:
+            label = f"{names.get(base, base)}/{names.get(quote, quote)}"
+            self._pair_of.setdefault(base, {})[quote] = label
+            self._pair_of.setdefault(quote, {})[base] = label
+        labels = frozenset(
+            {label for by_out in self._pair_of.values() for label in by_out.values()} | {OTHER}
         )
-        self._quotes = Counter("solver_quotes", "Quotes signed and sent.", registry=r)
-        self._skips = Counter(
-            "solver_skips", "Quote requests not quoted, by reason.", ["reason"], registry=r
+        self.pairs: tuple[str, ...] = (*sorted(labels - {OTHER}), OTHER)
+        """Every value the ``pair`` label can take, ``other`` last."""
+        self._requests = _PairCounter(
+            Counter(
+                "solver_quote_requests",
+                "Quote requests received from the bus.",
+                ["pair"],
+                registry=r,
+            ),
+            labels,
         )
-        self._outcomes = Counter(
-            "solver_quote_outcomes",
-            "Quote state transitions (WON, SETTLED, LOST, ...), by new state.",
-            ["state"],
-            registry=r,
+        self._quotes = _PairCounter(
+            Counter("solver_quotes", "Quotes signed and sent.", ["pair"], registry=r), labels
         )
+        self._skips = _PairCounter(
+            Counter(
+                "solver_skips",
+                "Quote requests not quoted, by pair and reason.",
+                ["pair", "reason"],
+                registry=r,
+            ),
+            labels,
+        )
+        self._outcomes = _PairCounter(
+            Counter(
+                "solver_quote_outcomes",
+                "Quote state transitions (WON, SETTLED, LOST, ...), by pair and new state.",
+                ["pair", "state"],
+                registry=r,
+            ),
+            labels,
+        )
+        self._volume = _PairCounter(
+            Counter(
+                "solver_volume_usd",
+                "USD notional of settled fills, by pair.",
+                ["pair"],
+                registry=r,
+            ),
+            labels,
+        )
+        for pair in labels:  # every pair visible at 0 from the first scrape
+            self._requests.child(pair)
+            self._quotes.child(pair)
+            self._volume.child(pair)
         self._bad_frames = Counter(
             "solver_bad_frames", "Bus frames dropped unread, by reason.", ["reason"], registry=r
         )
+        notifications = Counter(
+            "solver_notifications",
+            "Alert notifications by result (sent, failed, dropped, duplicate, rate_limited).",
+            ["result"],
+            registry=r,
+        )
+        self._notifications = {name: notifications.labels(name) for name in NOTIFICATION_RESULTS}
+        self._notifications_seen: dict[str, int] = {}
+        self._outcomes_seen: dict[tuple[str, str], int] = {}
+        self._volume_seen: dict[str, float] = {}
         self._decision = Histogram(
             "solver_decision_seconds",
             "Time from quote request to decision (quote or skip).",
@@ -181,8 +295,18 @@ class Metrics:
                 registry=r,
             )
         )
-        self._pnl = Gauge("solver_pnl_usd", "Realised PnL in USD (NaN while unknown).", registry=r)
-        self._pnl.set(math.nan)
+        self._pnl_marked = Gauge(
+            "solver_pnl_marked_usd",
+            "PnL in USD, inventory marked to reference prices (NaN while unknown).",
+            registry=r,
+        )
+        self._pnl_realized = Gauge(
+            "solver_pnl_realized_usd",
+            "Realised PnL in USD of settled fills only (NaN while unknown).",
+            registry=r,
+        )
+        self._pnl_marked.set(math.nan)
+        self._pnl_realized.set(math.nan)
         self._connected = Gauge(
             "solver_connected", "1 while the bus websocket is connected.", registry=r
         )
@@ -194,34 +318,44 @@ class Metrics:
         )
         self._state = {name: state.labels(name) for name in STATES}
         self._state["RUNNING"].set(1)
+        mode = Gauge(
+            "solver_mode", "1 on the bot's current mode (LIVE or SHADOW).", ["mode"], registry=r
+        )
+        self._mode = {name: mode.labels(name) for name in MODES}
+        self._mode["LIVE"].set(1)
         self._open = Gauge(
             "solver_open_quotes", "Quotes signed and not yet in a terminal state.", registry=r
         )
-        # Hot-path caches: label value -> child.
-        self._skip_children: dict[str, Any] = {}
-        self._outcome_children: dict[str, Any] = {}
+        # Hot-path cache: label value -> child.
         self._bad_frame_children: dict[str, Any] = {}
         self._bad_frames_seen: dict[str, int] = {}
 
     # ------------------------------------------------------------------ hot path
 
-    def inc_request(self) -> None:
-        self._requests.inc()
+    def pair_label(self, asset_in: str, asset_out: str) -> str:
+        """The ``pair`` label of a request from ``asset_in`` to ``asset_out`` (either direction
+        of a configured pair), or ``other``."""
+        by_out = self._pair_of.get(asset_in)
+        if by_out is None:
+            return OTHER
+        return by_out.get(asset_out, OTHER)
 
-    def inc_quote(self) -> None:
-        self._quotes.inc()
+    def inc_request(self, pair: str = OTHER) -> None:
+        self._requests.child(pair).inc()
 
-    def inc_skip(self, reason: str) -> None:
-        child = self._skip_children.get(reason)
-        if child is None:
-            child = self._skip_children[reason] = self._skips.labels(reason)
-        child.inc()
+    def inc_quote(self, pair: str = OTHER) -> None:
+        self._quotes.child(pair).inc()
 
-    def inc_outcome(self, state: str) -> None:
-        child = self._outcome_children.get(state)
-        if child is None:
-            child = self._outcome_children[state] = self._outcomes.labels(state)
-        child.inc()
+    def inc_skip(self, reason: str, pair: str = OTHER) -> None:
+        self._skips.child(pair, reason).inc()
+
+    def inc_outcome(self, state: str, pair: str = OTHER) -> None:
+        self._outcomes.child(pair, state).inc()
+
+    def add_volume(self, usd: float, pair: str = OTHER) -> None:
+        """Count a settled fill's USD notional (ignored when unknown or not finite)."""
+        if usd > 0 and math.isfinite(usd):
+            self._volume.child(pair).inc(usd)
 
     def inc_bad_frame(self, reason: str, count: int = 1) -> None:
         child = self._bad_frame_children.get(reason)
@@ -236,13 +370,14 @@ class Metrics:
         self._response.observe(seconds)
 
     def preset(self, *, skip_reasons: Iterable[str] = (), states: Iterable[str] = ()) -> None:
-        """Create labelled series at 0 up front, so ``rate()`` sees their first increment."""
-        for reason in skip_reasons:
-            if reason not in self._skip_children:
-                self._skip_children[reason] = self._skips.labels(reason)
-        for state in states:
-            if state not in self._outcome_children:
-                self._outcome_children[state] = self._outcomes.labels(state)
+        """Create labelled series at 0 up front (for every pair label), so ``rate()`` sees
+        their first increment."""
+        reasons, new_states = tuple(skip_reasons), tuple(states)
+        for pair in self.pairs:
+            for reason in reasons:
+                self._skips.child(pair, reason)
+            for state in new_states:
+                self._outcomes.child(pair, state)
 
     # ------------------------------------------------------------------ periodic job
 
@@ -255,6 +390,39 @@ class Metrics:
                 self.inc_bad_frame(reason, grew)
                 self._bad_frames_seen[reason] = total
 
+    def sync_notifications(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the notifier's cumulative counts (``Notifier.stats.as_dict()``);
+        results outside :data:`NOTIFICATION_RESULTS` are ignored (bounded label set)."""
+        for result, total in totals.items():
+            child = self._notifications.get(result)
+            grew = total - self._notifications_seen.get(result, 0)
+            if child is not None and grew > 0:
+                child.inc(grew)
+                self._notifications_seen[result] = total
+
+    def sync_outcomes(
+        self, totals: Mapping[tuple[str, str], int], *, baseline: bool = False
+    ) -> None:
+        """Catch up with cumulative ``(pair, state) -> count`` kept by the desk (its per-pair
+        stats, which know each quote's pair even after it left the book). ``baseline``: take
+        the totals as already counted (the facts replayed at start happened before this
+        process)."""
+        for key, total in totals.items():
+            grew = total - self._outcomes_seen.get(key, 0)
+            if grew > 0:
+                if not baseline:
+                    self._outcomes.child(*key).inc(grew)
+                self._outcomes_seen[key] = total
+
+    def sync_volume(self, totals: Mapping[str, float], *, baseline: bool = False) -> None:
+        """Catch up with cumulative ``pair -> USD volume`` of settled fills (as above)."""
+        for pair, total in totals.items():
+            grew = total - self._volume_seen.get(pair, 0.0)
+            if grew > 0 and math.isfinite(grew):
+                if not baseline:
+                    self.add_volume(grew, pair)
+                self._volume_seen[pair] = total
+
     def refresh_gauges(self, snapshot: MetricsSnapshot | Mapping[str, Any]) -> None:
         """Set every gauge from a snapshot; a mapping must use :class:`MetricsSnapshot`'s keys."""
         if not isinstance(snapshot, MetricsSnapshot):
@@ -265,11 +433,15 @@ class Metrics:
         self._free.update(snapshot.free, snapshot.decimals)
         self._reserved.update(snapshot.reserved, snapshot.decimals)
         self._mismatch.update(snapshot.mismatch, snapshot.decimals)
-        self._pnl.set(math.nan if snapshot.pnl_usd is None else snapshot.pnl_usd)
+        self._pnl_marked.set(_nan_if_none(snapshot.pnl_marked_usd))
+        self._pnl_realized.set(_nan_if_none(snapshot.pnl_realized_usd))
         self._connected.set(1 if snapshot.connected else 0)
         current = "PAUSED" if snapshot.paused else "RUNNING"
         for name, child in self._state.items():
             child.set(1 if name == current else 0)
+        mode = "SHADOW" if snapshot.shadow else "LIVE"
+        for name, child in self._mode.items():
+            child.set(1 if name == mode else 0)
         self._open.set(snapshot.open_quotes)
 
     # ------------------------------------------------------------------ exposition

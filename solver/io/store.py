@@ -32,7 +32,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -70,6 +70,7 @@ from solver.io.store_schema import (
     tracked_row,
     ts,
 )
+from solver.io.store_totals import PairTotals, pair_totals
 
 DELETE_NONCE = "DELETE FROM nonces WHERE account = ? AND nonce = ?"
 
@@ -308,6 +309,15 @@ class Store:
             (asset_in, asset_out, int(count), float(total))
             for asset_in, asset_out, count, total in self._conn.execute(sql, (ts(since),))
         ]
+
+    def pair_totals(
+        self,
+        since: datetime | None = None,
+        pair: Pair | None = None,
+        decimals: Mapping[str, int] | None = None,
+    ) -> list[PairTotals]:
+        """Quotes, wins, fills, volume and realized PnL per pair (:mod:`store_totals`)."""
+        return pair_totals(self._conn, "" if since is None else ts(since), pair, decimals)
 
     def stats(self, window_s: float, now: datetime) -> dict[str, Any]:
         """Counts of the quotes created in the last ``window_s`` and the volume they settled."""

@@ -44,6 +44,23 @@ def parse_i128(value: object) -> int:
     return number
 
 
+def format_units(amount: int, decimals: int, symbol: str | None = None) -> str:
+    """A smallest-unit amount in whole units for people: ``1,234.5678 wNEAR``.
+
+    Exact (integer arithmetic, no float): every significant digit is kept and trailing zeros
+    are dropped; thousands are separated by commas; negative amounts (deltas, gaps) keep their
+    sign. ``symbol`` None: the number alone. Logs, status and history tables use this; the store
+    and JSON exports keep the smallest units.
+    """
+    if decimals < 0:
+        raise ValueError("decimals must be >= 0")
+    sign = "-" if amount < 0 else ""
+    whole, frac = divmod(abs(amount), 10**decimals)
+    digits = f"{frac:0{decimals}d}".rstrip("0") if decimals else ""
+    text = f"{sign}{whole:,}{'.' + digits if digits else ''}"
+    return f"{text} {symbol}" if symbol else text
+
+
 def check_u128(value: int) -> int:
     """Raise ``ValueError`` unless ``value`` is an int within u128 (for values we compute)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U128_MAX:

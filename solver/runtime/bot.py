@@ -37,11 +37,13 @@ from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
 from solver.desk_wiring import build_desk
 from solver.errors import SolverError
+from solver.io.alert_policy import BusWatch
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import CONNECTED, BusWsClient
 from solver.io.control import ControlServer, create_control_app, serve_control
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import Metrics
+from solver.io.notify import Notifier
 from solver.io.paper_metrics import PaperMetrics, PaperSnapshot
 from solver.io.price_feeds import PriceFeeds
 from solver.io.store import Store, StoreError
@@ -59,6 +61,8 @@ TICK_S = 0.1
 SNAPSHOT_EVERY_FACTS = 50_000
 PROJECT_BUDGET_S = 0.001
 BACKLOG_ENTRIES = 20_000
+NOTIFIER_CLOSE_S = 2.0
+"""At stop, queued alert messages get this long to go out (within Docker's 10 s)."""
 
 
 def utc_now() -> datetime:
@@ -94,7 +98,10 @@ class LiveBot:
             else None
         )
         self.desk: Desk = build_desk(config, shadow=shadow)
-        self.metrics = Metrics()
+        self.metrics = Metrics(
+            pairs=[(pair.base, pair.quote) for pair in config.pairs],
+            symbols={asset: token.symbol for asset, token in config.tokens.items()},
+        )
         # Shadow mode's paper book: simulated fills, inventory and PnL apart from the real ones.
         self.paper = (
             PaperBook(
@@ -134,6 +141,11 @@ class LiveBot:
             compression=config.bus.compression,
         )
         self._balance_now = asyncio.Event()
+        # Alerts reach a person (docs/operations.md): the desk's, and bus outages beyond
+        # alerts.bus_down_after_s. Built before anything starts: a required destination that
+        # is missing stops the start here.
+        self.notifier = Notifier.from_config(config.alerts, clock=clock)
+        self.bus_watch = BusWatch(config.alerts.bus_down_after_s)
         self.executor = Executor(
             self.desk,
             signer=QuoteSigner(key, config.account.id, config.verifier_contract),
@@ -148,6 +160,7 @@ class LiveBot:
             on_refresh_balances=self._balance_now.set,
             on_refresh_salt=self._refresh_salt_soon,
             on_shadow_quote=self._on_shadow_quote if shadow else None,
+            notifier=self.notifier,
         )
         self.sample_requests = self.store is not None and config.storage.sample_requests > 0
         self.feeds = PriceFeeds(
@@ -210,9 +223,10 @@ class LiveBot:
         )
         started = time.perf_counter()
         actions = self.desk.receive(ev.QuoteRequested(request), now)
-        self.metrics.inc_request()
+        pair = self.metrics.pair_label(request.asset_in, request.asset_out)
+        self.metrics.inc_request(pair)
         self.metrics.observe_decision(time.perf_counter() - started)
-        self.executor.run(actions, now, started)
+        self.executor.run(actions, now, started, pair)
         if self.sample_requests and self.store is not None:
             first = actions[0] if actions else None
             reason = getattr(first, "reason", None)
@@ -254,8 +268,13 @@ class LiveBot:
 
     def _on_ws_state(self, state: str) -> None:
         connected = state == CONNECTED
-        self.executor.feed(ev.ConnectionRestored() if connected else ev.ConnectionLost())
-        log.info("bus connection: %s", state)
+        now = self.clock()
+        self.executor.feed(ev.ConnectionRestored() if connected else ev.ConnectionLost(), now)
+        watch = self.bus_watch
+        alerts = watch.up(now) if connected else watch.down(now, f"bus websocket {self.ws.url}")
+        if alerts:
+            self.executor.run(list(alerts), now, time.perf_counter())
+        log.info("bus connection: %s (%s)", state, self.ws.url)
 
     def _own_flow(
         self, key: str, asset_in: str, amount_in: int, asset_out: str, outflow: int
@@ -326,6 +345,9 @@ class LiveBot:
             actions = self.desk.tick(now)
             if actions:
                 self.executor.run(actions, now, time.perf_counter())
+            outage = self.bus_watch.tick(now)
+            if outage:
+                self.executor.run(list(outage), now, time.perf_counter())
             self.operator.refresh_metrics()  # a few gauges: cheap, and never a tick behind
             self._project()
             self.refresh_paper_metrics()
@@ -469,6 +491,7 @@ class LiveBot:
     async def run(self, stop: asyncio.Event, *, grace_s: float = 0.0) -> None:
         """Quote until ``stop`` is set, then stop quoting and return (``grace_s``: first let
         open quotes settle for at most that long; the journal makes it unnecessary)."""
+        self.notifier.start()  # alerts raised from here on are delivered
         self.recover()
         if self.shadow:
             log.warning(
@@ -476,6 +499,7 @@ class LiveBot:
                 "simulates fills (%s model) apart from the real inventory and PnL",
                 self.config.shadow.fill.model,
             )
+        self.operator.sync_pair_metrics(baseline=True)
         await self.warm_up()
         # Everything built so far lives as long as the process: keep the cyclic GC from
         # re-walking it on every full collection (those pauses land on the quote path).
@@ -537,6 +561,7 @@ class LiveBot:
             self._maybe_snapshot(self.clock(), force=True)
             self._project(budget_s=None)
             self.store.close()
+        await self.notifier.aclose(NOTIFIER_CLOSE_S)
         log.info("stopped: %s", self.summary())
 
 

@@ -36,15 +36,17 @@ from solver.core.actions import (
     SignAndSend,
 )
 from solver.core.desk import Desk
-from solver.core.facts import Fact, QuoteMoved, QuoteOpened, QuotesLost
+from solver.core.facts import Fact, QuoteMoved, QuoteOpened
 from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.journal import Journal
 from solver.io.ledger_client import LedgerClient
-from solver.io.metrics import Metrics
+from solver.io.metrics import OTHER, Metrics
+from solver.io.notify import Notifier
 from solver.protocol.nonce import NonceLayout, new_nonce
 from solver.protocol.quote_signing import QuoteSigner
+from solver.runtime.readable import Readable
 
 log = logging.getLogger("solver.executor")
 CHECKS_AT_ONCE = 32
@@ -71,6 +73,7 @@ class Executor:
         on_refresh_balances: Callable[[], None] = lambda: None,
         on_refresh_salt: Callable[[], None] = lambda: None,
         on_shadow_quote: Callable[[Quote, datetime], None] | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.desk = desk
         self.signer = signer
@@ -85,6 +88,8 @@ class Executor:
         self.on_refresh_balances = on_refresh_balances
         self.on_refresh_salt = on_refresh_salt
         self.on_shadow_quote = on_shadow_quote  # shadow mode's paper book (runtime.paper)
+        self.notifier = notifier
+        self.readable = Readable(desk.symbols, desk.state.decimals)
         self.sent = 0
         self.send_failed = 0
         self.response_us: deque[float] = deque(maxlen=20_000)
@@ -92,7 +97,7 @@ class Executor:
         self.replies: list[OperatorReply] = []
         # Called with every fact the desk records (the demo's view, tests' audits).
         self.observers: list[Callable[[Fact], None]] = []
-        self._outbox: list[tuple[str, dict[str, Any], float]] = []
+        self._outbox: list[tuple[str, dict[str, Any], float, str]] = []
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._polls_in_flight: set[str] = set()
@@ -108,26 +113,25 @@ class Executor:
             self.run(actions, when, time.perf_counter())
         return actions
 
-    def run(self, actions: list[Action], now: datetime, started: float) -> None:
+    def run(self, actions: list[Action], now: datetime, started: float, pair: str = OTHER) -> None:
+        """``pair``: the metrics label of the request these actions answer (its skip and its
+        quote are counted under it); outcomes are counted from the desk's per-pair stats."""
         for action in actions:
             kind = type(action)
             if kind is SignAndSend:
                 assert isinstance(action, SignAndSend)
-                self._sign_and_queue(action, now, started)
+                self._sign_and_queue(action, now, started, pair)
             elif kind is Record:
                 assert isinstance(action, Record)
-                fact = action.fact
-                if type(fact) is QuoteMoved:
-                    self.metrics.inc_outcome(fact.new)
-                elif type(fact) is QuotesLost:
-                    for _ in fact.quote_ids:
-                        self.metrics.inc_outcome("LOST")
                 self._append(action)
+                fact = action.fact
+                if type(fact) is QuoteMoved and fact.new == "SETTLED":
+                    self._log_fill(fact.quote_id)
                 for observer in self.observers:
                     observer(action.fact)
             elif kind is Skip:
                 assert isinstance(action, Skip)
-                self.metrics.inc_skip(action.reason)
+                self.metrics.inc_skip(action.reason, pair)
             elif kind is PollIntent:
                 assert isinstance(action, PollIntent)
                 self._poll(action.intent_hash)
@@ -154,7 +158,9 @@ class Executor:
 
     # ------------------------------------------------------------------ the quote path
 
-    def _sign_and_queue(self, action: SignAndSend, now: datetime, started: float) -> None:
+    def _sign_and_queue(
+        self, action: SignAndSend, now: datetime, started: float, pair: str
+    ) -> None:
         quote = action.quote
         request = quote.request
         try:
@@ -192,7 +198,7 @@ class Executor:
             "quote_output": output,
             "signed_data": signed.signed_data,
         }
-        self._outbox.append((request.quote_id, params, started))
+        self._outbox.append((request.quote_id, params, started, pair))
         self._schedule_flush()
 
     def _append(self, record: Record, signed_data: dict[str, Any] | None = None) -> bool:
@@ -223,16 +229,16 @@ class Executor:
             except SolverError as exc:
                 log.error("cannot commit the journal: %s; %d answer(s) not sent", exc, len(batch))
                 now = self.clock()
-                for quote_id, _, _ in batch:
+                for quote_id, _, _, _ in batch:
                     reason = f"not recorded: {exc}"
                     self.feed(ev.QuoteNotSent(quote_id, reason, store_error=True), now)
                 return
         if batch:
             self._spawn(self._send(batch))
 
-    async def _send(self, batch: list[tuple[str, dict[str, Any], float]]) -> None:
+    async def _send(self, batch: list[tuple[str, dict[str, Any], float, str]]) -> None:
         metrics = self.metrics
-        for quote_id, params, started in batch:
+        for quote_id, params, started, pair in batch:
             try:
                 await self.sender.send_quote_response(params)
             except SolverError as exc:
@@ -243,7 +249,7 @@ class Executor:
             self.sent += 1
             elapsed = time.perf_counter() - started
             self.response_us.append(elapsed * 1e6)
-            metrics.inc_quote()
+            metrics.inc_quote(pair)
             metrics.observe_response(elapsed)
 
     async def drain(self) -> None:
@@ -290,8 +296,20 @@ class Executor:
 
     # ------------------------------------------------------------------ telling people
 
+    def _log_fill(self, quote_id: str) -> None:
+        for quote, prices in reversed(self.desk.recent_fills):
+            if quote.quote_id == quote_id:
+                pair = self.desk.pair_book.label(quote.asset_in, quote.asset_out)
+                log.info("%s", self.readable.fill(quote, prices, pair))
+                return
+
     def _alert(self, alert: Alert, now: datetime) -> None:
         self.alerts.append((now, alert))
+        if self.notifier is not None:
+            # One message per incident opened or resolved (repeats dropped, rate limited per
+            # kind); the notifier logs each message it sends.
+            self.notifier.alert(alert, now)
+            return
         # A halt is logged at ERROR by its pause; the alert itself is a warning.
         if alert.resolved:
             log.warning("resolved: %s: %s", alert.kind, alert.detail)

@@ -16,7 +16,7 @@ from solver.core import events as ev
 from solver.core.actions import OperatorReply
 from solver.core.pnl import usd_value
 from solver.io.metrics import MetricsSnapshot
-from solver.runtime.status_extra import status_extra
+from solver.runtime.status_extra import merge_pair_rows, status_extra
 
 if TYPE_CHECKING:
     from solver.runtime.bot import LiveBot
@@ -94,6 +94,15 @@ class Operator:
             "pnl_usd": desk.pnl.pnl,
             "realized_pnl_usd": desk.pnl.realized_usd,
             "last_reconciliation": desk.balances.report,
+            "pairs": self.pairs(),
+            "tokens": {
+                asset: {"symbol": token.symbol, "decimals": token.decimals}
+                for asset, token in bot.config.tokens.items()
+            },
+            "alerts": {
+                "open": bot.notifier.tracker.open_incidents(),
+                **bot.notifier.stats.as_dict(),
+            },
             "uptime_s": time.monotonic() - self.started,
         }
         if bot.store is not None:
@@ -107,7 +116,28 @@ class Operator:
                     "volume_usd": self._volume_usd(stats["volume_in"]),
                 }
             doc["windows"] = windows
-        doc.update(status_extra(bot, now))  # decimals, symbols, pairs, recent_fills, paper
+        doc.update(status_extra(bot, now))  # decimals, symbols, recent_fills, paper
+        merge_pair_rows(doc["pairs"], bot, now)  # state, strategy, 24 h fills, paper per pair
+        return doc
+
+    def pairs(self) -> dict[str, dict[str, Any]]:
+        """Per configured pair (``wNEAR/USDC``): the desk's counters since start, plus the
+        quotes open now and the USD value of the outflow they hold (None: no price)."""
+        desk = self.bot.desk
+        doc: dict[str, dict[str, Any]] = {}
+        for label, stats in desk.stats.pairs.items():
+            doc[label] = stats.as_dict() | {"open_quotes": 0, "open_exposure_usd": 0.0}
+        for quote in desk.book.quotes.values():
+            open_label = desk.pair_book.label(quote.asset_in, quote.asset_out)
+            if open_label is None:
+                continue
+            row = doc[open_label]
+            row["open_quotes"] += 1
+            price, decimals = desk.price(quote.asset_out), desk.state.decimals.get(quote.asset_out)
+            if price is None or decimals is None or row["open_exposure_usd"] is None:
+                row["open_exposure_usd"] = None
+            else:
+                row["open_exposure_usd"] += usd_value(quote.outflow, decimals, price)
         return doc
 
     def _volume_usd(self, volume_in: Mapping[str, str]) -> float | None:
@@ -120,19 +150,31 @@ class Operator:
             total += usd_value(int(amount), desk.state.decimals[asset], price)
         return total
 
+    def sync_pair_metrics(self, *, baseline: bool = False) -> None:
+        """Outcomes and volume per pair, from the desk's per-pair stats (``baseline``: at
+        start, after the journal was replayed: those happened before this process)."""
+        desk, metrics = self.bot.desk, self.bot.metrics
+        metrics.sync_outcomes(desk.pair_book.outcome_totals(), baseline=baseline)
+        volume = {label: s.volume_usd for label, s in desk.stats.pairs.items()}
+        metrics.sync_volume(volume, baseline=baseline)
+
     def refresh_metrics(self) -> None:
         bot, desk = self.bot, self.bot.desk
         metrics = bot.metrics
         metrics.sync_bad_frames(bot.ws.counters.bad_frames)
+        metrics.sync_notifications(bot.notifier.stats.as_dict())
+        self.sync_pair_metrics()
         metrics.refresh_gauges(
             MetricsSnapshot(
                 free={a: desk.inventory.free(a) for a in bot.tokens},
                 reserved={a: desk.inventory.reserved.get(a, 0) for a in bot.tokens},
                 decimals=dict(desk.state.decimals),
-                pnl_usd=desk.pnl.pnl,
+                pnl_marked_usd=desk.pnl.pnl,
+                pnl_realized_usd=desk.pnl.realized_usd,
                 mismatch=dict(desk.balances.found) | desk.balances.unresolved,
                 connected=bot.ws.connected,
                 paused=desk.pauses.globally_paused(),
+                shadow=bot.shadow,
                 open_quotes=len(desk.book.quotes),
             )
         )
@@ -144,10 +186,18 @@ class Operator:
         p50 = ordered[len(ordered) // 2] if ordered else 0.0
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
         skipped = ",".join(f"{k}={v}" for k, v in s.skipped.most_common(6)) or "-"
-        symbols = {a: t.symbol for a, t in bot.config.tokens.items()}
-        free = " ".join(f"{symbols[a]}={desk.inventory.free(a)}" for a in bot.tokens)
+        readable = bot.executor.readable
+        free = ", ".join(readable.amount(a, desk.inventory.free(a)) for a in bot.tokens)
+        pnl = desk.pnl.pnl
+        marked = "unknown" if pnl is None else f"{pnl:+,.2f} USD"
+        pairs = "; ".join(
+            f"{label} req={p.requests} quoted={p.quotes} won={p.won}"
+            for label, p in s.pairs.items()
+        )
         return (
             f"requests={s.requests} quoted={bot.executor.sent} skipped[{skipped}] "
             f"outcomes={dict(s.outcomes)} response_us p50={p50:.0f} p99={p99:.0f} "
-            f"open={len(desk.book.quotes)} connected={bot.ws.connected} free: {free}"
+            f"open={len(desk.book.quotes)} connected={bot.ws.connected} "
+            f"pnl={marked} realized={desk.pnl.realized_usd:+,.2f} USD pairs[{pairs}] "
+            f"free: {free}"
         )

@@ -35,7 +35,6 @@ def status_extra(bot: LiveBot, now: datetime) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "decimals": {a: t.decimals for a, t in bot.config.tokens.items()},
         "symbols": {a: t.symbol for a, t in bot.config.tokens.items()},
-        "pairs": pair_rows(bot, now),
     }
     if bot.store is not None:
         doc["recent_fills"] = recent_fills(bot.store)
@@ -62,6 +61,14 @@ def recent_fills(store: Store, limit: int = RECENT_FILLS) -> list[dict[str, Any]
         }
         for f in store.fills_since(None, None, limit)
     ]
+
+
+def merge_pair_rows(pairs: dict[str, dict[str, Any]], bot: LiveBot, now: datetime) -> None:
+    """Add each configured pair's state, strategy, 24 h fills and paper figures to the desk's
+    per-pair counters (``Operator.pairs``), keyed the same way (``wNEAR/USDC``)."""
+    for row in pair_rows(bot, now):
+        label = row.pop("pair")
+        pairs.setdefault(label, {}).update(row)
 
 
 def pair_rows(bot: LiveBot, now: datetime) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
 """``solver run --config`` as a child process against a sandbox started in the test: it quotes,
-and SIGTERM makes it exit 0 within a few seconds (issue 4, item 8)."""
+and SIGTERM makes it exit 0 within a few seconds (issue 4, item 8). ``--set`` overrides apply
+and are named in the start-up line (issue 14)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ async def test_solver_run_quotes_and_exits_0_on_sigterm(tmp_path: Path) -> None:
             str(config),
             "--shutdown-wait",
             "1",
+            "--set",
+            "pairs.0.params.spread_bps=100",
             env=env,
             cwd=tmp_path,
             stdin=asyncio.subprocess.DEVNULL,
@@ -83,7 +86,9 @@ async def test_solver_run_quotes_and_exits_0_on_sigterm(tmp_path: Path) -> None:
                     break
             assert len(offers) == 1, (tmp_path / "solver.log").read_text()
             (offer,) = offers
-            assert offer["amount_in"] == str(E24) and 0 < int(offer["amount_out"]) < 3_000_000
+            # 1 wNEAR at 3 USD less the 100 bps of --set (the file says 25).
+            assert offer["amount_in"] == str(E24)
+            assert 2_900_000 < int(offer["amount_out"]) <= 2_970_000, offer
             record = sandbox.bus.quotes[offer["quote_hash"]]
             assert f'"signer_id":"{account}"' in record.signed_data["payload"]["message"]
 
@@ -96,6 +101,7 @@ async def test_solver_run_quotes_and_exits_0_on_sigterm(tmp_path: Path) -> None:
             assert elapsed < 6, elapsed
             output = (tmp_path / "solver.log").read_text()
             assert "Traceback" not in output, output
+            assert "overrides: pairs.0.params.spread_bps=100" in output, output
             await eventually(lambda: sandbox.bus.connections == {}, "the child's socket to close")
         finally:
             if child.returncode is None:

@@ -296,7 +296,9 @@ async def test_accept_balances_after_a_deliberate_withdrawal(
     monkeypatch.setenv("SOLVER_CONTROL_TOKEN", TOKEN)
     overrides = {"metrics.listen": "127.0.0.1:0"}
     async with live_bot(
-        tmp_path, overrides=overrides, allowed_errors=["PAUSED: reconciliation"]
+        tmp_path,
+        overrides=overrides,
+        allowed_errors=["PAUSED: reconciliation", "ALERT: reconciliation"],
     ) as bot:
         app = bot.app
         assert app.control is not None
@@ -339,7 +341,7 @@ async def test_resume_says_why_while_a_condition_still_holds(
         "chain.balance_max_age_ms": 500,
     }
     async with live_bot(
-        tmp_path, overrides=overrides, allowed_errors=["PAUSED: stale_data"]
+        tmp_path, overrides=overrides, allowed_errors=["PAUSED: stale_data", "ALERT: stale_data"]
     ) as bot:
         app = bot.app
         assert app.control is not None

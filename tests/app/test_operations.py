@@ -68,8 +68,23 @@ async def test_control_api_and_metrics_end_to_end(
             "volume_usd": 0.0,
         }
         assert status["last_reconciliation"]["ok"] is True
+        near = status["pairs"]["wNEAR/USDC"]
+        assert {k: near[k] for k in ("requests", "quotes", "won", "win_rate", "open_quotes")} == {
+            "requests": 1,
+            "quotes": 1,
+            "won": 0,
+            "win_rate": 0.0,
+            "open_quotes": 1,
+        }
+        assert near["open_exposure_usd"] == pytest.approx(int(offer["amount_out"]) / E6)
+        assert status["pairs"]["ETH/USDC"]["requests"] == 0
         assert await cli("status", "--url", url) == 0  # the table renders too
-        assert "RUNNING" in capsys.readouterr().out
+        table = capsys.readouterr().out
+        assert "RUNNING" in table
+        # Whole units with symbols (2 wNEAR at 3 USD less 25 bps: 5.985 USDC reserved), and a
+        # row per pair.
+        assert "5.985 USDC" in table, table
+        assert "wNEAR/USDC" in table and "ETH/USDC" in table
 
         # Pause one pair: both of its directions skip "paused", the other pair still quotes.
         reason = "widening spreads"
@@ -102,9 +117,14 @@ async def test_control_api_and_metrics_end_to_end(
 
         bot.tick()  # the gauges are refreshed by the periodic risk tick
         text = await get_metrics(bot)
-        assert "solver_quote_requests_total 6.0" in text
-        assert "solver_quotes_total 3.0" in text
-        assert 'solver_skips_total{reason="paused"} 3.0' in text
+        # Per pair (bounded: the configured pairs and "other").
+        assert 'solver_quote_requests_total{pair="wNEAR/USDC"} 4.0' in text
+        assert 'solver_quote_requests_total{pair="ETH/USDC"} 2.0' in text
+        assert 'solver_quotes_total{pair="wNEAR/USDC"} 2.0' in text
+        assert 'solver_quotes_total{pair="ETH/USDC"} 1.0' in text
+        assert 'solver_skips_total{pair="wNEAR/USDC",reason="paused"} 2.0' in text
+        assert 'solver_skips_total{pair="ETH/USDC",reason="paused"} 1.0' in text
+        assert 'solver_mode{mode="LIVE"} 1.0' in text
         assert 'solver_state{state="RUNNING"} 1.0' in text
         assert "solver_connected 1.0" in text
         assert "solver_open_quotes 3.0" in text
@@ -211,7 +231,7 @@ async def test_staleness_beyond_max_stale_s_trips_the_kill_switch_until_resumed(
     monkeypatch.setenv("SOLVER_CONTROL_TOKEN", TOKEN)
     overrides = {**STALE, **CONTROL, "risk.max_stale_s": 2.0}
     async with live_bot(
-        tmp_path, overrides=overrides, allowed_errors=["PAUSED: stale_data"]
+        tmp_path, overrides=overrides, allowed_errors=["PAUSED: stale_data", "ALERT: stale_data"]
     ) as bot:
         app, sandbox = bot.app, bot.sandbox
         store = app.store

@@ -80,7 +80,7 @@ async def test_shadow_mode_paper_trades_apart_from_the_real_books(
         shown = console.export_text()
         assert "SHADOW paper" in shown and "2 fills of 2 shadow quotes" in shown
         assert "recent_fills" not in shown  # for the page, not the terminal
-        near = next(row for row in status["pairs"] if row["pair"] == "wNEAR/USDC")
+        near = status["pairs"]["wNEAR/USDC"]
         assert (near["paper_fills"], near["fills_24h"]) == (2, 0)
 
         app.refresh_paper_metrics()

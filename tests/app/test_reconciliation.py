@@ -282,7 +282,7 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
     async with live_bot(
         tmp_path,
         overrides={"metrics.listen": "127.0.0.1:0"},
-        allowed_errors=["PAUSED: reconciliation"],
+        allowed_errors=["PAUSED: reconciliation", "ALERT: reconciliation"],
     ) as bot:
         app, store = bot.app, store_of(bot)
         assert app.control is not None

@@ -222,6 +222,37 @@ def test_parse_pair_and_format_amount() -> None:
     assert format_amount("3000000", USDC, tokens) == "3 USDC"
     assert (
         format_amount(str(U128_MAX), WNEAR, tokens)
-        == "340282366920938.463463374607431768211455 wNEAR"
+        == "340,282,366,920,938.463463374607431768211455 wNEAR"
     )
     assert format_amount("7", ETH, tokens) == f"7 {ETH}"
+
+
+def test_totals_per_pair_from_quotes_and_fills(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both directions of a pair count together, named as configured; amounts stay exact."""
+    argv = ["history", "--config", str(config), "--kind", "pairs", "--format", "json"]
+    code, out, err = run(argv, capsys)
+    assert (code, err) == (0, "")
+    rows = {row["pair"]: row for row in orjson.loads(out)}
+    near = rows["wNEAR/USDC"]  # the configured pair (base wNEAR), though quotes were USDC->wNEAR
+    assert (near["quotes"], near["won"], near["win_rate"], near["settled"]) == (2, 2, 1.0, 2)
+    assert near["fills"] == 2
+    assert near["received"] == {USDC: str(U128_MAX + 1_500_000)}
+    assert near["paid"] == {WNEAR: str(2 * (U128_MAX - 1))}
+    assert near["realized_pnl_usd"] == "0.84"
+    # ETH/USDC is not a configured pair: its assets in sorted order; quoted, never won.
+    eth = rows["ETH/USDC"]
+    assert (eth["quotes"], eth["won"], eth["win_rate"], eth["fills"]) == (1, 0, 0.0, 0)
+    assert eth["volume_usd"] == "0"
+
+    code, out, _ = run([*argv, "--since", "-1h"], capsys)
+    near = {row["pair"]: row for row in orjson.loads(out)}["wNEAR/USDC"]
+    assert (near["quotes"], near["fills"]) == (1, 1)  # the two-hour-old one is out
+    assert near["received"] == {USDC: "1500000"}
+    assert near["volume_usd"] == "1.5"  # 1.5 USDC at 1 USD
+
+    code, out, _ = run(["history", "--config", str(config)], capsys)
+    assert code == 0 and "totals per pair, all time" in out
+    line = next(row for row in out.splitlines() if "wNEAR/USDC" in row)
+    assert "100.0%" in line and "+0.84" in line

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from solver.cli import main
 from solver.cli.ops import status_table
+from solver.cli.status_pairs import pairs_table
 from solver.config import validate_bot_config
 from solver.io.control import ControlServer
 from tests.cli.helpers import KEY_VAR, assert_one_line_error
@@ -298,3 +299,41 @@ def test_status_table_of_a_minimal_document() -> None:
     text = render({"last_reconciliation": None}, with_config=True)
     assert "RUNNING" in text
     assert "never" in text
+
+
+def test_status_shows_amounts_in_whole_units_and_a_row_per_pair() -> None:
+    doc: dict[str, object] = {
+        "reserved": {USDC: "1234567800"},
+        "realized_pnl_usd": 1.5,
+        "alerts": {"open": ["reconciliation"], "sent": 2, "failed": 0},
+        "pairs": {
+            "wNEAR/USDC": {
+                "requests": 1200,
+                "quotes": 40,
+                "won": 10,
+                "win_rate": 0.25,
+                "settled": 9,
+                "volume_usd": 512.75,
+                "realized_pnl_usd": -3.5,
+                "open_quotes": 2,
+                "open_exposure_usd": 12.0,
+            },
+            "ETH/USDC": {"requests": 0, "quotes": 0, "win_rate": None},
+        },
+    }
+    text = render(doc, with_config=True)
+    assert "1,234.5678 USDC" in text
+    assert "+1.50 USD" in text
+    assert "reconciliation (2 sent, 0 failed)" in text
+    assert "wNEAR/USDC" not in text  # the pairs have a table of their own
+    table = pairs_table(doc)
+    assert table is not None
+    console = Console(record=True, width=200)
+    console.print(table)
+    rows = console.export_text()
+    near = next(line for line in rows.splitlines() if "wNEAR/USDC" in line)
+    for cell in ("1,200", "40", "10", "25.0%", "9", "512.75", "-3.50", "2", "12.00"):
+        assert cell in near, (cell, near)
+    eth = next(line for line in rows.splitlines() if "ETH/USDC" in line)
+    assert "-" in eth
+    assert pairs_table({}) is None

@@ -82,10 +82,10 @@ def test_example_strategy_params() -> None:
     assert {p.strategy for p in skew.pairs} == {"inventory_skew"}
     params = skew.pairs[0].params
     assert {k: params[k] for k in ("gamma", "min_spread_bps", "max_spread_bps", "horizon_s")} == {
-        "gamma": 0.1,
+        "gamma": 50,
         "min_spread_bps": 10,
         "max_spread_bps": 200,
-        "horizon_s": 60,
+        "horizon_s": 3600,
     }
     assert params["targets"] == {WNEAR: 0.5, USDC: 0.5}
 

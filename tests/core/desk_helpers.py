@@ -50,6 +50,7 @@ def make_desk(
         routes,
         {USDC: 6, NEAR: 24},
         symbols={USDC: "USDC", NEAR: "wNEAR"},
+        pairs=[(NEAR, USDC)],
         timer=lambda: 0.0,
     )
     feed(desk, at(0), balances or BALANCES)

@@ -63,8 +63,8 @@ async def test_metrics_are_open_and_in_prometheus_format(
     assert response.status_code == 200
     assert response.headers["content-type"] == CONTENT_TYPE
     assert CONTENT_TYPE.startswith("text/plain; version=")
-    assert "solver_quote_requests_total 1.0" in response.text
-    assert 'solver_skips_total{reason="no_price"} 1.0' in response.text
+    assert 'solver_quote_requests_total{pair="other"} 1.0' in response.text
+    assert 'solver_skips_total{pair="other",reason="no_price"} 1.0' in response.text
 
 
 async def test_healthz_ready_and_not_ready(client: httpx.AsyncClient, target: FakeTarget) -> None:

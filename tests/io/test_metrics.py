@@ -9,10 +9,12 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from solver.io.metrics import LATENCY_BUCKETS, Metrics, MetricsSnapshot
+from solver.io.metrics import LATENCY_BUCKETS, OTHER, Metrics, MetricsSnapshot
 
 USDC = "nep141:usdc.sandbox"
 WNEAR = "nep141:wrap.sandbox"
+ETH = "nep141:eth.sandbox"
+SYMBOLS = {USDC: "USDC", WNEAR: "wNEAR", ETH: "ETH"}
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -44,12 +46,13 @@ def test_counters_after_observations() -> None:
     m.inc_bad_frame("invalid_json")
     m.inc_bad_frame("too_large", 3)
 
-    assert value(m, "solver_quote_requests_total") == 5
-    assert value(m, "solver_quotes_total") == 2
-    assert value(m, "solver_skips_total", reason="no_price") == 2
-    assert value(m, "solver_skips_total", reason="paused") == 1
-    assert value(m, "solver_quote_outcomes_total", state="WON") == 2
-    assert value(m, "solver_quote_outcomes_total", state="SETTLED") == 1
+    # No pair given: counted under pair="other".
+    assert value(m, "solver_quote_requests_total", pair=OTHER) == 5
+    assert value(m, "solver_quotes_total", pair=OTHER) == 2
+    assert value(m, "solver_skips_total", pair=OTHER, reason="no_price") == 2
+    assert value(m, "solver_skips_total", pair=OTHER, reason="paused") == 1
+    assert value(m, "solver_quote_outcomes_total", pair=OTHER, state="WON") == 2
+    assert value(m, "solver_quote_outcomes_total", pair=OTHER, state="SETTLED") == 1
     assert value(m, "solver_bad_frames_total", reason="invalid_json") == 1
     assert value(m, "solver_bad_frames_total", reason="too_large") == 3
 
@@ -85,37 +88,46 @@ def test_buckets_cover_50us_to_50ms() -> None:
 def test_own_registry_never_the_global_one() -> None:
     a, b = Metrics(), Metrics()  # two in one process: no duplicate-series error
     a.inc_request()
-    assert value(a, "solver_quote_requests_total") == 1
-    assert value(b, "solver_quote_requests_total") == 0
-    assert REGISTRY.get_sample_value("solver_quote_requests_total") is None
+    assert value(a, "solver_quote_requests_total", pair=OTHER) == 1
+    assert value(b, "solver_quote_requests_total", pair=OTHER) == 0
+    assert REGISTRY.get_sample_value("solver_quote_requests_total", {"pair": OTHER}) is None
     assert "process_cpu_seconds_total" not in a.render().decode()
 
 
 def test_hot_path_reuses_labelled_children(monkeypatch: pytest.MonkeyPatch) -> None:
-    m = Metrics()
-    m.inc_skip("rate_limited")
-    m.inc_outcome("LOST")
+    m = Metrics(pairs=[(WNEAR, USDC)], symbols=SYMBOLS)
+    pair = m.pair_label(USDC, WNEAR)
+    m.inc_skip("rate_limited", pair)
+    m.inc_outcome("LOST", pair)
     m.inc_bad_frame("not_an_object")
 
     def no_labels(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError(".labels() called on the hot path")
 
-    for family in (m._skips, m._outcomes, m._bad_frames):
+    for family in (m._skips._counter, m._outcomes._counter, m._bad_frames):
         monkeypatch.setattr(family, "labels", no_labels)
-    m.inc_skip("rate_limited")
-    m.inc_outcome("LOST")
+    for family in (m._requests._counter, m._quotes._counter, m._volume._counter):
+        monkeypatch.setattr(family, "labels", no_labels)  # preset for every pair
+    m.inc_skip("rate_limited", pair)
+    m.inc_outcome("LOST", pair)
     m.inc_bad_frame("not_an_object")
-    assert value(m, "solver_skips_total", reason="rate_limited") == 2
-    assert value(m, "solver_quote_outcomes_total", state="LOST") == 2
+    m.inc_request(pair)
+    m.inc_request("BTC/USDC")  # clamped to "other", also preset
+    m.inc_quote(pair)
+    m.add_volume(10.0, pair)
+    assert value(m, "solver_skips_total", pair="wNEAR/USDC", reason="rate_limited") == 2
+    assert value(m, "solver_quote_outcomes_total", pair="wNEAR/USDC", state="LOST") == 2
 
 
 def test_preset_creates_zero_series() -> None:
-    m = Metrics()
+    m = Metrics(pairs=[(ETH, USDC)], symbols=SYMBOLS)
     m.preset(skip_reasons=["no_salt"], states=["WON", "LOST"])
-    assert value(m, "solver_skips_total", reason="no_salt") == 0
-    assert value(m, "solver_quote_outcomes_total", state="LOST") == 0
-    m.inc_skip("no_salt")
-    assert value(m, "solver_skips_total", reason="no_salt") == 1
+    for pair in ("ETH/USDC", OTHER):
+        assert value(m, "solver_skips_total", pair=pair, reason="no_salt") == 0
+        assert value(m, "solver_quote_outcomes_total", pair=pair, state="LOST") == 0
+        assert value(m, "solver_quote_requests_total", pair=pair) == 0
+    m.inc_skip("no_salt", "ETH/USDC")
+    assert value(m, "solver_skips_total", pair="ETH/USDC", reason="no_salt") == 1
 
 
 def test_sync_bad_frames_adds_only_the_growth() -> None:
@@ -129,8 +141,11 @@ def test_sync_bad_frames_adds_only_the_growth() -> None:
 
 def test_gauges_before_any_snapshot() -> None:
     m = Metrics()
-    assert math.isnan(value(m, "solver_pnl_usd"))
+    assert math.isnan(value(m, "solver_pnl_marked_usd"))
+    assert math.isnan(value(m, "solver_pnl_realized_usd"))
     assert value(m, "solver_connected") == 0
+    assert value(m, "solver_mode", mode="LIVE") == 1
+    assert value(m, "solver_mode", mode="SHADOW") == 0
     assert value(m, "solver_state", state="RUNNING") == 1
     assert value(m, "solver_state", state="PAUSED") == 0
     assert value(m, "solver_open_quotes") == 0
@@ -143,10 +158,12 @@ def test_refresh_gauges_from_a_dataclass() -> None:
             free={USDC: 2_500_000, WNEAR: 10**24 + 5 * 10**23},
             reserved={USDC: 1_000_000, WNEAR: 0},
             decimals={USDC: 6, WNEAR: 24},
-            pnl_usd=-3.25,
+            pnl_marked_usd=-3.25,
+            pnl_realized_usd=1.5,
             mismatch={USDC: -1},
             connected=True,
             paused=True,
+            shadow=True,
             open_quotes=7,
         )
     )
@@ -155,7 +172,10 @@ def test_refresh_gauges_from_a_dataclass() -> None:
     assert value(m, "solver_reserved_inventory", asset=USDC) == 1.0
     assert value(m, "solver_reserved_inventory", asset=WNEAR) == 0
     assert value(m, "solver_reconciliation_mismatch", asset=USDC) == pytest.approx(-1e-6)
-    assert value(m, "solver_pnl_usd") == -3.25
+    assert value(m, "solver_pnl_marked_usd") == -3.25
+    assert value(m, "solver_pnl_realized_usd") == 1.5
+    assert value(m, "solver_mode", mode="SHADOW") == 1
+    assert value(m, "solver_mode", mode="LIVE") == 0
     assert value(m, "solver_connected") == 1
     assert value(m, "solver_state", state="PAUSED") == 1
     assert value(m, "solver_state", state="RUNNING") == 0
@@ -164,14 +184,14 @@ def test_refresh_gauges_from_a_dataclass() -> None:
 
 def test_refresh_gauges_from_a_mapping_follows_the_assets() -> None:
     m = Metrics()
-    m.refresh_gauges({"free": {USDC: 5, WNEAR: 7}, "mismatch": {WNEAR: 3}, "pnl_usd": 1.0})
+    m.refresh_gauges({"free": {USDC: 5, WNEAR: 7}, "mismatch": {WNEAR: 3}, "pnl_marked_usd": 1.0})
     assert value(m, "solver_free_inventory", asset=WNEAR) == 7  # no decimals: smallest units
     m.refresh_gauges({"free": {USDC: 6}, "connected": True})
     series = samples(m)
     assert series[("solver_free_inventory", frozenset({("asset", USDC)}))] == 6
     assert ("solver_free_inventory", frozenset({("asset", WNEAR)})) not in series
     assert ("solver_reconciliation_mismatch", frozenset({("asset", WNEAR)})) not in series
-    assert math.isnan(value(m, "solver_pnl_usd"))  # unknown again
+    assert math.isnan(value(m, "solver_pnl_marked_usd"))  # unknown again
     assert value(m, "solver_state", state="RUNNING") == 1
 
 
@@ -192,10 +212,86 @@ def test_exposition_text_names_and_types() -> None:
         "# TYPE solver_free_inventory gauge",
         "# TYPE solver_reserved_inventory gauge",
         "# TYPE solver_reconciliation_mismatch gauge",
-        "# TYPE solver_pnl_usd gauge",
+        "# TYPE solver_pnl_marked_usd gauge",
+        "# TYPE solver_pnl_realized_usd gauge",
+        "# TYPE solver_mode gauge",
+        "# TYPE solver_volume_usd_total counter",
+        "# TYPE solver_notifications_total counter",
         "# TYPE solver_connected gauge",
         "# TYPE solver_state gauge",
         "# TYPE solver_open_quotes gauge",
-        'solver_skips_total{reason="no_price"} 1.0',
+        'solver_skips_total{pair="other",reason="no_price"} 1.0',
     ):
         assert line in text
+    assert "solver_pnl_usd" not in text  # the old, misleading name is gone
+
+
+def test_pair_labels_for_both_directions_and_other_for_the_rest() -> None:
+    m = Metrics(pairs=[(WNEAR, USDC), (ETH, USDC)], symbols=SYMBOLS)
+    assert m.pair_label(WNEAR, USDC) == m.pair_label(USDC, WNEAR) == "wNEAR/USDC"
+    assert m.pair_label(USDC, ETH) == "ETH/USDC"
+    assert m.pair_label(WNEAR, ETH) == OTHER  # both assets known, pair not configured
+    assert m.pair_label("nep141:evil.near", USDC) == OTHER
+    assert m.pairs == ("ETH/USDC", "wNEAR/USDC", OTHER)
+    assert Metrics(pairs=[(WNEAR, USDC)]).pair_label(USDC, WNEAR) == f"{WNEAR}/{USDC}"
+
+
+def test_pair_label_cardinality_is_bounded() -> None:
+    """Whatever pair strings callers pass, only configured pairs and "other" appear."""
+    m = Metrics(pairs=[(WNEAR, USDC)], symbols=SYMBOLS)
+    pair = m.pair_label(WNEAR, USDC)
+    m.inc_request(pair)
+    m.inc_quote(pair)
+    m.inc_skip("no_price", pair)
+    m.inc_outcome("WON", pair)
+    m.add_volume(12.5, pair)
+    for i in range(50):
+        junk = f"nep141:spam{i}.near/{USDC}"
+        m.inc_request(junk)
+        m.inc_skip("unknown_pair", junk)
+        m.inc_outcome("LOST", junk)
+        m.add_volume(1.0, junk)
+    m.inc_quote()
+    pairs_seen = {dict(labels)["pair"] for (_, labels) in samples(m) if "pair" in dict(labels)}
+    assert pairs_seen == {"wNEAR/USDC", OTHER}
+    assert value(m, "solver_quote_requests_total", pair="wNEAR/USDC") == 1
+    assert value(m, "solver_quote_requests_total", pair=OTHER) == 50
+    assert value(m, "solver_quotes_total", pair=OTHER) == 1
+    assert value(m, "solver_skips_total", pair=OTHER, reason="unknown_pair") == 50
+    assert value(m, "solver_quote_outcomes_total", pair="wNEAR/USDC", state="WON") == 1
+    assert value(m, "solver_volume_usd_total", pair="wNEAR/USDC") == 12.5
+    assert value(m, "solver_volume_usd_total", pair=OTHER) == 50.0
+
+
+def test_volume_ignores_unknown_amounts() -> None:
+    m = Metrics(pairs=[(ETH, USDC)], symbols=SYMBOLS)
+    for usd in (math.nan, math.inf, -5.0, 0.0):
+        m.add_volume(usd, "ETH/USDC")
+    assert value(m, "solver_volume_usd_total", pair="ETH/USDC") == 0
+
+
+def test_sync_notifications_follows_totals_and_ignores_unknown_results() -> None:
+    m = Metrics()
+    m.sync_notifications({"sent": 2, "failed": 1})
+    m.sync_notifications({"sent": 5, "failed": 1, "dropped": 3, "bogus": 9})
+    assert value(m, "solver_notifications_total", result="sent") == 5
+    assert value(m, "solver_notifications_total", result="failed") == 1
+    assert value(m, "solver_notifications_total", result="dropped") == 3
+    assert value(m, "solver_notifications_total", result="rate_limited") == 0
+    assert ("solver_notifications_total", frozenset({("result", "bogus")})) not in samples(m)
+
+
+def test_outcomes_and_volume_follow_the_desks_per_pair_totals() -> None:
+    """The runtime counts outcomes and volume from the desk's cumulative per-pair totals; the
+    totals replayed at start are a baseline, not new events."""
+    m = Metrics(pairs=[("wrap", "usdc")], symbols={"wrap": "wNEAR", "usdc": "USDC"})
+    m.sync_outcomes({("wNEAR/USDC", "WON"): 5}, baseline=True)
+    m.sync_volume({"wNEAR/USDC": 1000.0}, baseline=True)
+    m.sync_outcomes({("wNEAR/USDC", "WON"): 7, ("wNEAR/USDC", "SETTLED"): 1, ("X/Y", "LOST"): 2})
+    m.sync_volume({"wNEAR/USDC": 1012.5})
+    m.sync_outcomes({("wNEAR/USDC", "WON"): 7})  # nothing grew: nothing counted
+    text = m.render().decode()
+    assert 'solver_quote_outcomes_total{pair="wNEAR/USDC",state="WON"} 2.0' in text
+    assert 'solver_quote_outcomes_total{pair="wNEAR/USDC",state="SETTLED"} 1.0' in text
+    assert 'solver_quote_outcomes_total{pair="other",state="LOST"} 2.0' in text  # clamped
+    assert 'solver_volume_usd_total{pair="wNEAR/USDC"} 12.5' in text

@@ -17,6 +17,7 @@ from solver.protocol.amounts import (
     U128_MAX,
     WIRE,
     check_u128,
+    format_units,
     parse_i128,
     parse_u128,
 )
@@ -188,3 +189,22 @@ def test_wire_context_rejects_python_ints(n: int) -> None:
     assert U128_ADAPTER.validate_python(str(n), context=WIRE) == n
     # Our own code builds models from ints, without the context.
     assert U128_ADAPTER.validate_python(n) == n
+
+
+@pytest.mark.parametrize(
+    ("amount", "decimals", "symbol", "text"),
+    [
+        (12_345_678 * 10**20, 24, "wNEAR", "1,234.5678 wNEAR"),
+        (5_985_000, 6, "USDC", "5.985 USDC"),
+        (0, 6, "USDC", "0 USDC"),
+        (1, 24, "wNEAR", "0.000000000000000000000001 wNEAR"),
+        (-7 * 10**6, 6, "USDC", "-7 USDC"),
+        (-1_500_000, 6, None, "-1.5"),
+        (1_000_000_000, 0, "X", "1,000,000,000 X"),
+        (U128_MAX, 18, "ETH", "340,282,366,920,938,463,463.374607431768211455 ETH"),
+    ],
+)
+def test_format_units_is_exact_whole_units_with_the_symbol(
+    amount: int, decimals: int, symbol: str | None, text: str
+) -> None:
+    assert format_units(amount, decimals, symbol) == text

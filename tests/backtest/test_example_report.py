@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,11 +46,19 @@ def test_the_example_is_what_the_documented_commands_make(
         argv = [arg.replace(WORK, str(tmp_path)) for arg in command]
         assert main(argv[1:]) == 0
     capsys.readouterr()
-    made = (tmp_path / "summary.json").read_text()
-    checked_in = (EXAMPLE / "summary.json").read_text()
+    made = _figures(json.loads((tmp_path / "summary.json").read_text()))
+    checked_in = _figures(json.loads((EXAMPLE / "summary.json").read_text()))
     assert made == checked_in, (
         "docs/example-report is stale: rerun the commands in docs/example-report/README.md"
     )
+
+
+def _figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """Every figure of a summary; the config's digests left out: they change with any new
+    default anywhere in the bot's config schema, while the figures need not."""
+    summary = dict(summary)
+    summary["config"] = {k: v for k, v in summary["config"].items() if "digest" not in k}
+    return summary
 
 
 def test_the_example_report_is_self_contained_and_has_every_section() -> None:

@@ -19,7 +19,9 @@ stalling that commit for several milliseconds every ~130 quotes. Here it is swit
 off on the writing connection and a background thread checkpoints every 0.25 s instead
 (``checkpoint_every_s``), on its own connection, in PASSIVE mode: it never blocks the writer.
 Frequent checkpoints keep the WAL short (each page read searches the WAL index), and
-``journal_size_limit`` truncates the file after a burst.
+``journal_size_limit`` truncates the file after a burst. Under a steady flow of commits those
+never restart the WAL, so the bot also truncates it from its own connection once it passes
+64 MiB (:meth:`Store.bound_wal`, once a second).
 
 One connection per ``Store``, used from the thread that opened it (the event loop's). Readers in
 other processes (``solver history``) do not block the writer under WAL.
@@ -88,6 +90,8 @@ __all__ = [
 log = logging.getLogger("solver.store")
 
 Synchronous = Literal["normal", "full"]
+WAL_LIMIT_BYTES = 64 << 20
+"""Past this, the writer truncates the WAL itself (:meth:`Store.bound_wal`)."""
 ExportFormat = Literal["csv", "jsonl"]
 Pair = tuple[str, str]
 
@@ -204,6 +208,31 @@ class Store:
         """The writer's own reads (status windows, exports) see everything it journaled."""
         if self._writer:
             self.project()
+
+    def bound_wal(self, limit_bytes: int = WAL_LIMIT_BYTES) -> bool:
+        """Checkpoint and truncate the WAL on the writer's connection when it has grown past
+        ``limit_bytes``; True when it did.
+
+        The background checkpointer copies the WAL into the database, but under a steady flow
+        of commits (a thousand a second) a checkpoint never catches the last frame, so SQLite
+        never starts the WAL over and the file grows without end (10 GB in ten minutes, seen
+        in the soak benchmark) — and so do its ``-shm`` index and the bot's memory. From the
+        writer itself, between two of its own commits, ``TRUNCATE`` only has the frames since
+        the last background checkpoint left to copy: a few milliseconds, once the file is
+        past the limit."""
+        wal = Path(f"{self.path}-wal")
+        try:
+            size = wal.stat().st_size
+        except OSError:
+            return False
+        if size <= limit_bytes:
+            return False
+        self.commit()
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
+        return True
 
     def unprojected(self) -> int:
         """Journal entries the query tables do not show yet."""

@@ -61,6 +61,7 @@ TICK_S = 0.1
 SNAPSHOT_EVERY_FACTS = 50_000
 PROJECT_BUDGET_S = 0.001
 BACKLOG_ENTRIES = 20_000
+SHUTDOWN_PROJECT_S = 2.0
 NOTIFIER_CLOSE_S = 2.0
 """At stop, queued alert messages get this long to go out (within Docker's 10 s)."""
 
@@ -354,6 +355,7 @@ class LiveBot:
             count += 1
             if count % snapshot_every == 0:
                 self._maybe_snapshot(now)
+                self._bound_wal()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
 
@@ -368,6 +370,14 @@ class LiveBot:
             self.store.project(budget_s)
         except SolverError as exc:
             log.warning("the query tables are behind the journal: %s", exc)
+
+    def _bound_wal(self) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.bound_wal()
+        except SolverError as exc:
+            log.warning("%s", exc)
 
     def _maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
         journal = self.store.journal if self.store is not None else None
@@ -559,7 +569,7 @@ class LiveBot:
             await self.control.stop()
         if self.store is not None:
             self._maybe_snapshot(self.clock(), force=True)
-            self._project(budget_s=None)
+            self._project(budget_s=SHUTDOWN_PROJECT_S)  # the rest at the next start
             self.store.close()
         await self.notifier.aclose(NOTIFIER_CLOSE_S)
         log.info("stopped: %s", self.summary())

@@ -843,3 +843,23 @@ def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
     assert (count(db, "journal"), count(db, "nonces"), count(db, "transitions")) == (750, 500, 250)
     with Store(db) as store:
         assert len(open_quotes(store)) == 250
+
+
+def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
+    """Background checkpoints alone never restart a WAL that keeps receiving commits; the
+    writer's own TRUNCATE checkpoint past the limit keeps the file small (soak benchmark)."""
+    limit = 1 << 20
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
+        sizes = []
+        for i in range(40):
+            record(store, *(signed_quote(f"w{i}-{j}") for j in range(50)))
+            store.bound_wal(limit)
+            sizes.append(Path(f"{db}-wal").stat().st_size)
+        assert max(sizes[5:]) < 4 * limit, sizes
+        assert len(store.journal.load()[1]) == 2_000  # nothing lost to the truncation
+    without = db.parent / "unbounded.sqlite"
+    with Store(without, account=ACCOUNT, checkpoint_every_s=0.01) as store:
+        for i in range(40):
+            record(store, *(signed_quote(f"u{i}-{j}") for j in range(50)))
+        unbounded = Path(f"{without}-wal").stat().st_size
+    assert unbounded > 4 * limit  # the failure the writer's checkpoint prevents

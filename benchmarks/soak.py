@@ -193,6 +193,32 @@ def fit(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
     }
 
 
+def component_slopes(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
+    """Least-squares slopes (MB/min) after warm-up of the RSS's parts: anonymous memory (the
+    heap: Python objects, SQLite's page cache) and file-backed pages (code, and the journal's
+    mapped ``-shm`` WAL index), with the ``-shm`` file's own size for comparison."""
+    kept = [s for s in samples if s["t_s"] >= warmup_s - 1e-6]
+    out: dict[str, Any] = {}
+    series = {
+        "RssAnon": [s["memory_mb"].get("RssAnon") for s in kept],
+        "RssFile": [s["memory_mb"].get("RssFile") for s in kept],
+        "journal_shm_file": [s["journal_mb"].get("db_shm") for s in kept],
+    }
+    for name, values in series.items():
+        pairs = [(s["t_s"] / 60, v) for s, v in zip(kept, values, strict=True) if v is not None]
+        if len(pairs) < 2:
+            continue
+        t, v = np.array(pairs).T
+        slope = float(np.polyfit(t, v, 1)[0])
+        out[name] = {
+            "start_mb": round(float(v[0]), 2),
+            "end_mb": round(float(v[-1]), 2),
+            "slope_mb_per_min": round(slope, 4),
+            "fit_growth_mb": round(slope * float(t[-1] - t[0]), 2),
+        }
+    return out
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -305,6 +331,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
             "idle_before_load_mb": idle.get("memory_mb"),
             **fit(samples, warmup_s),
             "vm_hwm_mb": (samples[-1]["memory_mb"].get("VmHWM") if samples else None),
+            "components": component_slopes(samples, warmup_s),
         },
         "journal": {
             "path": str(store),
@@ -319,6 +346,9 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
             "shutdown": bot.shutdown,
             "log": log,
             "lost_quotes": ((log.get("final_summary") or {}).get("outcomes") or {}).get("LOST"),
+            "last_periodic_summary": next(
+                (s["bot_summary"] for s in reversed(samples) if s.get("bot_summary")), None
+            ),
             "answers_verified": {"checked": relay.verified, "invalid": dict(relay.invalid)},
             "driver_sent_total": relay.sent_total,
             "unknown_answers": relay.unknown_answers,
@@ -422,7 +452,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "## Memory",
         "",
-        f"**Verdict: {verdict}** — {setup['flat_rule']}.",
+        f"**Verdict: {verdict}** (flat when the {setup['flat_rule']}).",
         "",
         md_table(
             ["figure", "value"],
@@ -448,6 +478,7 @@ def markdown(r: dict[str, Any]) -> str:
             ],
         ),
         "",
+        *_components(mem.get("components") or {}),
         f"**Journal on disk** (`{Path(journal['path']).name}`, SQLite, with its WAL): "
         f"{fmt((journal.get('at_end_of_load_mb') or {}).get('total'))} MB at the end of the load, "
         f"{fmt((journal.get('after_shutdown_mb') or {}).get('total'))} MB after shutdown "
@@ -465,7 +496,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"**Other processes** (not the bot, the sandbox or this driver; the machine has "
         f"{m['cpus']} cores and is shared): {sp(tot['other_processes_cores'])} cores per window. "
-        "Latency grows when they take the bot's core; memory does not depend on it.",
+        "Latency grows when they take the bot's core; memory should not.",
         "",
         md_table(
             [
@@ -506,10 +537,10 @@ def markdown(r: dict[str, Any]) -> str:
         "## The bot",
         "",
     ]
-    final = (bot.get("log") or {}).get("final_summary") or {}
+    final, which = _final_summary(r)
     log = bot.get("log") or {}
     lines += [
-        f"Final summary: requests {fmt(final.get('requests', '-'))}, quoted "
+        f"{which}: requests {fmt(final.get('requests', '-'))}, quoted "
         f"{fmt(final.get('quoted', '-'))}, outcomes {final.get('outcomes', '-')}, open "
         f"{final.get('open_quotes', '-')}. Log: {log.get('lines', '-')} lines, by level "
         f"{log.get('by_level', {})}, tracebacks {log.get('tracebacks', '-')}; warnings and "
@@ -524,17 +555,56 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _final_summary(r: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The bot's summary at shutdown, or its last periodic one when it did not log one
+    (killed after the stop timeout)."""
+    final = ((r["bot"].get("log") or {}).get("final_summary")) or {}
+    if final:
+        return final, "Final summary (at shutdown)"
+    last = next((s["bot_summary"] for s in reversed(r["samples"]) if s.get("bot_summary")), None)
+    if last:
+        return last, "No summary at shutdown; the last periodic one"
+    return {}, "No summary"
+
+
+def _components(parts: dict[str, Any]) -> list[str]:
+    if not parts:
+        return []
+    labels = {
+        "RssAnon": "RSS, anonymous (heap: Python objects, SQLite's page cache)",
+        "RssFile": "RSS, file-backed (code, the journal's mapped `-shm` WAL index)",
+        "journal_shm_file": "the journal's `-shm` file (size on disk, for comparison)",
+    }
+    rows = [
+        [labels.get(k, k), v["start_mb"], v["end_mb"], v["slope_mb_per_min"], v["fit_growth_mb"]]
+        for k, v in parts.items()
+    ]
+    return [
+        "Where the RSS goes (after warm-up):",
+        "",
+        md_table(["part", "start MB", "end MB", "slope MB/min", "fit growth MB"], rows),
+        "",
+    ]
+
+
 def _journal_notes(r: dict[str, Any]) -> list[str]:
     """The database's growth per quote, and whether the WAL was ever reset during the load."""
     journal, samples = r["journal"], r["samples"]
-    final = ((r["bot"].get("log") or {}).get("final_summary")) or {}
+    final, _ = _final_summary(r)
     db = (journal.get("after_shutdown_mb") or {}).get("db")
     wal = [s["journal_mb"].get("db_wal", 0.0) for s in samples]
     out = []
     if db and final.get("quoted"):
         out.append(
-            f"Database after shutdown: {db * 1e3 / final['quoted']:.2f} kB per quote "
-            f"({final['quoted']:,} quotes)."
+            f"Database file after shutdown (the WAL aside): {db * 1e3 / final['quoted']:.2f} kB "
+            f"per quote ({final['quoted']:,} quotes)."
+        )
+    shutdown = r["bot"].get("shutdown") or {}
+    if shutdown and not shutdown.get("clean"):
+        out.append(
+            f"The bot did not exit within {shutdown.get('shutdown_s')} s of SIGTERM and was "
+            "killed: the WAL was left on disk, not folded into the database (SQLite does that "
+            "on the next open)."
         )
     if len(wal) >= 2:
         shrank = any(b < a for a, b in itertools.pairwise(wal))
@@ -547,7 +617,7 @@ def _journal_notes(r: dict[str, Any]) -> list[str]:
                 else "it never shrank between samples: the background PASSIVE checkpoints copy "
                 "it into the database (which grows in step), but under continuous commits the "
                 "WAL was not restarted from its beginning, so `journal_size_limit` never "
-                "truncated it until shutdown. Disk, not RSS; the `-shm` index (mapped, so in "
+                "truncated it during the load. Disk, not RSS; the `-shm` index (mapped, so in "
                 "`RssFile`) grows with it: "
                 f"{fmt((samples[-1]['journal_mb']).get('db_shm', 0.0))} MB at the end."
             )

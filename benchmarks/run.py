@@ -15,10 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import quote_path, replay, sandbox_load
+from benchmarks import quote_path, replay, sandbox_load, soak
 from benchmarks.common import RESULTS_DIR, Progress, wait_for_quiet
 
-NAMES = ("quote_path", "sandbox_load", "replay")
+NAMES = ("quote_path", "sandbox_load", "replay")  # the default set (make bench)
+OPT_IN = ("soak",)  # long: only with --only
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -29,8 +30,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=NAMES,
-        help="run only this benchmark (repeatable; default: all)",
+        choices=NAMES + OPT_IN,
+        help="run only this benchmark (repeatable; default: all but the opt-in soak)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="a short smoke run (seconds instead of minutes)"
@@ -77,6 +78,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="before each benchmark wait up to S seconds for other processes to use under "
         "0.25 cores (default: 30, 5 with --quick; the load measured is recorded either way)",
     )
+    parser.add_argument(
+        "--soak-seconds",
+        type=float,
+        default=None,
+        metavar="N",
+        help=f"soak: seconds at {soak.RATE_PER_S} requests/s (default: "
+        f"{soak.DEFAULT_SECONDS:.0f}, {soak.QUICK_SECONDS:.0f} with --quick)",
+    )
     args = parser.parse_args(argv)
     if args.wait_quiet is None:
         args.wait_quiet = 5.0 if args.quick else 30.0
@@ -110,6 +119,13 @@ async def main_async(args: argparse.Namespace) -> int:
                     quiet=quiet,
                 )
                 result = await quote_path.run(args.results, options)
+            elif name == "soak":
+                result = await soak.run(
+                    args.results,
+                    soak.Options(
+                        seconds=args.soak_seconds, quick=args.quick, command=command, quiet=quiet
+                    ),
+                )
             elif name == "replay":
                 result = await replay.run(
                     args.results, quick=args.quick, command=command, quiet=quiet,

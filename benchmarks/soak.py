@@ -1,0 +1,695 @@
+"""Issue 11's soak: is the bot's memory flat over a long run at 1,000 requests/s?
+
+The bot (``solver run`` from this tree, the same generated config as ``quote_path``: journal
+on, INFO logging) answers its loopback relay (this process, :class:`Relay` of
+:mod:`benchmarks.quote_path_driver`) at a fixed 1,000 requests/s for ``--soak-seconds`` (600;
+``--quick``: 30), with ``quote_path``'s request templates: every request is quotable and every
+quote has ``quote_path``'s 1 s deadline, so quotes expire and are retired ``LOST`` at the rate
+they are made. The sandbox (:mod:`benchmarks.sandbox_proc`) serves the ledger RPC and prices.
+
+The run is cut into back-to-back windows of 10 s (``--quick``: 5 s) with no pause between them
+(each window's answers are collected while the next one is sent). At every window's end the
+driver samples the bot's RSS (``VmRSS`` of ``/proc/<pid>/status``, with ``RssAnon``,
+``RssFile`` and ``VmHWM``), its open quotes (from its latest summary line, logged every
+window), the journal's size on disk, and per window: answers/s, latency p50/p99, CPU of the
+bot, the sandbox, this driver and every other process on the machine.
+
+The first 30 s (``--quick``: 10 s) are warm-up: the RSS at *start* is the sample at its end,
+the slope a least-squares fit over the samples from there on, and the verdict *flat* when the
+fit's growth over that span is under 5 % of the start RSS or 10 MB, whichever is larger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.server import serve
+
+from benchmarks.common import (
+    ROOT,
+    CpuMeter,
+    Progress,
+    calibrate,
+    dirty_note,
+    fmt,
+    machine_info,
+    md_table,
+    scratch_dir,
+    stop_child,
+    write_json,
+)
+from benchmarks.quote_path import sandbox_config
+from benchmarks.quote_path_driver import (
+    MIN_DEADLINE_MS,
+    Phase,
+    PhaseData,
+    Relay,
+    phase_figures,
+    request_templates,
+)
+from benchmarks.quote_path_systems import (
+    System,
+    bot_config,
+    fresh_store,
+    funding,
+    parse_summary,
+    read_bot_log,
+    start_bot,
+    wait_subscribed,
+)
+from benchmarks.sandbox_proc import start_sandbox, stop_sandbox
+from solver.protocol.keys import SecretKey
+
+NAME = "soak"
+RATE_PER_S = 1000
+DEFAULT_SECONDS = 600.0
+QUICK_SECONDS = 30.0
+FLAT_SHARE = 0.05  # of the start RSS ...
+FLAT_MB = 10.0  # ... or this, whichever is larger
+LOG_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    seconds: float | None = None  # None: DEFAULT_SECONDS, QUICK_SECONDS with quick
+    quick: bool = False
+    command: str = ""
+    quiet: dict[str, Any] | None = None
+
+    @property
+    def duration_s(self) -> float:
+        if self.seconds is not None:
+            return self.seconds
+        return QUICK_SECONDS if self.quick else DEFAULT_SECONDS
+
+    @property
+    def window_s(self) -> float:
+        return 5.0 if self.quick or self.duration_s < 120 else 10.0
+
+    @property
+    def warmup_s(self) -> float:
+        """30 s, but at most a third of the run (so a short run still has a fit)."""
+        return min(30.0, self.window_s * max(1, round(self.duration_s / 3 / self.window_s)))
+
+
+# ---------------------------------------------------------------------------- sampling
+
+
+def proc_memory(pid: int) -> dict[str, float]:
+    """VmRSS, RssAnon, RssFile and VmHWM of ``pid`` in MB (``/proc/<pid>/status``)."""
+    out: dict[str, float] = {}
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[key] = round(int(value.split()[0]) / 1024, 2)  # kB -> MB
+    return out
+
+
+def store_size_mb(path: Path) -> dict[str, float]:
+    """The journal's files on disk (SQLite database, WAL), in MB."""
+    sizes = {}
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            sizes["db" + suffix.replace("-", "_")] = Path(f"{path}{suffix}").stat().st_size / 1e6
+    sizes["total"] = sizes.get("db", 0.0) + sizes.get("db_wal", 0.0)
+    return {k: round(v, 2) for k, v in sizes.items()}
+
+
+def latest_summary(log_path: Path) -> dict[str, Any] | None:
+    """The bot's latest periodic summary line (from the log's tail), parsed."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        if " summary " in line or "stopped:" in line:
+            parsed = parse_summary(line)
+            if parsed is not None:
+                return parsed
+    return None
+
+
+@dataclass
+class Window:
+    """One window of the run: its data until its answers are in, then its figures."""
+
+    index: int
+    data: PhaseData
+    sample: dict[str, Any]
+    drain: asyncio.Task[None] | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def finish(self) -> None:
+        """Figures from the answers, then the raw latencies are dropped (memory of a long run)."""
+        f = phase_figures(self.data, "bot")
+        for key in ("cpu_us_per_answer_with_after_work", "kind", "system"):
+            f.pop(key, None)
+        self.figures = f
+        self.data = PhaseData(self.data.phase)
+
+
+def fit(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
+    """Least-squares line through the RSS samples after warm-up; the verdict."""
+    kept = [s for s in samples if s["t_s"] >= warmup_s - 1e-6 and "VmRSS" in s["memory_mb"]]
+    if len(kept) < 2:
+        return {"samples": len(kept), "verdict": "too few samples"}
+    t = np.array([s["t_s"] for s in kept]) / 60.0
+    rss = np.array([s["memory_mb"]["VmRSS"] for s in kept])
+    slope, intercept = np.polyfit(t, rss, 1)
+    span_min = float(t[-1] - t[0])
+    growth = float(slope) * span_min
+    start, end = float(rss[0]), float(rss[-1])
+    threshold = max(FLAT_SHARE * start, FLAT_MB)
+    residual = rss - (slope * t + intercept)
+    return {
+        "samples": len(kept),
+        "from_s": kept[0]["t_s"],
+        "to_s": kept[-1]["t_s"],
+        "rss_start_mb": round(start, 2),
+        "rss_end_mb": round(end, 2),
+        "rss_min_mb": round(float(rss.min()), 2),
+        "rss_max_mb": round(float(rss.max()), 2),
+        "slope_mb_per_min": round(float(slope), 4),
+        "intercept_mb": round(float(intercept), 2),
+        "residual_sd_mb": round(float(residual.std()), 3),
+        "fit_growth_mb": round(growth, 2),
+        "flat_threshold_mb": round(threshold, 2),
+        "verdict": "flat" if growth < threshold else "growing",
+    }
+
+
+def component_slopes(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
+    """Least-squares slopes (MB/min) after warm-up of the RSS's parts: anonymous memory (the
+    heap: Python objects, SQLite's page cache) and file-backed pages (code, and the journal's
+    mapped ``-shm`` WAL index), with the ``-shm`` file's own size for comparison."""
+    kept = [s for s in samples if s["t_s"] >= warmup_s - 1e-6]
+    out: dict[str, Any] = {}
+    series = {
+        "RssAnon": [s["memory_mb"].get("RssAnon") for s in kept],
+        "RssFile": [s["memory_mb"].get("RssFile") for s in kept],
+        "journal_shm_file": [s["journal_mb"].get("db_shm") for s in kept],
+    }
+    for name, values in series.items():
+        pairs = [(s["t_s"] / 60, v) for s, v in zip(kept, values, strict=True) if v is not None]
+        if len(pairs) < 2:
+            continue
+        t, v = np.array(pairs).T
+        slope = float(np.polyfit(t, v, 1)[0])
+        out[name] = {
+            "start_mb": round(float(v[0]), 2),
+            "end_mb": round(float(v[-1]), 2),
+            "slope_mb_per_min": round(slope, 4),
+            "fit_growth_mb": round(slope * float(t[-1] - t[0]), 2),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+async def run(results_dir: Path, options: Options) -> dict[str, Any]:
+    progress = Progress(NAME)
+    scratch = scratch_dir(results_dir, NAME)
+    started = time.monotonic()
+    duration, window_s, warmup_s = options.duration_s, options.window_s, options.warmup_s
+    n_windows = max(1, math.ceil(duration / window_s))
+    sandbox_cfg = sandbox_config(scratch)
+    prices = {asset: spec.usd for asset, spec in sandbox_cfg.tokens.items()}
+    templates = request_templates(prices)
+    calibration = calibrate()
+    key = SecretKey.generate()
+    sandbox = await start_sandbox(
+        scratch, sandbox_cfg, {key.public_key.implicit_account_id(): funding(prices)}
+    )
+    relay = Relay(templates, sandbox.info["verifier_contract"])
+    bot = System("bot", relay, key)
+    store = fresh_store(scratch / "bot.sqlite")
+    windows: list[Window] = []
+    idle: dict[str, Any] = {}
+    errors: list[str] = []
+    store_at_end: dict[str, float] = {}
+    try:
+        async with serve(
+            relay.handler, "127.0.0.1", 0, max_size=1 << 20, compression="deflate"
+        ) as s:
+            url = f"ws://127.0.0.1:{s.sockets[0].getsockname()[1]}/ws"
+            config = bot_config(sandbox.info, url, bot.account, store, window_s)
+            await start_bot(bot, config, ROOT, scratch)
+            try:
+                await wait_subscribed(bot)
+                assert bot.child is not None
+                pid = bot.child.pid
+                progress.log(f"bot pid {pid} subscribed; {n_windows} windows of {window_s} s")
+                pids: dict[str, int | None] = {
+                    "bot": pid,
+                    "sandbox": sandbox.child.pid,
+                    "driver": None,
+                }
+                idle = {"memory_mb": proc_memory(pid), "journal_mb": store_size_mb(store)}
+                t0 = time.monotonic()
+                for index in range(n_windows):
+                    if bot.child.process.returncode is not None:
+                        raise RuntimeError(f"the bot exited ({bot.child.process.returncode})")
+                    phase = Phase(f"w{index}", "rate", window_s, rate=RATE_PER_S)
+                    data = PhaseData(phase)
+                    meter = CpuMeter(pids)
+                    meter.start()
+                    data.started_ns = time.perf_counter_ns()
+                    await relay.run_rate(data, progress)
+                    data.ended_ns = time.perf_counter_ns()
+                    data.cpu = meter.stop()
+                    sample = {
+                        "t_s": round(time.monotonic() - t0, 2),
+                        "memory_mb": proc_memory(pid),
+                        "journal_mb": store_size_mb(store),
+                        "bot_summary": latest_summary(bot.child.log_path),
+                    }
+                    window = Window(index, data, sample)
+                    # The answers come in while the next window is sent.
+                    window.drain = asyncio.create_task(relay.drain(data))
+                    windows.append(window)
+                    for w in windows:
+                        if w.drain is not None and w.drain.done():
+                            w.drain = None
+                            w.finish()
+                    progress.log(_line(window, windows))
+                await asyncio.gather(*(w.drain for w in windows if w.drain is not None))
+                for w in windows:
+                    if w.drain is not None or not w.figures:
+                        w.drain = None
+                        w.finish()
+                store_at_end = store_size_mb(store)
+            finally:
+                bot.shutdown = await stop_child(bot.child) if bot.child else None
+                progress.log(f"bot stopped: {bot.shutdown}")
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+        progress.log(f"error: {exc}")
+    finally:
+        for w in windows:  # an error half way: the windows still waiting for answers
+            if w.drain is not None:
+                w.drain.cancel()
+                w.drain = None
+                w.finish()
+        sandbox_stop, sandbox_stats = await stop_sandbox(sandbox)
+    if bot.shutdown is not None and not bot.shutdown["clean"]:
+        errors.append(f"bot did not exit cleanly on SIGTERM: {bot.shutdown}")
+    samples = [{**w.sample, **w.figures} for w in windows]
+    log = read_bot_log(bot.child.log_path) if bot.child else {}
+    views = sandbox_stats.get("view_calls") or {}
+    result: dict[str, Any] = {
+        "benchmark": NAME,
+        "command": options.command,
+        "quick": options.quick,
+        "machine": {**machine_info(), "calibration": calibration, "quiet_check": options.quiet},
+        "setup": {
+            "seconds": duration,
+            "rate_per_s": RATE_PER_S,
+            "window_s": window_s,
+            "warmup_s": warmup_s,
+            "min_deadline_ms": MIN_DEADLINE_MS,
+            "flat_rule": f"fit growth after warm-up < max({FLAT_SHARE:.0%} of start RSS, "
+            f"{FLAT_MB:.0f} MB)",
+            "latency": "driver clock: before writing the event -> reading the quote_response",
+        },
+        "memory": {
+            "idle_before_load_mb": idle.get("memory_mb"),
+            **fit(samples, warmup_s),
+            "vm_hwm_mb": (samples[-1]["memory_mb"].get("VmHWM") if samples else None),
+            "components": component_slopes(samples, warmup_s),
+        },
+        "journal": {
+            "path": str(store),
+            "idle_before_load_mb": idle.get("journal_mb"),
+            "at_end_of_load_mb": store_at_end,
+            "after_shutdown_mb": store_size_mb(store),
+        },
+        "totals": _totals(samples),
+        "samples": samples,
+        "bot": {
+            "pid": bot.child.pid if bot.child else None,
+            "shutdown": bot.shutdown,
+            "log": log,
+            "lost_quotes": ((log.get("final_summary") or {}).get("outcomes") or {}).get("LOST"),
+            "last_periodic_summary": next(
+                (s["bot_summary"] for s in reversed(samples) if s.get("bot_summary")), None
+            ),
+            "answers_verified": {"checked": relay.verified, "invalid": dict(relay.invalid)},
+            "driver_sent_total": relay.sent_total,
+            "unknown_answers": relay.unknown_answers,
+            "send_errors": relay.send_errors,
+            "websocket_extensions": relay.extensions,
+            "view_calls": {
+                k.split(" ")[0]: v for k, v in views.items() if k.endswith(" " + bot.account)
+            },
+        },
+        "sandbox": {"shutdown": sandbox_stop, "log_records": sandbox_stats.get("log_records")},
+        "errors": errors,
+        "runtime_s": round(time.monotonic() - started, 1),
+    }
+    write_json(results_dir / f"{NAME}.json", result)
+    (results_dir / f"{NAME}.md").write_text(markdown(result))
+    plot(result, results_dir / f"{NAME}.png")
+    progress.log(f"wrote {NAME}.json/.md/.png in {result['runtime_s']} s")
+    return result
+
+
+def _line(window: Window, windows: list[Window]) -> str:
+    s = window.sample
+    mem = s["memory_mb"]
+    summary = s.get("bot_summary") or {}
+    done = next((w for w in reversed(windows) if w.figures), None)
+    lat = done.figures["latency_ms"] if done else {}
+    cpu = window.data.cpu
+    return (
+        f"t={s['t_s']:6.1f} s  RSS {mem.get('VmRSS', float('nan')):7.1f} MB  open "
+        f"{summary.get('open_quotes', '-')}  journal {s['journal_mb']['total']:.1f} MB  "
+        f"(w{done.index if done else '-'}: {done.figures['answers_per_s'] if done else '-'}/s "
+        f"p50 {lat.get('p50', float('nan')):.2f} p99 {lat.get('p99', float('nan')):.2f} ms)  "
+        f"bot {cpu.get('bot', 0):.2f} other procs {cpu.get('other_processes', 0):.2f} cores"
+    )
+
+
+def _totals(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    def values(get: Any) -> list[float]:
+        out = []
+        for s in samples:
+            with contextlib.suppress(KeyError, TypeError):
+                v = get(s)
+                if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                    out.append(float(v))
+        return out
+
+    def spread(xs: list[float]) -> dict[str, float] | None:
+        if not xs:
+            return None
+        return {
+            "min": round(min(xs), 3),
+            "median": round(float(np.median(xs)), 3),
+            "max": round(max(xs), 3),
+        }
+
+    return {
+        "sent": sum(s.get("sent", 0) for s in samples),
+        "answered": sum(s.get("answered", 0) for s in samples),
+        "missing": sum(s.get("missing", 0) for s in samples),
+        "answers_per_s": spread(values(lambda s: s["answers_per_s"])),
+        "p50_ms": spread(values(lambda s: s["latency_ms"]["p50"])),
+        "p99_ms": spread(values(lambda s: s["latency_ms"]["p99"])),
+        "max_ms": spread(values(lambda s: s["latency_ms"]["max"])),
+        "bot_cores": spread(values(lambda s: s["cpu_utilisation"]["bot"])),
+        "other_processes_cores": spread(values(lambda s: s["cpu_utilisation"]["other_processes"])),
+        "open_quotes": spread(values(lambda s: s["bot_summary"]["open_quotes"])),
+    }
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def markdown(r: dict[str, Any]) -> str:
+    m, setup, mem, journal = r["machine"], r["setup"], r["memory"], r["journal"]
+    tot, bot = r["totals"], r["bot"]
+    cal = m["calibration"]
+
+    def sp(d: dict[str, float] | None, digits: int = 2) -> str:
+        if not d:
+            return "-"
+        return f"{d['median']:,.{digits}f} (min {d['min']:,.{digits}f}, max {d['max']:,.{digits}f})"
+
+    verdict = mem.get("verdict", "-")
+    lines = [
+        "# Soak: memory at 1,000 requests/s (issue 11)",
+        "",
+        f"Run: `{r.get('command') or 'python -m benchmarks.run --only soak'}`"
+        f"{' (quick)' if r['quick'] else ''}, {m['date_utc']}, commit `{m['git_commit']}`"
+        f"{dirty_note(m)}, {m['cpu_model']} × {m['cpus']}, Python {m['python']}. "
+        f"Total {r['runtime_s']} s. Calibration: ed25519 sign {cal['ed25519_sign_us']} µs, "
+        f"base58 {cal['b58encode_64B_us']} µs ({cal['ratio_to_design']}× DESIGN's budgets).",
+        "",
+        f"The bot (`python -m solver.cli run`, this tree, INFO logging, journal on) answers its "
+        f"loopback relay (this driver) at a fixed {setup['rate_per_s']:,} requests/s for "
+        f"{setup['seconds']:.0f} s, `quote_path`'s request templates (every request quotable, "
+        f"`min_deadline_ms` {setup['min_deadline_ms']}, so quotes expire and are retired LOST "
+        f"at the rate they are made). Samples every {setup['window_s']:.0f} s (windows back to "
+        f"back); the first {setup['warmup_s']:.0f} s are warm-up. RSS is `VmRSS` of "
+        "`/proc/<pid>/status`; open quotes are from the bot's latest summary line (logged every "
+        "window). t = 0 s in the plot is the bot subscribed, before the load.",
+        "",
+        "## Memory",
+        "",
+        f"**Verdict: {verdict}** (flat when the {setup['flat_rule']}).",
+        "",
+        md_table(
+            ["figure", "value"],
+            [
+                ["RSS before load (subscribed, idle)", _mb(mem.get("idle_before_load_mb") or {})],
+                [
+                    f"RSS at start (t = {mem.get('from_s', '-')} s, after warm-up)",
+                    _mb_v(mem.get("rss_start_mb")),
+                ],
+                [f"RSS at end (t = {mem.get('to_s', '-')} s)", _mb_v(mem.get("rss_end_mb"))],
+                [
+                    "RSS min / max after warm-up",
+                    f"{fmt(mem.get('rss_min_mb'))} / {fmt(mem.get('rss_max_mb'))} MB",
+                ],
+                ["peak RSS (VmHWM)", _mb_v(mem.get("vm_hwm_mb"))],
+                [
+                    "slope (least squares after warm-up)",
+                    f"{fmt(mem.get('slope_mb_per_min'), 3)} MB/min",
+                ],
+                ["fit growth over the run after warm-up", _mb_v(mem.get("fit_growth_mb"))],
+                ["flat threshold", _mb_v(mem.get("flat_threshold_mb"))],
+                ["residual SD around the fit", _mb_v(mem.get("residual_sd_mb"), 3)],
+            ],
+        ),
+        "",
+        *_components(mem.get("components") or {}),
+        f"**Journal on disk** (`{Path(journal['path']).name}`, SQLite, with its WAL): "
+        f"{fmt((journal.get('at_end_of_load_mb') or {}).get('total'))} MB at the end of the load, "
+        f"{fmt((journal.get('after_shutdown_mb') or {}).get('total'))} MB after shutdown "
+        f"(before load: {fmt((journal.get('idle_before_load_mb') or {}).get('total'))} MB). "
+        "It grows with the quotes by design: every quote and its outcome are journaled, on "
+        "disk, not in the bot's memory.",
+        "",
+        *_journal_notes(r),
+        "## Over the run",
+        "",
+        f"Answers/s per window: {sp(tot['answers_per_s'], 1)}; p50 {sp(tot['p50_ms'])} ms; "
+        f"p99 {sp(tot['p99_ms'])} ms; max {sp(tot['max_ms'])} ms. "
+        f"Sent {tot['sent']:,}, answered {tot['answered']:,}, missing {tot['missing']:,}. "
+        f"Open quotes {sp(tot['open_quotes'], 0)}. Bot CPU {sp(tot['bot_cores'])} cores.",
+        "",
+        f"**Other processes** (not the bot, the sandbox or this driver; the machine has "
+        f"{m['cpus']} cores and is shared): {sp(tot['other_processes_cores'])} cores per window. "
+        "Latency grows when they take the bot's core; memory should not.",
+        "",
+        md_table(
+            [
+                "t (s)",
+                "RSS MB",
+                "anon MB",
+                "open quotes",
+                "answers/s",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "missing",
+                "bot cores",
+                "other procs cores",
+                "db MB",
+                "WAL MB",
+            ],
+            [
+                [
+                    s["t_s"],
+                    s["memory_mb"].get("VmRSS", "-"),
+                    s["memory_mb"].get("RssAnon", "-"),
+                    (s.get("bot_summary") or {}).get("open_quotes", "-"),
+                    s.get("answers_per_s", "-"),
+                    s.get("latency_ms", {}).get("p50", "-"),
+                    s.get("latency_ms", {}).get("p99", "-"),
+                    s.get("latency_ms", {}).get("max", "-"),
+                    s.get("missing", "-"),
+                    s.get("cpu_utilisation", {}).get("bot", "-"),
+                    s.get("cpu_utilisation", {}).get("other_processes", "-"),
+                    s["journal_mb"].get("db", "-"),
+                    s["journal_mb"].get("db_wal", "-"),
+                ]
+                for s in r["samples"]
+            ],
+        ),
+        "",
+        "## The bot",
+        "",
+    ]
+    final, which = _final_summary(r)
+    log = bot.get("log") or {}
+    lines += [
+        f"{which}: requests {fmt(final.get('requests', '-'))}, quoted "
+        f"{fmt(final.get('quoted', '-'))}, outcomes {final.get('outcomes', '-')}, open "
+        f"{final.get('open_quotes', '-')}. Log: {log.get('lines', '-')} lines, by level "
+        f"{log.get('by_level', {})}, tracebacks {log.get('tracebacks', '-')}; warnings and "
+        f"errors {log.get('warnings_and_errors') or 'none'}. Answers verified "
+        f"{bot['answers_verified']['checked']:,}, invalid {bot['answers_verified']['invalid'] or 0}"
+        f"; `is_nonce_used` calls {bot['view_calls'].get('is_nonce_used', 0)}. "
+        f"Shutdown: {bot.get('shutdown')}.",
+        "",
+    ]
+    if r["errors"]:
+        lines += ["## Errors", "", *[f"- {e}" for e in r["errors"]], ""]
+    return "\n".join(lines)
+
+
+def _final_summary(r: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The bot's summary at shutdown, or its last periodic one when it did not log one
+    (killed after the stop timeout)."""
+    final = ((r["bot"].get("log") or {}).get("final_summary")) or {}
+    if final:
+        return final, "Final summary (at shutdown)"
+    last = next((s["bot_summary"] for s in reversed(r["samples"]) if s.get("bot_summary")), None)
+    if last:
+        return last, "No summary at shutdown; the last periodic one"
+    return {}, "No summary"
+
+
+def _components(parts: dict[str, Any]) -> list[str]:
+    if not parts:
+        return []
+    labels = {
+        "RssAnon": "RSS, anonymous (heap: Python objects, SQLite's page cache)",
+        "RssFile": "RSS, file-backed (code, the journal's mapped `-shm` WAL index)",
+        "journal_shm_file": "the journal's `-shm` file (size on disk, for comparison)",
+    }
+    rows = [
+        [labels.get(k, k), v["start_mb"], v["end_mb"], v["slope_mb_per_min"], v["fit_growth_mb"]]
+        for k, v in parts.items()
+    ]
+    return [
+        "Where the RSS goes (after warm-up):",
+        "",
+        md_table(["part", "start MB", "end MB", "slope MB/min", "fit growth MB"], rows),
+        "",
+    ]
+
+
+def _journal_notes(r: dict[str, Any]) -> list[str]:
+    """The database's growth per quote, and whether the WAL was ever reset during the load."""
+    journal, samples = r["journal"], r["samples"]
+    final, _ = _final_summary(r)
+    db = (journal.get("after_shutdown_mb") or {}).get("db")
+    wal = [s["journal_mb"].get("db_wal", 0.0) for s in samples]
+    out = []
+    if db and final.get("quoted"):
+        out.append(
+            f"Database file after shutdown (the WAL aside): {db * 1e3 / final['quoted']:.2f} kB "
+            f"per quote ({final['quoted']:,} quotes)."
+        )
+    shutdown = r["bot"].get("shutdown") or {}
+    if shutdown and not shutdown.get("clean"):
+        out.append(
+            f"The bot did not exit within {shutdown.get('shutdown_s')} s of SIGTERM and was "
+            "killed: the WAL was left on disk, not folded into the database (SQLite does that "
+            "on the next open)."
+        )
+    if len(wal) >= 2:
+        shrank = any(b < a for a, b in itertools.pairwise(wal))
+        out.append(
+            f"WAL: {fmt(wal[0])} MB at the first sample, {fmt(max(wal))} MB at most, "
+            f"{fmt(wal[-1])} MB at the last; "
+            + (
+                "it shrank between samples (reset and truncated by the checkpoints)."
+                if shrank
+                else "it never shrank between samples: the background PASSIVE checkpoints copy "
+                "it into the database (which grows in step), but under continuous commits the "
+                "WAL was not restarted from its beginning, so `journal_size_limit` never "
+                "truncated it during the load. Disk, not RSS; the `-shm` index (mapped, so in "
+                "`RssFile`) grows with it: "
+                f"{fmt((samples[-1]['journal_mb']).get('db_shm', 0.0))} MB at the end."
+            )
+        )
+    return [*out, ""] if out else []
+
+
+def _mb(d: dict[str, float]) -> str:
+    return _mb_v(d.get("VmRSS"))
+
+
+def _mb_v(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{fmt(float(v), digits)} MB"
+
+
+def plot(r: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = [s for s in r["samples"] if "VmRSS" in s["memory_mb"]]
+    if not samples:
+        return
+    mem, warmup = r["memory"], r["setup"]["warmup_s"]
+    idle = r["memory"].get("idle_before_load_mb") or {}
+    if "VmRSS" in idle:
+        samples = [{"t_s": 0.0, "memory_mb": idle}, *samples]
+    t = np.array([s["t_s"] for s in samples])
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7.5), sharex=True)
+    ax1.plot(t, [s["memory_mb"]["VmRSS"] for s in samples], "o-", ms=3, label="VmRSS")
+    ax1.plot(
+        t,
+        [s["memory_mb"].get("RssAnon", math.nan) for s in samples],
+        ".-",
+        ms=2,
+        alpha=0.6,
+        label="RssAnon",
+    )
+    if "slope_mb_per_min" in mem:
+        tt = t[t >= warmup - 1e-6]
+        ax1.plot(
+            tt,
+            mem["intercept_mb"] + mem["slope_mb_per_min"] * tt / 60,
+            "k--",
+            lw=1,
+            label=f"fit {mem['slope_mb_per_min']:+.3f} MB/min ({mem['verdict']})",
+        )
+    ax1.axvspan(0, warmup, color="grey", alpha=0.15, label="warm-up")
+    ax1.set_ylabel("bot memory (MB)")
+    ax1.set_ylim(bottom=0)
+    ax1.grid(alpha=0.3)
+    ax1.legend(fontsize=8, loc="lower right")
+    ax1.set_title(
+        f"Soak at {r['setup']['rate_per_s']:,} requests/s: bot RSS and latency per "
+        f"{r['setup']['window_s']:.0f} s window"
+    )
+    lat = [s for s in samples if (s.get("latency_ms") or {}).get("n")]
+    tl = [s["t_s"] for s in lat]
+    ax2.plot(tl, [s["latency_ms"]["p99"] for s in lat], "o-", ms=3, color="C3", label="p99")
+    ax2.plot(tl, [s["latency_ms"]["p50"] for s in lat], ".-", ms=3, color="C1", label="p50")
+    ax2.set_ylabel("request → answer latency (ms)")
+    ax2.set_xlabel("time since the load started (s)")
+    ax2.set_ylim(bottom=0)
+    ax2.grid(alpha=0.3)
+    twin = ax2.twinx()
+    twin.plot(tl, [s["answers_per_s"] for s in lat], color="C0", alpha=0.5, lw=1, label="answers/s")
+    twin.set_ylabel("answers/s", color="C0")
+    twin.set_ylim(0, r["setup"]["rate_per_s"] * 1.2)
+    handles = ax2.get_legend_handles_labels()
+    extra = twin.get_legend_handles_labels()
+    ax2.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -33,7 +33,7 @@ import yaml
 
 from benchmarks.common import ROOT, Child, log_tail, start_child
 from benchmarks.quote_path_driver import DECIMALS, ETH, NEAR, USDC, Relay
-from solver.config import BotConfig, load_bot_config
+from solver.config import BotConfig, apply_overrides, load_bot_config
 from solver.protocol.keys import SecretKey
 
 KEY_ENV = "BENCH_SOLVER_KEY"
@@ -58,6 +58,41 @@ class System:
 
 
 # ---------------------------------------------------------------------------- configuration
+
+
+def config_overrides(config: BotConfig) -> dict[str, Any]:
+    """The overrides :func:`bot_config` applied, read back from ``config``, for another tree."""
+    dumped = config.model_dump(mode="json")
+    keys = ("account", "verifier_contract", "bus", "chain", "prices", "pairs", "risk", "quote",
+            "storage", "metrics", "log")  # fmt: skip
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = dumped[key]
+        if isinstance(value, dict):
+            for name in _OVERRIDDEN.get(key, ()):
+                out[f"{key}.{name}"] = value[name]
+        else:
+            out[key] = value
+    out["pairs"] = [{k: v for k, v in pair.items() if k in _PAIR_KEYS} for pair in dumped["pairs"]]
+    # Optional keys left unset (None) may be unknown to an older tree: leave them out.
+    sources = out["prices.sources"]
+    out["prices.sources"] = [{k: v for k, v in src.items() if v is not None} for src in sources]
+    return out
+
+
+_OVERRIDDEN = {
+    "account": ("id", "key_env", "key_file"),
+    "bus": ("ws_url", "rpc_url"),
+    "chain": ("rpc_url", "balance_refresh_ms"),
+    "prices": ("sources",),
+    "risk": ("floors", "max_open_exposure_usd", "max_quotes_per_s", "max_daily_loss_usd",
+             "max_drawdown_usd"),
+    "quote": ("deadline_margin_ms",),
+    "storage": ("path",),
+    "metrics": ("listen",),
+    "log": ("level", "format", "summary_every_s"),
+}  # fmt: skip
+_PAIR_KEYS = ("base", "quote", "strategy", "params", "min_notional_usd", "max_notional_usd")
 
 
 def bot_config(
@@ -153,9 +188,17 @@ def _env(tree: Path) -> dict[str, str]:
 
 
 async def start_bot(system: System, config: BotConfig, tree: Path, scratch: Path) -> None:
-    """``python -m solver.cli run`` from ``tree`` (this checkout, or the baseline's)."""
+    """``python -m solver.cli run`` from ``tree`` (this checkout, or the baseline's).
+
+    This checkout gets ``config`` as resolved; another tree gets its own ``config/default.yaml``
+    with the same overrides (an older bot refuses keys it does not know yet)."""
     config_path = scratch / f"{system.name}.yaml"
-    config_path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    if tree == ROOT:
+        data: Any = config.model_dump(mode="json")
+    else:
+        base = yaml.safe_load((tree / "config/default.yaml").read_text(encoding="utf-8"))
+        data = apply_overrides(base, config_overrides(config))
+    config_path.write_text(yaml.safe_dump(data, sort_keys=False))
     system.imports_from = import_origin(tree)
     if not Path(system.imports_from).is_relative_to(tree):
         raise RuntimeError(f"{system.name} would import solver from {system.imports_from}")

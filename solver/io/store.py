@@ -135,6 +135,7 @@ class Store:
         if synchronous not in ("normal", "full"):
             raise ValueError('synchronous must be "normal" or "full"')
         self.path = Path(path)
+        self._busy_timeout_ms = int(busy_timeout_ms)
         self.sample_requests = sample_requests
         self._sample_below = int(sample_requests * 2**64)
         if not create and not self.path.is_file():
@@ -219,7 +220,7 @@ class Store:
         in the soak benchmark) — and so do its ``-shm`` index and the bot's memory. From the
         writer itself, between two of its own commits, ``TRUNCATE`` only has the frames since
         the last background checkpoint left to copy: a few milliseconds, once the file is
-        past the limit."""
+        past the limit. True when the WAL was truncated."""
         wal = Path(f"{self.path}-wal")
         try:
             size = wal.stat().st_size
@@ -228,11 +229,18 @@ class Store:
         if size <= limit_bytes:
             return False
         self.commit()
+        # Never wait on the quote path: while the background checkpointer holds its lock the
+        # checkpoint is busy at once and is tried again at the next call (the soak benchmark
+        # stalled the loop for seconds a time waiting out the usual busy timeout).
+        conn = self._conn
         try:
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            conn.execute("PRAGMA busy_timeout = 0")
+            (busy, _, _), *_ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
-        return True
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        return not busy
 
     def unprojected(self) -> int:
         """Journal entries the query tables do not show yet."""

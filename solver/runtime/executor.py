@@ -209,7 +209,11 @@ class Executor:
             journal.append(record.fact, signed_data)
         except SolverError as exc:
             log.error("cannot record %s: %s; quoting paused", type(record.fact).__name__, exc)
-            quote_id = getattr(record.fact, "quote_id", "")
+            # Only an answer not recorded is never sent (and released); any other fact failing
+            # (a claim, a settlement) must not end the quote it names: the desk pauses, and
+            # the operator looks at the store.
+            fact = record.fact
+            quote_id = fact.quote_id if type(fact) is QuoteOpened else ""
             self.feed(ev.QuoteNotSent(quote_id, f"not recorded: {exc}", store_error=True))
             return False
         self._schedule_flush()

@@ -15,6 +15,7 @@ from typing import Any
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.desk import Desk
+from solver.core.lifecycle import QuoteState
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
@@ -25,7 +26,7 @@ from solver.protocol.keys import SecretKey
 from solver.protocol.quote_signing import QuoteSigner
 from solver.protocol.signing import parse_signed, verify_signed
 from solver.runtime.executor import Executor
-from tests.core.desk_helpers import E24, NEAR, at, make_desk, request
+from tests.core.desk_helpers import E24, NEAR, at, make_desk, request, state_of
 
 ACCOUNT = "solver.sandbox"
 
@@ -281,3 +282,20 @@ async def test_settlement_io_reports_back_to_the_desk() -> None:
     # p1: OPEN→WON→SETTLED (a settled quote passes through WON); n1: OPEN→LOST.
     assert kinds == ["record:quote_moved:p1", "record:quote_moved:p1", "record:quote_moved:n1"]
     assert recorder.events[-1] == "commit"
+
+
+async def test_a_fact_that_cannot_be_recorded_pauses_without_ending_the_quote_it_names() -> None:
+    """A claim the store cannot take is no reason to reject the quote an intent just named:
+    the desk pauses on the store error, and the quote stays OPEN with its reservation."""
+    recorder = Recorder()
+    executor, _ = build(recorder)
+    quote(executor, "c1")
+    await executor.drain()
+    desk = executor.desk
+    tracked = desk.book.get("c1")
+    assert tracked is not None
+    recorder.fail = True
+    executor.feed(ev.QuoteStatusSeen(tracked.quote_hash, "i1", None))
+    assert desk.book.get("c1") is tracked and state_of(tracked) is QuoteState.OPEN
+    assert desk.inventory.reserved == {NEAR: tracked.outflow}
+    assert desk.pauses.get("*", "store_error") is not None

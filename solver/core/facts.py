@@ -247,6 +247,8 @@ def decode(kind: str, body: dict[str, Any]) -> Fact:
     cls = KINDS.get(kind)
     if cls is None:
         raise FactError(f"unknown journal entry kind {kind!r}")
+    if cls is QuoteOpened:
+        return _decode_opened(body)
     values: dict[str, Any] = {}
     try:
         for f in dataclasses.fields(cls):
@@ -261,6 +263,30 @@ def decode(kind: str, body: dict[str, Any]) -> Fact:
         raise
     except (TypeError, ValueError, KeyError, IndexError) as exc:
         raise FactError(f"{kind}: {type(exc).__name__}: {exc}") from None
+
+
+def _decode_opened(body: dict[str, Any]) -> QuoteOpened:
+    """The quote path's fact, spelled out as :func:`encode` writes it: the projection and a
+    restart read one per answer, and the generic loop cost ~35 µs of it (issue 11)."""
+    try:
+        return QuoteOpened(
+            body["quote_id"],
+            body["quote_hash"],
+            body["asset_in"],
+            body["asset_out"],
+            int(body["amount_in"]),
+            int(body["amount_out"]),
+            int(body["fee"]),
+            from_micros(int(body["deadline"])),
+            bytes.fromhex(body["nonce"]),
+            from_micros(int(body["created_at"])),
+            body["exact_in"],
+            body.get("partner_id"),
+        )
+    except KeyError as exc:
+        raise FactError(f"quote_opened: missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
 
 
 def _decode_value(cls: type[Any], name: str, annotation: str, raw: Any) -> Any:

@@ -91,7 +91,10 @@ def _project_entry(cur: sqlite3.Cursor, seq: int, kind: str, body: str) -> None:
     try:
         doc = orjson.loads(body)
         fact = f.decode(kind, doc)
-        with_savepoint(cur, lambda: _apply(cur, fact, doc))
+        if type(fact) is f.QuoteOpened:  # one INSERT: all or nothing by itself
+            _apply(cur, fact, doc)
+        else:
+            with_savepoint(cur, lambda: _apply(cur, fact, doc))
     except (f.FactError, orjson.JSONDecodeError, sqlite3.Error) as exc:
         log.error("journal entry %d (%s) not projected: %s", seq, kind, exc)
 

@@ -20,8 +20,13 @@ off on the writing connection and a background thread checkpoints every 0.25 s i
 (``checkpoint_every_s``), on its own connection, in PASSIVE mode: it never blocks the writer.
 Frequent checkpoints keep the WAL short (each page read searches the WAL index), and
 ``journal_size_limit`` truncates the file after a burst. Under a steady flow of commits those
-never restart the WAL, so the bot also truncates it from its own connection once it passes
-64 MiB (:meth:`Store.bound_wal`, once a second).
+never restart the WAL, so the bot also restarts it from its own connection once it passes
+32 MiB (:meth:`Store.bound_wal`): the next commit writes from the start of the file again,
+which never grows past ~64 MiB. When is the cheap moment: right after the background thread
+has caught up (it then makes two more quick passes for what was committed meanwhile and calls
+:attr:`Store.on_wal_past_limit`), so the writer's checkpoint copies a few pages. RESTART, not
+TRUNCATE: cutting a 64 MiB file to zero costs 20–40 ms of the quote path (page cache release,
+measured), and a restarted file is simply written over.
 
 One connection per ``Store``, used from the thread that opened it (the event loop's). Readers in
 other processes (``solver history``) do not block the writer under WAL.
@@ -34,7 +39,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -90,8 +95,12 @@ __all__ = [
 log = logging.getLogger("solver.store")
 
 Synchronous = Literal["normal", "full"]
-WAL_LIMIT_BYTES = 64 << 20
-"""Past this, the writer truncates the WAL itself (:meth:`Store.bound_wal`)."""
+WAL_LIMIT_BYTES = 32 << 20
+"""Past this, the writer restarts the WAL itself (:meth:`Store.bound_wal`)."""
+WAL_FRAME_HEADER = 24
+CATCH_UP_PASSES = 2
+"""Quick checkpoint passes after the one that found the WAL past its limit, before the writer
+is told to restart it."""
 ExportFormat = Literal["csv", "jsonl"]
 Pair = tuple[str, str]
 
@@ -169,10 +178,20 @@ class Store:
         self._writer = create
         if create:  # the writer: what a killed run appended but did not project yet
             self.project()
+        self.wal_limit_bytes = WAL_LIMIT_BYTES
+        self.on_wal_past_limit: Callable[[], None] | None = None
+        """Called from the checkpointer's thread when the WAL is past :data:`WAL_LIMIT_BYTES`
+        and the thread has just caught up: the writer should call :meth:`bound_wal` now (the
+        live bot schedules it on its event loop)."""
         self._checkpointer: _Checkpointer | None = None
         if checkpoint_every_s is not None:
-            self._checkpointer = _Checkpointer(self.path, checkpoint_every_s, busy_timeout_ms)
+            self._checkpointer = _Checkpointer(
+                self.path, checkpoint_every_s, busy_timeout_ms, self._wal_past_limit
+            )
             self._checkpointer.start()
+
+    def _wal_past_limit(self) -> tuple[int, Callable[[], None] | None]:
+        return self.wal_limit_bytes, self.on_wal_past_limit
 
     def close(self) -> None:
         self.commit()
@@ -210,24 +229,28 @@ class Store:
         if self._writer:
             self.project()
 
-    def bound_wal(self, limit_bytes: int = WAL_LIMIT_BYTES) -> bool:
-        """Checkpoint and truncate the WAL on the writer's connection when it has grown past
-        ``limit_bytes``; True when it did.
+    def bound_wal(self, limit_bytes: int | None = None) -> bool:
+        """:meth:`restart_wal` when the WAL file is past ``limit_bytes`` (default
+        :attr:`wal_limit_bytes`); True when it did."""
+        try:
+            size = Path(f"{self.path}-wal").stat().st_size
+        except OSError:
+            return False
+        if size <= (self.wal_limit_bytes if limit_bytes is None else limit_bytes):
+            return False
+        return self.restart_wal()
+
+    def restart_wal(self) -> bool:
+        """Checkpoint on the writer's connection so that its next commit starts the WAL over;
+        True when it did (False: a reader still uses the WAL, try again later).
 
         The background checkpointer copies the WAL into the database, but under a steady flow
         of commits (a thousand a second) a checkpoint never catches the last frame, so SQLite
         never starts the WAL over and the file grows without end (10 GB in ten minutes, seen
         in the soak benchmark) — and so do its ``-shm`` index and the bot's memory. From the
-        writer itself, between two of its own commits, ``TRUNCATE`` only has the frames since
-        the last background checkpoint left to copy: a few milliseconds, once the file is
-        past the limit. True when the WAL was truncated."""
-        wal = Path(f"{self.path}-wal")
-        try:
-            size = wal.stat().st_size
-        except OSError:
-            return False
-        if size <= limit_bytes:
-            return False
+        writer itself, between two of its own commits, ``RESTART`` only has the frames since
+        the last background checkpoint left to copy: a few pages when called as
+        :attr:`on_wal_past_limit` asks."""
         self.commit()
         # Never wait on the quote path: while the background checkpointer holds its lock the
         # checkpoint is busy at once and is tried again at the next call (the soak benchmark
@@ -235,7 +258,7 @@ class Store:
         conn = self._conn
         try:
             conn.execute("PRAGMA busy_timeout = 0")
-            (busy, _, _), *_ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            (busy, _, _), *_ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
         finally:
@@ -462,11 +485,18 @@ class _Checkpointer(threading.Thread):
     """Runs ``wal_checkpoint(PASSIVE)`` on its own connection: it never waits for the writer,
     and the writer never waits for it (sqlite3 releases the GIL while SQLite works)."""
 
-    def __init__(self, path: Path, every_s: float, busy_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        every_s: float,
+        busy_timeout_ms: int,
+        past_limit: Callable[[], tuple[int, Callable[[], None] | None]],
+    ) -> None:
         super().__init__(name=f"store-checkpoint:{path.name}", daemon=True)
         self._path = path
         self._every_s = every_s
         self._busy_timeout_ms = busy_timeout_ms
+        self._past_limit = past_limit
         self._stopping = threading.Event()
 
     def run(self) -> None:
@@ -477,9 +507,18 @@ class _Checkpointer(threading.Thread):
             log.warning("store checkpointer cannot open %s: %s", self._path, exc)
             return
         try:
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0]) + WAL_FRAME_HEADER
             while not self._stopping.wait(self._every_s):
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    limit, notify = self._past_limit()
+                    # Frames in use, not the file's size: a restarted WAL keeps its size.
+                    if notify is not None and frames * page > limit:
+                        # Catch up with what was committed during the pass (each pass is
+                        # shorter than the one before), then let the writer restart it.
+                        for _ in range(CATCH_UP_PASSES):
+                            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        notify()
                 except sqlite3.Error as exc:
                     log.warning("store checkpoint of %s failed: %s", self._path, exc)
         finally:

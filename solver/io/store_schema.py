@@ -324,9 +324,12 @@ REBALANCE_COLUMNS = f"SELECT {', '.join(REBALANCE_FIELDS)} FROM rebalances "  # 
 
 def ts(moment: datetime) -> str:
     """A timezone-aware time as the store writes it (UTC, microseconds, fixed width)."""
-    if moment.tzinfo is None:
+    tz = moment.tzinfo
+    if tz is None:
         raise ValueError("the store takes timezone-aware datetimes only")
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    if tz is not UTC:  # the bot's own times are UTC already (one per answer: skip the copy)
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds")
 
 
 def from_ts(text: str) -> datetime:

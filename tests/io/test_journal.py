@@ -411,3 +411,36 @@ def test_times_come_back_in_utc(store: Store) -> None:
     (fact,) = store.journal.load()[1]
     assert isinstance(fact, f.PauseSet)
     assert fact.at == moment and fact.at.tzinfo == UTC
+
+
+def test_the_spelled_out_quote_opened_decoder_matches_the_encoder() -> None:
+    """``decode`` reads ``quote_opened`` (one per answer: projection and restart) without the
+    generic loop; it must give back exactly what ``encode`` wrote, u128 amounts and the partner
+    included, and name what is wrong with a bad entry."""
+    fact = f.QuoteOpened(
+        "q-1", "hash", WNEAR, "nep141:usdc", U128_MAX, 1, 7, T0 + timedelta(seconds=5),
+        bytes(range(32)), T0, False, "partner-9",
+    )  # fmt: skip
+    body = orjson.loads(orjson.dumps(f.encode(fact)))
+    assert f.decode("quote_opened", body) == fact
+    del body["partner_id"]
+    assert f.decode("quote_opened", body) == f.QuoteOpened(
+        *(
+            getattr(fact, name)
+            for name in f.QuoteOpened.__dataclass_fields__
+            if name != "partner_id"
+        )
+    )
+    for field, bad, says in (
+        ("fee", None, "missing field 'fee'"),
+        ("amount_in", "12x", "ValueError"),
+        ("nonce", "zz", "ValueError"),
+        ("deadline", [], "TypeError"),
+    ):
+        broken = dict(body)
+        if bad is None:
+            del broken[field]
+        else:
+            broken[field] = bad
+        with pytest.raises(f.FactError, match=f"quote_opened: .*{says}"):
+            f.decode("quote_opened", broken)

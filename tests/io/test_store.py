@@ -847,7 +847,7 @@ def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
 
 def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
     """Background checkpoints alone never restart a WAL that keeps receiving commits; the
-    writer's own TRUNCATE checkpoint past the limit keeps the file small (soak benchmark)."""
+    writer's own RESTART checkpoint past the limit keeps the file small (soak benchmark)."""
     limit = 1 << 20
     with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
         sizes = []
@@ -859,7 +859,7 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
                 time.sleep(0.005)
             sizes.append(Path(f"{db}-wal").stat().st_size)
         assert max(sizes[5:]) < 4 * limit, sizes
-        assert len(store.journal.load()[1]) == 2_000  # nothing lost to the truncation
+        assert len(store.journal.load()[1]) == 2_000  # nothing lost to the restarts
     without = db.parent / "unbounded.sqlite"
     with Store(without, account=ACCOUNT, checkpoint_every_s=0.01) as store:
         for i in range(40):

@@ -256,3 +256,26 @@ def test_parse_nonce_rejects_non_canonical_base64() -> None:
     assert canonical.endswith("AA=")
     with pytest.raises(ProtocolError):
         parse_nonce(canonical[:-2] + "B=")
+
+
+def test_pooled_random_parts_never_repeat_and_a_forked_child_draws_its_own() -> None:
+    """Nonces take their random part from a pool of ``os.urandom`` bytes: across several
+    refills no two are alike, and a child forked with a half-used pool does not hand out the
+    parent's next bytes."""
+    import os
+
+    salt = bytes(4)
+    drawn = [salted_nonce(salt) for _ in range(1000)]  # ~7 refills of the 4 KiB pool
+    assert len(set(drawn)) == len(drawn)
+    assert all(n[:4] == salt and len(n) == 32 for n in drawn)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next nonce, to the parent, then out at once
+        os.write(write, salted_nonce(salt))
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 32)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(child) == 32
+    assert child != salted_nonce(salt)

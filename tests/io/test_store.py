@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
@@ -866,3 +867,33 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
             record(store, *(signed_quote(f"u{i}-{j}") for j in range(50)))
         unbounded = Path(f"{without}-wal").stat().st_size
     assert unbounded > 4 * limit  # the failure the writer's checkpoint prevents
+
+
+def test_the_checkpointer_says_when_to_restart_the_wal_and_a_restarted_wal_is_reused(
+    db: Path,
+) -> None:
+    """Past the limit in use, the background checkpointer catches up and calls
+    ``on_wal_past_limit`` (from its thread); the writer's RESTART then makes the next commits
+    write from the start of the file again: it stops growing, and nothing is lost."""
+    limit = 256 << 10
+    told = threading.Event()
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
+        store.wal_limit_bytes = limit
+        store.on_wal_past_limit = told.set
+        batch = 0
+        while not told.is_set() and batch < 400:
+            record(store, *(signed_quote(f"r{batch}-{j}") for j in range(20)))
+            batch += 1
+            time.sleep(0.002)
+        assert told.is_set(), "the checkpointer never said the WAL was past its limit"
+        store.on_wal_past_limit = None
+        for _ in range(50):  # the checkpointer may hold its lock for a moment: try again
+            if store.restart_wal():
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the WAL was never restarted")
+        size = Path(f"{db}-wal").stat().st_size
+        record(store, *(signed_quote(f"after-{j}") for j in range(20)))
+        assert Path(f"{db}-wal").stat().st_size <= size  # written over, not appended to
+        assert len(store.journal.load()[1]) == batch * 20 + 20

@@ -1,0 +1,117 @@
+"""The live bot's upkeep off the quote path: when a desk snapshot is taken, and the garbage
+collector at the ticker's pace (issue 11: no event-loop stall over 5 ms)."""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+import weakref
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from solver.config import load_bot_config
+from solver.core.lifecycle import TrackedQuote
+from solver.protocol.keys import SecretKey
+from solver.runtime import bot as live
+from solver.runtime.gc_pacer import GcPacer
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.fixture
+def bot(tmp_path: Path) -> Iterator[live.LiveBot]:
+    key = SecretKey.generate()
+    config = load_bot_config(ROOT / "config" / "default.yaml").with_overrides(
+        {
+            "account.id": key.public_key.implicit_account_id(),
+            "storage.path": str(tmp_path / "bot.sqlite"),
+            "metrics.listen": None,
+        }
+    )
+    made = live.LiveBot(config, key)
+    yield made
+    assert made.store is not None
+    made.store.close()
+
+
+def _open_quotes(bot: live.LiveBot, count: int) -> None:
+    for i in range(count):
+        bot.desk.book.add(
+            TrackedQuote(
+                f"q{i}", f"h{i}", "a", "b", 1, 1, 0, NOW + timedelta(seconds=5), bytes(32), NOW
+            )
+        )
+
+
+def _snapshots(bot: live.LiveBot) -> int:
+    assert bot.store is not None
+    with sqlite3.connect(bot.store.path) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM desk_snapshots").fetchone()[0])
+
+
+def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
+    assert bot.store is not None
+    journal = bot.store.journal
+    _open_quotes(bot, live.SNAPSHOT_QUIET_QUOTES + 1)
+    journal.appended = live.SNAPSHOT_DUE_FACTS - 1
+    bot._maybe_snapshot(NOW)
+    journal.appended = live.SNAPSHOT_DUE_FACTS
+    bot._maybe_snapshot(NOW)  # due, but the book is busy: it waits
+    assert _snapshots(bot) == 0
+    bot.desk.book.quotes.pop("q0")
+    bot._maybe_snapshot(NOW)  # quiet now
+    assert _snapshots(bot) == 1
+    assert journal.appended == 0
+
+
+def test_a_busy_book_is_snapshot_anyway_past_the_forced_count(bot: live.LiveBot) -> None:
+    assert bot.store is not None
+    journal = bot.store.journal
+    _open_quotes(bot, live.SNAPSHOT_QUIET_QUOTES * 4)
+    journal.appended = live.SNAPSHOT_FORCED_FACTS - 1
+    bot._maybe_snapshot(NOW)
+    assert _snapshots(bot) == 0
+    journal.appended = live.SNAPSHOT_FORCED_FACTS
+    bot._maybe_snapshot(NOW)
+    assert _snapshots(bot) == 1
+    doc, _ = bot.store.journal.load()
+    assert doc is not None and len(doc["quotes"]) == live.SNAPSHOT_QUIET_QUOTES * 4
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def _cycle() -> weakref.ref[_Node]:
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+def test_the_paced_collector_frees_cycles_at_its_ticks_only() -> None:
+    was = gc.isenabled()
+    pacer = GcPacer(full_every_s=3600)
+    pacer.start()
+    try:
+        assert not gc.isenabled()
+        ref = _cycle()
+        for _ in range(50_000):  # far past the automatic threshold: nothing collects it
+            _Node()
+        assert ref() is not None
+        pacer.tick()
+        assert ref() is None
+        assert (pacer.passes, pacer.full_passes) == (1, 0)
+        pacer.full_every_s = 0.0
+        pacer.tick()
+        assert pacer.full_passes == 1
+    finally:
+        pacer.stop()
+        gc.unfreeze()
+    assert gc.isenabled() == was
+    pacer.tick()  # stopped: does nothing
+    assert pacer.passes == 2

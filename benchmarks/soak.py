@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ from benchmarks.quote_path_systems import (
     wait_subscribed,
 )
 from benchmarks.sandbox_proc import start_sandbox, stop_sandbox
+from solver.io.store import WAL_LIMIT_BYTES
 from solver.protocol.keys import SecretKey
 
 NAME = "soak"
@@ -607,17 +607,17 @@ def _journal_notes(r: dict[str, Any]) -> list[str]:
             "on the next open)."
         )
     if len(wal) >= 2:
-        shrank = any(b < a for a, b in itertools.pairwise(wal))
+        bound_mb = 2 * WAL_LIMIT_BYTES / 1e6  # journal_size_limit: the file's ceiling
         out.append(
             f"WAL: {fmt(wal[0])} MB at the first sample, {fmt(max(wal))} MB at most, "
             f"{fmt(wal[-1])} MB at the last; "
             + (
-                "it shrank between samples (reset and truncated by the checkpoints)."
-                if shrank
-                else "it never shrank between samples: the background PASSIVE checkpoints copy "
-                "it into the database (which grows in step), but under continuous commits the "
-                "WAL was not restarted from its beginning, so `journal_size_limit` never "
-                "truncated it during the load. Disk, not RSS; the `-shm` index (mapped, so in "
+                f"within its bound of {fmt(bound_mb)} MB: the bot restarts it from its "
+                f"beginning past {WAL_LIMIT_BYTES >> 20} MiB in use, and the file is written "
+                "over rather than grown (solver/io/store.py)."
+                if max(wal) <= bound_mb
+                else f"past its bound of {fmt(bound_mb)} MB: the WAL was not restarted from "
+                "its beginning during the load. Disk, not RSS; the `-shm` index (mapped, so in "
                 "`RssFile`) grows with it: "
                 f"{fmt((samples[-1]['journal_mb']).get('db_shm', 0.0))} MB at the end."
             )

@@ -30,10 +30,13 @@ _WIRE = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
 def format_deadline(moment: datetime) -> str:
     """RFC 3339 UTC with milliseconds, e.g. ``2026-11-22T10:00:00.000Z`` (protocol-notes 2)."""
-    if moment.tzinfo is None:
+    tz = moment.tzinfo
+    if tz is None:
         raise ValueError("deadline must be timezone-aware")
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    utc = moment if tz is UTC else moment.astimezone(UTC)
+    # isoformat, not strftime: the same text at a third of the cost (one per answer); a UTC
+    # time's isoformat always ends in "+00:00".
+    return utc.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_deadline(text: str) -> datetime:

@@ -50,25 +50,29 @@ def datetime_to_ns(moment: datetime) -> int:
 class _RandomPool:
     """``os.urandom`` read 4 KiB at a time and handed out in slices: the same bytes from the
     same source, one ``getrandom`` call per ~140 nonces instead of one each (a few percent of
-    the quote path at saturation, issue 11). A forked child starts a pool of its own: two
-    processes never hand out the same bytes. Bytes handed out are never kept."""
+    the quote path at saturation, issue 11). A forked child empties its copy at once
+    (``os.register_at_fork``): two processes never hand out the same bytes. Bytes handed out
+    are never kept."""
 
     SIZE = 4096
 
     def __init__(self) -> None:
         self._buf = b""
         self._pos = 0
-        self._pid = -1
 
     def take(self, n: int) -> bytes:
         pos = self._pos
-        if pos + n > len(self._buf) or self._pid != os.getpid():
-            self._buf, pos, self._pid = os.urandom(self.SIZE), 0, os.getpid()
+        if pos + n > len(self._buf):
+            self._buf, pos = os.urandom(self.SIZE), 0
         self._pos = pos + n
         return self._buf[pos : pos + n]
 
+    def forget(self) -> None:
+        self._buf, self._pos = b"", 0
+
 
 _pool = _RandomPool()
+os.register_at_fork(after_in_child=_pool.forget)
 
 
 def salted_nonce(salt: bytes) -> bytes:

@@ -212,6 +212,21 @@ def test_format_deadline() -> None:
         format_deadline(datetime(2026, 11, 22))  # noqa: DTZ001
 
 
+@settings(max_examples=300)
+@given(
+    st.datetimes(
+        min_value=datetime(1000, 1, 2),  # noqa: DTZ001 (hypothesis bounds are naive)
+        max_value=datetime(9999, 12, 30),  # noqa: DTZ001
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7)), timezone(timedelta(0))]),
+    )
+)
+def test_format_deadline_is_the_strftime_spelling(moment: datetime) -> None:
+    """The fast spelling (isoformat) is the documented one, zone and milliseconds included."""
+    utc = moment.astimezone(UTC)
+    expected = utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    assert format_deadline(moment) == expected
+
+
 def test_parse_deadline() -> None:
     assert parse_deadline("2026-11-22T10:00:00.000Z") == DEADLINE
     assert parse_deadline("2026-11-22T11:00:00+01:00") == DEADLINE

@@ -39,6 +39,11 @@ class NonceReusedError(StoreError):
     """A nonce signed before (in this run or an earlier one) was about to be recorded again."""
 
 
+_QUOTE_COLUMNS = (
+    "quote_id, quote_hash, created_at, deadline, asset_in, asset_out, amount_in, amount_out, "
+    "fee, nonce, signed_data, state, intent_hash, tx_hash, reason, updated_at, exact_in, "
+    "partner_id"
+)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: the quote journal: every signed quote, its nonce, and its state changes.
     (
@@ -198,6 +203,37 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE projection (seq INTEGER NOT NULL)",
         # A version-5 store projected each fact as it was appended: all of it is done.
         "INSERT INTO projection (seq) SELECT COALESCE(MAX(seq), 0) FROM journal",
+    ),
+    # 7: no UNIQUE index on quotes.quote_hash. Nothing looks a quote up by its hash in the
+    # store (the desk keeps its own map), and the index, keyed by a random hash, cost the
+    # projection ~15 µs and a random B-tree page of WAL per answer (issue 11). SQLite drops a
+    # column constraint only by rebuilding the table: about a second per million quotes, once.
+    (
+        """CREATE TABLE quotes_v7 (
+            quote_id TEXT PRIMARY KEY,
+            quote_hash TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            deadline TEXT NOT NULL,
+            asset_in TEXT NOT NULL,
+            asset_out TEXT NOT NULL,
+            amount_in TEXT NOT NULL,
+            amount_out TEXT NOT NULL,
+            fee TEXT NOT NULL,
+            nonce BLOB NOT NULL,
+            signed_data TEXT NOT NULL,
+            state TEXT NOT NULL,
+            intent_hash TEXT,
+            tx_hash TEXT,
+            reason TEXT,
+            updated_at TEXT,
+            exact_in INTEGER,
+            partner_id TEXT
+        )""",
+        f"INSERT INTO quotes_v7 ({_QUOTE_COLUMNS}) SELECT {_QUOTE_COLUMNS} FROM quotes",  # noqa: S608 (constants)
+        "DROP TABLE quotes",
+        "ALTER TABLE quotes_v7 RENAME TO quotes",
+        "CREATE INDEX quotes_created_at ON quotes (created_at)",
+        "CREATE INDEX quotes_open ON quotes (state) WHERE state IN ('OPEN', 'WON', 'SETTLING')",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -509,7 +509,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
     conn.close()
 
     with Store(db, account=ACCOUNT) as store:
-        assert SCHEMA_VERSION == len(MIGRATIONS) == 6
+        assert SCHEMA_VERSION == len(MIGRATIONS) == 7
         assert store.schema_version == SCHEMA_VERSION
         assert open_quotes(store) == [tracked]
         assert store.journal.load() == (None, [])  # the journal starts empty
@@ -546,6 +546,40 @@ def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
         assert store.rebalances()[0].amount_in == U128_MAX
         record(store, signed_quote("q1"))
         assert len(store.journal.load()[1]) == 1
+
+
+def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(db: Path) -> None:
+    """Migration 7 rebuilds ``quotes`` without the UNIQUE index on ``quote_hash``: every row and
+    column comes through, the other indexes are back, and the store goes on working."""
+    with Store(db, account=ACCOUNT) as store:
+        record(store, *(signed_quote(f"m{i}") for i in range(30)))
+        move(store, "m3", S.SETTLED, T0, fill=f.FillPrices(1.0, 2.0, 0.5))
+        store.project()
+    conn = sqlite3.connect(db, isolation_level=None)
+    before = conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
+    conn.execute("DELETE FROM schema_version WHERE version >= 7")
+    conn.execute("BEGIN")  # back to the version-6 table, its UNIQUE index included
+    conn.execute("ALTER TABLE quotes RENAME TO quotes_now")
+    conn.execute(MIGRATIONS[0][0])
+    conn.execute("ALTER TABLE quotes ADD COLUMN exact_in INTEGER")
+    conn.execute("ALTER TABLE quotes ADD COLUMN partner_id TEXT")
+    conn.execute("INSERT INTO quotes SELECT * FROM quotes_now")
+    conn.execute("DROP TABLE quotes_now")
+    conn.execute("COMMIT")
+    assert any(i[2] for i in conn.execute("PRAGMA index_list(quotes)"))  # a unique index
+    conn.close()
+    with Store(db, account=ACCOUNT) as store:
+        assert store.schema_version == SCHEMA_VERSION == 7
+        rows = store._conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
+        assert rows == before
+        indexes = {i[1]: i[2] for i in store._conn.execute("PRAGMA index_list(quotes)")}
+        assert {"quotes_created_at", "quotes_open"} <= set(indexes)
+        assert [name for name, unique in indexes.items() if unique] == [
+            "sqlite_autoindex_quotes_1"  # the primary key, quote_id
+        ]
+        record(store, signed_quote("after"))
+        store.project()
+        assert len(open_quotes(store)) == 30
 
 
 def test_a_store_newer_than_the_code_is_refused(db: Path) -> None:

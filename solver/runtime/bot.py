@@ -73,7 +73,11 @@ SNAPSHOT_FORCED_FACTS = 500_000
 """Taken anyway past this many facts: a restart applies every fact after the latest snapshot
 (~20 µs each, measured: ~10 s at most), whatever the flow."""
 PROJECT_BUDGET_S = 0.0005
-BACKLOG_ENTRIES = 20_000
+PROJECT_BEHIND_ENTRIES = 1_000
+"""Behind: more journal entries than this wait for the query tables."""
+PROJECT_SLICES_BEHIND = 6
+"""Slices per tick while behind and idle enough: up to 150 ms of projection a second."""
+PROJECT_SPARE_CPU = 0.5
 SHUTDOWN_PROJECT_S = 2.0
 NOTIFIER_CLOSE_S = 2.0
 """At stop, queued alert messages get this long to go out (within Docker's 10 s)."""
@@ -192,6 +196,8 @@ class LiveBot:
         self._jobs_running = 0
         self._stopping = False
         self.gc_pacer = GcPacer()
+        self._cpu_mark = (time.monotonic(), time.process_time())
+        self._cpu_share = 0.0
         self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
         self.operator = Operator(self)
 
@@ -365,6 +371,7 @@ class LiveBot:
             outage = self.bus_watch.tick(now)
             if outage:
                 self.executor.run(list(outage), now, time.perf_counter())
+            self._measure_cpu()
             self._project()
             self.gc_pacer.tick()
             count += 1
@@ -376,17 +383,38 @@ class LiveBot:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
 
-    def _project(self, budget_s: float | None = PROJECT_BUDGET_S) -> None:
-        """The query tables follow the journal: half a millisecond per tick, so the quote path
-        barely notices; a backlog (a burst at saturation) gets three times that."""
-        if self.store is None:
+    def _project(self, slices: int = 1) -> None:
+        """The query tables follow the journal in slices of :data:`PROJECT_BUDGET_S`, so the
+        quote path barely notices: one per tick; while behind and the process has time to
+        spare (under :data:`PROJECT_SPARE_CPU` of a core over the last tick), up to
+        :data:`PROJECT_SLICES_BEHIND`, each queued behind the loop's waiting I/O so that
+        requests are answered between them. Under load the projection waits (the journal
+        holds everything; memory does not grow): catching up at 2,000 answers/s took the CPU
+        the answers needed (p50 0.7 → 3 ms, measured)."""
+        store = self.store
+        if store is None or self._stopping:
             return
         try:
-            if budget_s is not None and self.store.unprojected() > BACKLOG_ENTRIES:
-                budget_s *= 3
-            self.store.project(budget_s)
+            done = store.project(PROJECT_BUDGET_S)
+            if (
+                slices == 1
+                and done
+                and self._cpu_share < PROJECT_SPARE_CPU
+                and store.unprojected() > PROJECT_BEHIND_ENTRIES
+            ):
+                slices = PROJECT_SLICES_BEHIND
+            if slices > 1 and done and store.unprojected():
+                asyncio.get_running_loop().call_soon(self._project, slices - 1)
         except SolverError as exc:
             log.warning("the query tables are behind the journal: %s", exc)
+
+    def _measure_cpu(self) -> None:
+        """The process's share of a core since the last tick (``_cpu_share``)."""
+        wall, cpu = time.monotonic(), time.process_time()
+        last_wall, last_cpu = self._cpu_mark
+        if wall > last_wall:
+            self._cpu_share = (cpu - last_cpu) / (wall - last_wall)
+        self._cpu_mark = (wall, cpu)
 
     def _restart_wal(self) -> None:
         """Truncate the WAL when the store's checkpointer says it is the cheap moment."""
@@ -598,7 +626,10 @@ class LiveBot:
         if self.store is not None:
             self.store.on_wal_past_limit = None
             self._maybe_snapshot(self.clock(), force=True)
-            self._project(budget_s=SHUTDOWN_PROJECT_S)  # the rest at the next start
+            try:
+                self.store.project(SHUTDOWN_PROJECT_S)  # the rest at the next start
+            except SolverError as exc:
+                log.warning("the query tables are behind the journal: %s", exc)
             self.store.close()
         await self.notifier.aclose(NOTIFIER_CLOSE_S)
         log.info("stopped: %s", self.summary())

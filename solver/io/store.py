@@ -27,7 +27,7 @@ background thread has caught up (it then makes two more quick passes for what wa
 meanwhile and calls :attr:`Store.on_wal_past_limit`), so the writer's checkpoint copies a few
 pages. RESTART, not TRUNCATE: cutting the file to zero cost 20–60 ms of the quote path (page
 cache release, measured), and a restarted file is simply written over. What remains is the
-checkpoint's fsyncs, 10–50 ms on the writer under load (measured; with them switched off it took
+checkpoint's fsyncs, 10–65 ms on the writer under load (measured; with them switched off it took
 under a millisecond, but an unsynced checkpoint can corrupt the database on power loss, so they
 stay): a large limit makes that pause rare (every ~10 s at 2,000 answers/s, ~25 MB of WAL a
 second).

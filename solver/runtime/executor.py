@@ -5,7 +5,10 @@ signature → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appe
 → the answer queued. Answers queued in one turn of the event loop are made durable by one
 journal commit (:meth:`Executor._flush`), then sent: the record precedes the answer, and a
 burst pays for one transaction instead of one each (group commit). A failed commit sends
-nothing and pauses quoting (``QuoteNotSent`` with ``store_error``).
+nothing and pauses quoting (``QuoteNotSent`` with ``store_error``); the other facts it lost
+(claims, settlements: the desk has applied them) are appended again at once, ahead of anything
+decided later, and committed with the next flush (a second at the latest), as is a fact the
+store refused at append time.
 
 Everything else is off the hot path: ``get_status`` polls and ``is_nonce_used`` checks run as
 tasks (bounded, de-duplicated) and report back as events; alerts and pause changes are logged.
@@ -50,6 +53,9 @@ from solver.runtime.readable import Readable
 
 log = logging.getLogger("solver.executor")
 CHECKS_AT_ONCE = 32
+RETRY_COMMIT_S = 1.0
+"""After a failed commit, the facts it lost are committed again this much later at the
+latest (sooner when the next answer or fact comes)."""
 
 
 class Sender(Protocol):
@@ -99,6 +105,10 @@ class Executor:
         self.observers: list[Callable[[Fact], None]] = []
         self._outbox: list[tuple[str, dict[str, Any], float, str]] = []
         self._flush_scheduled = False
+        # Facts (not answers) appended since the last commit, and facts the desk applied that
+        # the journal does not hold yet: a failed commit or append must not lose them.
+        self._uncommitted: list[Fact] = []
+        self._unjournaled: list[Fact] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._polls_in_flight: set[str] = set()
         self._checks = asyncio.Semaphore(CHECKS_AT_ONCE)
@@ -205,17 +215,23 @@ class Executor:
         journal = self.journal
         if journal is None:
             return True
+        fact = record.fact
         try:
-            journal.append(record.fact, signed_data)
+            journal.append(fact, signed_data)
         except SolverError as exc:
-            log.error("cannot record %s: %s; quoting paused", type(record.fact).__name__, exc)
+            log.error("cannot record %s: %s; quoting paused", type(fact).__name__, exc)
             # Only an answer not recorded is never sent (and released); any other fact failing
-            # (a claim, a settlement) must not end the quote it names: the desk pauses, and
-            # the operator looks at the store.
-            fact = record.fact
-            quote_id = fact.quote_id if type(fact) is QuoteOpened else ""
-            self.feed(ev.QuoteNotSent(quote_id, f"not recorded: {exc}", store_error=True))
+            # (a claim, a settlement) must not end the quote it names: the desk pauses, the
+            # fact is kept and appended again at the next flush, and the operator looks at
+            # the store.
+            if type(fact) is QuoteOpened:
+                self.feed(ev.QuoteNotSent(fact.quote_id, f"not recorded: {exc}", store_error=True))
+            else:
+                self._unjournaled.append(fact)
+                self.feed(ev.QuoteNotSent("", f"not recorded: {exc}", store_error=True))
             return False
+        if type(fact) is not QuoteOpened:
+            self._uncommitted.append(fact)
         self._schedule_flush()
         return True
 
@@ -227,18 +243,43 @@ class Executor:
     def _flush(self) -> None:
         self._flush_scheduled = False
         batch, self._outbox = self._outbox, []
-        if self.journal is not None:
+        journal = self.journal
+        if journal is not None:
+            self._append_again()
             try:
-                self.journal.commit()  # the durable point: nothing below runs before it
+                journal.commit()  # the durable point: nothing below runs before it
             except SolverError as exc:
                 log.error("cannot commit the journal: %s; %d answer(s) not sent", exc, len(batch))
+                # The desk has applied every fact of the lost transaction: the ones that are
+                # not answers go back to the journal first, before anything decided later.
+                self._unjournaled[:0] = self._uncommitted
+                self._uncommitted = []
+                self._append_again()
+                if self._uncommitted or self._unjournaled:  # not before the store is back
+                    asyncio.get_running_loop().call_later(RETRY_COMMIT_S, self._schedule_flush)
                 now = self.clock()
                 for quote_id, _, _, _ in batch:
                     reason = f"not recorded: {exc}"
                     self.feed(ev.QuoteNotSent(quote_id, reason, store_error=True), now)
                 return
+            self._uncommitted = []
         if batch:
             self._spawn(self._send(batch))
+
+    def _append_again(self) -> None:
+        """Facts the desk applied but the journal lost (a failed append or commit), in their
+        order; those the store still refuses wait for the next flush."""
+        journal, waiting = self.journal, self._unjournaled
+        if journal is None or not waiting:
+            return
+        self._unjournaled = []
+        for index, fact in enumerate(waiting):
+            try:
+                journal.append(fact)
+            except SolverError:
+                self._unjournaled = waiting[index:]
+                return
+            self._uncommitted.append(fact)
 
     async def _send(self, batch: list[tuple[str, dict[str, Any], float, str]]) -> None:
         metrics = self.metrics

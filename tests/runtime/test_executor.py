@@ -8,6 +8,7 @@ test runs in the event loop and waits for ``drain``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from solver.protocol.bus import IntentStatus, StatusData, StatusResult
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_signing import QuoteSigner
 from solver.protocol.signing import parse_signed, verify_signed
+from solver.runtime import executor as executor_module
 from solver.runtime.executor import Executor
 from tests.core.desk_helpers import E24, NEAR, at, make_desk, request, state_of
 
@@ -39,6 +41,8 @@ class Recorder:
         self.fail_commit = fail_commit
         self.events: list[str] = []
         self.facts: list[f.Fact] = []
+        self.committed: list[f.Fact] = []  # what a commit made durable (a failed one: none)
+        self._txn: list[f.Fact] = []
         self.signed: dict[str, Mapping[str, Any]] = {}
         self.sent: list[dict[str, Any]] = []
         self.refuse_send: set[str] = set()
@@ -49,13 +53,17 @@ class Recorder:
         quote_id = getattr(fact, "quote_id", "-")
         self.events.append(f"record:{f.kind_of(fact)}:{quote_id}")
         self.facts.append(fact)
+        self._txn.append(fact)
         if signed_data is not None:
             self.signed[quote_id] = signed_data
 
     def commit(self) -> None:
         if self.fail_commit:
+            self._txn = []  # rolled back
             raise StoreError("disk full at commit")
         self.events.append("commit")
+        self.committed += self._txn
+        self._txn = []
 
     def rollback(self) -> None:
         self.events.append("rollback")
@@ -229,6 +237,33 @@ async def test_a_failed_commit_sends_nothing_and_rejects_the_batch() -> None:
     assert desk.stats.outcomes["REJECTED"] == 2
     reason = desk.pauses.reason("*")
     assert reason is not None and reason.startswith("store_error: not recorded: disk full")
+
+
+async def test_the_facts_a_failed_commit_lost_are_committed_again() -> None:
+    """A claim decided in the same turn as an answer whose commit fails: the answer is
+    rejected, but the claim the desk applied goes back to the journal and is committed once
+    the store takes commits again; a claim the store refused at append time too."""
+    recorder = Recorder()
+    executor, _ = build(recorder)
+    quote(executor, "c1")
+    await executor.drain()
+    tracked = executor.desk.book.get("c1")
+    assert tracked is not None
+    recorder.fail_commit = True
+    executor.feed(ev.QuoteStatusSeen(tracked.quote_hash, "i1", None))
+    quote(executor, "c2")
+    await executor.drain()
+    assert executor.desk.stats.outcomes["REJECTED"] == 1  # c2, never sent
+    assert not any(type(x) is f.ClaimAdded for x in recorder.committed)
+    recorder.fail_commit = False
+    recorder.fail = True  # the next claim is refused at append time
+    executor.feed(ev.QuoteStatusSeen(tracked.quote_hash, "i2", None))
+    recorder.fail = False
+    await asyncio.sleep(executor_module.RETRY_COMMIT_S * 1.5)
+    await executor.drain()
+    claims = [x.intent_hash for x in recorder.committed if type(x) is f.ClaimAdded]
+    assert claims == ["i1", "i2"]
+    assert sorted(tracked.claims) == ["i1", "i2"]
 
 
 async def test_an_answer_that_cannot_be_sent_is_rejected_without_a_pause() -> None:

@@ -181,6 +181,7 @@ class LiveBot:
             notifier=self.notifier,
         )
         self.sample_requests = self.store is not None and config.storage.sample_requests > 0
+        self.samples_lost = 0
         self.feeds = PriceFeeds(
             self.desk.state,
             clock,
@@ -251,8 +252,14 @@ class LiveBot:
         if self.sample_requests and self.store is not None:
             first = actions[0] if actions else None
             reason = getattr(first, "reason", None)
-            with contextlib.suppress(StoreError):
+            try:
                 self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
+            except StoreError as exc:
+                # A sample, not a record the bot needs: counted, and said (first, then every
+                # 1,000th) rather than left to the quote path.
+                self.samples_lost += 1
+                if self.samples_lost % 1000 == 1:
+                    log.warning("request sample not stored (%d so far): %s", self.samples_lost, exc)
 
     def _on_shadow_quote(self, quote: Quote, now: datetime) -> None:
         """Shadow mode: the paper book decides whether a simulated user takes ``quote``."""

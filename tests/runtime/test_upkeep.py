@@ -14,6 +14,7 @@ import pytest
 
 from solver.config import load_bot_config
 from solver.core.lifecycle import TrackedQuote
+from solver.protocol.bus import QuoteRequestEvent
 from solver.protocol.keys import SecretKey
 from solver.runtime import bot as live
 from solver.runtime.gc_pacer import GcPacer
@@ -115,3 +116,42 @@ def test_the_paced_collector_frees_cycles_at_its_ticks_only() -> None:
     assert gc.isenabled() == was
     pacer.tick()  # stopped: does nothing
     assert pacer.passes == 2
+
+
+def test_a_request_sample_the_store_refuses_is_counted_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``storage.sample_requests`` keeps a sample of requests; a sample the store refuses (a
+    real SQLite failure: a trigger aborts the insert) costs the quote nothing, is counted, and
+    is logged the first time."""
+    key = SecretKey.generate()
+    config = load_bot_config(ROOT / "config" / "default.yaml").with_overrides(
+        {
+            "account.id": key.public_key.implicit_account_id(),
+            "storage.path": str(tmp_path / "bot.sqlite"),
+            "storage.sample_requests": 1.0,
+            "metrics.listen": None,
+        }
+    )
+    bot = live.LiveBot(config, key)
+    assert bot.store is not None and bot.sample_requests
+    bot.store._conn.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON requests BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+    )
+    pair = config.pairs[0]
+    event = QuoteRequestEvent.model_validate(
+        {
+            "quote_id": "sampled-1",
+            "core_asset_identifier_in": pair.quote,
+            "core_asset_identifier_out": pair.base,
+            "exact_amount_in": "1000",
+        }
+    )
+    with caplog.at_level("WARNING", logger="solver.bot"):
+        bot._on_quote(event, {})
+        bot._on_quote(event.model_copy(update={"quote_id": "sampled-2"}), {})
+    assert bot.samples_lost == 2
+    said = [r.getMessage() for r in caplog.records if "request sample not stored" in r.getMessage()]
+    assert len(said) == 1 and "disk full" in said[0]
+    assert bot.desk.stats.requests == 2  # both requests went through the desk
+    bot.store.close()

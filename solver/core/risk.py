@@ -16,7 +16,7 @@ equity when PnL marking began, moved by accepted deposits and withdrawals); the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from solver.core.inventory import Reservation
@@ -99,11 +99,18 @@ def check_pnl(
     return breaches
 
 
-def check_mismatch(limits: RiskLimits, found: Mapping[str, int]) -> list[Breach]:
+def check_mismatch(
+    limits: RiskLimits,
+    found: Mapping[str, int],
+    units: Callable[[str, int], str] | None = None,
+) -> list[Breach]:
+    """``units(asset, amount)``: the gap as people read it (whole units with the symbol); the
+    smallest units follow in brackets, exact, for the record."""
     breaches = []
     for asset, gap in sorted(found.items()):
         if gap and abs(gap) > limits.max_mismatch.get(asset, 0):
-            breaches.append(Breach("reconciliation", f"{asset}: on-chain balance off by {gap}"))
+            shown = f"{units(asset, gap)} ({gap} in smallest units)" if units else str(gap)
+            breaches.append(Breach("reconciliation", f"{asset}: on-chain balance off by {shown}"))
     return breaches
 
 

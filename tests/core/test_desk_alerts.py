@@ -36,6 +36,22 @@ def test_an_alert_only_mismatch_recovers_with_the_next_clean_snapshot() -> None:
     assert alerts(feed(desk, at(5), stolen(9))) == [("reconciliation", True)]
 
 
+def test_a_mismatch_reads_in_whole_units_with_the_exact_gap_beside() -> None:
+    """What a person reads (the alert, the pause's reason) is in whole units with the symbol;
+    the smallest units stay beside, exact."""
+    limits = RiskLimits(1e9, 1e9, {}, halt_on_mismatch=False)
+    desk = make_desk(limits=limits)
+    (alert,) = [a for a in feed(desk, at(1), stolen(7)) if isinstance(a, Alert)]
+    symbol = desk.symbols.get(USDC, USDC)
+    assert f"off by -7 {symbol} (-7000000 in smallest units)" in alert.detail
+    (resolved,) = [a for a in feed(desk, at(2), stolen(7)) if isinstance(a, Alert)]
+    assert f"{USDC}: -7 {symbol}" in resolved.detail
+    halting = make_desk(limits=RiskLimits(1e9, 1e9, {}))
+    feed(halting, at(1), stolen(7))
+    reason = halting.pauses.reason(GLOBAL)
+    assert reason is not None and f"-7 {symbol} (-7000000 in smallest units)" in reason
+
+
 def test_a_halting_mismatch_recovers_only_when_the_operator_resumes() -> None:
     desk = make_desk(limits=RiskLimits(1e9, 1e9, {}))
     assert alerts(feed(desk, at(1), stolen(7))) == [("reconciliation", False)]

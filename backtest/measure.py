@@ -16,7 +16,7 @@ edge per fill, markouts, PnL marked to market, drawdown and daily loss are the d
   tokens of ``|balance - starting balance| * price`` (a swap of $x of one token for $x of
   another moves it by x), updated at every price change and settlement.
   ``inventory_risk_usd`` is its time-weighted mean over the run, ``max_inventory_risk_usd`` its
-  peak. The sweep's default objective penalises it (:mod:`backtest.sweep`).
+  peak. The sweep's default objective penalises it (:mod:`backtest.sweep_run`).
 
 - **breakdowns** for the report (:mod:`backtest.measure_detail`): per pair (requests, quotes,
   skips, fills, volume, realized edge and markouts in USD and bps), per UTC day (the PnL's

@@ -1,5 +1,47 @@
 """Running a sweep: plan the candidates, segments and tasks, run them, collect the results.
 
+The parts live beside this module: :mod:`backtest.sweep_spec` (the sweep file and its
+candidates), :mod:`backtest.sweep_segments` (walk-forward windows), :mod:`backtest.sweep_tasks`
+(a replay per task, the executors), :mod:`backtest.sweep_tpe` (the Optuna search),
+:mod:`backtest.sweep_result` (ranking, walk-forward figures), :mod:`backtest.sweep_outputs` and
+:mod:`backtest.sweep_html` (the files).
+
+``solver backtest sweep`` (``docs/backtest.md``, "Sweeps") reads a sweep file::
+
+    grid:                                   # every combination (cartesian product)
+      pairs.0.params.spread_bps: [10, 20, 30]
+      backtest.fill.model: [competitor, always]
+    random:                                 # samples drawn from a space (numpy, seeded);
+                                            # or tpe: {trials: 40, seed: 1, space: {...}}
+      samples: 20
+      seed: 1
+      space:
+        risk.max_open_exposure_usd: {low: 1000, high: 100000, log: true}
+        pairs.1.params.spread_bps: {low: 5, high: 50}
+        pairs.1.strategy: {choices: [spread, amm]}
+    objective: {kind: pnl_minus_inventory_risk, risk_weight: 0.1}
+    walk_forward: {splits: 3}               # or {train_fraction: 0.7}; optional
+
+Keys are dotted paths of the bot YAML (:func:`solver.config.apply_overrides`: list indexes are
+digits, keys holding dots go in brackets); keys starting with ``backtest.`` set the backtest
+settings (:mod:`backtest.settings`) instead. With both ``grid`` and ``random`` every random
+sample is combined with every grid point.
+
+Every (candidate, time segment) pair is one task, :func:`backtest.sweep_tasks.run_task`: a
+module-level function that opens the stream from disk itself (the stream is never pickled),
+replays it with the candidate's configuration (:class:`backtest.engine.Replay`) and returns a
+few figures. The same function runs in a local process pool (``spawn``) or on a dask.distributed
+cluster. Results are collected by (candidate, segment) and ranked afterwards, so the leaderboard
+does not depend on the executor, the number of workers or the order in which tasks finish.
+
+Walk-forward: the stream's time span is cut into consecutive windows. Each split tunes on a
+train part (the best candidate by the objective there) and scores that candidate on the test
+part that follows; in-sample against out-of-sample figures show how much of the in-sample
+ranking was luck. With walk-forward the winner is the candidate with the best mean
+out-of-sample objective; without, the best on the full stream. Each segment is replayed on
+its own, from the configured starting balances, with the latest price of every token before
+the segment carried into it.
+
 A grid or random sweep knows every candidate up front and submits every task at once (longest
 segments first, so the last tasks are short). A TPE search (:mod:`backtest.sweep_tpe`) asks
 Optuna for a batch of candidates at a time.

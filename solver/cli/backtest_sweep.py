@@ -1,7 +1,7 @@
 """``solver backtest sweep``: many configurations of one stream, in parallel, ranked.
 
 ``solver backtest sweep STREAM --config BOT.yaml --grid SWEEP.yaml --out DIR`` expands the sweep
-file (:mod:`backtest.sweep`: a grid and/or random samples over dotted config keys, or an Optuna
+file (:mod:`backtest.sweep_run`: a grid and/or random samples over dotted config keys, or an Optuna
 TPE search with ``--search tpe``; an objective; optional walk-forward splits, whose test
 windows choose the winner), replays every candidate on every time segment in ``--workers``
 processes (``--executor local``) or on a dask.distributed cluster (``--executor dask``, a local
@@ -31,7 +31,7 @@ from solver.cli.backtest import Group, add_backtest_command
 from solver.errors import ConfigError
 
 if TYPE_CHECKING:
-    from backtest.sweep import TaskResult
+    from backtest.sweep_tasks import TaskResult
 
 
 def _positive_int(text: str) -> int:
@@ -147,7 +147,9 @@ def _progress_bar(enabled: bool) -> Iterator[tuple[Callable[[int], None], Callab
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from backtest.sweep import load_sweep, run_sweep, write_outputs
+    from backtest.sweep_outputs import write_outputs
+    from backtest.sweep_run import run_sweep
+    from backtest.sweep_spec import load_sweep
 
     spec = load_sweep(args.grid).searched(args.search, args.trials)
     heatmap = args.heatmap.split(",") if args.heatmap else None

@@ -16,27 +16,20 @@ import yaml
 from backtest.events import PriceEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
 from backtest.stream import write_stream
-from backtest.sweep import (
-    FULL,
+from backtest.sweep_outputs import leaderboard_csv, summary_json
+from backtest.sweep_result import SweepResult, spearman
+from backtest.sweep_run import run_sweep
+from backtest.sweep_segments import FULL, Segment, Split, stream_span, walk_forward_splits, window
+from backtest.sweep_spec import (
     Candidate,
     ObjectiveSpec,
-    Segment,
-    Split,
     SweepError,
-    SweepResult,
-    TaskResult,
     build_candidates,
     expand,
-    leaderboard_csv,
-    run_sweep,
-    spearman,
     split_overrides,
-    stream_span,
-    summary_json,
     validate_sweep,
-    walk_forward_splits,
-    window,
 )
+from backtest.sweep_tasks import TaskResult
 from solver.cli import main
 from solver.config import load_bot_config
 from solver.errors import ConfigError

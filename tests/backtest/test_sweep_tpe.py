@@ -16,13 +16,10 @@ import pytest
 import yaml
 
 from backtest.stream import write_stream
-from backtest.sweep import (
-    heatmap_keys_for,
-    leaderboard_csv,
-    run_sweep,
-    summary_json,
-    validate_sweep,
-)
+from backtest.sweep_html import heatmap_keys as heatmap_keys_for
+from backtest.sweep_outputs import leaderboard_csv, summary_json
+from backtest.sweep_run import run_sweep
+from backtest.sweep_spec import validate_sweep
 from solver.cli import main
 from solver.errors import ConfigError
 from tests.backtest.replay_helpers import HEADER, bot_config_data, flow

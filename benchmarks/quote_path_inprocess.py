@@ -5,7 +5,7 @@ websocket is a stand-in that records when each answer frame is handed over. Each
 ``bot.ws.handle_frame(event)`` → the desk decides → the executor signs, appends to the journal,
 commits once per loop turn and sends → the answer frame; then the relay's ``OK`` reply is fed
 back. The market inputs the scheduled jobs would fetch are fed as desk events
-(``SaltSeen``, ``PriceSeen``, ``BalancesSeen``), and ``desk.tick`` runs every 100 ms as the
+(``SaltSeen``, ``PriceSeen``, ``BalancesSeen``), and ``desk.tick`` runs every 20 ms as the
 bot's ticker does, so deadlines expire as they would live. Logging at INFO goes to a file.
 
 It separates the bot's own cost from the transport (``desk_executor_only``), gives a fallback
@@ -32,7 +32,8 @@ from benchmarks.quote_path_driver import ETH, NEAR, USDC
 from benchmarks.quote_path_systems import bot_config, fresh_store, funding
 from solver.core import events as ev
 from solver.protocol.keys import SecretKey
-from solver.runtime.bot import TICK_S, LiveBot
+from solver.runtime.bot import LiveBot
+from solver.runtime.upkeep import TICK_S
 
 PRICES = {USDC: 1.0, NEAR: 3.0, ETH: 3000.0}
 WARM_UP = 2000
@@ -214,7 +215,7 @@ async def desk_executor_only(
             "garbage_collections": collections.summary(),
             "open_quotes_at_end": len(bot.desk.book.quotes),
             "note": "handle_frame -> desk -> sign -> journal append + commit -> answer frame, "
-            "and the OK reply; desk.tick every 100 ms; no socket",
+            "and the OK reply; desk.tick every 20 ms; no socket",
         }
     finally:
         await _close(bot)

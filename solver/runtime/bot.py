@@ -31,7 +31,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from solver.config import BotConfig
 from solver.core import events as ev
 from solver.core.desk import Desk
-from solver.core.desk_snapshot import restore, snapshot
+from solver.core.desk_snapshot import restore
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
 from solver.desk_wiring import build_desk
@@ -52,33 +52,11 @@ from solver.protocol.keys import SecretKey
 from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance import Rebalancer
 from solver.runtime.executor import Executor
-from solver.runtime.gc_pacer import GcPacer
 from solver.runtime.operator import Operator
 from solver.runtime.paper import PaperBook
+from solver.runtime.upkeep import Upkeep
 
 log = logging.getLogger("solver.bot")
-TICK_S = 0.02
-"""``desk.tick`` and a slice of projection this often: short ticks keep each one's work (the
-deadlines passed since the last one, at 2,000 answers/s ~40 quotes) well under a millisecond,
-where 100 ms ticks held the quote path for 2–3 ms at a time."""
-GAUGES_EVERY_TICKS = 5
-"""The operator's gauges and the paper book's metrics: every 100 ms is plenty."""
-SNAPSHOT_DUE_FACTS = 50_000
-"""A desk snapshot is due after this many facts; it is taken at the next quiet moment."""
-SNAPSHOT_QUIET_QUOTES = 500
-"""Quiet: at most this many open quotes. A snapshot costs ~6 µs of the loop per open quote
-(building and writing it; 8,000 open quotes at 2,000 answers/s: ~50 ms, measured), so it
-waits for a small book: a few milliseconds."""
-SNAPSHOT_FORCED_FACTS = 500_000
-"""Taken anyway past this many facts: a restart applies every fact after the latest snapshot
-(~20 µs each, measured: ~10 s at most), whatever the flow."""
-PROJECT_BUDGET_S = 0.0005
-PROJECT_BEHIND_ENTRIES = 1_000
-"""Behind: more journal entries than this wait for the query tables."""
-PROJECT_SLICES_BEHIND = 6
-"""Slices per tick while behind and idle enough: up to 150 ms of projection a second."""
-PROJECT_SPARE_CPU = 0.5
-SHUTDOWN_PROJECT_S = 2.0
 NOTIFIER_CLOSE_S = 2.0
 """At stop, queued alert messages get this long to go out (within Docker's 10 s)."""
 
@@ -196,9 +174,7 @@ class LiveBot:
         self._jobs: set[asyncio.Task[Any]] = set()
         self._jobs_running = 0
         self._stopping = False
-        self.gc_pacer = GcPacer()
-        self._cpu_mark = (time.monotonic(), time.process_time())
-        self._cpu_share = 0.0
+        self.upkeep = Upkeep(self)
         self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
         self.operator = Operator(self)
 
@@ -364,88 +340,6 @@ class LiveBot:
             if not stop.is_set():
                 await self.refresh_balances()
 
-    async def _ticker(self, stop: asyncio.Event) -> None:
-        """``desk.tick`` every :data:`TICK_S`: polls, deadlines, markouts, PnL, kill switch;
-        then a slice of projection. Gauges every :data:`GAUGES_EVERY_TICKS`, a snapshot check
-        every second."""
-        snapshot_every = max(1, round(1 / TICK_S))
-        count = 0
-        while not stop.is_set():
-            now = self.clock()
-            actions = self.desk.tick(now)
-            if actions:
-                self.executor.run(actions, now, time.perf_counter())
-            outage = self.bus_watch.tick(now)
-            if outage:
-                self.executor.run(list(outage), now, time.perf_counter())
-            self._measure_cpu()
-            self._project()
-            self.gc_pacer.tick()
-            count += 1
-            if count % GAUGES_EVERY_TICKS == 0:
-                self.operator.refresh_metrics()
-                self.refresh_paper_metrics()
-            if count % snapshot_every == 0:
-                self._maybe_snapshot(now)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), TICK_S)
-
-    def _project(self, slices: int = 1) -> None:
-        """The query tables follow the journal in slices of :data:`PROJECT_BUDGET_S`, so the
-        quote path barely notices: one per tick; while behind and the process has time to
-        spare (under :data:`PROJECT_SPARE_CPU` of a core over the last tick), up to
-        :data:`PROJECT_SLICES_BEHIND`, each queued behind the loop's waiting I/O so that
-        requests are answered between them. Under load the projection waits (the journal
-        holds everything; memory does not grow): catching up at 2,000 answers/s took the CPU
-        the answers needed (p50 0.7 → 3 ms, measured)."""
-        store = self.store
-        if store is None or self._stopping:
-            return
-        try:
-            done = store.project(PROJECT_BUDGET_S)
-            if (
-                slices == 1
-                and done
-                and self._cpu_share < PROJECT_SPARE_CPU
-                and store.unprojected() > PROJECT_BEHIND_ENTRIES
-            ):
-                slices = PROJECT_SLICES_BEHIND
-            if slices > 1 and done and store.unprojected():
-                asyncio.get_running_loop().call_soon(self._project, slices - 1)
-        except SolverError as exc:
-            log.warning("the query tables are behind the journal: %s", exc)
-
-    def _measure_cpu(self) -> None:
-        """The process's share of a core since the last tick (``_cpu_share``)."""
-        wall, cpu = time.monotonic(), time.process_time()
-        last_wall, last_cpu = self._cpu_mark
-        if wall > last_wall:
-            self._cpu_share = (cpu - last_cpu) / (wall - last_wall)
-        self._cpu_mark = (wall, cpu)
-
-    def _restart_wal(self) -> None:
-        """Truncate the WAL when the store's checkpointer says it is the cheap moment."""
-        if self.store is None or self._stopping:
-            return
-        try:
-            self.store.restart_wal()
-        except SolverError as exc:
-            log.warning("%s", exc)
-
-    def _maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
-        journal = self.store.journal if self.store is not None else None
-        if journal is None:
-            return
-        due = journal.appended >= SNAPSHOT_DUE_FACTS
-        quiet = len(self.desk.book.quotes) <= SNAPSHOT_QUIET_QUOTES
-        if not (force or (due and quiet) or journal.appended >= SNAPSHOT_FORCED_FACTS):
-            return
-        try:
-            journal.write_snapshot(snapshot(self.desk), now)
-            journal.appended = 0
-        except SolverError as exc:
-            log.warning("cannot write a desk snapshot: %s", exc)
-
     def _tracked(self, fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
         """A scheduled job whose runs are counted, so a stop can let the runs in flight end;
         one cut short by the stop ends quietly (the next start asks again)."""
@@ -579,22 +473,14 @@ class LiveBot:
             self.control = await serve_control(
                 create_control_app(self.operator, self.metrics), self.config.metrics.listen
             )
-        if self.store is not None:
-            loop = asyncio.get_running_loop()
-            self.store.on_wal_past_limit = functools.partial(
-                _call_soon_threadsafe, loop, self._restart_wal
-            )
         self._schedule()
         self.scheduler.start()
-        # Everything built so far (the control API's app and server included) lives as long
-        # as the process: frozen, never walked again; from here the collector runs at the
-        # ticker's pace (runtime.gc_pacer).
-        self.gc_pacer.start()
+        self.upkeep.start()  # last: what was built so far is frozen for the collector
         inner = asyncio.Event()
         tasks = [
             asyncio.create_task(self.ws.run(inner)),
             asyncio.create_task(self._balance_trigger(inner)),
-            asyncio.create_task(self._ticker(inner)),
+            asyncio.create_task(self.upkeep.run(inner)),
         ]
         try:
             await stop.wait()
@@ -607,7 +493,7 @@ class LiveBot:
             await self._stop(inner, tasks)
 
     async def _stop(self, inner: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> None:
-        self.gc_pacer.stop()  # the ticker stops: the collector runs by itself again
+        self.upkeep.stop()
         inner.set()
         self._stopping = True
         self._balance_now.set()
@@ -631,21 +517,10 @@ class LiveBot:
         if self.control is not None:
             await self.control.stop()
         if self.store is not None:
-            self.store.on_wal_past_limit = None
-            self._maybe_snapshot(self.clock(), force=True)
-            try:
-                self.store.project(SHUTDOWN_PROJECT_S)  # the rest at the next start
-            except SolverError as exc:
-                log.warning("the query tables are behind the journal: %s", exc)
+            self.upkeep.close(self.clock())
             self.store.close()
         await self.notifier.aclose(NOTIFIER_CLOSE_S)
         log.info("stopped: %s", self.summary())
-
-
-def _call_soon_threadsafe(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
-    """From another thread (the store's checkpointer); a loop already closed ignores it."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn)
 
 
 def _coro(fn: Callable[..., object]) -> Callable[..., Awaitable[None]]:

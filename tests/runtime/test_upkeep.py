@@ -17,6 +17,7 @@ from solver.core.lifecycle import TrackedQuote
 from solver.protocol.bus import QuoteRequestEvent
 from solver.protocol.keys import SecretKey
 from solver.runtime import bot as live
+from solver.runtime import upkeep
 from solver.runtime.gc_pacer import GcPacer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,14 +58,14 @@ def _snapshots(bot: live.LiveBot) -> int:
 def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
     assert bot.store is not None
     journal = bot.store.journal
-    _open_quotes(bot, live.SNAPSHOT_QUIET_QUOTES + 1)
-    journal.appended = live.SNAPSHOT_DUE_FACTS - 1
-    bot._maybe_snapshot(NOW)
-    journal.appended = live.SNAPSHOT_DUE_FACTS
-    bot._maybe_snapshot(NOW)  # due, but the book is busy: it waits
+    _open_quotes(bot, upkeep.SNAPSHOT_QUIET_QUOTES + 1)
+    journal.appended = upkeep.SNAPSHOT_DUE_FACTS - 1
+    bot.upkeep.maybe_snapshot(NOW)
+    journal.appended = upkeep.SNAPSHOT_DUE_FACTS
+    bot.upkeep.maybe_snapshot(NOW)  # due, but the book is busy: it waits
     assert _snapshots(bot) == 0
     bot.desk.book.quotes.pop("q0")
-    bot._maybe_snapshot(NOW)  # quiet now
+    bot.upkeep.maybe_snapshot(NOW)  # quiet now
     assert _snapshots(bot) == 1
     assert journal.appended == 0
 
@@ -72,15 +73,15 @@ def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
 def test_a_busy_book_is_snapshot_anyway_past_the_forced_count(bot: live.LiveBot) -> None:
     assert bot.store is not None
     journal = bot.store.journal
-    _open_quotes(bot, live.SNAPSHOT_QUIET_QUOTES * 4)
-    journal.appended = live.SNAPSHOT_FORCED_FACTS - 1
-    bot._maybe_snapshot(NOW)
+    _open_quotes(bot, upkeep.SNAPSHOT_QUIET_QUOTES * 4)
+    journal.appended = upkeep.SNAPSHOT_FORCED_FACTS - 1
+    bot.upkeep.maybe_snapshot(NOW)
     assert _snapshots(bot) == 0
-    journal.appended = live.SNAPSHOT_FORCED_FACTS
-    bot._maybe_snapshot(NOW)
+    journal.appended = upkeep.SNAPSHOT_FORCED_FACTS
+    bot.upkeep.maybe_snapshot(NOW)
     assert _snapshots(bot) == 1
     doc, _ = bot.store.journal.load()
-    assert doc is not None and len(doc["quotes"]) == live.SNAPSHOT_QUIET_QUOTES * 4
+    assert doc is not None and len(doc["quotes"]) == upkeep.SNAPSHOT_QUIET_QUOTES * 4
 
 
 class _Node:

@@ -21,16 +21,16 @@ writing connection and a background thread checkpoints every 0.25 s instead
 Frequent checkpoints keep the WAL short (each page read searches the WAL index), and
 ``journal_size_limit`` truncates the file after a burst. Under a steady flow of commits those
 never restart the WAL, so the bot also restarts it from its own connection once it has 256 MiB
-in use (:meth:`Store.bound_wal`): the next commit writes from the start of the file again, which
-never grows past 512 MiB (``journal_size_limit``). When is the cheap moment: right after the
-background thread has caught up (it then makes two more quick passes for what was committed
+in use (:meth:`Store.restart_wal`): the next commit writes from the start of the file again,
+which never grows past 512 MiB (``journal_size_limit``). When is the cheap moment: right after
+the background thread has caught up (it then makes two more quick passes for what was committed
 meanwhile and calls :attr:`Store.on_wal_past_limit`), so the writer's checkpoint copies a few
 pages. RESTART, not TRUNCATE: cutting the file to zero cost 20–60 ms of the quote path (page
 cache release, measured), and a restarted file is simply written over. What remains is the
 checkpoint's fsyncs, 10–65 ms on the writer under load (measured; with them switched off it took
 under a millisecond, but an unsynced checkpoint can corrupt the database on power loss, so they
-stay): a large limit makes that pause rare (every ~10 s at 2,000 answers/s, ~25 MB of WAL a
-second).
+stay): a large limit makes that pause rare (about every 11 s at 1,000 answers/s, ~23 MB of WAL a
+second, measured; every ~5 s at 2,000 answers/s).
 
 One connection per ``Store``, used from the thread that opened it (the event loop's). Readers in
 other processes (``solver history``) do not block the writer under WAL.
@@ -100,7 +100,7 @@ log = logging.getLogger("solver.store")
 
 Synchronous = Literal["normal", "full"]
 WAL_LIMIT_BYTES = 256 << 20
-"""Past this, the writer restarts the WAL itself (:meth:`Store.bound_wal`)."""
+"""Past this in use, the writer restarts the WAL itself (:meth:`Store.restart_wal`)."""
 WAL_FRAME_HEADER = 24
 CATCH_UP_PASSES = 2
 """Quick checkpoint passes after the one that found the WAL past its limit, before the writer
@@ -185,7 +185,7 @@ class Store:
         self.wal_limit_bytes = WAL_LIMIT_BYTES
         self.on_wal_past_limit: Callable[[], None] | None = None
         """Called from the checkpointer's thread when the WAL is past :data:`WAL_LIMIT_BYTES`
-        and the thread has just caught up: the writer should call :meth:`bound_wal` now (the
+        and the thread has just caught up: the writer should call :meth:`restart_wal` now (the
         live bot schedules it on its event loop)."""
         self._checkpointer: _Checkpointer | None = None
         if checkpoint_every_s is not None:
@@ -232,17 +232,6 @@ class Store:
         """The writer's own reads (status windows, exports) see everything it journaled."""
         if self._writer:
             self.project()
-
-    def bound_wal(self, limit_bytes: int | None = None) -> bool:
-        """:meth:`restart_wal` when the WAL file is past ``limit_bytes`` (default
-        :attr:`wal_limit_bytes`); True when it did."""
-        try:
-            size = Path(f"{self.path}-wal").stat().st_size
-        except OSError:
-            return False
-        if size <= (self.wal_limit_bytes if limit_bytes is None else limit_bytes):
-            return False
-        return self.restart_wal()
 
     def restart_wal(self) -> bool:
         """Checkpoint on the writer's connection so that its next commit starts the WAL over;

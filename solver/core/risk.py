@@ -102,14 +102,14 @@ def check_pnl(
 def check_mismatch(
     limits: RiskLimits,
     found: Mapping[str, int],
-    units: Callable[[str, int], str] | None = None,
+    units: Callable[[str, int], str],
 ) -> list[Breach]:
     """``units(asset, amount)``: the gap as people read it (whole units with the symbol); the
     smallest units follow in brackets, exact, for the record."""
     breaches = []
     for asset, gap in sorted(found.items()):
         if gap and abs(gap) > limits.max_mismatch.get(asset, 0):
-            shown = f"{units(asset, gap)} ({gap} in smallest units)" if units else str(gap)
+            shown = f"{units(asset, gap)} ({gap} in smallest units)"
             breaches.append(Breach("reconciliation", f"{asset}: on-chain balance off by {shown}"))
     return breaches
 

@@ -126,10 +126,10 @@ def test_open_quotes_explain_balance_moves_but_nothing_else() -> None:
     # 200 USDC left the account that no quote explains.
     found = mismatches(expected, {USDC: 500, NEAR: 57}, open_quotes)
     assert found == {USDC: -200, NEAR: 0}
-    assert [b.kind for b in check_mismatch(RiskLimits(1, 1, {USDC: 199}), found)] == [
-        "reconciliation"
-    ]
-    assert check_mismatch(RiskLimits(1, 1, {USDC: 200}), found) == []
+    (breach,) = check_mismatch(RiskLimits(1, 1, {USDC: 199}), found, lambda a, n: f"{n} u")
+    assert breach.kind == "reconciliation"
+    assert breach.detail == f"{USDC}: on-chain balance off by -200 u (-200 in smallest units)"
+    assert check_mismatch(RiskLimits(1, 1, {USDC: 200}), found, str) == []
 
 
 @settings(max_examples=200)

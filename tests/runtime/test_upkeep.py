@@ -3,6 +3,7 @@ collector at the ticker's pace (issue 11: no event-loop stall over 5 ms)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sqlite3
 import weakref
@@ -19,6 +20,7 @@ from solver.protocol.keys import SecretKey
 from solver.runtime import bot as live
 from solver.runtime import upkeep
 from solver.runtime.gc_pacer import GcPacer
+from tests.io.store_helpers import append_quotes, signed_quote
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -156,3 +158,32 @@ def test_a_request_sample_the_store_refuses_is_counted_and_said(
     assert len(said) == 1 and "disk full" in said[0]
     assert bot.desk.stats.requests == 2  # both requests went through the desk
     bot.store.close()
+
+
+async def _progress_after_one_call(bot: live.LiveBot, cpu_share: float) -> tuple[int, int]:
+    """Journal entries left after one ``project()`` call, and after the loop has turned a few
+    times more (extra slices, when any, are queued on the loop)."""
+    assert bot.store is not None
+    bot.upkeep._cpu_share = cpu_share
+    bot.upkeep.project()
+    after_call = bot.store.unprojected()
+    for _ in range(upkeep.PROJECT_SLICES_BEHIND + 2):
+        await asyncio.sleep(0)
+    return after_call, bot.store.unprojected()
+
+
+@pytest.mark.parametrize(("cpu_share", "more_slices"), [(0.9, False), (0.0, True)])
+async def test_a_busy_process_projects_one_slice_an_idle_one_catches_up(
+    bot: live.LiveBot, monkeypatch: pytest.MonkeyPatch, cpu_share: float, more_slices: bool
+) -> None:
+    """Behind the journal, the projection takes one slice a tick while the process is busy
+    (the answers need the CPU) and more, queued on the loop, when it has CPU to spare."""
+    assert bot.store is not None
+    monkeypatch.setattr(upkeep, "PROJECT_BUDGET_S", 0.0)  # a slice: one entry, whatever the machine
+    append_quotes(
+        bot.store, *(signed_quote(f"p{i}") for i in range(upkeep.PROJECT_BEHIND_ENTRIES + 50))
+    )
+    bot.store.commit()
+    after_call, later = await _progress_after_one_call(bot, cpu_share)
+    assert (later < after_call) is more_slices
+    assert later > 0  # the slices are bounded: a backlog is caught up over several ticks

@@ -129,7 +129,7 @@ def test_open_quotes_explain_balance_moves_but_nothing_else() -> None:
     (breach,) = check_mismatch(RiskLimits(1, 1, {USDC: 199}), found, lambda a, n: f"{n} u")
     assert breach.kind == "reconciliation"
     assert breach.detail == f"{USDC}: on-chain balance off by -200 u (-200 in smallest units)"
-    assert check_mismatch(RiskLimits(1, 1, {USDC: 200}), found, str) == []
+    assert check_mismatch(RiskLimits(1, 1, {USDC: 200}), found, lambda a, n: str(n)) == []
 
 
 @settings(max_examples=200)

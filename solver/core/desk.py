@@ -20,8 +20,8 @@ decides and reserves → :class:`~solver.core.actions.SignAndSend`; the driver s
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping
+import functools
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,7 +41,7 @@ from solver.core.desk_risk import DeskRisk
 from solver.core.desk_state import DeskSettings, DeskStats
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, RISK_KINDS, STORE_ERROR
-from solver.core.quoting import Quote, Route, Skip
+from solver.core.quoting import Quote, Skip
 
 PENDING, BROADCAST, SETTLED, NOT_FOUND = (
     "PENDING",
@@ -55,22 +55,13 @@ __all__ = ["Desk", "DeskSettings", "DeskStats"]
 
 
 class Desk(DeskRisk):
-    def __init__(
-        self,
-        settings: DeskSettings,
-        routes: Mapping[tuple[str, str], Route],
-        decimals: Mapping[str, int],
-        *,
-        floors: Mapping[str, int] | None = None,
-        symbols: Mapping[str, str] | None = None,
-        pairs: Iterable[tuple[str, str]] = (),
-        timer: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        """``pairs``: the configured ``(base, quote)`` pairs, which name the per-pair stats."""
-        super().__init__(
-            settings, routes, decimals, floors=floors, symbols=symbols, pairs=pairs, timer=timer
-        )
-        self._handlers: dict[type, Callable[[Any, datetime], list[Action]]] = {
+    """Built as :class:`~solver.core.desk_state.DeskState` is (``pairs``: the configured
+    ``(base, quote)`` pairs, which name the per-pair stats)."""
+
+    @functools.cached_property
+    def _handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+        """Which method takes which event (built once, on the first event)."""
+        return {
             ev.QuoteRequested: self._quote_requested,
             ev.QuoteSigned: self._quote_signed,
             ev.QuoteNotSent: self._quote_not_sent,

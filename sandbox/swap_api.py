@@ -35,13 +35,12 @@ from sandbox.swap_client_api import (
 from sandbox.swap_http import (
     BEARER_SCHEME,
     ERROR_RESPONSES,
-    bad_parameter,
     bearer_token,
     install_error_handlers,
     install_openapi,
     invalid_body,
     json_body,
-    query_items,
+    parse_query,
     query_parameters,
     read_body,
     validation_problem,
@@ -167,11 +166,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
     )
     async def withdrawals(request: Request) -> JSONResponse:
         service.authorized(bearer_token(request))
-        try:
-            query = WithdrawalsQuery.model_validate(query_items(request))
-        except ValidationError as exc:
-            message, field = validation_problem(exc)
-            raise bad_parameter(message, field) from None
+        query = parse_query(WithdrawalsQuery, request)
         return JSONResponse(any_input_withdrawals(service, query))
 
     @app.post(
@@ -198,11 +193,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
     )
     async def status(request: Request) -> JSONResponse:
         service.authorized(bearer_token(request))
-        try:
-            query = StatusQuery.model_validate(query_items(request))
-        except ValidationError as exc:
-            message, field = validation_problem(exc)
-            raise bad_parameter(message, field) from None
+        query = parse_query(StatusQuery, request)
         return JSONResponse(service.status(query.depositAddress, query.depositMemo))
 
     @app.post(

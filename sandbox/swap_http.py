@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import jwt
 from fastapi import FastAPI, Request
@@ -176,6 +176,18 @@ def query_items(request: Request) -> dict[str, str]:
         if value != "":
             out[key] = value
     return out
+
+
+Q = TypeVar("Q", bound=BaseModel)
+
+
+def parse_query(model: type[Q], request: Request) -> Q:
+    """The query parameters validated as ``model``; a bad one is a 400 naming its field."""
+    try:
+        return model.model_validate(query_items(request))
+    except ValidationError as exc:
+        message, field = validation_problem(exc)
+        raise bad_parameter(message, field) from None
 
 
 # ---------------------------------------------------------------------------------- openapi

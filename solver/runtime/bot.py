@@ -49,6 +49,7 @@ from solver.io.store import Store, StoreError
 from solver.io.swap_client import SwapApiClient
 from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
 from solver.protocol.keys import SecretKey
+from solver.protocol.nonce import NonceSequence
 from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance import Rebalancer
 from solver.runtime.executor import Executor
@@ -153,6 +154,11 @@ class LiveBot:
             bus_rpc=self.bus_rpc,
             account=self.account,
             nonce_layout=config.nonce.layout,
+            nonces=(
+                NonceSequence(self.store.claim_nonce_prefix(clock()))
+                if self.store is not None
+                else NonceSequence.unregistered()
+            ),
             on_refresh_balances=self._balance_now.set,
             on_refresh_salt=self._refresh_salt_soon,
             on_shadow_quote=self._on_shadow_quote if shadow else None,

@@ -47,7 +47,7 @@ from solver.io.journal import Journal
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import OTHER, Metrics
 from solver.io.notify import Notifier
-from solver.protocol.nonce import NonceLayout, new_nonce
+from solver.protocol.nonce import NonceLayout, NonceSequence, new_nonce
 from solver.protocol.quote_signing import QuoteSigner
 from solver.runtime.readable import Readable
 
@@ -76,6 +76,7 @@ class Executor:
         bus_rpc: BusRpcClient,
         account: str,
         nonce_layout: NonceLayout = "salted",
+        nonces: NonceSequence | None = None,
         on_refresh_balances: Callable[[], None] = lambda: None,
         on_refresh_salt: Callable[[], None] = lambda: None,
         on_shadow_quote: Callable[[Quote, datetime], None] | None = None,
@@ -91,6 +92,9 @@ class Executor:
         self.bus_rpc = bus_rpc
         self.account = account
         self.nonce_layout = nonce_layout
+        # The unique part of every quote nonce (spec 5.3): the bot passes a sequence whose
+        # prefix its store registered; without one, a random unregistered prefix.
+        self.nonces = NonceSequence.unregistered() if nonces is None else nonces
         self.on_refresh_balances = on_refresh_balances
         self.on_refresh_salt = on_refresh_salt
         self.on_shadow_quote = on_shadow_quote  # shadow mode's paper book (runtime.paper)
@@ -176,7 +180,7 @@ class Executor:
         try:
             signed = self.signer.sign(
                 deadline=quote.deadline,
-                nonce=new_nonce(self.nonce_layout, action.salt, quote.deadline),
+                nonce=new_nonce(self.nonce_layout, action.salt, quote.deadline, self.nonces),
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
                 asset_out=request.asset_out,

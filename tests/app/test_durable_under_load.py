@@ -27,6 +27,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from solver.core import facts as f
 from solver.io.store import Store
 from solver.protocol.keys import SecretKey
+from solver.protocol.nonce import PREFIX_LEN
 from solver.protocol.signing import parse_signed, verify_signed
 from tests.app.harness import (
     DEFAULT_BALANCES,
@@ -136,6 +137,7 @@ async def test_kill_9_at_saturation_loses_no_answer_the_relay_received(tmp_path:
     received = list(relay.answers)
     assert len(received) >= 1_000, log.read_text()
     with Store(db, create=False, checkpoint_every_s=None) as store:
+        prefixes = store.nonce_prefixes(account)
         _, facts = store.journal.load()
         opened = {fact.quote_id: fact for fact in facts if isinstance(fact, f.QuoteOpened)}
         missing = [a["quote_id"] for a in received if a["quote_id"] not in opened]
@@ -144,6 +146,8 @@ async def test_kill_9_at_saturation_loses_no_answer_the_relay_received(tmp_path:
             fact = opened[answer["quote_id"]]
             item = verify_signed(parse_signed(answer["signed_data"]))
             assert item.nonce == fact.nonce
-            assert store.nonce_used_before(account, fact.nonce)  # and its nonce is reserved
+            # Its nonce is ``salt ‖ prefix ‖ counter``, under the prefix this run claimed.
+            assert fact.nonce[4 : 4 + PREFIX_LEN] in prefixes
     # More were journaled than received (the last batch was committed, then killed mid-send).
     assert len(opened) >= len(received)
+    assert len(prefixes) == 1 and len({fact.nonce for fact in opened.values()}) == len(opened)

@@ -24,7 +24,7 @@ from solver.core.pauses import GLOBAL
 from solver.core.quoting import PAUSED
 from solver.io.store import Store
 from solver.protocol.bus import IntentStatus
-from solver.protocol.nonce import parse_nonce
+from solver.protocol.nonce import PREFIX_LEN, parse_nonce
 from tests.app.harness import (
     E6,
     E24,
@@ -98,13 +98,14 @@ async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(tmp_path: Path)
         quote = app.desk.book.find_hash(offer["quote_hash"])
         assert quote is not None
         # The journal holds the signed item exactly as the bus received it (for disputes),
-        # written before the answer left, and its nonce.
+        # written before the answer left; its nonce is under the prefix this start claimed.
         assert (
             store.signed_data(quote.quote_id)
             == bot.sandbox.bus.quotes[quote.quote_hash].signed_data
         )
         assert quote_row(bot, quote.quote_id)["state"] == "OPEN"
-        assert [n["nonce"] for n in table(store, "nonces")] == [quote.nonce.hex()]
+        assert quote.nonce[4 : 4 + PREFIX_LEN] in store.nonce_prefixes(app.account)
+        assert table(store, "nonces") == []  # quote nonces need no row each
 
         intent_hash = await bot.take(user, offer)
         await eventually(lambda: outcome(bot, QuoteState.SETTLED) == 1, "the settlement")

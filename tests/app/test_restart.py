@@ -38,6 +38,7 @@ from sandbox.server import Sandbox
 from solver.io.store import OPEN_STATES
 from solver.protocol.bus import IntentStatus
 from solver.protocol.keys import SecretKey
+from solver.protocol.nonce import PREFIX_LEN
 from solver.protocol.signing import parse_signed, verify_signed
 from tests.app.harness import (
     DEFAULT_BALANCES,
@@ -277,8 +278,17 @@ async def test_kill_9_loop_recovers_open_quotes_and_every_quote_ends_terminal(
         # (b) nonces: one per quote across all the runs, all distinct, each the nonce signed in
         # its quote's item; only the won one is used on the ledger; the relay and the ledger
         # refused nothing (no "nonce was already used").
-        nonces = dict(read(db, "SELECT quote_id, nonce FROM nonces WHERE account = ?", account))
+        nonces = {
+            quote_id: bytes(n).hex()
+            for quote_id, n in read(db, "SELECT quote_id, nonce FROM quotes")
+        }
         assert len(nonces) == len(set(nonces.values())) == len(offers)
+        # Each under the prefix its run claimed (salt ‖ prefix ‖ counter): several runs, and no
+        # quote nonce written to ``nonces``.
+        claimed = read(db, "SELECT prefix FROM nonce_prefixes WHERE account = ?", account)
+        prefixes = {bytes.fromhex(n)[4 : 4 + PREFIX_LEN] for n in nonces.values()}
+        assert prefixes <= {bytes(p) for (p,) in claimed} and len(prefixes) > 1
+        assert read(db, "SELECT nonce FROM nonces") == []
         signed = {
             quote_id: (quote_hash, verify_signed(parse_signed(orjson.loads(item))).nonce.hex())
             for quote_id, quote_hash, item in read(

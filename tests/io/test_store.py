@@ -29,13 +29,12 @@ from solver.io.store import (
     OPEN_STATES,
     SCHEMA_VERSION,
     Fill,
-    NonceReusedError,
     RebalanceRecord,
     Store,
     StoreError,
 )
 from solver.io.store_schema import MIGRATIONS, SELECT_OPEN, TABLES, migrate, tracked_row
-from solver.protocol.nonce import salted_nonce
+from solver.protocol.nonce import PREFIX_LEN, NonceSequence, new_nonce
 from tests.io.store_helpers import (
     ACCOUNT,
     ETH,
@@ -135,10 +134,11 @@ def test_naive_datetimes_are_refused_and_write_nothing(db: Path) -> None:
         with pytest.raises(ValueError, match="timezone-aware"):
             store.journal.write_snapshot({"version": 1}, naive)
         store.commit()
-        record(store, quote)  # nothing was left half written: the nonce is still free
-    for table in ("journal", "quotes", "nonces"):
+        record(store, quote)  # nothing was left half written
+    for table in ("journal", "quotes"):
         assert count(db, table) == 1, table
-    for table in ("alerts", "balance_snapshots", "requests", "transitions", "desk_snapshots"):
+    for table in ("alerts", "balance_snapshots", "requests", "transitions", "desk_snapshots",
+                  "nonces"):  # fmt: skip
         assert count(db, table) == 0, table
 
 
@@ -162,9 +162,6 @@ def test_a_quote_round_trips_u128_amounts_signed_data_and_nonce(db: Path) -> Non
         assert loaded.nonce == tracked.nonce
         assert store.signed_data("q1") == signed.signed_data
         assert store.signed_data("nope") is None
-        assert store.nonce_used_before(ACCOUNT, tracked.nonce)
-        assert not store.nonce_used_before("someone.else", tracked.nonce)
-        assert not store.nonce_used_before(ACCOUNT, salted_nonce(SALT))
         row = store._conn.execute(
             "SELECT amount_in, amount_out, fee, exact_in, partner_id FROM quotes"
         ).fetchone()
@@ -176,28 +173,37 @@ def test_a_quote_round_trips_u128_amounts_signed_data_and_nonce(db: Path) -> Non
         assert orjson.loads(body)["amount_in"] == str(U128_MAX)
 
 
-def test_a_reused_nonce_is_refused_across_a_restart_and_nothing_is_written(db: Path) -> None:
-    first = signed_quote("q1")
+def test_each_start_claims_a_nonce_prefix_never_claimed_before(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quote nonces are ``prefix ‖ counter`` (NonceSequence): the store hands each start a
+    prefix it never handed out for that account, durably, so nonces never repeat across
+    restarts without a row per nonce."""
     with Store(db, account=ACCOUNT) as store:
-        record(store, first)
-    again = signed_quote("q2", nonce=first[0].nonce, amount_in=7)
-    with Store(db, account=ACCOUNT) as store:  # a restart does not forget the nonces
-        with pytest.raises(NonceReusedError, match="signed before; quote q2 not recorded"):
-            record(store, again)
-        assert [q.quote_id for q in open_quotes(store)] == ["q1"]
-        assert len(store.journal.load()[1]) == 1
-        record(store, signed_quote("q3"))  # the connection is usable after the refusal
-        assert len(open_quotes(store)) == 2
-    assert (count(db, "journal"), count(db, "quotes"), count(db, "nonces")) == (2, 2, 2)
-
-
-def test_nonces_are_per_account(db: Path) -> None:
-    quote = signed_quote("q1")
-    with Store(db, account=ACCOUNT) as store:
-        record(store, quote)
-    with Store(db, account="other.sandbox") as store:
-        record(store, signed_quote("q2", nonce=quote[0].nonce, amount_in=7))  # its own nonces
-        assert store.nonce_used_before("other.sandbox", quote[0].nonce)
+        first = store.claim_nonce_prefix(T0)
+    with Store(db, account=ACCOUNT) as store:  # a restart does not forget them
+        assert store.nonce_prefixes(ACCOUNT) == {first}
+        draws = iter([first, first, b"\x07" * PREFIX_LEN])  # a repeat is drawn again
+        monkeypatch.setattr("solver.io.store.os.urandom", lambda n: next(draws))
+        second = store.claim_nonce_prefix(T0)
+        monkeypatch.undo()
+        assert second == b"\x07" * PREFIX_LEN
+        assert store.nonce_prefixes(ACCOUNT) == {first, second}
+        assert store.nonce_prefixes("someone.else") == set()
+        runs = [NonceSequence(first), NonceSequence(second)]
+        nonces = [
+            new_nonce(layout, SALT, T0, run)
+            for run in runs
+            for layout in ("salted", "versioned")
+            for _ in range(500)
+        ]
+        assert len(set(nonces)) == len(nonces) == 2000
+    with Store(db, account="other.sandbox") as store:  # per account
+        assert store.claim_nonce_prefix(T0) not in store.nonce_prefixes(ACCOUNT)
+        assert len(store.nonce_prefixes("other.sandbox")) == 1
+    with Store(db) as store, pytest.raises(StoreError, match="no account"):
+        store.claim_nonce_prefix(T0)
+    assert count(db, "nonces") == 0
 
 
 def test_a_duplicate_quote_id_is_journaled_and_its_projection_skipped(
@@ -210,13 +216,12 @@ def test_a_duplicate_quote_id_is_journaled_and_its_projection_skipped(
         record(store, signed_quote("d1"))
         duplicate = signed_quote("d1", amount_in=9)
         record(store, duplicate, signed_quote("d0"))
-        assert store.nonce_used_before(ACCOUNT, duplicate[0].nonce)
         facts = store.journal.load()[1]
         opened_ids = [fact.quote_id for fact in facts if isinstance(fact, f.QuoteOpened)]
         assert opened_ids == ["d1", "d1", "d0"]
         (row,) = store._conn.execute("SELECT amount_in FROM quotes WHERE quote_id = 'd1'")
         assert row[0] == str(U128_MAX)  # the first one's
-    assert (count(db, "journal"), count(db, "quotes"), count(db, "nonces")) == (3, 2, 3)
+    assert (count(db, "journal"), count(db, "quotes")) == (3, 2)
     assert any("journal entry 2 (quote_opened) not projected" in r.message for r in caplog.records)
 
 
@@ -230,7 +235,6 @@ def test_a_quote_whose_journal_entry_fails_takes_its_rows_back(store: Store, db:
         record(store, quote)
     store._conn.execute("DROP TRIGGER no_room")
     store.project()
-    assert not store.nonce_used_before(ACCOUNT, quote[0].nonce)
     assert store.quotes_since() == [] and count(db, "journal") == 0
     record(store, quote)  # and it can be recorded once the store works again
     assert count(db, "quotes") == 1
@@ -509,12 +513,11 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
     conn.close()
 
     with Store(db, account=ACCOUNT) as store:
-        assert SCHEMA_VERSION == len(MIGRATIONS) == 7
+        assert SCHEMA_VERSION == len(MIGRATIONS) == 8
         assert store.schema_version == SCHEMA_VERSION
         assert open_quotes(store) == [tracked]
         assert store.journal.load() == (None, [])  # the journal starts empty
-        with pytest.raises(NonceReusedError):  # the nonces signed before the journal count
-            record(store, signed_quote("again", nonce=tracked.nonce))
+        assert store.nonce_used_before(ACCOUNT, tracked.nonce)  # the nonces signed before stay
         record(store, new := signed_quote("new"))  # the new tables are there
         move(store, "new", S.SETTLED, T0, fill=f.FillPrices(1.0, 2.0, 0.5))
         store.project()
@@ -538,6 +541,7 @@ def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
     conn.execute("DROP TABLE journal")
     conn.execute("DROP TABLE desk_snapshots")
     conn.execute("DROP TABLE projection")
+    conn.execute("DROP TABLE nonce_prefixes")
     conn.execute("DELETE FROM schema_version WHERE version >= 5")
     conn.close()
     with Store(db, account=ACCOUNT) as store:
@@ -560,6 +564,7 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
     conn = sqlite3.connect(db, isolation_level=None)
     before = conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
     conn.execute("DELETE FROM schema_version WHERE version >= 7")
+    conn.execute("DROP TABLE nonce_prefixes")
     conn.execute("BEGIN")  # back to the version-6 table, its UNIQUE index included
     conn.execute("ALTER TABLE quotes RENAME TO quotes_now")
     conn.execute(MIGRATIONS[0][0])
@@ -572,8 +577,13 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
     conn.close()
     with caplog.at_level("INFO", logger="solver.store"), Store(db, account=ACCOUNT) as store:
         said = [r.getMessage() for r in caplog.records if r.name == "solver.store"]
-        assert said == ["migrating the store to schema version 7"]  # a rebuild is said first
-        assert store.schema_version == SCHEMA_VERSION == 7
+        assert said == [  # a rebuild is said first
+            "migrating the store to schema version 7",
+            "migrating the store to schema version 8",
+        ]
+        assert store.schema_version == SCHEMA_VERSION == 8
+        prefix = store.claim_nonce_prefix(T0)  # the new table is there
+        assert store.nonce_prefixes(ACCOUNT) == {prefix}
         rows = store._conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
         assert rows == before
         indexes = {i[1]: i[2] for i in store._conn.execute("PRAGMA index_list(quotes)")}
@@ -610,9 +620,10 @@ def seed_every_table(store: Store) -> None:
     )
     store.record_request(quote[2], "quoted", T0)
     store.project()
+    store.claim_nonce_prefix(T0)
+    record = RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {"plan": [1, 2]})
     store.save_rebalance(
-        RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {"plan": [1, 2]}),
-        "planned",
+        dataclasses.replace(record, deposit_nonce=bytes(range(32))), "planned", nonce_of=ACCOUNT
     )
 
 
@@ -654,7 +665,7 @@ def test_the_journal_exports_its_body_as_json(db: Path) -> None:
 
 
 def test_export_parses_back_to_the_stored_values(store: Store) -> None:
-    tracked, signed, request = quote = signed_quote("q1")
+    tracked, signed, _ = quote = signed_quote("q1")
     record(store, quote)
     move(store, "q1", S.SETTLED, T0)
     store.journal.append(f.Markout("q1", 5, 0.5, T0))
@@ -674,11 +685,12 @@ def test_export_parses_back_to_the_stored_values(store: Store) -> None:
     fills = io.StringIO()
     store.export("fills", "jsonl", fills)
     assert orjson.loads(fills.getvalue())["markouts"] == {"5": 0.5}
-    nonces = io.StringIO()
-    store.export("nonces", "csv", nonces)
-    (nonce_row,) = csv.DictReader(io.StringIO(nonces.getvalue()))
-    assert (nonce_row["account"], nonce_row["nonce"]) == (ACCOUNT, tracked.nonce.hex())
-    assert request.quote_id == nonce_row["quote_id"]
+    prefix = store.claim_nonce_prefix(T0)
+    prefixes = io.StringIO()
+    store.export("nonce_prefixes", "csv", prefixes)
+    (prefix_row,) = csv.DictReader(io.StringIO(prefixes.getvalue()))
+    assert (prefix_row["account"], prefix_row["prefix"]) == (ACCOUNT, prefix.hex())
+    assert datetime.fromisoformat(prefix_row["claimed_at"]) == T0
 
 
 def test_export_refuses_unknown_tables_and_formats(store: Store) -> None:
@@ -746,14 +758,13 @@ def test_everything_committed_survives_kill_9_of_the_writer(db: Path, batch: int
             for (body,) in conn.execute("SELECT body FROM journal WHERE kind = 'quote_opened'")
         }
         projected = {row[0] for row in conn.execute("SELECT quote_id FROM quotes")}
-        nonces = conn.execute("SELECT COUNT(*) FROM nonces").fetchone()[0]
         entries = conn.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
     finally:
         conn.close()
     assert expected <= journaled
     assert len(journaled) - len(expected) <= batch  # at most one batch committed, not printed
     assert len(journaled) % batch == 0  # whole batches only: a transaction is all or nothing
-    assert nonces == entries == len(journaled)  # an answer's two rows commit together
+    assert entries == len(journaled)  # one journal row per answer, nothing else
     # The query tables follow in their own transaction: the kill may fall between the two.
     assert projected <= journaled and len(journaled - projected) <= batch
     with Store(db) as store:  # the writer projects what a killed run left
@@ -847,8 +858,12 @@ def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> 
         store.record_request(first[2], "quoted", T0)
         # Not committed yet: another connection does not see it.
         assert (count(db, "quotes"), count(db, "journal"), count(db, "requests")) == (0, 0, 0)
-        with pytest.raises(NonceReusedError):
-            append_quotes(store, signed_quote("g2", nonce=first[0].nonce, amount_in=7))
+        store._conn.execute(
+            "CREATE TEMP TRIGGER refuse_g2 BEFORE INSERT ON journal "
+            """WHEN NEW.body LIKE '%"quote_id":"g2"%' BEGIN SELECT RAISE(ABORT, 'refused'); END"""
+        )
+        with pytest.raises(StoreError, match="refused"):
+            append_quotes(store, signed_quote("g2", amount_in=7))
         append_quotes(store, signed_quote("g3"))
         move(store, "g1", S.WON, T0, intent_hash="I")
         store.journal.append(f.PauseSet("*", "stale_data", "old prices", T0))
@@ -868,9 +883,8 @@ def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> 
         store.project()
         assert count(db, "quotes") == 3
         # A rollback drops the whole open batch, and nothing else.
-        append_quotes(store, g5 := signed_quote("g5"))
+        append_quotes(store, signed_quote("g5"))
         store.journal.rollback()
-        assert not store.nonce_used_before(ACCOUNT, g5[0].nonce)
         assert count(db, "journal") == 5
 
 
@@ -885,7 +899,7 @@ def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
         store.project()
         assert not store._conn.in_transaction
         assert store.journal.appended == 750
-    assert (count(db, "journal"), count(db, "nonces"), count(db, "transitions")) == (750, 500, 250)
+    assert (count(db, "journal"), count(db, "quotes"), count(db, "transitions")) == (750, 500, 250)
     with Store(db) as store:
         assert len(open_quotes(store)) == 250
 
@@ -894,7 +908,7 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
     """Background checkpoints alone never restart a WAL that keeps receiving commits; the
     writer's own RESTART, when the checkpointer says the WAL is past its limit (as the live
     bot does), keeps the file small (soak benchmark)."""
-    limit = 1 << 20
+    limit = 1 << 19
     told = threading.Event()
     with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
         store.wal_limit_bytes = limit
@@ -911,7 +925,7 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
         assert len(store.journal.load()[1]) == 2_000  # nothing lost to the restarts
     without = db.parent / "unbounded.sqlite"
     with Store(without, account=ACCOUNT, checkpoint_every_s=0.01) as store:
-        for i in range(40):
+        for i in range(60):
             record(store, *(signed_quote(f"u{i}-{j}") for j in range(50)))
         unbounded = Path(f"{without}-wal").stat().st_size
     assert unbounded > 4 * limit  # the failure the writer's checkpoint prevents

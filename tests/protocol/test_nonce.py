@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from solver.errors import ProtocolError
 from solver.protocol.nonce import (
     NONCE_LEN,
+    PREFIX_LEN,
     VERSIONED_MAGIC,
+    NonceSequence,
     datetime_to_ns,
     new_nonce,
     nonce_to_text,
@@ -258,24 +260,36 @@ def test_parse_nonce_rejects_non_canonical_base64() -> None:
         parse_nonce(canonical[:-2] + "B=")
 
 
-def test_pooled_random_parts_never_repeat_and_a_forked_child_draws_its_own() -> None:
-    """Nonces take their random part from a pool of ``os.urandom`` bytes: across several
-    refills no two are alike, and a child forked with a half-used pool does not hand out the
-    parent's next bytes."""
+def test_a_nonce_sequence_never_repeats_and_a_forked_child_cannot_continue_it() -> None:
+    """Quote nonces are ``prefix ‖ counter`` (spec 5.3 allows sequential unique data): no two
+    alike in either layout, each under its prefix; a child forked from the process must not
+    continue the parent's counter, so it is refused there."""
     import os
 
     salt = bytes(4)
-    drawn = [salted_nonce(salt) for _ in range(1000)]  # ~7 refills of the 4 KiB pool
-    assert len(set(drawn)) == len(drawn)
-    assert all(n[:4] == salt and len(n) == 32 for n in drawn)
+    seq = NonceSequence(b"\x01" * PREFIX_LEN)
+    deadline = datetime(2030, 1, 1, tzinfo=UTC)
+    salted = [new_nonce("salted", salt, deadline, seq) for _ in range(1000)]
+    versioned = [new_nonce("versioned", salt, deadline, seq) for _ in range(1000)]
+    assert len(set(salted + versioned)) == 2000 and seq.issued == 2000
+    assert all(n[:4] == salt and n[4:11] == seq.prefix for n in salted)
+    assert all(parse_nonce(n).layout == "versioned" and n[17:24] == seq.prefix for n in versioned)
+    assert int.from_bytes(versioned[-1][24:], "big") == 2000  # the counter, big-endian
+    with pytest.raises(ProtocolError, match="prefix must be 7 bytes"):
+        NonceSequence(b"\x01" * 8)
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: its next nonce, to the parent, then out at once
-        os.write(write, salted_nonce(salt))
+    if pid == 0:  # the child: try to continue, tell the parent how it went, then out at once
+        try:
+            os.write(write, seq.take(28))
+        except ProtocolError:
+            os.write(write, b"refused")
         os._exit(0)
     os.close(write)
     child = os.read(read, 32)
     os.close(read)
     os.waitpid(pid, 0)
-    assert len(child) == 32
-    assert child != salted_nonce(salt)
+    assert child == b"refused"
+    assert seq.take(28)[:PREFIX_LEN] == seq.prefix  # the parent goes on
+    random_ones = {salted_nonce(salt) for _ in range(1000)}  # the random default, elsewhere
+    assert len(random_ones) == 1000

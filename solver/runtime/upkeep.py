@@ -8,7 +8,8 @@ TRUNCATE checkpoint (20–60 ms), snapshots of a large book (~50 ms), CPython's 
 collections (4–30 ms). Here every piece of work is cut small or moved to a quiet moment:
 
 - the ticker runs ``desk.tick`` every :data:`TICK_S` and one slice of projection;
-- the projection takes more slices only while behind *and* the process has CPU to spare;
+- the projection takes more slices only while behind *and* the process has CPU to spare, and
+  fewer while the process is saturated;
 - a snapshot waits for a quiet book, unless too many facts would have to be replayed;
 - the WAL is restarted when the store's checkpointer thread says it has just caught up;
 - the collector runs at the ticker's pace (:mod:`solver.runtime.gc_pacer`).
@@ -55,6 +56,13 @@ PROJECT_SLICES_BEHIND = 6
 """Slices per tick while behind and idle enough: up to 150 ms of projection a second."""
 PROJECT_SPARE_CPU = 0.5
 """Idle enough: the process used under this share of a core over the last tick."""
+PROJECT_SATURATED_CPU = 0.9
+"""Saturated: the process used at least this share of a core over the last tick."""
+PROJECT_SATURATED_EVERY_TICKS = 5
+"""While saturated, one slice every this many ticks (100 ms), not every tick: the slices took
+3.6 % of the core at saturation (0.7 ms a tick, measured), answers the quote path could have
+given. The query tables fall behind meanwhile (the journal holds everything) and catch up
+once the flow eases."""
 SHUTDOWN_PROJECT_S = 2.0
 
 
@@ -67,6 +75,7 @@ class Upkeep:
         self._stopping = False
         self._cpu_mark = (time.monotonic(), time.process_time())
         self._cpu_share = 0.0
+        self._saturated_ticks = 0
 
     def start(self) -> None:
         """Right before quoting: the WAL's restart signal, then the collector's pacing
@@ -128,15 +137,21 @@ class Upkeep:
 
     def project(self, slices: int = 1) -> None:
         """The query tables follow the journal in slices of :data:`PROJECT_BUDGET_S`, so the
-        quote path barely notices: one per tick; while behind and the process has time to
-        spare (under :data:`PROJECT_SPARE_CPU` of a core over the last tick), up to
-        :data:`PROJECT_SLICES_BEHIND`, each queued behind the loop's waiting I/O so that
-        requests are answered between them. Under load the projection waits (the journal
-        holds everything; memory does not grow): catching up at 2,000 answers/s took the CPU
-        the answers needed (p50 0.7 → 3 ms, measured)."""
+        quote path barely notices: one per tick (one every
+        :data:`PROJECT_SATURATED_EVERY_TICKS` while the process is saturated); while behind
+        and the process has time to spare (under :data:`PROJECT_SPARE_CPU` of a core over
+        the last tick), up to :data:`PROJECT_SLICES_BEHIND`, each queued behind the loop's
+        waiting I/O so that requests are answered between them. Under load the projection
+        waits (the journal holds everything; memory does not grow): catching up at 2,000
+        answers/s took the CPU the answers needed (p50 0.7 → 3 ms, measured)."""
         store = self.bot.store
         if store is None or self._stopping:
             return
+        if slices == 1 and self._cpu_share >= PROJECT_SATURATED_CPU:
+            self._saturated_ticks += 1
+            if self._saturated_ticks < PROJECT_SATURATED_EVERY_TICKS:
+                return
+        self._saturated_ticks = 0
         try:
             if not store.project(PROJECT_BUDGET_S):
                 return  # caught up

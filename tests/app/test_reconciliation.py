@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import io
 from collections.abc import AsyncIterator
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -205,9 +206,10 @@ async def test_a_quote_nobody_uses_is_lost_after_its_deadline(tmp_path: Path) ->
         await eventually(lambda: outcome(bot, QuoteState.LOST) == 1, "the quote to be lost", 5)
         (lost,) = [t for t in bot.transitions if t.new is QuoteState.LOST]
         assert lost.at > quote.deadline  # never before its deadline
-        assert path_of(bot, quote.quote_id) == ["OPEN->LOST"]
+        assert path_of(bot, quote.quote_id) == []  # an untouched expiry: its row says it
         row = quote_row(bot, quote.quote_id)
         assert (row["state"], row["reason"]) == ("LOST", "deadline passed, never named")
+        assert datetime.fromisoformat(row["updated_at"]) == lost.at
         assert parse_nonce(quote.nonce).salt.hex() == bot.sandbox.ledger.current_salt()
         assert not bot.sandbox.ledger.is_nonce_used(app.account, quote.nonce)
         assert app.desk.inventory.reserved == {} and app.desk.inventory.free(USDC) == free_usdc

@@ -301,6 +301,29 @@ def test_moves_are_projected_and_open_quotes_survive_a_restart(db: Path) -> None
         }  # fmt: skip
 
 
+def test_quotes_that_expire_untouched_are_lost_on_their_row_without_transition_rows(
+    store: Store,
+) -> None:
+    """The desk retires expired quotes in one ``QuotesLost`` fact: each row says LOST with the
+    time and reason, no transition row is written for them (the common case, kept cheap);
+    a quote that moved before keeps its transitions."""
+    append_quotes(store, *(signed_quote(f"x{i}") for i in range(3)))
+    move(store, "x2", S.WON, T0, intent_hash="I")
+    later = T0 + timedelta(seconds=70)
+    store.journal.append(f.QuotesLost(("x0", "x1"), later, "deadline passed, never named"))
+    store.project()
+    rows = store._conn.execute(
+        "SELECT quote_id, state, updated_at, reason FROM quotes ORDER BY quote_id"
+    ).fetchall()
+    assert rows[:2] == [
+        (q, "LOST", later.isoformat(timespec="microseconds"), "deadline passed, never named")
+        for q in ("x0", "x1")
+    ]
+    assert rows[2][1] == "WON"
+    moves = store._conn.execute("SELECT quote_id, old, new FROM transitions").fetchall()
+    assert moves == [("x2", "OPEN", "WON")]
+
+
 def test_a_move_of_a_quote_the_store_never_saw_is_journaled_without_rows(store: Store) -> None:
     move(store, "ghost", S.REJECTED, T0, reason="not sent")
     store.project()

@@ -187,3 +187,24 @@ async def test_a_busy_process_projects_one_slice_an_idle_one_catches_up(
     after_call, later = await _progress_after_one_call(bot, cpu_share)
     assert (later < after_call) is more_slices
     assert later > 0  # the slices are bounded: a backlog is caught up over several ticks
+
+
+async def test_a_saturated_process_projects_a_slice_every_few_ticks(
+    bot: live.LiveBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At full CPU the quote path has the core: one slice every
+    ``PROJECT_SATURATED_EVERY_TICKS`` ticks, so the query tables still move, slowly."""
+    assert bot.store is not None
+    monkeypatch.setattr(upkeep, "PROJECT_BUDGET_S", 0.0)  # a slice: one entry
+    append_quotes(bot.store, *(signed_quote(f"s{i}") for i in range(50)))
+    bot.store.commit()
+    left = [bot.store.unprojected()]
+    for _ in range(2 * upkeep.PROJECT_SATURATED_EVERY_TICKS):
+        bot.upkeep._cpu_share = 1.0
+        bot.upkeep.project()
+        left.append(bot.store.unprojected())
+    moved = [i for i in range(1, len(left)) if left[i] < left[i - 1]]
+    assert moved == [upkeep.PROJECT_SATURATED_EVERY_TICKS, 2 * upkeep.PROJECT_SATURATED_EVERY_TICKS]
+    bot.upkeep._cpu_share = 0.3  # not saturated: a slice every tick again
+    bot.upkeep.project()
+    assert bot.store.unprojected() < left[-1]

@@ -11,6 +11,7 @@ import numpy as np
 from benchmarks.common import dirty_note, md_table, plot_stages, profile_markdown, stage_table
 from benchmarks.quote_path_compare import METRIC_LABELS, spread
 from benchmarks.quote_path_driver import PhaseData
+from solver.runtime.upkeep import TICK_S
 
 
 def _cell(s: dict[str, Any] | None, digits: int = 2) -> str:
@@ -202,7 +203,8 @@ def _inprocess_and_logs(r: dict[str, Any]) -> list[str]:
         f"`bot.ws.handle_frame(event)` → desk → sign → journal append and commit → answer "
         f"frame handed over, for {e['requests']:,} requests ({e['signed']:,} signed): p50 "
         f"{pq['p50']:.1f} µs, p99 {pq['p99']:.1f} µs, max {pq['max']:.0f} µs; with the relay's "
-        f"OK reply and `desk.tick` every 100 ms, **{e['throughput_per_s_one_core']:,} quotes/s "
+        f"OK reply and `desk.tick` every {TICK_S * 1000:.0f} ms, "
+        f"**{e['throughput_per_s_one_core']:,} quotes/s "
         "on one core** without any network. Garbage collection: "
         + "; ".join(
             f"{g}: {v['count']} passes, longest {v['max_ms']} ms"
@@ -211,6 +213,16 @@ def _inprocess_and_logs(r: dict[str, Any]) -> list[str]:
         + f"; {e['open_quotes_at_end']:,} quotes open at the end.",
         "",
     ]
+    projection = e.get("projection")
+    if projection:
+        lines += [
+            f"The query tables, caught up at once afterwards (`Store.project()`, the after-work "
+            f"of a burst): {projection['entries']:,} journal entries for "
+            f"{projection['answers']:,} answers ({projection['lost']:,} of them lost) in "
+            f"{projection['cpu_ms']:,} ms of CPU, **{projection['us_per_answer']} µs an "
+            "answer**.",
+            "",
+        ]
     for name, s in r["systems"].items():
         log, final = s.get("log") or {}, (s.get("log") or {}).get("final_summary")
         shutdown = s.get("shutdown") or {}

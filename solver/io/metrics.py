@@ -34,6 +34,7 @@ Series (all prefixed ``solver_``)::
     state{state="RUNNING"|"PAUSED"}           gauge      1 on the current state, 0 on the other
     mode{mode="LIVE"|"SHADOW"}                gauge      1 on the current mode, 0 on the other
     open_quotes                               gauge      quotes not yet in a terminal state
+    query_tables_behind                       gauge      journal entries not projected yet
 
 **The pair label has bounded cardinality.** Requests name any two asset ids a taker likes, so a
 label made from them would let the outside world create series without limit. Only the pairs
@@ -115,6 +116,9 @@ class MetricsSnapshot:
     shadow: bool = False
     """True in shadow mode (quotes decided and counted, nothing signed or sent)."""
     open_quotes: int = 0
+    query_tables_behind: int = 0
+    """Journal entries not projected yet: the query tables lag by this much (they catch up
+    while the process has CPU to spare; docs/bot.md "Persistence and restart safety")."""
 
 
 _SNAPSHOT_FIELDS = frozenset(f.name for f in fields(MetricsSnapshot))
@@ -326,6 +330,11 @@ class Metrics:
         self._open = Gauge(
             "solver_open_quotes", "Quotes signed and not yet in a terminal state.", registry=r
         )
+        self._behind = Gauge(
+            "solver_query_tables_behind",
+            "Journal entries the query tables (quotes, fills, ...) do not show yet.",
+            registry=r,
+        )
         # Hot-path cache: label value -> child.
         self._bad_frame_children: dict[str, Any] = {}
         self._bad_frames_seen: dict[str, int] = {}
@@ -443,6 +452,7 @@ class Metrics:
         for name, child in self._mode.items():
             child.set(1 if name == mode else 0)
         self._open.set(snapshot.open_quotes)
+        self._behind.set(snapshot.query_tables_behind)
 
     # ------------------------------------------------------------------ exposition
 

@@ -265,7 +265,10 @@ class Store:
 
     def unprojected(self) -> int:
         """Journal entries the query tables do not show yet."""
-        return pending(self._conn)
+        try:
+            return pending(self._conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read how far {self.path} is projected: {exc}") from None
 
     def project(self, budget_s: float | None = None) -> int:
         """Derive the query tables from the journal (:mod:`solver.io.projection`), after

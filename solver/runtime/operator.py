@@ -8,6 +8,7 @@ while the bot stays paused — it says which pauses still hold and why.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,11 +16,14 @@ from typing import TYPE_CHECKING, Any
 from solver.core import events as ev
 from solver.core.actions import OperatorReply
 from solver.core.pnl import usd_value
+from solver.errors import SolverError
 from solver.io.metrics import MetricsSnapshot
 from solver.runtime.status_extra import merge_pair_rows, status_extra
 
 if TYPE_CHECKING:
     from solver.runtime.bot import LiveBot
+
+log = logging.getLogger("solver.bot")
 
 
 class Operator:
@@ -176,8 +180,19 @@ class Operator:
                 paused=desk.pauses.globally_paused(),
                 shadow=bot.shadow,
                 open_quotes=len(desk.book.quotes),
+                query_tables_behind=self._query_tables_behind(),
             )
         )
+
+    def _query_tables_behind(self) -> int:
+        store = self.bot.store
+        if store is None:
+            return 0
+        try:
+            return store.unprojected()
+        except SolverError as exc:
+            log.warning("%s", exc)
+            return 0
 
     def summary(self) -> str:
         bot, desk = self.bot, self.bot.desk

@@ -165,6 +165,7 @@ def test_refresh_gauges_from_a_dataclass() -> None:
             paused=True,
             shadow=True,
             open_quotes=7,
+            query_tables_behind=42,
         )
     )
     assert value(m, "solver_free_inventory", asset=USDC) == 2.5
@@ -180,6 +181,7 @@ def test_refresh_gauges_from_a_dataclass() -> None:
     assert value(m, "solver_state", state="PAUSED") == 1
     assert value(m, "solver_state", state="RUNNING") == 0
     assert value(m, "solver_open_quotes") == 7
+    assert value(m, "solver_query_tables_behind") == 42
 
 
 def test_refresh_gauges_from_a_mapping_follows_the_assets() -> None:

@@ -208,3 +208,35 @@ async def test_a_saturated_process_projects_a_slice_every_few_ticks(
     bot.upkeep._cpu_share = 0.3  # not saturated: a slice every tick again
     bot.upkeep.project()
     assert bot.store.unprojected() < left[-1]
+
+
+def test_the_gauges_say_how_far_the_query_tables_are_behind(
+    bot: live.LiveBot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``solver_query_tables_behind``: the journal entries not projected yet, refreshed with
+    the gauges; a store that cannot say is logged and read as 0, the gauges still refresh."""
+    assert bot.store is not None
+    append_quotes(bot.store, *(signed_quote(f"g{i}") for i in range(7)))
+    bot.store.commit()
+
+    def behind() -> float:
+        value = bot.metrics.registry.get_sample_value("solver_query_tables_behind")
+        assert value is not None
+        return value
+
+    bot.operator.refresh_metrics()
+    assert behind() == 7
+    bot.store.project()
+    bot.operator.refresh_metrics()
+    assert behind() == 0
+    append_quotes(bot.store, signed_quote("g7"))
+    bot.store.commit()
+    bot.operator.refresh_metrics()
+    assert behind() == 1
+    conn = bot.store._conn
+    conn.execute("ALTER TABLE projection RENAME TO projection_away")  # the store cannot say
+    with caplog.at_level("WARNING", logger="solver.bot"):
+        bot.operator.refresh_metrics()
+    conn.execute("ALTER TABLE projection_away RENAME TO projection")
+    assert behind() == 0
+    assert any("cannot read how far" in r.getMessage() for r in caplog.records)

@@ -928,11 +928,13 @@ def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
 
 
 def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
-    """Background checkpoints alone never restart a WAL that keeps receiving commits; the
-    writer's own RESTART, when the checkpointer says the WAL is past its limit (as the live
-    bot does), keeps the file small (soak benchmark)."""
+    """Background checkpoints alone seldom restart a WAL that keeps receiving commits (a
+    restart needs the checkpointer to have caught up at the moment a commit begins: a
+    10-minute soak grew it to 10 GB); the writer's own RESTART, when the checkpointer says the
+    WAL is past its limit (as the live bot does), keeps the file small (soak benchmark)."""
     limit = 1 << 19
     told = threading.Event()
+    restarts = 0
     with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
         store.wal_limit_bytes = limit
         store.on_wal_past_limit = told.set
@@ -941,17 +943,14 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
             record(store, *(signed_quote(f"w{i}-{j}") for j in range(50)))
             if told.is_set():  # the loop's turn: the writer restarts it between commits
                 told.clear()
-                store.restart_wal()
+                restarts += store.restart_wal()
             sizes.append(Path(f"{db}-wal").stat().st_size)
             time.sleep(0.005)
         assert max(sizes[5:]) < 4 * limit, sizes
         assert len(store.journal.load()[1]) == 2_000  # nothing lost to the restarts
-    without = db.parent / "unbounded.sqlite"
-    with Store(without, account=ACCOUNT, checkpoint_every_s=0.01) as store:
-        for i in range(60):
-            record(store, *(signed_quote(f"u{i}-{j}") for j in range(50)))
-        unbounded = Path(f"{without}-wal").stat().st_size
-    assert unbounded > 4 * limit  # the failure the writer's checkpoint prevents
+    # Some 4 MB of WAL over the run, for a limit of 512 KiB: crossed again and again, and the
+    # writer restarted the file each time it was told to.
+    assert restarts >= 2, restarts
 
 
 def test_the_checkpointer_says_when_to_restart_the_wal_and_a_restarted_wal_is_reused(

@@ -116,6 +116,7 @@ def test_dashboard_covers_the_bots_metrics() -> None:
         "solver_state",
         "solver_mode",
         "solver_open_quotes",
+        "solver_query_tables_behind",
         "solver_notifications_total",
     ):
         assert name in text, f"no panel shows {name}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import (
@@ -12,7 +14,7 @@ from solver.core.actions import (
     RefreshBalances,
     SignAndSend,
 )
-from solver.core.desk import Desk
+from solver.core.desk import LOST_PER_FACT, Desk
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import QuoteState
@@ -136,6 +138,24 @@ def test_past_the_deadline_connected_throughout_is_lost_without_an_rpc() -> None
     assert not any(isinstance(a, CheckNonce) for a in actions)
     assert desk.book.get("q1") is None and desk.stats.outcomes["LOST"] == 1
     assert NEAR not in desk.inventory.reserved
+
+
+def test_many_quotes_past_their_deadline_are_lost_in_facts_of_bounded_size() -> None:
+    """A tick that retires many quotes records them in ``QuotesLost`` facts of at most
+    ``LOST_PER_FACT``: the query tables apply a fact whole, so its size bounds that pause."""
+    desk = make_desk()
+    desk.receive(ev.ConnectionRestored(), at(0.5))
+    count = 2 * LOST_PER_FACT + 5
+    for i in range(count):
+        answer(desk, f"b{i}", at(1), amount_usdc=1)
+    later = at(1) + timedelta(seconds=60)
+    facts = recorded(desk.tick(later))
+    lost = [fact for fact in facts if isinstance(fact, f.QuotesLost)]
+    assert [len(fact.quote_ids) for fact in lost] == [LOST_PER_FACT, LOST_PER_FACT, 5]
+    assert {q for fact in lost for q in fact.quote_ids} == {f"b{i}" for i in range(count)}
+    assert {fact.at for fact in lost} == {later}
+    assert desk.book.quotes == {} and desk.stats.outcomes["LOST"] == count
+    assert desk.inventory.reserved == {}
 
 
 def test_past_the_deadline_after_a_disconnect_asks_the_nonce() -> None:

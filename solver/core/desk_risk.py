@@ -15,7 +15,6 @@ from solver.core.actions import Action, Alert, OperatorReply, PauseChanged
 from solver.core.desk_state import DeskState
 from solver.core.pauses import GLOBAL, OPERATOR, SHUTTING_DOWN, Pause
 from solver.core.risk import Breach, check_mismatch, check_pnl, check_stale
-from solver.protocol.amounts import format_units
 
 RECONCILIATION, STALE_DATA = "reconciliation", "stale_data"
 
@@ -73,14 +72,6 @@ class DeskRisk(DeskState):
 
     # ------------------------------------------------------------------ balances
 
-    def _units(self, asset: str, amount: int) -> str:
-        """An amount as people read it: whole units and the symbol (exact); an asset without
-        known decimals keeps its smallest units."""
-        decimals = self.state.decimals.get(asset)
-        if decimals is None:
-            return f"{amount} (smallest units)"
-        return format_units(amount, decimals, self.symbols.get(asset, asset))
-
     def _balances(self, event: ev.BalancesSeen, now: datetime) -> list[Action]:
         if self.balances.snapshot_at is not None and event.observed < self.balances.snapshot_at:
             return []  # older than the last one taken in: tells nothing new
@@ -93,7 +84,7 @@ class DeskRisk(DeskState):
             event.observed, dict(event.balances), own, event.own_settling, dict(expected)
         )
         self._fact(fact, actions)
-        breaches = check_mismatch(self.limits, self.balances.found, self._units)
+        breaches = check_mismatch(self.limits, self.balances.found, self.readable.amount)
         halt = self.limits.halt_on_mismatch
         for breach in breaches:
             self._breach(breach, now, actions, halt=halt)
@@ -105,7 +96,7 @@ class DeskRisk(DeskState):
         elif self.mismatch_open:
             self.mismatch_open = False
             gaps = self.balances.unresolved
-            shown = ", ".join(f"{a}: {self._units(a, g)}" for a, g in sorted(gaps.items()))
+            shown = ", ".join(f"{a}: {self.readable.amount(a, g)}" for a, g in sorted(gaps.items()))
             kept = (
                 f" (the earlier gap {shown} stays shown until `solver resume --accept-balances`)"
                 if gaps

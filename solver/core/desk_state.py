@@ -25,6 +25,7 @@ from solver.core.pair_stats import PairBook, PairStats
 from solver.core.pauses import GLOBAL, Pause, Pauses
 from solver.core.pnl import MARKOUT_HORIZONS_S, FillValue, PnlBook, usd_value
 from solver.core.quoting import PipelineSettings, Quote, QuotePipeline, Route
+from solver.core.readable import Readable
 from solver.core.reconciliation import Reconciliation
 from solver.core.risk import RiskLimits
 from solver.core.state import MarketState
@@ -87,6 +88,7 @@ class DeskState:
         self.book = QuoteBook()
         self.pnl = PnlBook(decimals, settings.markout_horizons_s)
         self.symbols = dict(symbols or {})
+        self.readable = Readable(self.symbols, self.state.decimals)  # amounts for people
         self.stats = DeskStats()
         self.pair_book = PairBook(pairs, routes, self.symbols)
         # The last fills, for people (the fill log line, status): display only, never decided on.

@@ -49,7 +49,6 @@ from solver.io.metrics import OTHER, Metrics
 from solver.io.notify import Notifier
 from solver.protocol.nonce import NonceLayout, NonceSequence, new_nonce
 from solver.protocol.quote_signing import QuoteSigner
-from solver.runtime.readable import Readable
 
 log = logging.getLogger("solver.executor")
 CHECKS_AT_ONCE = 32
@@ -99,7 +98,7 @@ class Executor:
         self.on_refresh_salt = on_refresh_salt
         self.on_shadow_quote = on_shadow_quote  # shadow mode's paper book (runtime.paper)
         self.notifier = notifier
-        self.readable = Readable(desk.symbols, desk.state.decimals)
+        self.readable = desk.readable
         self.sent = 0
         self.send_failed = 0
         self.response_us: deque[float] = deque(maxlen=20_000)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from solver.core.facts import FillPrices
 from solver.core.lifecycle import TrackedQuote
-from solver.runtime.readable import Readable
+from solver.core.readable import Readable
 
 USDC, NEAR = "nep141:usdc.sandbox", "nep141:wrap.sandbox"
 T0 = datetime(2026, 1, 2, tzinfo=UTC)

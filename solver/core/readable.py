@@ -1,4 +1,5 @@
-"""Numbers for people (issue 14): whole units with symbols in log lines and the summary.
+"""Numbers for people (issue 14): whole units with symbols in log lines, the summary, and the
+desk's alerts and pause reasons.
 
 The store, the journal and every JSON export keep the smallest units; only what a person reads
 goes through here (:func:`solver.protocol.amounts.format_units`, exact).

@@ -87,7 +87,9 @@ from solver.io.store_schema import (
 from solver.io.store_totals import PairTotals, pair_totals
 from solver.protocol.nonce import PREFIX_LEN
 
-INSERT_NONCE_PREFIX = "INSERT INTO nonce_prefixes (account, prefix, claimed_at) VALUES (?, ?, ?)"
+INSERT_NONCE_PREFIX = (
+    "INSERT OR IGNORE INTO nonce_prefixes (account, prefix, claimed_at) VALUES (?, ?, ?)"
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -331,15 +333,10 @@ class Store:
         one per start of the bot)."""
         if not self.account:
             raise StoreError("the store has no account to claim a nonce prefix for")
-        for _ in range(8):
+        for _ in range(8):  # a prefix drawn before (2^-56 a time) inserts nothing: draw again
             prefix = os.urandom(PREFIX_LEN)
-            try:
-                self._write([(INSERT_NONCE_PREFIX, (self.account, prefix, ts(at)))])
-            except StoreError as exc:
-                if "nonce_prefixes." in str(exc):
-                    continue  # drawn before: 2^-56 a time; draw again
-                raise
-            return prefix
+            if self._write([(INSERT_NONCE_PREFIX, (self.account, prefix, ts(at)))]):
+                return prefix
         raise StoreError(f"cannot claim a fresh nonce prefix in {self.path}")
 
     def nonce_prefixes(self, account: str) -> set[bytes]:

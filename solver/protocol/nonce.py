@@ -4,7 +4,7 @@ Two layouts exist:
 
 - **salted** (the spec's): ``salt(4) ‖ unique(28)``.
 - **versioned V1** (the deployed verifier's): ``magic(4) ‖ version(1)=0 ‖ salt(4) ‖
-  deadline(8, i64 LE ns since epoch) ‖ random(15)``; the magic is sha256("versioned_nonce")[:4].
+  deadline(8, i64 LE ns since epoch) ‖ unique(15)``; the magic is sha256("versioned_nonce")[:4].
 
 Uniqueness. The bot's quote nonces take their unique part (28 or 15 bytes) from a
 :class:`NonceSequence`: a prefix the store registers for the account at each start, then a

@@ -911,6 +911,39 @@ def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> 
         assert count(db, "journal") == 5
 
 
+def test_a_projection_budget_stops_between_entries_and_the_next_call_resumes(
+    db: Path, tmp_path: Path
+) -> None:
+    """With no time to spare a call projects exactly one entry, and calls in a row end with
+    the same query tables as one catch-up: entries are read one at a time, none skipped or
+    projected twice (``projection.seq`` moves with them)."""
+    quotes = [signed_quote(f"s{i}") for i in range(6)]
+    lost = f.QuotesLost(("s1", "s4"), T0 + timedelta(seconds=70), "deadline passed, never named")
+    tables = []
+    for path, sliced in ((db, True), (tmp_path / "whole.sqlite", False)):
+        with Store(path, account=ACCOUNT) as store:
+            append_quotes(store, *quotes)
+            move(store, "s2", S.WON, T0, intent_hash="I")
+            store.journal.append(lost)
+            store.commit()
+            if sliced:
+                steps = []
+                while store.unprojected():
+                    steps.append(store.project(budget_s=0.0))
+                assert steps == [1] * 8  # six quotes, a move, a loss
+                assert store.project(budget_s=0.0) == 0
+            else:
+                assert store.project() == 8
+            tables.append(
+                (
+                    store._conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall(),
+                    store._conn.execute("SELECT quote_id, old, new FROM transitions").fetchall(),
+                )
+            )
+    assert tables[0] == tables[1]
+    assert [row[11] for row in tables[0][0]] == ["OPEN", "LOST", "WON", "OPEN", "LOST", "OPEN"]
+
+
 def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
     quotes = [signed_quote(f"b{i}") for i in range(500)]
     with Store(db, account=ACCOUNT) as store:

@@ -31,8 +31,9 @@ pages. RESTART, not TRUNCATE: cutting the file to zero cost 20–60 ms of the qu
 cache release, measured), and a restarted file is simply written over. What remains is the
 checkpoint's fsyncs, 10–65 ms on the writer under load (measured; with them switched off it took
 under a millisecond, but an unsynced checkpoint can corrupt the database on power loss, so they
-stay): a large limit makes that pause rare (about every 20 s at 1,000 answers/s, ~12 MB of WAL a
-second, measured; ~23 MB and every 11 s while each quote nonce still wrote its own row).
+stay): a large limit makes that pause rare (about every 20 s at 1,000 answers/s: the writer
+thread wrote ~13 MB a second, socket included, measured from /proc; ~23 MB of WAL and every
+11 s while each quote nonce still wrote its own row).
 
 One connection per ``Store``, used from the thread that opened it (the event loop's). Readers in
 other processes (``solver history``) do not block the writer under WAL.

@@ -182,7 +182,7 @@ def _started(store: Path) -> LiveBot:
 
 def _catch_up(bot: LiveBot) -> dict[str, Any]:
     """The query tables catch up on the whole run at once (nothing projected them meanwhile, as
-    after a burst at saturation): the projection's CPU per answer, its largest batches."""
+    after a burst at saturation): the projection's CPU in all and per answer."""
     store = bot.store
     assert store is not None
     entries, answers = store.unprojected(), bot.desk.stats.signed

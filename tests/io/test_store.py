@@ -986,6 +986,39 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
     assert restarts >= 2, restarts
 
 
+def test_the_checkpointer_syncs_both_files_before_it_tells_the_writer_to_restart(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's RESTART fsyncs the database and the WAL on the event loop's thread; the
+    checkpointer flushes both from its own thread first, so that sync finds little left."""
+    events: list[str] = []
+    real_sync = os.fdatasync
+
+    def recording_sync(fd: int) -> None:
+        events.append("sync " + Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording_sync)
+    told = threading.Event()
+
+    def tell() -> None:
+        events.append("told")
+        told.set()
+
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
+        store.wal_limit_bytes = 64 << 10
+        store.on_wal_past_limit = tell
+        batch = 0
+        while not told.is_set() and batch < 400:
+            record(store, *(signed_quote(f"s{batch}-{j}") for j in range(20)))
+            batch += 1
+            time.sleep(0.002)
+        store.on_wal_past_limit = None
+    assert "told" in events, "the checkpointer never said the WAL was past its limit"
+    before = events[: events.index("told")]
+    assert {f"sync {db.name}", f"sync {db.name}-wal"} <= set(before), events
+
+
 def test_the_checkpointer_says_when_to_restart_the_wal_and_a_restarted_wal_is_reused(
     db: Path,
 ) -> None:

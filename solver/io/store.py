@@ -56,7 +56,7 @@ from typing import Any, Literal, TextIO
 
 import orjson
 
-from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
+from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.io.journal import SqliteJournal
 from solver.io.projection import pending, project
@@ -117,8 +117,6 @@ is told to restart it."""
 ExportFormat = Literal["csv", "jsonl"]
 Pair = tuple[str, str]
 
-OPEN_STATES = frozenset(s for s in QuoteState if s not in TERMINAL)
-"""States of quotes still open (a test holds ``SELECT_OPEN``'s literal list equal to it)."""
 _WON_STATES = frozenset(
     {QuoteState.WON, QuoteState.SETTLING, QuoteState.SETTLED, QuoteState.FAILED}
 )

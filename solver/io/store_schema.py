@@ -253,6 +253,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (account, prefix)
         )""",
     ),
+    # 9: no partial index of the open quotes. Nothing queries the table by state since the
+    # desk is rebuilt from the journal (it was for the old restart's ``load_open_quotes``),
+    # and every quote entered it at projection and left it when it expired: ~8 µs and a
+    # random B-tree page per answer, about a fifth of the projection (issue 11).
+    ("DROP INDEX IF EXISTS quotes_open",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -344,8 +349,6 @@ QUOTE_COLUMNS = (
     "nonce, created_at, state, updated_at, intent_hash, tx_hash, reason FROM quotes "
 )
 PAIR = "(?1 IS NULL OR (asset_in = ?1 AND asset_out = ?2) OR (asset_in = ?2 AND asset_out = ?1))"
-# The literal state list matches the partial index ``quotes_open``, so the planner uses it.
-SELECT_OPEN = QUOTE_COLUMNS + "WHERE state IN ('OPEN', 'WON', 'SETTLING') ORDER BY created_at"
 SELECT_QUOTES = (
     QUOTE_COLUMNS + f"WHERE created_at >= ?3 AND {PAIR} ORDER BY created_at DESC LIMIT ?4"
 )

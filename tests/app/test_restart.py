@@ -35,7 +35,6 @@ import orjson
 
 from sandbox.bus import IntentRecord
 from sandbox.server import Sandbox
-from solver.io.store import OPEN_STATES
 from solver.protocol.bus import IntentStatus
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import PREFIX_LEN
@@ -55,6 +54,7 @@ from tests.app.harness import (
     running_sandbox,
 )
 from tests.app.test_cli_run import write_config
+from tests.io.store_helpers import OPEN_STATES_SQL
 from tests.sandbox.scripted import rpc, user_item
 
 KEY_ENV = "SOLVER_APP_TEST_RESTART_KEY"
@@ -130,10 +130,6 @@ def read(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return list(conn.execute(sql, params))
     finally:
         conn.close()
-
-
-OPEN_STATES_SQL = "state IN ('OPEN', 'WON', 'SETTLING')"
-assert {s.value for s in OPEN_STATES} == {"OPEN", "WON", "SETTLING"}
 
 
 def open_count(db: Path) -> int:

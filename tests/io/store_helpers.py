@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from solver.core import facts as f
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.io.store import Store
+from solver.io.store_schema import QUOTE_COLUMNS
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote
@@ -24,6 +25,13 @@ T0 = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 _SIGNER = QuoteSigner(SecretKey.generate(), ACCOUNT, "intents.sandbox")
 
 Signed = tuple[TrackedQuote, SignedQuote, QuoteRequest]
+
+OPEN_STATES_SQL = (
+    "state IN (" + ", ".join(sorted(f"'{s.value}'" for s in QuoteState if s not in TERMINAL)) + ")"
+)
+"""The quotes still open, for tests reading the query tables (the bot itself keeps them in the
+desk, rebuilt from the journal)."""
+SELECT_OPEN = QUOTE_COLUMNS + f"WHERE {OPEN_STATES_SQL} ORDER BY created_at"
 
 
 def signed_quote(

@@ -26,19 +26,19 @@ from solver.core import facts as f
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.io.journal import Journal
 from solver.io.store import (
-    OPEN_STATES,
     SCHEMA_VERSION,
     Fill,
     RebalanceRecord,
     Store,
     StoreError,
 )
-from solver.io.store_schema import MIGRATIONS, SELECT_OPEN, TABLES, migrate, tracked_row
+from solver.io.store_schema import MIGRATIONS, TABLES, migrate, tracked_row
 from solver.protocol.nonce import PREFIX_LEN, NonceSequence, new_nonce
 from tests.io.store_helpers import (
     ACCOUNT,
     ETH,
     SALT,
+    SELECT_OPEN,
     T0,
     U128_MAX,
     USDC,
@@ -334,11 +334,6 @@ def test_a_move_of_a_quote_the_store_never_saw_is_journaled_without_rows(store: 
     assert [type(fact) for fact in store.journal.load()[1]] == [f.QuoteMoved]
 
 
-def test_the_open_query_lists_exactly_the_non_terminal_states() -> None:
-    literal = SELECT_OPEN.split("state IN (")[1].split(")")[0]
-    assert {s.strip().strip("'") for s in literal.split(",")} == {s.value for s in OPEN_STATES}
-
-
 def test_fills_round_trip_exactly_and_markouts_merge(db: Path) -> None:
     quote = signed_quote("q1")
     settled_at = T0 + timedelta(seconds=3)
@@ -536,7 +531,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
     conn.close()
 
     with Store(db, account=ACCOUNT) as store:
-        assert SCHEMA_VERSION == len(MIGRATIONS) == 8
+        assert SCHEMA_VERSION == len(MIGRATIONS) == 9
         assert store.schema_version == SCHEMA_VERSION
         assert open_quotes(store) == [tracked]
         assert store.journal.load() == (None, [])  # the journal starts empty
@@ -579,7 +574,8 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
     db: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Migration 7 rebuilds ``quotes`` without the UNIQUE index on ``quote_hash``: every row and
-    column comes through, the other indexes are back, and the store goes on working."""
+    column comes through, the index on ``created_at`` is back (migration 9 then drops the
+    partial index of open quotes), and the store goes on working."""
     with Store(db, account=ACCOUNT) as store:
         record(store, *(signed_quote(f"m{i}") for i in range(30)))
         move(store, "m3", S.SETTLED, T0, fill=f.FillPrices(1.0, 2.0, 0.5))
@@ -603,14 +599,16 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
         assert said == [  # a rebuild is said first
             "migrating the store to schema version 7",
             "migrating the store to schema version 8",
+            "migrating the store to schema version 9",
         ]
-        assert store.schema_version == SCHEMA_VERSION == 8
+        assert store.schema_version == SCHEMA_VERSION == 9
         prefix = store.claim_nonce_prefix(T0)  # the new table is there
         assert store.nonce_prefixes(ACCOUNT) == {prefix}
         rows = store._conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
         assert rows == before
         indexes = {i[1]: i[2] for i in store._conn.execute("PRAGMA index_list(quotes)")}
-        assert {"quotes_created_at", "quotes_open"} <= set(indexes)
+        # created_at's index is back; the open quotes' partial index is gone (migration 9)
+        assert set(indexes) == {"quotes_created_at", "sqlite_autoindex_quotes_1"}
         assert [name for name, unique in indexes.items() if unique] == [
             "sqlite_autoindex_quotes_1"  # the primary key, quote_id
         ]

@@ -33,9 +33,11 @@ release, measured), and a restarted file is simply written over. The checkpoint'
 stay (an unsynced checkpoint can corrupt the database on power loss); they used to wait for
 everything written since the last sync, 10–65 ms on the writer under load, and wait for ~1 ms
 now that the checkpointer's thread syncs the files just before (``_Checkpointer.sync_files``,
-measured at 2,000 answers/s). A large limit also makes the restart rare (about every 20 s at
-1,000 answers/s: the writer thread wrote ~13 MB a second, socket included, measured from /proc;
-~23 MB of WAL and every 11 s while each quote nonce still wrote its own row).
+measured at 2,000 answers/s); the next commit then syncs the WAL's new header, as SQLite does
+whenever a WAL is reused (1–20 ms measured, the more the disk is busy). A large limit also
+makes the restart rare (about every 20 s at 1,000 answers/s: the writer thread wrote ~13 MB a
+second, socket included, measured from /proc; ~23 MB of WAL and every 11 s while each quote
+nonce still wrote its own row).
 
 One connection per ``Store``, used from the thread that opened it (the event loop's). Readers in
 other processes (``solver history``) do not block the writer under WAL.

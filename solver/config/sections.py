@@ -350,6 +350,11 @@ class StorageSpec(BaseModel):
     synchronous: Literal["normal", "full"] = "normal"
     """``normal``: a committed quote survives a crash of the bot; ``full``: also a power loss
     (an fsync per quote)."""
+    retain_days: Annotated[float | None, Field(gt=0, le=36_500, allow_inf_nan=False)] = 30.0
+    """Days after which the store forgets quotes that never became a trade (lost, rejected),
+    journal entries the desk no longer needs, old balance snapshots and request samples;
+    trades, fills, alerts and rebalances are kept. ``null`` keeps everything (the file then
+    grows ~2 KB an answered quote). docs/operations.md, "Disk"."""
 
 
 class MetricsSpec(BaseModel):

@@ -63,6 +63,7 @@ from solver.core.market import QuoteRequest
 from solver.io.journal import SqliteJournal
 from solver.io.projection import pending, project
 from solver.io.store_checks import check_usable, open_error, refuse_unusable_file
+from solver.io.store_retention import Pruned, Pruner
 from solver.io.store_schema import (
     INSERT_NONCE,
     INSERT_REBALANCE_STEP,
@@ -187,6 +188,7 @@ class Store:
             self._conn.close()
             raise
         self._cur = self._conn.cursor()
+        self._pruner = Pruner()
         self.journal = SqliteJournal(self._conn)
         self.account = account
         self._writer = create
@@ -280,6 +282,14 @@ class Store:
         committing what was appended; ``budget_s``: at most about this long. Writer only."""
         self.commit()
         return project(self._conn, budget_s=budget_s)
+
+    def prune(self, before: datetime, budget_s: float | None = None) -> Pruned:
+        """Delete what the store may forget that is older than ``before``
+        (:mod:`solver.io.store_retention`: quotes never traded, journal entries the desk no
+        longer needs, old balance snapshots and request samples), after committing what was
+        appended; ``budget_s``: at most about this long. Writer only."""
+        self.commit()
+        return self._pruner.prune(self._conn, before, budget_s=budget_s)
 
     def _write(self, statements: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
         """Run the statements in one transaction; return the last one's rowcount."""

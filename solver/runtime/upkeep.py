@@ -12,7 +12,9 @@ collections (4–30 ms). Here every piece of work is cut small or moved to a qui
   fewer while the process is saturated;
 - a snapshot waits for a quiet book, unless too many facts would have to be replayed;
 - the WAL is restarted when the store's checkpointer thread says it has just caught up;
-- the collector runs at the ticker's pace (:mod:`solver.runtime.gc_pacer`).
+- the collector runs at the ticker's pace (:mod:`solver.runtime.gc_pacer`);
+- what the store may forget after ``storage.retain_days`` is deleted every
+  :data:`PRUNE_EVERY_S`, a couple of milliseconds a tick until done, never while saturated.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from solver.core.desk_snapshot import snapshot
 from solver.errors import SolverError
+from solver.io.store_retention import Pruned
 from solver.runtime.gc_pacer import GcPacer
 
 if TYPE_CHECKING:
@@ -65,6 +68,10 @@ at every tick, time the answers need (the gain at saturation was within the benc
 noise, not isolated). The query tables fall behind meanwhile (the journal holds everything)
 and catch up once the flow eases."""
 SHUTDOWN_PROJECT_S = 2.0
+PRUNE_EVERY_S = 600.0
+"""A pass over what the store may forget this often (``storage.retain_days``)."""
+PRUNE_BUDGET_S = 0.002
+"""The pass's share of a tick; it goes on at the next tick until done."""
 
 
 class Upkeep:
@@ -77,6 +84,8 @@ class Upkeep:
         self._cpu_mark = (time.monotonic(), time.process_time())
         self._cpu_share = 0.0
         self._saturated_ticks = 0
+        self._prune_due: datetime | None = None  # None: at the first tick
+        self._pruned = Pruned()
 
     def start(self) -> None:
         """Right before quoting: the WAL's restart signal, then the collector's pacing
@@ -133,6 +142,7 @@ class Upkeep:
                 bot.refresh_paper_metrics()
             if count % snapshot_every == 0:
                 self.maybe_snapshot(now)
+            self.maybe_prune(now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
 
@@ -164,6 +174,40 @@ class Upkeep:
                 asyncio.get_running_loop().call_soon(self.project, slices - 1)
         except SolverError as exc:
             log.warning("the query tables are behind the journal: %s", exc)
+
+    def maybe_prune(self, now: datetime) -> None:
+        """Go on with the store's pass over what it may forget (:meth:`Store.prune`), if one
+        is due: :data:`PRUNE_BUDGET_S` a tick, none while the process is saturated; said in
+        one line when the pass is done, if it deleted anything."""
+        store, days = self.bot.store, self.bot.config.storage.retain_days
+        if store is None or days is None or self._stopping:
+            return
+        if self._prune_due is not None and now < self._prune_due:
+            return
+        if self._cpu_share >= PROJECT_SATURATED_CPU:
+            return
+        try:
+            step = store.prune(now - timedelta(days=days), PRUNE_BUDGET_S)
+        except SolverError as exc:
+            log.warning("%s; tried again in %.0f s", exc, PRUNE_EVERY_S)
+            self._prune_due = now + timedelta(seconds=PRUNE_EVERY_S)
+            return
+        total = self._pruned
+        total.quotes += step.quotes
+        total.journal += step.journal
+        total.balance_snapshots += step.balance_snapshots
+        total.requests += step.requests
+        if not step.done:
+            self._prune_due = None  # the next tick goes on
+            return
+        self._prune_due = now + timedelta(seconds=PRUNE_EVERY_S)
+        if total.rows:
+            log.info(
+                "store: forgot what is older than %g days: %d quotes never traded, %d journal "
+                "entries, %d balance snapshots, %d request samples",
+                days, total.quotes, total.journal, total.balance_snapshots, total.requests,
+            )  # fmt: skip
+        self._pruned = Pruned()
 
     def measure_cpu(self) -> None:
         """The process's share of a core since the last tick."""

@@ -776,3 +776,17 @@ def test_bare_secret_in_an_id_field_is_not_echoed(secret_text: str) -> None:
     problems = problems_of(data)
     assert [p.split(": ", 1)[0] for p in problems] == ["account.id"]
     assert secret_text.removeprefix("ed25519:")[:16] not in problems[0]
+
+
+@pytest.mark.parametrize("days", [0, -1, "ever", float("inf")])
+def test_a_retention_that_is_not_a_positive_number_of_days_is_refused(days: Any) -> None:
+    data = minimal()
+    data["storage"] = {"retain_days": days}
+    assert paths_of(data) == ["storage.retain_days"]
+
+
+def test_retention_is_30_days_unless_said_and_null_keeps_everything() -> None:
+    data = minimal()
+    assert validate_bot_config(data).storage.retain_days == 30
+    data["storage"] = {"retain_days": None}
+    assert validate_bot_config(data).storage.retain_days is None

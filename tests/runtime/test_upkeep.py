@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from solver.config import load_bot_config
+from solver.core import facts as f
 from solver.core.lifecycle import TrackedQuote
+from solver.io import store_retention
 from solver.protocol.bus import QuoteRequestEvent
 from solver.protocol.keys import SecretKey
 from solver.runtime import bot as live
@@ -240,3 +242,70 @@ def test_the_gauges_say_how_far_the_query_tables_are_behind(
     conn.execute("ALTER TABLE projection_away RENAME TO projection")
     assert behind() == 0
     assert any("cannot read how far" in r.getMessage() for r in caplog.records)
+
+
+def _old_lost_quotes(bot: live.LiveBot, prefix: str, count: int) -> None:
+    assert bot.store is not None
+    old = NOW - timedelta(days=40)
+    quotes = [signed_quote(f"{prefix}{i}", at=old) for i in range(count)]
+    append_quotes(bot.store, *quotes)
+    ids = tuple(q[0].quote_id for q in quotes)
+    bot.store.journal.append(f.QuotesLost(ids, old + timedelta(minutes=1), "expired"))
+    bot.store.project()
+
+
+def _quotes(bot: live.LiveBot) -> int:
+    assert bot.store is not None
+    return int(bot.store._conn.execute("SELECT COUNT(*) FROM quotes").fetchone()[0])
+
+
+def test_the_store_forgets_old_quotes_a_budget_a_tick_then_waits_for_the_next_pass(
+    bot: live.LiveBot, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``storage.retain_days`` (30 in the default config): quotes never traded and older go,
+    a chunk a tick while there are more, one line when the pass is done; the next pass comes
+    ``PRUNE_EVERY_S`` later, and none runs while the process is saturated."""
+    monkeypatch.setattr(upkeep, "PRUNE_BUDGET_S", 0.0)  # a tick: one chunk, whatever the machine
+    monkeypatch.setattr(store_retention, "CHUNK", 4)
+    assert bot.config.storage.retain_days == 30
+    _old_lost_quotes(bot, "a", 10)
+    bot.upkeep._cpu_share = 1.0  # saturated: the quote path first
+    bot.upkeep.maybe_prune(NOW)
+    assert _quotes(bot) == 10
+    bot.upkeep._cpu_share = 0.2
+    left = []
+    with caplog.at_level("INFO", logger="solver.bot"):
+        for tick in range(4):
+            bot.upkeep.maybe_prune(NOW + timedelta(seconds=tick))
+            left.append(_quotes(bot))
+    assert left == [6, 2, 0, 0]
+    said = [r.getMessage() for r in caplog.records if "forgot" in r.getMessage()]
+    assert said == [
+        "store: forgot what is older than 30 days: 10 quotes never traded, 0 journal entries, "
+        "0 balance snapshots, 0 request samples"
+    ]
+    _old_lost_quotes(bot, "b", 3)
+    bot.upkeep.maybe_prune(NOW + timedelta(seconds=upkeep.PRUNE_EVERY_S - 1))  # not due yet
+    assert _quotes(bot) == 3
+    bot.upkeep.maybe_prune(NOW + timedelta(seconds=upkeep.PRUNE_EVERY_S + 5))
+    assert _quotes(bot) == 0
+
+
+def test_a_null_retention_keeps_everything(tmp_path: Path) -> None:
+    key = SecretKey.generate()
+    config = load_bot_config(ROOT / "config" / "default.yaml").with_overrides(
+        {
+            "account.id": key.public_key.implicit_account_id(),
+            "storage.path": str(tmp_path / "keep.sqlite"),
+            "storage.retain_days": None,
+            "metrics.listen": None,
+        }
+    )
+    made = live.LiveBot(config, key)
+    try:
+        _old_lost_quotes(made, "k", 5)
+        made.upkeep.maybe_prune(NOW)
+        assert _quotes(made) == 5
+    finally:
+        assert made.store is not None
+        made.store.close()

@@ -51,7 +51,8 @@ JOURNAL_KEPT_FROM = (
 
 @dataclass
 class Pruned:
-    """Rows deleted by one :func:`prune` call; ``done``: nothing older is left to delete."""
+    """Rows deleted by one :meth:`Pruner.prune` call (or a pass of them, :meth:`add`);
+    ``done``: nothing older is left to delete."""
 
     quotes: int = 0
     journal: int = 0
@@ -62,6 +63,12 @@ class Pruned:
     @property
     def rows(self) -> int:
         return self.quotes + self.journal + self.balance_snapshots + self.requests
+
+    def add(self, step: Pruned) -> None:
+        self.quotes += step.quotes
+        self.journal += step.journal
+        self.balance_snapshots += step.balance_snapshots
+        self.requests += step.requests
 
 
 class Pruner:

@@ -193,10 +193,7 @@ class Upkeep:
             self._prune_due = now + timedelta(seconds=PRUNE_EVERY_S)
             return
         total = self._pruned
-        total.quotes += step.quotes
-        total.journal += step.journal
-        total.balance_snapshots += step.balance_snapshots
-        total.requests += step.requests
+        total.add(step)
         if not step.done:
             self._prune_due = None  # the next tick goes on
             return

@@ -21,8 +21,8 @@ free pages that SQLite reuses, so the file stops growing once the retention is r
 does not shrink (``VACUUM`` with the bot stopped does that).
 
 Each piece is one short transaction of at most :data:`CHUNK` rows on the writer's connection,
-and :func:`prune` stops at its time budget, so the live bot calls it from its ticker without
-holding the quote path (``solver.runtime.upkeep``).
+and :meth:`Pruner.prune` stops at its time budget, so the live bot calls it from its ticker
+without holding the quote path (``solver.runtime.upkeep``).
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ Series (all prefixed ``solver_``)::
     mode{mode="LIVE"|"SHADOW"}                gauge      1 on the current mode, 0 on the other
     open_quotes                               gauge      quotes not yet in a terminal state
     query_tables_behind                       gauge      journal entries not projected yet
+    store_bytes                               gauge      the store's database and WAL on disk
+    store_disk_free_bytes                     gauge      free space on the store's volume
 
 **The pair label has bounded cardinality.** Requests name any two asset ids a taker likes, so a
 label made from them would let the outside world create series without limit. Only the pairs
@@ -119,6 +121,11 @@ class MetricsSnapshot:
     query_tables_behind: int = 0
     """Journal entries not projected yet: the query tables lag by this much (they catch up
     while the process has CPU to spare; docs/bot.md "Persistence and restart safety")."""
+    store_bytes: int | None = None
+    """The store's database and WAL files, bytes (None: no store, or it cannot be read)."""
+    store_disk_free_bytes: int | None = None
+    """Free space on the store's volume for the bot's user, bytes (a full disk pauses
+    quoting; docs/operations.md "Disk")."""
 
 
 _SNAPSHOT_FIELDS = frozenset(f.name for f in fields(MetricsSnapshot))
@@ -335,6 +342,14 @@ class Metrics:
             "Journal entries the query tables (quotes, fills, ...) do not show yet.",
             registry=r,
         )
+        self._store_bytes = Gauge(
+            "solver_store_bytes", "The store's database and WAL files, bytes.", registry=r
+        )
+        self._disk_free = Gauge(
+            "solver_store_disk_free_bytes",
+            "Free space on the store's volume for the bot's user, bytes.",
+            registry=r,
+        )
         # Hot-path cache: label value -> child.
         self._bad_frame_children: dict[str, Any] = {}
         self._bad_frames_seen: dict[str, int] = {}
@@ -453,6 +468,8 @@ class Metrics:
             child.set(1 if name == mode else 0)
         self._open.set(snapshot.open_quotes)
         self._behind.set(snapshot.query_tables_behind)
+        self._store_bytes.set(_nan_if_none(snapshot.store_bytes))
+        self._disk_free.set(_nan_if_none(snapshot.store_disk_free_bytes))
 
     # ------------------------------------------------------------------ exposition
 

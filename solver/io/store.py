@@ -283,6 +283,18 @@ class Store:
         self.commit()
         return project(self._conn, budget_s=budget_s)
 
+    def disk_usage(self) -> tuple[int, int]:
+        """``(the database and its WAL in bytes, free bytes on their volume for this user)``
+        (the gauges; docs/operations.md "Disk"). Raises :class:`StoreError`."""
+        try:
+            size = self.path.stat().st_size
+            with contextlib.suppress(FileNotFoundError):
+                size += Path(f"{self.path}-wal").stat().st_size
+            volume = os.statvfs(self.path.parent)
+        except OSError as exc:
+            raise StoreError(f"cannot read the size of the store {self.path}: {exc}") from None
+        return size, volume.f_bavail * volume.f_frsize
+
     def prune(self, before: datetime, budget_s: float | None = None) -> Pruned:
         """Delete what the store may forget that is older than ``before``
         (:mod:`solver.io.store_retention`: quotes never traded, journal entries the desk no

@@ -30,6 +30,7 @@ class Operator:
     def __init__(self, bot: LiveBot) -> None:
         self.bot = bot
         self.started = time.monotonic()
+        self._disk_error: str | None = None
 
     def _reply(self, event: ev.OperatorPause | ev.OperatorResume) -> OperatorReply:
         executor = self.bot.executor
@@ -181,8 +182,23 @@ class Operator:
                 shadow=bot.shadow,
                 open_quotes=len(desk.book.quotes),
                 query_tables_behind=self._query_tables_behind(),
+                **self._disk_usage(),
             )
         )
+
+    def _disk_usage(self) -> dict[str, int | None]:
+        store = self.bot.store
+        if store is None:
+            return {}
+        try:
+            size, free = store.disk_usage()
+        except SolverError as exc:
+            if str(exc) != self._disk_error:  # said once, not at every refresh
+                log.warning("%s", exc)
+            self._disk_error = str(exc)
+            return {}
+        self._disk_error = None
+        return {"store_bytes": size, "store_disk_free_bytes": free}
 
     def _query_tables_behind(self) -> int:
         store = self.bot.store

@@ -117,6 +117,8 @@ def test_dashboard_covers_the_bots_metrics() -> None:
         "solver_mode",
         "solver_open_quotes",
         "solver_query_tables_behind",
+        "solver_store_bytes",
+        "solver_store_disk_free_bytes",
         "solver_notifications_total",
     ):
         assert name in text, f"no panel shows {name}"

@@ -166,6 +166,8 @@ def test_refresh_gauges_from_a_dataclass() -> None:
             shadow=True,
             open_quotes=7,
             query_tables_behind=42,
+            store_bytes=123_456_789,
+            store_disk_free_bytes=2**40,
         )
     )
     assert value(m, "solver_free_inventory", asset=USDC) == 2.5
@@ -182,6 +184,8 @@ def test_refresh_gauges_from_a_dataclass() -> None:
     assert value(m, "solver_state", state="RUNNING") == 0
     assert value(m, "solver_open_quotes") == 7
     assert value(m, "solver_query_tables_behind") == 42
+    assert value(m, "solver_store_bytes") == 123_456_789
+    assert value(m, "solver_store_disk_free_bytes") == 2**40
 
 
 def test_refresh_gauges_from_a_mapping_follows_the_assets() -> None:
@@ -194,6 +198,7 @@ def test_refresh_gauges_from_a_mapping_follows_the_assets() -> None:
     assert ("solver_free_inventory", frozenset({("asset", WNEAR)})) not in series
     assert ("solver_reconciliation_mismatch", frozenset({("asset", WNEAR)})) not in series
     assert math.isnan(value(m, "solver_pnl_marked_usd"))  # unknown again
+    assert math.isnan(value(m, "solver_store_disk_free_bytes"))  # unknown: no alert on it
     assert value(m, "solver_state", state="RUNNING") == 1
 
 

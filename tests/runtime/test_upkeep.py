@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
+import os
 import sqlite3
 import weakref
 from collections.abc import Iterator
@@ -309,3 +311,38 @@ def test_a_null_retention_keeps_everything(tmp_path: Path) -> None:
     finally:
         assert made.store is not None
         made.store.close()
+
+
+def test_the_gauges_say_how_large_the_store_is_and_how_much_disk_is_left(
+    bot: live.LiveBot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``solver_store_bytes`` (database and WAL) and ``solver_store_disk_free_bytes`` (for the
+    ``SolverDiskFilling`` alert); a store that cannot be read is said once and left unknown."""
+    assert bot.store is not None
+    path = bot.store.path
+    append_quotes(bot.store, *(signed_quote(f"d{i}") for i in range(50)))
+    bot.store.commit()
+
+    def gauge(name: str) -> float:
+        value = bot.metrics.registry.get_sample_value(name)
+        assert value is not None
+        return value
+
+    bot.operator.refresh_metrics()
+    wal = Path(f"{path}-wal")
+    on_disk = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    assert gauge("solver_store_bytes") == on_disk > 50 * 1000  # the signed answers are there
+    volume = os.statvfs(path.parent)
+    free = gauge("solver_store_disk_free_bytes")
+    assert abs(free - volume.f_bavail * volume.f_frsize) < 64 << 20  # the disk moves a little
+    moved = path.with_name("moved.sqlite")
+    path.rename(moved)  # the store cannot be read any more
+    try:
+        with caplog.at_level("WARNING", logger="solver.bot"):
+            bot.operator.refresh_metrics()
+            bot.operator.refresh_metrics()
+        said = [r for r in caplog.records if "cannot read the size" in r.getMessage()]
+        assert len(said) == 1
+        assert math.isnan(gauge("solver_store_disk_free_bytes"))
+    finally:
+        moved.rename(path)

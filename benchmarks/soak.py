@@ -485,7 +485,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"(before load: {fmt((journal.get('idle_before_load_mb') or {}).get('total'))} MB). "
         "It grows with the quotes by design: every quote and its outcome are journaled, on "
         "disk, not in the bot's memory, until `storage.retain_days` (30 days by default; "
-        "docs/operations.md, \"Disk\").",
+        'docs/operations.md, "Disk").',
         "",
         *_journal_notes(r),
         "## Over the run",

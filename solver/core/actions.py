@@ -7,14 +7,13 @@ A :class:`~solver.core.quoting.Skip` is an action too (the request ends with tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from solver.core.facts import Fact
 from solver.core.pauses import Pause
 from solver.core.quoting import Quote, Skip
+from solver.core.values import value
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SignAndSend:
     """Sign ``quote`` under a fresh nonce with ``salt``, report
     :class:`~solver.core.events.QuoteSigned`, make its record durable, then send the answer."""
@@ -23,28 +22,28 @@ class SignAndSend:
     salt: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ShadowQuote:
     """Shadow mode: this quote would have been signed and sent; nothing was reserved."""
 
     quote: Quote
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Record:
     """Append ``fact`` to the journal (durable before any answer sent after it)."""
 
     fact: Fact
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PollIntent:
     """Ask ``get_status`` of ``intent_hash``; answer with ``IntentStatusSeen``."""
 
     intent_hash: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class CheckNonce:
     """Ask the verifier ``is_nonce_used``; answer with ``NonceChecked``."""
 
@@ -52,17 +51,17 @@ class CheckNonce:
     nonce: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RefreshBalances:
     """Take a balance snapshot now (a settlement moved them)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RefreshSalt:
     """The relay refused an answer for its salt: fetch the salt again now."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Alert:
     """Tell a person: ``kind`` (daily_loss, drawdown, reconciliation, stale_data, store_error,
     ...) with ``detail``; ``resolved`` when the condition has cleared."""
@@ -72,7 +71,7 @@ class Alert:
     resolved: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PauseChanged:
     """A pause began (``active``) or ended."""
 
@@ -80,7 +79,7 @@ class PauseChanged:
     active: bool
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OperatorReply:
     """The answer to an operator command: ``ok`` only when it did what was asked; otherwise
     ``message`` says why (for instance which pauses still hold after a resume)."""

@@ -9,14 +9,14 @@ live bot does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 
 from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
+from solver.core.values import value
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class QuoteRequested:
     """A ``quote`` event from the bus (protocol-notes 6); ``received_at`` when it arrived."""
 
@@ -24,7 +24,7 @@ class QuoteRequested:
     received_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class QuoteSigned:
     """The executor signed a :class:`~solver.core.actions.SignAndSend`: the quote exists."""
 
@@ -33,7 +33,7 @@ class QuoteSigned:
     nonce: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class QuoteNotSent:
     """The answer never left (signing failed, no connection, or its record failed): nobody can
     use it. ``store_error`` marks a failed durable record, which pauses quoting."""
@@ -43,7 +43,7 @@ class QuoteNotSent:
     store_error: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RelayReplied:
     """The relay's reply to a ``quote_response``: ``OK``, or an explicit error (its reason)."""
 
@@ -52,17 +52,17 @@ class RelayReplied:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ConnectionLost:
     """The bus connection dropped: ``quote_status`` events may be missed from now on."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ConnectionRestored:
     """Connected and subscribed again."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class QuoteStatusSeen:
     """A ``quote_status`` event: the quote ``quote_hash`` was named by ``intent_hash``."""
 
@@ -71,7 +71,7 @@ class QuoteStatusSeen:
     tx_hash: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class IntentStatusSeen:
     """A ``get_status`` answer (spec 3.2), or ``status=None`` when the poll failed."""
 
@@ -80,7 +80,7 @@ class IntentStatusSeen:
     tx_hash: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class NonceChecked:
     """``is_nonce_used`` for an open quote past its deadline; ``used=None``: the check failed."""
 
@@ -88,7 +88,7 @@ class NonceChecked:
     used: bool | None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BalancesSeen:
     """An on-chain snapshot, ``observed`` before it was requested (so it includes all up to
     then). ``own_open`` and ``own_settling``: moves of our own outside the quote book (the
@@ -100,25 +100,25 @@ class BalancesSeen:
     own_settling: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PriceSeen:
     asset: str
     usd: float
     observed: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SaltSeen:
     salt: bytes
     observed: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class FeeSeen:
     fee_pips: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OwnFlowSettled:
     """A settled move of our own outside the quote book (a rebalance's deposit or output)."""
 
@@ -129,7 +129,7 @@ class OwnFlowSettled:
     outflow: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OperatorPause:
     """``solver pause [--pair BASE/QUOTE]``: ``pair`` None pauses everything."""
 
@@ -137,7 +137,7 @@ class OperatorPause:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OperatorResume:
     """``solver resume [--pair] [--accept-balances]``.
 
@@ -148,7 +148,7 @@ class OperatorResume:
     accept_balances: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ShutdownStarted:
     """Stop quoting: the process is about to exit (the journal keeps what is open)."""
 

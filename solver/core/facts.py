@@ -16,15 +16,16 @@ times as microseconds since the epoch, bytes as hex).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from solver.core.values import value
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class QuoteOpened:
     quote_id: str
     quote_hash: str
@@ -40,7 +41,7 @@ class QuoteOpened:
     partner_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class FillPrices:
     """Reference prices (USD per whole unit) at settlement, and the edge they give."""
 
@@ -49,7 +50,7 @@ class FillPrices:
     realized_usd: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class QuoteMoved:
     quote_id: str
     new: str  # a QuoteState value
@@ -60,7 +61,7 @@ class QuoteMoved:
     fill: FillPrices | None = None  # SETTLED with prices known
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class QuotesLost:
     """Quotes past their deadline that nobody named while the bot stayed connected: LOST, one
     fact per tick for all of them (most answers end so; one entry each would cost the quote
@@ -71,7 +72,7 @@ class QuotesLost:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ClaimAdded:
     quote_id: str
     intent_hash: str
@@ -79,7 +80,7 @@ class ClaimAdded:
     at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ClaimEnded:
     quote_id: str
     intent_hash: str
@@ -87,7 +88,7 @@ class ClaimEnded:
     at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BalancesReconciled:
     """A snapshot taken in: the inventory's confirmed balances and the reconciliation."""
 
@@ -98,7 +99,7 @@ class BalancesReconciled:
     expected: dict[str, int] | None = None  # what the bookkeeping expected (for people)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OwnFlow:
     key: str
     asset_in: str
@@ -108,7 +109,7 @@ class OwnFlow:
     at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PnlMarked:
     """The PnL references that must survive a restart: starting equity, peak, day start."""
 
@@ -119,7 +120,7 @@ class PnlMarked:
     day_start_pnl: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Markout:
     quote_id: str
     horizon_s: int
@@ -127,7 +128,7 @@ class Markout:
     at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PauseSet:
     scope: str
     kind: str
@@ -135,7 +136,7 @@ class PauseSet:
     at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PauseCleared:
     scope: str
     kind: str
@@ -143,7 +144,7 @@ class PauseCleared:
     by: str  # operator | recovered
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BaselineAccepted:
     """The operator acknowledged the balances after a deliberate move."""
 

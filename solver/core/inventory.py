@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 
+from solver.core.values import value
 
-@dataclass(frozen=True, slots=True)
+
+@value
 class Reservation:
     """The outflow a signed quote may cause, and the inflow it would bring."""
 

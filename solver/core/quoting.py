@@ -25,6 +25,7 @@ from solver.core.limits import TokenBucket
 from solver.core.market import MarketView, QuoteRequest
 from solver.core.pauses import Pauses
 from solver.core.state import LiveMarketView, MarketState
+from solver.core.values import value
 from solver.protocol.amounts import I128_MAX
 
 
@@ -57,13 +58,13 @@ RATE_LIMITED = "rate_limited"
 INSUFFICIENT_INVENTORY = "insufficient_inventory"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Skip:
     reason: str
     detail: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Quote:
     request: QuoteRequest
     amount_in: int

@@ -1,0 +1,55 @@
+"""``solver.core.values.value``: the desk's value objects are read-only to the type checker
+(``mypy --strict`` refuses an assignment) and plain at run time; what user code receives
+stays frozen at run time."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from mypy import api as mypy_api
+
+from solver.core import facts as f
+from solver.core.market import QuoteRequest
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 1, 2, tzinfo=UTC)
+
+
+def test_the_type_checker_refuses_an_assignment_to_a_value_field(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        textwrap.dedent(
+            """
+            from solver.core.facts import QuoteOpened
+            from solver.core.events import QuoteSigned
+
+            def change(fact: QuoteOpened, event: QuoteSigned) -> None:
+                fact.amount_out = 0
+                event.nonce = b""
+            """
+        )
+    )
+    out, _, status = mypy_api.run(
+        ["--strict", "--config-file", str(REPO / "pyproject.toml"), str(probe)]
+    )
+    assert status == 1, out
+    assert 'Property "amount_out" defined in "QuoteOpened" is read-only' in out
+    assert 'Property "nonce" defined in "QuoteSigned" is read-only' in out
+
+
+def test_values_compare_and_hash_by_value_and_carry_no_dict() -> None:
+    one = f.QuotesLost(("a", "b"), T0, "expired")
+    same = f.QuotesLost(("a", "b"), T0, "expired")
+    assert one == same and hash(one) == hash(same) and len({one, same}) == 1
+    assert one != dataclasses.replace(one, reason="other")
+    assert not hasattr(one, "__dict__")  # slotted
+
+
+def test_what_a_strategy_receives_stays_frozen_at_run_time() -> None:
+    request = QuoteRequest("q", "nep141:a", "nep141:b", True, 10, 1000)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.amount = 11  # type: ignore[misc]

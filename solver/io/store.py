@@ -32,7 +32,7 @@ RESTART, not TRUNCATE: cutting the file to zero cost 20–60 ms of the quote pat
 release, measured), and a restarted file is simply written over. The checkpoint's own fsyncs
 stay (an unsynced checkpoint can corrupt the database on power loss); they used to wait for
 everything written since the last sync, 10–65 ms on the writer under load, and wait for ~1 ms
-now that the checkpointer's thread syncs the files just before (``_Checkpointer.sync_files``,
+now that the checkpointer's thread syncs the files just before (:mod:`solver.io.store_checkpoint`,
 measured at 2,000 answers/s); the next commit then syncs the WAL's new header, as SQLite does
 whenever a WAL is reused (1–20 ms measured, the more the disk is busy). A large limit also
 makes the restart rare (about every 20 s at 1,000 answers/s: the writer thread wrote ~13 MB a
@@ -50,7 +50,6 @@ import hashlib
 import logging
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,6 +61,7 @@ from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.io.journal import SqliteJournal
 from solver.io.projection import pending, project
+from solver.io.store_checkpoint import Checkpointer
 from solver.io.store_checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store_retention import Pruned, Pruner
 from solver.io.store_schema import (
@@ -113,10 +113,6 @@ log = logging.getLogger("solver.store")
 Synchronous = Literal["normal", "full"]
 WAL_LIMIT_BYTES = 256 << 20
 """Past this in use, the writer restarts the WAL itself (:meth:`Store.restart_wal`)."""
-WAL_FRAME_HEADER = 24
-CATCH_UP_PASSES = 2
-"""Quick checkpoint passes after the one that found the WAL past its limit, before the writer
-is told to restart it."""
 ExportFormat = Literal["csv", "jsonl"]
 Pair = tuple[str, str]
 
@@ -199,9 +195,9 @@ class Store:
         """Called from the checkpointer's thread when the WAL is past :data:`WAL_LIMIT_BYTES`
         and the thread has just caught up: the writer should call :meth:`restart_wal` now (the
         live bot schedules it on its event loop)."""
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         if checkpoint_every_s is not None:
-            self._checkpointer = _Checkpointer(
+            self._checkpointer = Checkpointer(
                 self.path, checkpoint_every_s, busy_timeout_ms, self._wal_past_limit
             )
             self._checkpointer.start()
@@ -523,72 +519,3 @@ class Store:
         """
         self._fresh()
         return export_rows(self._conn, table, fmt, out)
-
-
-# ---------------------------------------------------------------------------------- helpers
-
-
-class _Checkpointer(threading.Thread):
-    """Runs ``wal_checkpoint(PASSIVE)`` on its own connection: it never waits for the writer,
-    and the writer never waits for it (sqlite3 releases the GIL while SQLite works)."""
-
-    def __init__(
-        self,
-        path: Path,
-        every_s: float,
-        busy_timeout_ms: int,
-        past_limit: Callable[[], tuple[int, Callable[[], None] | None]],
-    ) -> None:
-        super().__init__(name=f"store-checkpoint:{path.name}", daemon=True)
-        self._path = path
-        self._every_s = every_s
-        self._busy_timeout_ms = busy_timeout_ms
-        self._past_limit = past_limit
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        try:
-            timeout_s = self._busy_timeout_ms / 1000
-            conn = sqlite3.connect(self._path, timeout=timeout_s, isolation_level=None)
-        except sqlite3.Error as exc:
-            log.warning("store checkpointer cannot open %s: %s", self._path, exc)
-            return
-        try:
-            page = int(conn.execute("PRAGMA page_size").fetchone()[0]) + WAL_FRAME_HEADER
-            while not self._stopping.wait(self._every_s):
-                try:
-                    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    limit, notify = self._past_limit()
-                    # Frames in use, not the file's size: a restarted WAL keeps its size.
-                    if notify is not None and frames * page > limit:
-                        # Catch up with what was committed during the pass (each pass is
-                        # shorter than the one before), then let the writer restart it.
-                        for _ in range(CATCH_UP_PASSES):
-                            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                        self.sync_files()
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                        notify()
-                except sqlite3.Error as exc:
-                    log.warning("store checkpoint of %s failed: %s", self._path, exc)
-        finally:
-            conn.close()
-
-    def sync_files(self) -> None:
-        """Flush the database and its WAL to disk from this thread, just before the writer's
-        RESTART: that checkpoint fsyncs both files on the event loop's thread, and what it
-        waited for was the data written since the last sync, the pages the passes copied in
-        (10–65 ms under load). Synced here first, it finds a few pages left: ~1 ms at 2,000
-        answers/s (measured in the running bot). An extra sync never weakens durability."""
-        for name in (str(self._path), f"{self._path}-wal"):
-            try:
-                fd = os.open(name, os.O_RDONLY)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                log.warning("cannot sync %s to disk before the WAL restart: %s", name, exc)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.join()

@@ -1,4 +1,4 @@
-"""The rebalancer (solver/rebalance.py, docs/rebalance.md).
+"""The rebalancer (solver/rebalance.py, its planning solver/rebalance_plan.py, docs/rebalance.md).
 
 Planning is pure and tested on values: band checks, sizing under ``max_swap_usd`` and free
 inventory, the frequency limit, the quote check. The executor runs against the real sandbox:
@@ -40,13 +40,12 @@ from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.signing import sign_nep413
 from solver.protocol.swap import QuoteResponse, from_wire
-from solver.rebalance import (
+from solver.rebalance import Rebalancer, RebalanceState
+from solver.rebalance_plan import (
     Band,
     Hold,
     Inputs,
     Plan,
-    Rebalancer,
-    RebalanceState,
     check_quote,
     plan_rebalance,
     resolve_band,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from solver.core import events as ev
 from solver.core.actions import OperatorReply
@@ -24,13 +24,14 @@ if TYPE_CHECKING:
     from solver.runtime.bot import LiveBot
 
 log = logging.getLogger("solver.bot")
+T = TypeVar("T")
 
 
 class Operator:
     def __init__(self, bot: LiveBot) -> None:
         self.bot = bot
         self.started = time.monotonic()
-        self._disk_error: str | None = None
+        self._store_errors: dict[str, str] = {}  # the gauges' store reads failing, said once
 
     def _reply(self, event: ev.OperatorPause | ev.OperatorResume) -> OperatorReply:
         executor = self.bot.executor
@@ -190,25 +191,30 @@ class Operator:
         store = self.bot.store
         if store is None:
             return {}
-        try:
-            size, free = store.disk_usage()
-        except SolverError as exc:
-            if str(exc) != self._disk_error:  # said once, not at every refresh
-                log.warning("%s", exc)
-            self._disk_error = str(exc)
+        usage = self._read_store("disk", store.disk_usage)
+        if usage is None:
             return {}
-        self._disk_error = None
+        size, free = usage
         return {"store_bytes": size, "store_disk_free_bytes": free}
 
     def _query_tables_behind(self) -> int:
         store = self.bot.store
         if store is None:
             return 0
+        return self._read_store("behind", store.unprojected) or 0
+
+    def _read_store(self, what: str, read: Callable[[], T]) -> T | None:
+        """One of the gauges' reads of the store; a failure is said once (not at every refresh,
+        ten a second) until the read works again, and the gauge is left unknown."""
         try:
-            return store.unprojected()
+            value = read()
         except SolverError as exc:
-            log.warning("%s", exc)
-            return 0
+            if self._store_errors.get(what) != str(exc):
+                log.warning("%s", exc)
+            self._store_errors[what] = str(exc)
+            return None
+        self._store_errors.pop(what, None)
+        return value
 
     def summary(self) -> str:
         bot, desk = self.bot, self.bot.desk

@@ -12,8 +12,8 @@ answering a few quotes a second fills gigabytes a week. After ``retain_days``:
   their fills: they are the record of the money.
 - journal entries the desk no longer needs: older than the cut, covered by the *older* of the
   two desk snapshots the store keeps (so either one can still rebuild the desk) and already
-  projected into the query tables. The journal's last entry is never deleted (its ``seq``
-  goes on from there).
+  projected into the query tables. Only entries *before* those are deleted, so the journal's
+  last entry always stays and its ``seq`` goes on from there.
 - balance snapshots (the latest always stays) and sampled requests.
 
 Alerts, rebalances and their steps, nonces and nonce prefixes are small and stay. Deleted rows
@@ -43,9 +43,9 @@ SELECT_QUOTES = (  # LOST and REJECTED: the quotes that never became a trade
     "AND state IN ('LOST', 'REJECTED') ORDER BY created_at LIMIT ?"
 )
 SELECT_JOURNAL = "SELECT seq, at FROM journal WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?"
-JOURNAL_KEPT_FROM = (
-    "SELECT MIN((SELECT MIN(seq) FROM desk_snapshots), (SELECT seq FROM projection), "
-    "(SELECT MAX(seq) FROM journal)) WHERE (SELECT COUNT(*) FROM desk_snapshots) >= 2"
+JOURNAL_KEPT_FROM = (  # the older snapshot's entry, or the first one not projected: both stay
+    "SELECT MIN((SELECT MIN(seq) FROM desk_snapshots), (SELECT seq FROM projection)) "
+    "WHERE (SELECT COUNT(*) FROM desk_snapshots) >= 2"
 )
 
 
@@ -141,31 +141,29 @@ class Pruner:
     def _balance_snapshots(
         self, conn: sqlite3.Connection, before: datetime, pruned: Pruned
     ) -> bool:
-        return self._delete_older(
+        deleted = _delete_chunk(
             conn,
             "DELETE FROM balance_snapshots WHERE id IN (SELECT id FROM balance_snapshots "
             "WHERE at < ? AND at < (SELECT MAX(at) FROM balance_snapshots) ORDER BY at LIMIT ?)",
             before,
-            pruned,
-            "balance_snapshots",
         )
+        pruned.balance_snapshots += deleted
+        return deleted == CHUNK
 
     def _requests(self, conn: sqlite3.Connection, before: datetime, pruned: Pruned) -> bool:
-        return self._delete_older(
+        deleted = _delete_chunk(
             conn,
             "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests WHERE ts < ? "
             "ORDER BY ts LIMIT ?)",
             before,
-            pruned,
-            "requests",
         )
+        pruned.requests += deleted
+        return deleted == CHUNK
 
-    @staticmethod
-    def _delete_older(
-        conn: sqlite3.Connection, sql: str, before: datetime, pruned: Pruned, table: str
-    ) -> bool:
-        conn.execute("BEGIN IMMEDIATE")
-        deleted = conn.execute(sql, (ts(before), CHUNK)).rowcount
-        conn.execute("COMMIT")
-        setattr(pruned, table, getattr(pruned, table) + deleted)
-        return bool(deleted == CHUNK)
+
+def _delete_chunk(conn: sqlite3.Connection, sql: str, before: datetime) -> int:
+    """Run one chunk's ``DELETE`` (parameters: the cut, :data:`CHUNK`); rows deleted."""
+    conn.execute("BEGIN IMMEDIATE")
+    deleted = int(conn.execute(sql, (ts(before), CHUNK)).rowcount)
+    conn.execute("COMMIT")
+    return deleted

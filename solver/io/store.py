@@ -34,7 +34,8 @@ stay (an unsynced checkpoint can corrupt the database on power loss); they used 
 everything written since the last sync, 10–65 ms on the writer under load, and wait for ~1 ms
 now that the checkpointer's thread syncs the files just before (:mod:`solver.io.store_checkpoint`,
 measured at 2,000 answers/s); the next commit then syncs the WAL's new header, as SQLite does
-whenever a WAL is reused (1–20 ms measured, the more the disk is busy). A large limit also
+whenever a WAL is reused (not timed by itself: the one first write after a restart that was
+timed took 20 ms, on a busy disk). A large limit also
 makes the restart rare (about every 20 s at 1,000 answers/s: the writer thread wrote ~13 MB a
 second, socket included, measured from /proc; ~23 MB of WAL and every 11 s while each quote
 nonce still wrote its own row).

@@ -19,8 +19,10 @@ Robustness rules:
   ``protocol_fee_included``, ``trusted_metadata``). Frames above ``transport_max_bytes`` cannot
   be skipped — the websocket library closes the connection (1009) — and count as
   ``too_large`` too before the reconnect.
-- **The hot path never waits**: frames are parsed with orjson from bytes, a callback returning
-  an awaitable runs as its own task, and :meth:`send_quote_response` only writes the frame; the
+- **The hot path never waits**: a message reaches :meth:`BusWsClient.handle_frame` while the
+  socket's bytes are parsed (:class:`~solver.io.ws_link.QuoteLink`), frames are parsed with
+  orjson from bytes, a callback returning an awaitable runs as its own task, and
+  :meth:`send_quote_response` writes the frame to the socket before it returns; the
   relay's reply (``"OK"`` or an error with a reason) is matched by id later and reported to
   ``on_response(quote_id, ok, reason)``. Only a reply is reported: an answer whose reply never
   came (the connection dropped, or too many were awaited) is *unanswered*, not refused — the
@@ -41,12 +43,13 @@ from typing import Any, Final
 
 import orjson
 from pydantic import BaseModel, ValidationError
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus, InvalidURI
 
 from solver.errors import ConfigError, ProtocolError, RemoteError, SolverError, TransportError
 from solver.io.backoff import Jitter, backoff, classify
 from solver.io.conn_notes import display_url, next_attempt
+from solver.io.ws_link import QuoteLink
 from solver.protocol.amounts import U128_MAX, WIRE
 from solver.protocol.bus import (
     DEFAULT_MIN_DEADLINE_MS,
@@ -264,9 +267,10 @@ class BusWsClient:
         self._max_inflight = max_inflight
         # permessage-deflate costs CPU on every frame of the hot path; off unless asked for.
         self._compression: str | None = "deflate" if compression else None
-        self._ws: ClientConnection | None = None
+        self._ws: QuoteLink | None = None
         self._subs: dict[str, str] = {}  # subscription id -> kind
         self._subscribed = asyncio.Event()
+        self._leave = asyncio.Event()  # set by a fatal reply: the session ends
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._next_id = 0
         self._fatal: SolverError | None = None
@@ -318,11 +322,11 @@ class BusWsClient:
             await self._cancel_tasks()
             self._set_state(STOPPED)
 
-    async def _open(self, stop: asyncio.Event) -> ClientConnection | None:
+    async def _open(self, stop: asyncio.Event) -> QuoteLink | None:
         """Open the websocket, or give up (None) as soon as ``stop`` is set."""
 
-        async def opening() -> ClientConnection:
-            return await connect(
+        async def opening() -> QuoteLink:
+            link = await connect(
                 self.url,
                 additional_headers=self._headers,
                 max_size=self._transport_max,
@@ -331,7 +335,10 @@ class BusWsClient:
                 ping_timeout=self._ping_interval,
                 close_timeout=2,
                 compression=self._compression,
+                create_connection=QuoteLink,
             )
+            assert isinstance(link, QuoteLink)
+            return link
 
         open_task = asyncio.create_task(opening())
         stop_wait = asyncio.create_task(stop.wait())
@@ -361,25 +368,24 @@ class BusWsClient:
         initial, maximum, factor, jitter = self._backoff_args
         return backoff(initial, maximum, factor, jitter, seed=self._backoff_seed)
 
-    async def _session(self, ws: ClientConnection, stop: asyncio.Event) -> bool:
-        """Serve one connection until it closes or ``stop``; True if it got subscribed."""
+    async def _session(self, ws: QuoteLink, stop: asyncio.Event) -> bool:
+        """Serve one connection until it closes, a reply is fatal, or ``stop``; True if it got
+        subscribed. Messages are handled as they arrive (:meth:`_on_message`)."""
         self._ws = ws
         self._subs.clear()
         self._subscribed = asyncio.Event()
+        self._leave = asyncio.Event()
         watcher = asyncio.create_task(self._watch(ws, stop))
+        closed = asyncio.create_task(ws.wait_closed())
+        leave = asyncio.create_task(self._leave.wait())
         reached = False
         try:
+            ws.attach(self._on_message)
             for kind in ("quote", "quote_status"):
-                await self._send_request("subscribe", kind, kind, ws)
-            while self._fatal is None:
-                raw = await ws.recv(decode=False)
-                self.counters.frames_in += 1
-                self.handle_frame(raw)
-        except ConnectionClosed as exc:
-            if exc.sent is not None and exc.sent.code == 1009:
-                self.counters.bad("too_large")
-            if not stop.is_set():
-                log.info("relay closed the connection: %s", exc)
+                self._send_request("subscribe", kind, kind, ws)
+            await asyncio.wait({closed, leave}, return_when=asyncio.FIRST_COMPLETED)
+            if closed.done():
+                self._closed_by_relay(ws, stop)
         except TransportError as exc:  # a subscribe could not be sent
             log.info("relay connection lost: %s", exc)
         finally:
@@ -388,17 +394,29 @@ class BusWsClient:
             if self.connected:
                 self.counters.disconnects += 1
             self.connected = False
-            if not watcher.done():
-                watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for task in (watcher, closed, leave):
+                task.cancel()
+            await asyncio.gather(watcher, closed, leave, return_exceptions=True)
             await ws.close()
             self._drop_pending()
             if not stop.is_set():
                 self._set_state(DISCONNECTED)
         return reached
 
-    async def _watch(self, ws: ClientConnection, stop: asyncio.Event) -> None:
+    def _closed_by_relay(self, ws: QuoteLink, stop: asyncio.Event) -> None:
+        closing = ws.protocol.close_exc
+        if closing.sent is not None and closing.sent.code == 1009:
+            self.counters.bad("too_large")
+        if not stop.is_set():
+            log.info("relay closed the connection: %s", closing)
+
+    def _on_message(self, raw: bytes) -> None:
+        self.counters.frames_in += 1
+        self.handle_frame(raw)
+        if self._fatal is not None:
+            self._leave.set()
+
+    async def _watch(self, ws: QuoteLink, stop: asyncio.Event) -> None:
         """Close the socket on ``stop``, or when the subscriptions are not confirmed in time."""
         stop_wait = asyncio.create_task(stop.wait())
         sub_wait = asyncio.create_task(self._subscribed.wait())
@@ -439,8 +457,8 @@ class BusWsClient:
 
     # ------------------------------------------------------------------ sending
 
-    async def send_quote_response(self, params: Mapping[str, Any] | BaseModel) -> None:
-        """Send a ``quote_response`` (protocol-notes 6) without waiting for the reply.
+    def send_quote_response(self, params: Mapping[str, Any] | BaseModel) -> None:
+        """Write a ``quote_response`` (protocol-notes 6) to the socket; the reply is not awaited.
 
         The reply is reported later to ``on_response(quote_id, ok, reason)``. Raises
         :class:`TransportError` when there is no open connection.
@@ -453,12 +471,11 @@ class BusWsClient:
         ws = self._ws
         if ws is None:
             raise TransportError("not connected to the relay")
-        await self._send_request(
-            "quote_response", data, quote_id if isinstance(quote_id, str) else "", ws
-        )
+        tag = quote_id if isinstance(quote_id, str) else ""
+        self._send_request("quote_response", data, tag, ws)
         self.counters.responses_sent += 1
 
-    async def _send_request(self, method: str, param: Any, tag: str, ws: ClientConnection) -> None:
+    def _send_request(self, method: str, param: Any, tag: str, ws: QuoteLink) -> None:
         self._next_id += 1
         request_id = self._next_id
         try:
@@ -473,10 +490,10 @@ class BusWsClient:
             if oldest.kind == "quote_response":
                 self.counters.unanswered += 1
         try:
-            await ws.send(frame, text=True)
-        except ConnectionClosed as exc:
+            ws.send_text_now(frame)
+        except TransportError:
             self._pending.pop(request_id, None)
-            raise TransportError(f"relay connection closed: {exc}") from None
+            raise
 
     # ------------------------------------------------------------------ receiving
 

@@ -58,7 +58,8 @@ latest (sooner when the next answer or fact comes)."""
 
 
 class Sender(Protocol):
-    async def send_quote_response(self, params: dict[str, Any]) -> None: ...
+    def send_quote_response(self, params: dict[str, Any]) -> None:
+        """Write the answer to the relay now, or raise a :class:`SolverError` (not sent)."""
 
 
 class Executor:
@@ -267,7 +268,7 @@ class Executor:
                 return
             self._uncommitted = []
         if batch:
-            self._spawn(self._send(batch))
+            self._send(batch)
 
     def _append_again(self) -> None:
         """Facts the desk applied but the journal lost (a failed append or commit), in their
@@ -284,11 +285,11 @@ class Executor:
                 return
             self._uncommitted.append(fact)
 
-    async def _send(self, batch: list[tuple[str, dict[str, Any], float, str]]) -> None:
+    def _send(self, batch: list[tuple[str, dict[str, Any], float, str]]) -> None:
         metrics = self.metrics
         for quote_id, params, started, pair in batch:
             try:
-                await self.sender.send_quote_response(params)
+                self.sender.send_quote_response(params)
             except SolverError as exc:
                 # Never written to the socket: the relay never saw it, nobody can use it.
                 self.send_failed += 1

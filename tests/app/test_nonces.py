@@ -45,7 +45,7 @@ class Collect:
     def __init__(self) -> None:
         self.nonces: list[str] = []
 
-    async def send_quote_response(self, params: dict[str, Any]) -> None:
+    def send_quote_response(self, params: dict[str, Any]) -> None:
         self.nonces.append(params["signed_data"]["payload"]["nonce"])
 
 

@@ -45,7 +45,7 @@ class Bot:
         if self.tamper is not None:
             self.tamper(answer)
         assert self.client is not None
-        await self.client.send_quote_response(answer)
+        self.client.send_quote_response(answer)
 
     def on_response(self, quote_id: str, ok: bool, reason: str | None) -> None:
         self.responses.append((quote_id, ok, reason))
@@ -161,7 +161,7 @@ async def test_send_without_a_connection_is_a_transport_error(sandbox: Sandbox) 
     bot = make_bot(sandbox)
     assert bot.client is not None
     with pytest.raises(TransportError):
-        await bot.client.send_quote_response({"quote_id": "q"})
+        bot.client.send_quote_response({"quote_id": "q"})
 
 
 async def test_stop_while_the_relay_is_unreachable(sandbox: Sandbox) -> None:

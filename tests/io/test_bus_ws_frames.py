@@ -231,7 +231,7 @@ async def test_replies_are_matched_and_lost_ones_reported() -> None:
 
     async def answer(event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
         for quote_id in ("a", "b", "c"):
-            await clients[0].send_quote_response({"quote_id": quote_id, "quote_output": {}})
+            clients[0].send_quote_response({"quote_id": quote_id, "quote_output": {}})
 
     async with relay_peer(script) as url:
         client = BusWsClient(url, on_quote=answer, on_response=sink.on_response)

@@ -68,7 +68,7 @@ class Recorder:
     def rollback(self) -> None:
         self.events.append("rollback")
 
-    async def send_quote_response(self, params: dict[str, Any]) -> None:
+    def send_quote_response(self, params: dict[str, Any]) -> None:
         if params["quote_id"] in self.refuse_send:
             raise SolverError("connection closed")
         self.events.append(f"send:{params['quote_id']}")

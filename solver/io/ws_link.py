@@ -1,0 +1,111 @@
+"""The bus websocket with a synchronous hot path (issue 11; protocol-notes 6).
+
+websockets' :class:`~websockets.asyncio.client.ClientConnection` still does everything around
+the messages: the opening handshake (headers, TLS, proxies, redirects, ``open_timeout``),
+keepalive pings with their timeout, flow control of the socket and the closing handshake.
+:class:`QuoteLink` is the subclass that ``connect(create_connection=QuoteLink)`` builds; it
+changes only how messages come in and go out:
+
+- **In**: a data message is handed to the attached handler *while the socket's bytes are being
+  parsed* (in ``process_event``), instead of being queued for ``await recv()``. A relay that
+  sends faster than the bot handles is held back by TCP: nothing is read while the handler
+  runs, and nothing queues in memory.
+- **Out**: :meth:`QuoteLink.send_text_now` serializes the frame and writes it to the socket
+  before it returns, instead of ``await send()``'s lock, drain and task switch.
+
+Why: one request in and one answer out cost the bare solver ~14 µs of task switches, queueing
+and the send context per answer on top of the frames themselves (75 → 61 µs an answer,
+measured in ``benchmarks/README.md``). The bot pays it at every answer.
+
+Only the library's documented extension point (``create_connection``) and the sans-I/O
+protocol's public methods are used; ``process_event`` is the one overridden hook, and the
+pin in ``pyproject.toml`` keeps to the websockets versions this was tested with (13.1, 14.2,
+15.0.1, 16.0 and 17.4: the link and bus client tests).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection
+from websockets.frames import Frame, Opcode
+from websockets.protocol import Event, State
+
+from solver.errors import TransportError
+
+log = logging.getLogger("solver.io.ws_link")
+
+UNSENT_LIMIT = 4 << 20
+"""Bytes written but not yet taken by the relay above which an answer is refused (not
+queued): a relay that stopped reading for ~4,000 answers will not use them in time."""
+
+MessageHandler = Callable[[bytes], None]
+
+
+class QuoteLink(ClientConnection):
+    """A client connection whose messages reach a plain callback and leave without awaiting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handler: MessageHandler | None = None
+        self._early: list[bytes] = []  # messages before a handler was attached
+        self._parts: list[bytes] | None = None  # a fragmented message being put together
+        self.handler_errors = 0
+
+    def attach(self, handler: MessageHandler) -> None:
+        """Deliver every message to ``handler`` from now on, those already arrived first."""
+        early, self._early = self._early, []
+        self._handler = handler
+        for message in early:
+            self._deliver(message)
+
+    def process_event(self, event: Event) -> None:
+        if self.response is None or type(event) is not Frame:
+            super().process_event(event)  # the handshake's response
+            return
+        opcode = event.opcode
+        if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
+            if event.fin:
+                self._deliver(bytes(event.data))  # the parser's bytes: returned, not copied
+            else:
+                self._parts = [bytes(event.data)]
+        elif opcode is Opcode.CONT:
+            parts = self._parts
+            if parts is not None:  # the protocol refuses a CONT without a start
+                parts.append(bytes(event.data))
+                if event.fin:
+                    self._parts = None
+                    self._deliver(b"".join(parts))
+        else:
+            super().process_event(event)  # PONG acknowledges the keepalive's pings
+
+    def _deliver(self, message: bytes) -> None:
+        handler = self._handler
+        if handler is None:
+            self._early.append(message)
+            return
+        try:
+            handler(message)
+        except Exception:  # the connection must outlive a handler's bug
+            self.handler_errors += 1
+            log.exception("relay message handler failed")
+
+    def send_text_now(self, data: bytes) -> None:
+        """Write one text frame (``data``: UTF-8 JSON) to the socket before returning.
+
+        Raises :class:`TransportError` when the connection is not open, or when the relay has
+        left more than :data:`UNSENT_LIMIT` bytes unread: the caller counts the message as
+        not sent, and it was not.
+        """
+        protocol = self.protocol
+        transport = self.transport
+        if protocol.state is not State.OPEN or transport.is_closing():
+            raise TransportError("relay connection is closed")
+        unsent = transport.get_write_buffer_size()
+        if unsent > UNSENT_LIMIT:
+            raise TransportError(f"the relay left {unsent >> 10:,} kB unread")
+        protocol.send_text(data)
+        for chunk in protocol.data_to_send():
+            transport.write(chunk)

@@ -1,0 +1,138 @@
+"""The bus websocket's synchronous hot path (:class:`solver.io.ws_link.QuoteLink`).
+
+A real websockets server on 127.0.0.1:0 is the peer; the client is opened exactly as the bot
+opens it (``connect(create_connection=QuoteLink)``). Messages must arrive whole and in order
+(fragmented ones too, and those that came before a handler was attached), a handler's bug must
+not end the connection, and an answer must be refused — not queued — once the relay stops
+reading or the connection is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+
+from solver.errors import TransportError
+from solver.io import ws_link
+from solver.io.ws_link import QuoteLink
+from tests.io.peers import wait_for
+
+Script = Callable[[ServerConnection], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def link_to(script: Script) -> AsyncIterator[QuoteLink]:
+    """A server running ``script`` for its one connection, and the client's link to it."""
+
+    async def handler(ws: ServerConnection) -> None:
+        await script(ws)
+        await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        url = f"ws://127.0.0.1:{port}/ws"
+        link = await connect(url, compression=None, create_connection=QuoteLink)  # as the bot
+        assert isinstance(link, QuoteLink)
+        try:
+            yield link
+        finally:
+            await link.close()
+
+
+async def test_messages_before_the_handler_are_delivered_first_in_order() -> None:
+    async def script(ws: ServerConnection) -> None:
+        for n in range(3):
+            await ws.send(f'{{"n":{n}}}')
+
+    got: list[bytes] = []
+    async with link_to(script) as link:
+        await asyncio.sleep(0.05)  # the three arrive while nothing is attached
+        link.attach(got.append)
+        assert got == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
+
+
+async def test_a_fragmented_message_is_delivered_whole() -> None:
+    async def script(ws: ServerConnection) -> None:
+        await ws.send(["[1,", "2,", "3]"])  # three frames: TEXT, CONT, CONT
+        await ws.send(b'"binary"')
+
+    got: list[bytes] = []
+    async with link_to(script) as link:
+        link.attach(got.append)
+        await wait_for(lambda: len(got) == 2)
+        assert got == [b"[1,2,3]", b'"binary"']
+
+
+async def test_a_failing_handler_is_counted_and_the_link_goes_on() -> None:
+    async def script(ws: ServerConnection) -> None:
+        await ws.send("boom")
+        await ws.send("fine")
+
+    got: list[bytes] = []
+
+    def handler(message: bytes) -> None:
+        if message == b"boom":
+            raise RuntimeError("a bug in the handler")
+        got.append(message)
+
+    async with link_to(script) as link:
+        link.attach(handler)
+        await wait_for(lambda: got == [b"fine"])
+        assert link.handler_errors == 1
+        link.send_text_now(b'"still open"')
+
+
+async def test_a_frame_is_written_before_send_returns() -> None:
+    received: asyncio.Queue[str | bytes] = asyncio.Queue()
+
+    async def script(ws: ServerConnection) -> None:
+        async for message in ws:
+            await received.put(message)
+
+    async with link_to(script) as link:
+        for n in range(100):
+            link.send_text_now(f'{{"n":{n}}}'.encode())
+        assert link.transport.get_write_buffer_size() == 0  # all handed to the kernel
+        got = [await asyncio.wait_for(received.get(), 5) for _ in range(100)]
+        assert got == [f'{{"n":{n}}}' for n in range(100)]  # text frames, in order
+
+
+async def test_an_answer_is_refused_once_the_relay_stops_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ws_link, "UNSENT_LIMIT", 256 << 10)
+    stalled = asyncio.Event()
+
+    async def script(ws: ServerConnection) -> None:
+        ws.transport.pause_reading()  # the relay takes nothing more from its socket
+        stalled.set()
+
+    async with link_to(script) as link:
+        await stalled.wait()
+        frame = b'"' + b"x" * (64 << 10) + b'"'
+        written = 0
+        with pytest.raises(TransportError, match="unread"):
+            for _ in range(10_000):  # the kernel's buffers fill first, then ours
+                link.send_text_now(frame)
+                written += 1
+        before = link.transport.get_write_buffer_size()
+        assert before > 256 << 10
+        with pytest.raises(TransportError):
+            link.send_text_now(frame)
+        assert link.transport.get_write_buffer_size() == before  # refused, not queued
+        assert written < 10_000
+
+
+async def test_sending_on_a_closed_link_is_refused() -> None:
+    async def script(ws: ServerConnection) -> None:
+        await ws.close()
+
+    async with link_to(script) as link:
+        await asyncio.wait_for(link.wait_closed(), 5)
+        with pytest.raises(TransportError, match="closed"):
+            link.send_text_now(b"{}")

@@ -101,7 +101,7 @@ class _FakeSocket:
         self.last_ns = 0
         self.frames = 0
 
-    async def send(self, frame: bytes, text: bool = False) -> None:
+    def send_text_now(self, frame: bytes) -> None:  # as QuoteLink's
         self.last_ns = time.perf_counter_ns()
         self.frames += 1
 

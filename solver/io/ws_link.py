@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import InvalidState
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Event, State
 
@@ -106,6 +107,9 @@ class QuoteLink(ClientConnection):
         unsent = transport.get_write_buffer_size()
         if unsent > UNSENT_LIMIT:
             raise TransportError(f"the relay left {unsent >> 10:,} kB unread")
-        protocol.send_text(data)
-        for chunk in protocol.data_to_send():
-            transport.write(chunk)
+        try:
+            protocol.send_text(data)
+            for chunk in protocol.data_to_send():
+                transport.write(chunk)
+        except (InvalidState, OSError, RuntimeError) as exc:  # closing under our feet
+            raise TransportError(f"relay connection failed while sending: {exc}") from None

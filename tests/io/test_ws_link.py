@@ -136,3 +136,13 @@ async def test_sending_on_a_closed_link_is_refused() -> None:
         await asyncio.wait_for(link.wait_closed(), 5)
         with pytest.raises(TransportError, match="closed"):
             link.send_text_now(b"{}")
+
+
+async def test_a_socket_failing_under_a_send_is_a_transport_error() -> None:
+    async def script(ws: ServerConnection) -> None:
+        return None
+
+    async with link_to(script) as link:
+        link.transport.write_eof()  # writing after this raises in the transport itself
+        with pytest.raises(TransportError, match="failed while sending"):
+            link.send_text_now(b"{}")

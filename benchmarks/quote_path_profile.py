@@ -77,7 +77,10 @@ STAGES: Stages = [
         "executor and bot: request, outbox, metrics",
         _in("solver/runtime/executor.py", "solver/runtime/bot.py", "solver/io/metrics.py"),
     ),
-    ("ws client: parse + validate + dispatch frames", _in("solver/io/bus_ws.py")),
+    (
+        "ws client: parse + validate + dispatch frames",
+        _in("solver/io/bus_ws.py", "solver/io/bus_frames.py", "solver/io/ws_link.py"),
+    ),
     (
         "HTTP client of the jobs (httpx, httpcore, anyio, h11), stack cut above it",
         lambda f: any(lib in f for lib in ("httpx/", "httpcore/", "anyio/", "h11/")),

@@ -17,7 +17,8 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from solver.errors import RemoteError
-from solver.io.bus_ws import BusWsClient, Skip, parse_quote_event
+from solver.io.bus_frames import Skip, parse_quote_event
+from solver.io.bus_ws import BusWsClient
 from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
 from tests.io.peers import wait_for
 from tests.sandbox.scripted import NEAR, USDC

@@ -1,5 +1,5 @@
 """The quote event's fast path accepts only what the full validation accepts, with the same
-values (solver/io/bus_ws.py ``_fast_quote_event``): a property test over hostile inputs."""
+values (solver/io/bus_frames.py ``_fast_quote_event``): a property test over hostile inputs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.io import bus_ws
-from solver.io.bus_ws import Skip, parse_quote_event
+from solver.io import bus_frames
+from solver.io.bus_frames import Skip, parse_quote_event
 
 USDC, NEAR = "nep141:usdc.sandbox", "nep141:wrap.sandbox"
 
@@ -37,20 +37,20 @@ events = st.fixed_dictionaries(
 
 def full(data: dict[str, Any]) -> object:
     """What the full validation alone says (the fast path switched off)."""
-    saved = set(bus_ws._KNOWN_ASSETS)
-    bus_ws._KNOWN_ASSETS.clear()
+    saved = set(bus_frames._KNOWN_ASSETS)
+    bus_frames._KNOWN_ASSETS.clear()
     try:
         return parse_quote_event(data)
     finally:
-        bus_ws._KNOWN_ASSETS.update(saved)
+        bus_frames._KNOWN_ASSETS.update(saved)
 
 
 @settings(max_examples=3000)
 @given(events)
 def test_the_fast_path_agrees_with_the_full_validation(data: dict[str, Any]) -> None:
     data = {k: v for k, v in data.items() if v is not ...}
-    bus_ws._KNOWN_ASSETS.update({USDC, NEAR})
-    fast = bus_ws._fast_quote_event(data)
+    bus_frames._KNOWN_ASSETS.update({USDC, NEAR})
+    fast = bus_frames._fast_quote_event(data)
     expected = full(data)
     if fast is None:
         return  # the full validation decides (and names the problem)
@@ -59,7 +59,7 @@ def test_the_fast_path_agrees_with_the_full_validation(data: dict[str, Any]) -> 
 
 
 def test_a_well_formed_event_takes_the_fast_path() -> None:
-    bus_ws._KNOWN_ASSETS.update({USDC, NEAR})
+    bus_frames._KNOWN_ASSETS.update({USDC, NEAR})
     data = {
         "quote_id": "q1",
         "core_asset_identifier_in": USDC,
@@ -68,7 +68,9 @@ def test_a_well_formed_event_takes_the_fast_path() -> None:
         "min_deadline_ms": 1000,
         "min_wait_ms": 100,  # an extra field real relays add
     }
-    fast = bus_ws._fast_quote_event(data)
+    fast = bus_frames._fast_quote_event(data)
     assert fast is not None and fast.exact_amount == 2**100 and fast.is_exact_in
-    assert bus_ws._fast_quote_event({**data, "exact_amount_in": "007"}) is None
-    assert bus_ws._fast_quote_event({**data, "core_asset_identifier_in": "nep141:new.x"}) is None
+    assert bus_frames._fast_quote_event({**data, "exact_amount_in": "007"}) is None
+    assert (
+        bus_frames._fast_quote_event({**data, "core_asset_identifier_in": "nep141:new.x"}) is None
+    )

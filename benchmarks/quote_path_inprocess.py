@@ -16,6 +16,7 @@ lateness is the longest time the loop could not run anything else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
 import gc
 import logging
@@ -100,6 +101,9 @@ class _FakeSocket:
     def __init__(self) -> None:
         self.last_ns = 0
         self.frames = 0
+
+    def corked(self) -> contextlib.AbstractContextManager[None]:  # as QuoteLink's
+        return contextlib.nullcontext()
 
     def send_text_now(self, frame: bytes) -> None:  # as QuoteLink's
         self.last_ns = time.perf_counter_ns()

@@ -369,6 +369,11 @@ class BusWsClient:
         self._send_request("quote_response", data, tag, ws)
         self.counters.responses_sent += 1
 
+    def corked(self) -> contextlib.AbstractContextManager[None]:
+        """Answers sent inside leave in one write at the end (:meth:`QuoteLink.corked`)."""
+        ws = self._ws
+        return contextlib.nullcontext() if ws is None else ws.corked()
+
     def _send_request(self, method: str, param: Any, tag: str, ws: QuoteLink) -> None:
         self._next_id += 1
         request_id = self._next_id

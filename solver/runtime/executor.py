@@ -21,6 +21,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -60,6 +61,9 @@ latest (sooner when the next answer or fact comes)."""
 class Sender(Protocol):
     def send_quote_response(self, params: dict[str, Any]) -> None:
         """Write the answer to the relay now, or raise a :class:`SolverError` (not sent)."""
+
+    def corked(self) -> AbstractContextManager[None]:
+        """Answers sent inside the block may leave together at its end (one write)."""
 
 
 class Executor:
@@ -286,17 +290,22 @@ class Executor:
             self._uncommitted.append(fact)
 
     def _send(self, batch: list[tuple[str, dict[str, Any], float, str]]) -> None:
+        sent: list[tuple[float, str]] = []
+        with self.sender.corked():  # the batch leaves in one write, at the end of the block
+            for quote_id, params, started, pair in batch:
+                try:
+                    self.sender.send_quote_response(params)
+                except SolverError as exc:
+                    # Never written to the socket: the relay never saw it, nobody can use it.
+                    self.send_failed += 1
+                    self.feed(ev.QuoteNotSent(quote_id, f"not sent: {exc}"))
+                    continue
+                sent.append((started, pair))
+        written = time.perf_counter()
         metrics = self.metrics
-        for quote_id, params, started, pair in batch:
-            try:
-                self.sender.send_quote_response(params)
-            except SolverError as exc:
-                # Never written to the socket: the relay never saw it, nobody can use it.
-                self.send_failed += 1
-                self.feed(ev.QuoteNotSent(quote_id, f"not sent: {exc}"))
-                continue
-            self.sent += 1
-            elapsed = time.perf_counter() - started
+        self.sent += len(sent)
+        for started, pair in sent:
+            elapsed = written - started
             self.response_us.append(elapsed * 1e6)
             metrics.inc_quote(pair)
             metrics.observe_response(elapsed)

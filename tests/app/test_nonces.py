@@ -8,6 +8,7 @@ then refused by the relay (it ends), as many are in a long live run.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,6 +48,9 @@ class Collect:
 
     def send_quote_response(self, params: dict[str, Any]) -> None:
         self.nonces.append(params["signed_data"]["payload"]["nonce"])
+
+    def corked(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 def build(layout: NonceLayout, clock: Callable[[], datetime]) -> tuple[Desk, Executor, Collect]:

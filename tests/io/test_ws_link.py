@@ -146,3 +146,61 @@ async def test_a_socket_failing_under_a_send_is_a_transport_error() -> None:
         link.transport.write_eof()  # writing after this raises in the transport itself
         with pytest.raises(TransportError, match="failed while sending"):
             link.send_text_now(b"{}")
+
+
+async def test_frames_sent_corked_leave_in_one_write_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    received: asyncio.Queue[str | bytes] = asyncio.Queue()
+
+    async def script(ws: ServerConnection) -> None:
+        async for message in ws:
+            await received.put(message)
+
+    async with link_to(script) as link:
+        writes: list[int] = []
+        write = link.transport.write
+
+        def counted(data: bytes | bytearray | memoryview) -> None:  # a spy on asyncio's transport
+            writes.append(len(data))
+            write(data)
+
+        monkeypatch.setattr(link.transport, "write", counted)
+        with link.corked():
+            for n in range(10):
+                link.send_text_now(f'{{"n":{n}}}'.encode())
+                with link.corked():  # nested: the outer block writes
+                    link.send_text_now(b'"inner"')
+            assert writes == []  # nothing left before the end of the block
+        assert len(writes) == 1
+        got = [await asyncio.wait_for(received.get(), 5) for _ in range(20)]
+        assert got == [m for n in range(10) for m in (f'{{"n":{n}}}', '"inner"')]
+
+
+async def test_corked_bytes_count_against_the_unread_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ws_link, "UNSENT_LIMIT", 64 << 10)
+
+    async def script(ws: ServerConnection) -> None:
+        return None
+
+    async with link_to(script) as link:
+        frame = b'"' + b"y" * 1022 + b'"'
+        sent = 0
+        with link.corked(), pytest.raises(TransportError, match="unread"):
+            for _ in range(1000):
+                link.send_text_now(frame)
+                sent += 1
+        assert 60 <= sent <= 66  # ~64 kB held, then refused
+
+
+async def test_a_failed_corked_write_aborts_the_link_without_raising() -> None:
+    async def script(ws: ServerConnection) -> None:
+        return None
+
+    async with link_to(script) as link:
+        with link.corked():
+            link.send_text_now(b"{}")
+            link.transport.write_eof()  # the block's one write will fail
+        await asyncio.wait_for(link.wait_closed(), 5)

@@ -9,7 +9,8 @@ test runs in the event loop and waits for ``drain``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,6 +47,8 @@ class Recorder:
         self.signed: dict[str, Mapping[str, Any]] = {}
         self.sent: list[dict[str, Any]] = []
         self.refuse_send: set[str] = set()
+        self.corks: list[list[str]] = []  # the answers sent inside each ``corked`` block
+        self._cork: list[str] | None = None
 
     def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None:
         if self.fail:
@@ -73,6 +76,17 @@ class Recorder:
             raise SolverError("connection closed")
         self.events.append(f"send:{params['quote_id']}")
         self.sent.append(params)
+        if self._cork is not None:
+            self._cork.append(params["quote_id"])
+
+    @contextlib.contextmanager
+    def corked(self) -> Iterator[None]:
+        self._cork = []
+        try:
+            yield
+        finally:
+            self.corks.append(self._cork)
+            self._cork = None
 
 
 class Ledger(LedgerClient):
@@ -223,6 +237,7 @@ async def test_a_burst_is_committed_once_then_sent() -> None:
         "commit",
         *(f"send:b{i}" for i in range(5)),
     ]
+    assert recorder.corks == [[f"b{i}" for i in range(5)]]  # the five leave in one write
 
 
 async def test_a_failed_commit_sends_nothing_and_rejects_the_batch() -> None:

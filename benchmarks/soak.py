@@ -542,7 +542,8 @@ def markdown(r: dict[str, Any]) -> str:
     log = bot.get("log") or {}
     lines += [
         f"{which}: requests {fmt(final.get('requests', '-'))}, quoted "
-        f"{fmt(final.get('quoted', '-'))}, outcomes {final.get('outcomes', '-')}, open "
+        f"{fmt(final.get('quoted', '-'))}, skipped {final.get('skipped') or 'none'} (a skip is "
+        f"an outcome the driver counts as missing), outcomes {final.get('outcomes', '-')}, open "
         f"{final.get('open_quotes', '-')}. Log: {log.get('lines', '-')} lines, by level "
         f"{log.get('by_level', {})}, tracebacks {log.get('tracebacks', '-')}; warnings and "
         f"errors {log.get('warnings_and_errors') or 'none'}. Answers verified "

@@ -32,7 +32,7 @@ from backtest.events import (
     StreamEvent,
     TokenInfo,
 )
-from backtest.stream import usd_text
+from backtest.stream_format import usd_text
 from solver.core.market import QuoteRequest
 from solver.protocol.history import HistoryStatus, TransactionRecord
 from solver.protocol.ids import asset_contract

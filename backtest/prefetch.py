@@ -10,8 +10,8 @@ per request). Same events, same order, same results as reading in-process.
 Memory stays flat: the child blocks on the pipe while the parent is busy, so at most a batch or
 two are in flight. Every rule of :func:`~backtest.stream.read_stream` holds (the child *is* a
 ``StreamReader``): a malformed line is skipped and counted, or with ``strict`` stops the
-stream; unsorted timestamps stop it; the :class:`~backtest.stream.StreamError` is raised again
-here with its message, path and line. :attr:`PrefetchReader.stats` is the child's
+stream; unsorted timestamps stop it; the :class:`~backtest.stream_format.StreamError` is raised
+again here with its message, path and line. :attr:`PrefetchReader.stats` is the child's
 ``StreamStats``, complete once the iteration ended.
 
 Use it where a core is free (``solver backtest run`` on a 2-core machine); a sweep already
@@ -30,7 +30,8 @@ from typing import Any
 
 from backtest.engine import REC_COMPETITOR, REC_PRICE, REC_REQUEST, REC_STATUS, Record, micros
 from backtest.events import CompetitorEvent, PriceEvent, RequestEvent, StreamEvent
-from backtest.stream import PathLike, StreamError, StreamStats, read_stream
+from backtest.stream import StreamStats, read_stream
+from backtest.stream_format import PathLike, StreamError
 
 BATCH = 4096
 """Records per message: big enough that a message costs little per record."""

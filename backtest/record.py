@@ -49,7 +49,8 @@ from backtest.events import (
     StreamEvent,
     TokenInfo,
 )
-from backtest.stream import PathLike, StreamError, StreamWriter, usd_text
+from backtest.stream_format import PathLike, StreamError, usd_text
+from backtest.stream_write import StreamWriter
 from solver.config import BotConfig
 from solver.core.market import QuoteRequest
 from solver.core.state import MarketState
@@ -387,7 +388,7 @@ class Recorder:
         """Record until ``stop`` is set or ``duration_s`` has passed; flush, close, return.
 
         Raises :class:`~solver.errors.SolverError` on a fatal bus error (bad URL,
-        unauthorized) and :class:`~backtest.stream.StreamError` when the file cannot be
+        unauthorized) and :class:`~backtest.stream_format.StreamError` when the file cannot be
         written; what was recorded until then is flushed and closed either way.
         """
         config = self.config

@@ -18,7 +18,8 @@ import orjson
 
 from backtest.engine import EPOCH, micros
 from backtest.events import PriceEvent, StreamEvent
-from backtest.stream import KINDS, _open_bytes, parse_ts, read_stream
+from backtest.stream import _open_bytes, read_stream
+from backtest.stream_format import KINDS, parse_ts
 from backtest.sweep_spec import WalkForwardSpec
 
 

@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from backtest.events import Header, PriceEvent, StreamEvent, TokenInfo
-from backtest.stream import PathLike, StreamWriter
+from backtest.stream_format import PathLike
+from backtest.stream_write import StreamWriter
 from backtest.synth_flow import Draws, PricePath, RequestMaker
 from backtest.synth_params import SynthParams, SynthSummary
 from sandbox.config import TokenSpec

@@ -81,7 +81,7 @@ SETTINGS = {"starting_usd": 10_000_000, "kill_switch": False, "fill": {"model": 
 def make_stream(path: Path, requests: int) -> dict[str, Any]:
     """A synthetic stream cut at exactly ``requests`` requests (deterministic)."""
     from backtest.events import RequestEvent
-    from backtest.stream import StreamWriter
+    from backtest.stream_write import StreamWriter
     from backtest.synth import DEFAULT_START, DEFAULT_TOKENS, generate, header_for
 
     counts: dict[str, int] = {}

@@ -201,7 +201,7 @@ def run_synth(args: argparse.Namespace) -> int:
 
 
 def _parse_start(text: str) -> datetime:
-    from backtest.stream import parse_ts
+    from backtest.stream_format import parse_ts
 
     try:
         return parse_ts(text)

@@ -76,7 +76,7 @@ def parse_moment(text: str, option: str) -> datetime:
 def cmd_import_history(args: argparse.Namespace) -> int:
     from backtest.events import Header, TokenInfo
     from backtest.history_import import import_records
-    from backtest.stream import StreamWriter
+    from backtest.stream_write import StreamWriter
 
     config = optional_config(args)
     spec = config.history_api if config is not None else None

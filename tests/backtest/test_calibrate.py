@@ -19,7 +19,7 @@ from backtest.calibrate import (
 )
 from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
-from backtest.stream import write_stream
+from backtest.stream_write import write_stream
 from solver.cli import main
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState

@@ -31,7 +31,7 @@ from backtest.events import CompetitorEvent, Header, PriceEvent, RequestEvent, T
 from backtest.fills import CompetitorFill, edge_bps
 from backtest.logistic_fit import wilson
 from backtest.settings import TakerSpec, load_settings
-from backtest.stream import write_stream
+from backtest.stream_write import write_stream
 from backtest.synth import DEFAULT_TOKENS, SynthParams, generate
 from backtest.takers import TakerModel
 from solver.cli import main

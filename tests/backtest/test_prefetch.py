@@ -13,7 +13,9 @@ from backtest.engine import Replay
 from backtest.events import RequestEvent, StatusEvent, StreamEvent
 from backtest.prefetch import PrefetchReader, record
 from backtest.report import FillsCsv, summary
-from backtest.stream import StreamError, read_stream, write_stream
+from backtest.stream import read_stream
+from backtest.stream_format import StreamError
+from backtest.stream_write import write_stream
 from tests.backtest.replay_helpers import HEADER, at, bot_config, competitor, flow, settings
 
 

@@ -16,7 +16,7 @@ from backtest.engine import Progress, Replay
 from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
 from backtest.report import FILL_COLUMNS, FillsCsv, summary
 from backtest.report_html import SECTIONS, render_html
-from backtest.stream import write_stream
+from backtest.stream_write import write_stream
 from solver.cli import main
 from tests.backtest.replay_helpers import HEADER, bot_config, bot_config_data, flow, run, settings
 

@@ -18,7 +18,7 @@ from backtest.measure_detail import DailyBook, DrawdownWatch, LatencyHistogram, 
 from backtest.report import summary
 from backtest.report_html import SECTIONS, render_html
 from backtest.report_tables import ratios
-from backtest.stream import write_stream
+from backtest.stream_write import write_stream
 from backtest.units import format_whole
 from solver.cli import main
 from tests.backtest.replay_helpers import (

@@ -24,15 +24,9 @@ from backtest.events import (
     StreamEvent,
     TokenInfo,
 )
-from backtest.stream import (
-    MAX_MALFORMED_KEPT,
-    StreamError,
-    StreamWriter,
-    format_ts,
-    read_stream,
-    stream_parts,
-    write_stream,
-)
+from backtest.stream import read_stream
+from backtest.stream_format import MAX_MALFORMED_KEPT, StreamError, format_ts, stream_parts
+from backtest.stream_write import StreamWriter, write_stream
 from solver.core.market import QuoteRequest
 from solver.protocol.amounts import U128_MAX
 

@@ -15,7 +15,7 @@ import yaml
 
 from backtest.events import PriceEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
-from backtest.stream import write_stream
+from backtest.stream_write import write_stream
 from backtest.sweep_outputs import leaderboard_csv, summary_json
 from backtest.sweep_result import SweepResult, spearman
 from backtest.sweep_run import run_sweep

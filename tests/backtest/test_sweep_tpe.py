@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from backtest.stream import write_stream
+from backtest.stream_write import write_stream
 from backtest.sweep_html import heatmap_keys as heatmap_keys_for
 from backtest.sweep_outputs import leaderboard_csv, summary_json
 from backtest.sweep_run import run_sweep

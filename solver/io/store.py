@@ -64,6 +64,7 @@ from solver.io.journal import SqliteJournal
 from solver.io.projection import pending, project
 from solver.io.store_checkpoint import Checkpointer
 from solver.io.store_checks import check_usable, open_error, refuse_unusable_file
+from solver.io.store_migrations import SCHEMA_VERSION, migrate, schema_version
 from solver.io.store_retention import Pruned, Pruner
 from solver.io.store_schema import (
     INSERT_NONCE,
@@ -71,7 +72,6 @@ from solver.io.store_schema import (
     INSERT_REQUEST,
     REBALANCE_COLUMNS,
     SAVE_REBALANCE,
-    SCHEMA_VERSION,
     SELECT_FILLS,
     SELECT_QUOTES,
     Alert,
@@ -83,11 +83,9 @@ from solver.io.store_schema import (
     export_rows,
     fill_row,
     from_ts,
-    migrate,
     query_params,
     rebalance_row,
     rebalance_values,
-    schema_version,
     tracked_row,
     ts,
 )

@@ -32,7 +32,8 @@ from solver.io.store import (
     Store,
     StoreError,
 )
-from solver.io.store_schema import MIGRATIONS, TABLES, migrate, tracked_row
+from solver.io.store_migrations import MIGRATIONS, migrate
+from solver.io.store_schema import TABLES, tracked_row
 from solver.protocol.nonce import PREFIX_LEN, NonceSequence, new_nonce
 from tests.io.store_helpers import (
     ACCOUNT,

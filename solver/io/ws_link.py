@@ -56,7 +56,6 @@ class QuoteLink(ClientConnection):
         self._parts: list[bytes] | None = None  # a fragmented message being put together
         self._corked: list[bytes] | None = None  # frames held for one write (``corked``)
         self._corked_bytes = 0
-        self.handler_errors = 0
 
     def attach(self, handler: MessageHandler) -> None:
         """Deliver every message to ``handler`` from now on, those already arrived first."""
@@ -92,8 +91,7 @@ class QuoteLink(ClientConnection):
             return
         try:
             handler(message)
-        except Exception:  # the connection must outlive a handler's bug
-            self.handler_errors += 1
+        except Exception:  # the connection must outlive a handler's bug; said with its traceback
             log.exception("relay message handler failed")
 
     def send_text_now(self, data: bytes) -> None:

@@ -18,9 +18,12 @@ by SQL text) in one group transaction per turn of the event loop; no ORM.
 
 Checkpoints. SQLite's own auto-checkpoint runs inside whichever commit crosses 1000 WAL pages,
 stalling that commit for several milliseconds every ~130 quotes. Here it is switched off on the
-writing connection and a background thread checkpoints every 0.25 s instead
-(``checkpoint_every_s``), on its own connection, in PASSIVE mode: it never blocks the writer.
-Frequent checkpoints keep the WAL short (each page read searches the WAL index), and
+writing connection and a background thread checkpoints instead, on its own connection, in
+PASSIVE mode: it never blocks the writer. It looks every 0.25 s (``checkpoint_every_s``) and
+makes a pass once 512 journal entries are new, or 30 s after its last pass
+(:class:`~solver.io.store_checkpoint.Pacing`: a pass that catches up makes the next commit sync
+the reused WAL's header on the event loop, which a quiet bot paid several times a second).
+Checkpoints keep the WAL short (each page read searches the WAL index), and
 ``journal_size_limit`` truncates the file after a burst. Under a steady flow of commits those
 never restart the WAL, so the bot also restarts it from its own connection once it has 256 MiB
 in use (:meth:`Store.restart_wal`): the next commit writes from the start of the file again,
@@ -51,6 +54,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,7 +66,7 @@ from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.io.journal import SqliteJournal
 from solver.io.projection import pending, project
-from solver.io.store_checkpoint import Checkpointer
+from solver.io.store_checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpointer, Pacing
 from solver.io.store_checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store_migrations import SCHEMA_VERSION, migrate, schema_version
 from solver.io.store_retention import Pruned, Pruner
@@ -132,6 +136,7 @@ class Store:
         create: bool = True,
         busy_timeout_ms: int = 5000,
         checkpoint_every_s: float | None = 0.25,
+        checkpoint_min_entries: int = CHECKPOINT_MIN_ENTRIES,
         account: str = "",
     ) -> None:
         """Open (``create``: or create, with its parent directory) and migrate the database.
@@ -145,7 +150,9 @@ class Store:
         ``sample_requests`` is the fraction of quote requests :meth:`record_request` keeps.
         ``checkpoint_every_s``: copy the WAL into the database from a background thread at this
         period, off the hot path; ``None`` leaves it to SQLite, which checkpoints inside the
-        commit that crosses 1000 pages and stalls that commit for milliseconds. ``account``:
+        commit that crosses 1000 pages and stalls that commit for milliseconds;
+        ``checkpoint_min_entries``: a pass once this many journal entries are new
+        (:class:`~solver.io.store_checkpoint.Pacing`; tests pass 1). ``account``:
         the bot's signing account, whose nonce prefixes :meth:`claim_nonce_prefix` registers.
         """
         if not 0.0 <= sample_requests <= 1.0:
@@ -197,9 +204,17 @@ class Store:
         self._checkpointer: Checkpointer | None = None
         if checkpoint_every_s is not None:
             self._checkpointer = Checkpointer(
-                self.path, checkpoint_every_s, busy_timeout_ms, self._wal_past_limit
+                self.path,
+                checkpoint_every_s,
+                busy_timeout_ms,
+                self._wal_past_limit,
+                self._appended,
+                Pacing(time.monotonic(), min_entries=checkpoint_min_entries),
             )
             self._checkpointer.start()
+
+    def _appended(self) -> int:
+        return self.journal.appended
 
     def _wal_past_limit(self) -> tuple[int, Callable[[], None] | None]:
         return self.wal_limit_bytes, self.on_wal_past_limit

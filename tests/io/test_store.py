@@ -32,6 +32,7 @@ from solver.io.store import (
     Store,
     StoreError,
 )
+from solver.io.store_checkpoint import Pacing
 from solver.io.store_migrations import MIGRATIONS, migrate
 from solver.io.store_schema import TABLES, tracked_row
 from solver.protocol.nonce import PREFIX_LEN, NonceSequence, new_nonce
@@ -732,7 +733,7 @@ _WRITER = textwrap.dedent(
 
     # Checkpoints race the kill too. Group commit: a batch of quotes per transaction, printed
     # only once committed, as the executor sends answers only after the commit.
-    store = Store(sys.argv[1], checkpoint_every_s=0.01, account=ACCOUNT)
+    store = Store(sys.argv[1], checkpoint_every_s=0.01, checkpoint_min_entries=1, account=ACCOUNT)
     batch = int(sys.argv[2])
     n = 0
     while True:
@@ -798,7 +799,7 @@ def test_everything_committed_survives_kill_9_of_the_writer(db: Path, batch: int
 
 
 def test_the_background_checkpointer_folds_the_wal_into_the_database(db: Path) -> None:
-    with Store(db, checkpoint_every_s=0.01, account=ACCOUNT) as store:
+    with Store(db, checkpoint_every_s=0.01, checkpoint_min_entries=1, account=ACCOUNT) as store:
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         empty = db.stat().st_size
         record(store, *(signed_quote(f"q{i}") for i in range(50)))
@@ -813,6 +814,36 @@ def test_the_background_checkpointer_folds_the_wal_into_the_database(db: Path) -
         assert store._checkpointer is None
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
         assert len(open_quotes(store)) == 50
+
+
+def test_checkpoint_passes_wait_for_enough_new_entries_or_long_enough() -> None:
+    pacing = Pacing(100.0, min_entries=100, max_wait_s=30.0)  # opened at t=100 s
+    assert not pacing.due(99, 101.0)  # 99 entries since the opening: not yet
+    assert pacing.due(100, 101.25)  # 100 new entries
+    assert not pacing.due(199, 101.5)
+    assert not pacing.due(150, 131.0)
+    assert pacing.due(150, 131.25)  # 30 s after the last pass, whatever was written
+    assert (pacing.last_entries, pacing.last_at) == (150, 131.25)
+    assert not pacing.due(150, 131.5)
+    assert pacing.due(250, 131.75)
+
+
+def test_a_quiet_writer_is_not_checkpointed_at_every_look(tmp_path: Path) -> None:
+    """The thread looks every 10 ms, but the database file receives pages only once enough
+    journal entries are new (the pass that catches up would make the next commit sync the
+    WAL's header on the event loop)."""
+    db = tmp_path / "quiet.sqlite"
+    Store(db, account=ACCOUNT, checkpoint_every_s=None).close()  # schema in the file, no WAL
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=200) as store:
+        folded = db.stat().st_size
+        record(store, *(signed_quote(f"a{i}") for i in range(50)))
+        time.sleep(0.3)  # some 30 looks
+        assert db.stat().st_size == folded
+        record(store, *(signed_quote(f"b{i}") for i in range(200)))
+        deadline = time.monotonic() + 10
+        while db.stat().st_size == folded and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert db.stat().st_size > folded  # a pass copied pages into the database file
 
 
 def test_the_store_journal_is_a_journal(store: Store) -> None:
@@ -967,7 +998,7 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
     limit = 1 << 19
     told = threading.Event()
     restarts = 0
-    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=1) as store:
         store.wal_limit_bytes = limit
         store.on_wal_past_limit = told.set
         sizes = []
@@ -1008,7 +1039,7 @@ def test_the_checkpointer_syncs_both_files_before_it_tells_the_writer_to_restart
         events.append("told")
         told.set()
 
-    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=1) as store:
         store.wal_limit_bytes = 64 << 10
         store.on_wal_past_limit = tell
         batch = 0
@@ -1030,7 +1061,7 @@ def test_the_checkpointer_says_when_to_restart_the_wal_and_a_restarted_wal_is_re
     write from the start of the file again: it stops growing, and nothing is lost."""
     limit = 256 << 10
     told = threading.Event()
-    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01) as store:
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=1) as store:
         store.wal_limit_bytes = limit
         store.on_wal_past_limit = told.set
         batch = 0

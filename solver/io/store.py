@@ -194,6 +194,7 @@ class Store:
         self.journal = SqliteJournal(self._conn)
         self.account = account
         self._writer = create
+        self._projected_at: int | None = None  # journal.appended when nothing was left
         if create:  # the writer: what a killed run appended but did not project yet
             self.project()
         self.wal_limit_bytes = WAL_LIMIT_BYTES
@@ -289,9 +290,19 @@ class Store:
 
     def project(self, budget_s: float | None = None) -> int:
         """Derive the query tables from the journal (:mod:`solver.io.projection`), after
-        committing what was appended; ``budget_s``: at most about this long. Writer only."""
+        committing what was appended; ``budget_s``: at most about this long. Writer only.
+
+        Once a call found nothing to project, the next ones run no SQL until the journal has
+        a new entry: the ticker calls this 50 times a second, and a caught-up projection's
+        transaction (locks, reads, commit) cost ~90 µs of the event loop each time."""
         self.commit()
-        return project(self._conn, budget_s=budget_s)
+        appended = self.journal.appended
+        if self._projected_at == appended:
+            return 0
+        done = project(self._conn, budget_s=budget_s)
+        if done == 0:
+            self._projected_at = appended
+        return done
 
     def disk_usage(self) -> tuple[int, int]:
         """``(the database and its WAL in bytes, free bytes on their volume for this user)``

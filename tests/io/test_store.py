@@ -974,6 +974,26 @@ def test_a_projection_budget_stops_between_entries_and_the_next_call_resumes(
     assert [row[11] for row in tables[0][0]] == ["OPEN", "LOST", "WON", "OPEN", "LOST", "OPEN"]
 
 
+def test_a_caught_up_projection_runs_no_sql_until_the_journal_grows(db: Path) -> None:
+    """The ticker projects 50 times a second: once caught up, a call costs no transaction."""
+    with Store(db, account=ACCOUNT, checkpoint_every_s=None) as store:
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        append_quotes(store, signed_quote("c1"))
+        assert store.project() == 1
+        assert store.project() == 0  # finds nothing: one look
+        statements.clear()
+        assert (store.project(), store.project(budget_s=0.0)) == (0, 0)
+        assert statements == []
+        append_quotes(store, signed_quote("c2"))
+        assert store.project() == 1 and statements  # a new entry: projected at once
+        assert count(db, "quotes") == 2
+        store.journal.append(f.PauseSet("*", "drawdown", "rolled back", T0))
+        store.journal.rollback()
+        assert store.project() == 0  # appended and rolled back: one more look, nothing lost
+        assert store.unprojected() == 0
+
+
 def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
     quotes = [signed_quote(f"b{i}") for i in range(500)]
     with Store(db, account=ACCOUNT) as store:

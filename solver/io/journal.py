@@ -49,7 +49,10 @@ class SqliteJournal:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._cur = conn.cursor()
-        self.appended = 0  # since this journal was opened (the driver snapshots on a count)
+        self.appended = 0
+        """Facts appended since this journal was opened; it only ever grows (a rollback does
+        not take it back). Read by the snapshots' pacing, the store's checkpointer and its
+        projection, each against its own mark."""
 
     # ------------------------------------------------------------------ writing
 

@@ -85,6 +85,7 @@ class Upkeep:
         self._cpu_share = 0.0
         self._saturated_ticks = 0
         self._prune_due: datetime | None = None  # None: at the first tick
+        self._snapshot_mark = 0  # the journal's count of facts at the last snapshot
         self._pruned = Pruned()
 
     def start(self) -> None:
@@ -234,13 +235,17 @@ class Upkeep:
         if store is None:
             return
         journal = store.journal
-        due = journal.appended >= SNAPSHOT_DUE_FACTS
+        # Facts since the last snapshot, from the journal's count, which only ever grows: the
+        # store's checkpointer and projection read it too (resetting it once made the
+        # checkpointer wait 30 s after a snapshot, and the WAL outgrow its bound).
+        facts = journal.appended - self._snapshot_mark
+        due = facts >= SNAPSHOT_DUE_FACTS
         quiet = len(self.bot.desk.book.quotes) <= SNAPSHOT_QUIET_QUOTES
-        if not (force or (due and quiet) or journal.appended >= SNAPSHOT_FORCED_FACTS):
+        if not (force or (due and quiet) or facts >= SNAPSHOT_FORCED_FACTS):
             return
         try:
             journal.write_snapshot(snapshot(self.bot.desk), now)
-            journal.appended = 0
+            self._snapshot_mark = journal.appended
         except SolverError as exc:
             log.warning("cannot write a desk snapshot: %s", exc)
 

@@ -74,7 +74,15 @@ def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
     bot.desk.book.quotes.pop("q0")
     bot.upkeep.maybe_snapshot(NOW)  # quiet now
     assert _snapshots(bot) == 1
-    assert journal.appended == 0
+    assert journal.appended == upkeep.SNAPSHOT_DUE_FACTS  # the count goes on (others read it)
+    journal.append(f.PauseSet("*", "operator", "a fact after the snapshot", NOW))
+    journal.commit()  # (a later journal position: a second snapshot row, not a replaced one)
+    journal.appended += upkeep.SNAPSHOT_DUE_FACTS - 2
+    bot.upkeep.maybe_snapshot(NOW)  # counted from the last snapshot: not due yet
+    assert _snapshots(bot) == 1
+    journal.appended += 1
+    bot.upkeep.maybe_snapshot(NOW)
+    assert _snapshots(bot) == 2
 
 
 def test_a_busy_book_is_snapshot_anyway_past_the_forced_count(bot: live.LiveBot) -> None:

@@ -3,19 +3,26 @@
 A real websockets server on 127.0.0.1:0 is the peer; the client is opened exactly as the bot
 opens it (``connect(create_connection=QuoteLink)``). Messages must arrive whole and in order
 (fragmented ones too, and those that came before a handler was attached), a handler's bug must
-not end the connection, and an answer must be refused — not queued — once the relay stops
-reading or the connection is gone.
+not end the connection, an answer must be refused — not queued — once the relay stops
+reading or the connection is gone, and a relay sending faster than the handler works must be
+held back by TCP, not read into memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.server import ServerConnection as SyncServerConnection
+from websockets.sync.server import serve as sync_serve
 
 from solver.errors import TransportError
 from solver.io import ws_link
@@ -207,3 +214,49 @@ async def test_a_failed_corked_write_aborts_the_link_without_raising() -> None:
             link.send_text_now(b"{}")
             link.transport.write_eof()  # the block's one write will fail
         await asyncio.wait_for(link.wait_closed(), 5)
+
+
+async def test_a_relay_sending_faster_than_the_handler_is_held_back_by_tcp() -> None:
+    """A message is handled inside the socket's read callback, so the link reads no faster
+    than its handler works: a relay (its own thread, blocking sends) flooding 19 MB at a
+    handler that takes 0.2 ms a message stays a few socket buffers ahead, its sends waiting,
+    instead of the bot reading it all into memory. The sockets' buffers are fixed at 64 KiB so
+    that the bound does not depend on the kernel's autotuning."""
+    size, count = 64 << 10, 300
+    payload = "x" * size
+    progress = {"sent": 0, "handled": 0, "lead": 0}
+
+    def flood(ws: SyncServerConnection) -> None:
+        ws.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        for _ in range(count):
+            ws.send(payload)  # blocks while the socket's buffer is full
+            progress["sent"] += 1
+        with contextlib.suppress(ConnectionClosed):
+            ws.recv()  # until the client closes
+
+    def slow_handler(message: bytes) -> None:
+        assert len(message) == size
+        progress["handled"] += 1
+        progress["lead"] = max(progress["lead"], progress["sent"] - progress["handled"])
+        time.sleep(0.0002)  # the bot's work on it (synchronous, as the quote path is)
+
+    with sync_serve(flood, "127.0.0.1", 0, compression=None) as server:
+        relay = threading.Thread(target=server.serve_forever, daemon=True)
+        relay.start()
+        url = f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws"
+        link = await connect(url, compression=None, create_connection=QuoteLink)
+        assert isinstance(link, QuoteLink)
+        try:
+            link.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10
+            )
+            link.attach(slow_handler)
+            await wait_for(lambda: progress["handled"] == count, timeout_s=30)
+        finally:
+            await link.close()
+            server.shutdown()
+            relay.join(5)
+    # In flight at most: the relay's send buffer, our receive buffer and the chunk being
+    # parsed, each a 64 KiB message or two (measured: 2–3). Had the link read ahead into
+    # memory, the relay would have finished long before the handler (a lead near 300).
+    assert 0 < progress["lead"] <= 24, progress

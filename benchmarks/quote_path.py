@@ -74,9 +74,12 @@ from benchmarks.quote_path_systems import (
     System,
     bot_config,
     export_tree,
+    free_port,
     fresh_store,
     funding,
+    loop_lag_figures,
     read_bot_log,
+    scrape_loop_lag,
     start_bot,
     start_minimal,
     wait_subscribed,
@@ -155,10 +158,13 @@ async def measured_run(
     after_s: float,
 ) -> PhaseData:
     assert system.child is not None
+    lag_before = await scrape_loop_lag(system.metrics_url) if system.metrics_url else {}
     cpu_before = cpu_seconds(system.child.pid)
     data = await run_phase(system.relay, phase, progress, pids)
     await settle(systems, after_s, progress)
     data.cpu_s_with_after_work = cpu_seconds(system.child.pid) - cpu_before
+    if system.metrics_url:
+        data.loop_lag = loop_lag_figures(lag_before, await scrape_loop_lag(system.metrics_url))
     return data
 
 
@@ -217,6 +223,10 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
                 else:
                     store = fresh_store(scratch / f"{system.name}.sqlite")
                     config = bot_config(sandbox.info, url, system.account, store, 0)
+                    if system.name == "bot":  # its control API and /metrics, as deployed
+                        listen = f"127.0.0.1:{free_port()}"
+                        config = config.with_overrides({"metrics.listen": listen})
+                        system.metrics_url = f"http://{listen}/metrics"
                     await start_bot(system, config, trees[system.name], scratch)
                 stack.push_async_callback(_stop, system, progress)
             for system in systems:

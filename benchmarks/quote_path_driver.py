@@ -121,6 +121,7 @@ class PhaseData:
     answered_at_ns: list[int] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)  # cores over the sending window
     cpu_s_with_after_work: float = 0.0  # the system's CPU seconds, start -> quiet again
+    loop_lag: dict[str, Any] | None = None  # the bot's own ticker lateness, start -> quiet
 
 
 class Relay:
@@ -347,4 +348,5 @@ def phase_figures(data: PhaseData, system: str) -> dict[str, Any]:
         "latency_ms": summarize([x / 1e6 for x in data.latencies_ns], 4),
         "largest_stall_ms": round(largest_stall_ms(data), 3),
         "cpu_utilisation": data.cpu,
+        "loop_lag": data.loop_lag,
     }

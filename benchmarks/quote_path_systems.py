@@ -10,7 +10,9 @@ Each is a child process with its own key and account, connected to its own :clas
 
 The bots log at INFO to their own file; their summary lines (periodic and at shutdown) are
 parsed by :func:`read_bot_log`, in both the current (``response_us``) and the baseline's
-(``decision_us``) wording.
+(``decision_us``) wording. The bot (not the baseline) also serves its control API and
+``/metrics`` on a free port, as a deployment does; :func:`scrape_loop_lag` reads its
+``solver_loop_lag_seconds`` before and after each run, to tell its own stalls from the driver's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import io
 import os
 import re
+import socket
 import subprocess
 import sys
 import tarfile
@@ -28,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import ROOT, Child, log_tail, start_child
 from benchmarks.quote_path_driver import DECIMALS, ETH, NEAR, USDC, Relay
@@ -51,6 +56,7 @@ class System:
     child: Child | None = None
     shutdown: dict[str, Any] | None = None
     imports_from: str | None = None  # where its ``solver`` package came from
+    metrics_url: str | None = None  # the bot's ``/metrics`` (the current tree's bot only)
 
     @property
     def account(self) -> str:
@@ -132,6 +138,53 @@ def bot_config(
             "log.summary_every_s": summary_every_s,
         }
     )
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (for the bot's control API)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def scrape_loop_lag(url: str) -> dict[str, float]:
+    """The bot's ``solver_loop_lag_seconds`` as ``{upper bound: cumulative count}`` (the
+    bucket bounds as text, ``"+Inf"`` last) with ``"sum"``; empty when it cannot be read."""
+    try:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            text = (await client.get(url)).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "solver_loop_lag_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                out[sample.labels["le"]] = sample.value
+            elif sample.name.endswith("_sum"):
+                out["sum"] = sample.value
+    return out
+
+
+def loop_lag_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, Any] | None:
+    """How late the bot's 20 ms ticker woke between two scrapes: ticks, how many over 5 ms, and
+    the bucket of the latest (``worst_le_ms``: its upper bound; None past the last bound)."""
+    if not before or not after or "+Inf" not in after:
+        return None
+    counts = {le: after[le] - before.get(le, 0.0) for le in after if le != "sum"}
+    ticks = counts["+Inf"]
+    bounds = sorted((float(le), n) for le, n in counts.items() if le != "+Inf")
+    worst = next((le for le, n in bounds if n >= ticks), None)
+    over_5ms = ticks - next((n for le, n in bounds if le >= 0.005), ticks)
+    return {
+        "ticks": int(ticks),
+        "over_5ms": int(over_5ms),
+        "worst_le_ms": None if worst is None else round(worst * 1000, 1),
+        "mean_ms": round((after["sum"] - before.get("sum", 0.0)) / ticks * 1000, 3)
+        if ticks
+        else None,
+    }
 
 
 def funding(prices: dict[str, float]) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """The replay: a recorded stream through the live bot's desk, on a simulated clock.
 
 The backtest is the desk's second driver (DESIGN "one desk, two drivers"): the very
-:class:`~solver.core.desk.Desk` the live bot runs, built by :func:`solver.desk_wiring.build_desk`
+:class:`~solver.core.desk.Desk` the live bot runs, built by :func:`solver.runtime.wiring.build_desk`
 from the bot's own YAML — its quote pipeline (filters, strategies, limits, reservations), quote
 lifecycle, reconciliation, PnL and kill switch. The replay turns the stream into the desk's
 events, carries out the actions it returns against a sandbox ledger, and changes the desk's state
@@ -35,7 +35,8 @@ in no other way. Around it:
   desk asks ``CheckNonce``, answered from the ledger (unused), and the quote is LOST.
 - **Kill switch, PnL, markouts**: the desk's. A risk pause (daily loss, drawdown, stale data,
   reconciliation) marks the replay halted (when, and the desk's reason); quoting stays paused for
-  the rest of the replay (nobody resumes it), settlement goes on. :mod:`backtest.measure` only
+  the rest of the replay (nobody resumes it), settlement goes on.
+  :mod:`backtest.measure.measurements` only
   observes (counts, fills with the desk's markouts, series sampled at ticks).
 
 What differs from live, on purpose: the strategy's wall-clock budget is not enforced (a timing
@@ -59,7 +60,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from backtest.events import (
+from backtest.fills import LOST_LATE, CompetitorBook, LatencyModel, edge_bps, make_fill_model
+from backtest.measure.detail import pair_names
+from backtest.measure.measurements import FillRecord, Measurements
+from backtest.settings import BacktestSettings
+from backtest.settle import LedgerSettler, SettlementFailed
+from backtest.stream.events import (
     CompetitorEvent,
     Header,
     PriceEvent,
@@ -67,11 +73,6 @@ from backtest.events import (
     StatusEvent,
     StreamEvent,
 )
-from backtest.fills import LOST_LATE, CompetitorBook, LatencyModel, edge_bps, make_fill_model
-from backtest.measure import FillRecord, Measurements
-from backtest.measure_detail import pair_names
-from backtest.settings import BacktestSettings
-from backtest.settle import LedgerSettler, SettlementFailed
 from solver.config import BotConfig
 from solver.core import facts as f
 from solver.core.actions import Action, CheckNonce, PauseChanged, RefreshBalances, SignAndSend
@@ -94,9 +95,9 @@ from solver.core.inventory import Inventory
 from solver.core.market import QuoteRequest
 from solver.core.pauses import RISK_KINDS
 from solver.core.quoting import Quote
-from solver.desk_wiring import build_desk
 from solver.errors import ConfigError
 from solver.protocol.quote_signing import SignedQuote
+from solver.runtime.wiring import build_desk
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -251,7 +252,8 @@ class Replay:
         return self._finish(count, start_at, start)
 
     def run_records(self, batches: Iterable[Sequence[Record]], header: Header) -> ReplayResult:
-        """:meth:`run` on compact records (:mod:`backtest.prefetch`: a stream parsed in another
+        """:meth:`run` on compact records (:mod:`backtest.stream.prefetch`: a stream parsed in
+        another
         process), in batches; the same decisions and results as :meth:`run` on the events the
         records were made from. Once per Replay.
 

@@ -16,7 +16,8 @@ model decides that, in two steps:
   A request without a competitor event is won if the taker accepts it (nobody else answered).
 - ``logistic``: win with probability ``1 / (1 + exp(-(a + b * edge_bps)))``, where ``edge_bps`` is
   what the user gains against the reference price (negative when we charge a spread). ``a`` and
-  ``b`` come from ``solver backtest calibrate`` (:mod:`backtest.calibrate`). The draws come from a
+  ``b`` come from ``solver backtest calibrate`` (:mod:`backtest.calibration.calibrate`). The draws
+  come from a
   numpy ``Generator`` seeded with ``--seed``, one per answer in request order (drawn even when
   the taker refuses, so the taker's settings never shift other answers' draws), so a run is
   reproducible.

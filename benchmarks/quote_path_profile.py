@@ -54,10 +54,10 @@ STAGES: Stages = [
     ),
     (
         "journal: commit (one transaction per loop turn)",
-        lambda f: "commit (solver/io/journal.py" in f,
+        lambda f: "commit (solver/io/store/journal.py" in f,
     ),
-    ("journal: append (fact and projection rows)", _in("solver/io/journal.py")),
-    ("store: other writes", _in("solver/io/store.py", "solver/io/store_schema.py")),
+    ("journal: append (fact and projection rows)", _in("solver/io/store/journal.py")),
+    ("store: other writes", _in("solver/io/store/sqlite_store.py", "solver/io/store/schema.py")),
     (
         "sign (message, sha256, ed25519, base58, nonce)",
         _in("solver/protocol/quote_signing.py", "solver/protocol/nonce.py"),

@@ -3,7 +3,8 @@
 Every measured run is its own process (``python -m benchmarks.replay --child SPEC``), so its
 peak memory (``resource.getrusage``: max RSS) is its own:
 
-- **streams**: synthetic (``backtest.synth``, seed 7, wNEAR/USDC and ETH/USDC, 50 requests/s
+- **streams**: synthetic (``backtest.synth.generate``, seed 7, wNEAR/USDC and ETH/USDC, 50
+requests/s
   on average with bursts, prices every second, competitors for 85 %), cut at exactly 1,000,000
   and 100,000 requests; generated once into ``scratch.tmp/replay/`` and reused;
 - **config**: ``config/default.yaml`` with ``amm`` (30 bps margin) or ``spread`` (25 bps) on
@@ -12,7 +13,7 @@ peak memory (``resource.getrusage``: max RSS) is its own:
 - **runs**: signing off on both streams (memory: 100k against 1M), signing on (every quote
   signed, every fill through the verifier's full checks) on the 100k stream; each with the
   stream read in-process (``Replay.run``) and read in a second process
-  (``backtest.prefetch``, ``Replay.run_records``);
+  (``backtest.stream.prefetch``, ``Replay.run_records``);
 - **rate** = requests / wall time of the replay (the stream is read from disk, gzip, during
   it); CPU seconds of the replay process and of the reader process are recorded too;
 - **profile**: cProfile over the 100k stream (``spread``, signing off, in-process): where the
@@ -78,9 +79,9 @@ SETTINGS = {"starting_usd": 10_000_000, "kill_switch": False, "fill": {"model": 
 
 def make_stream(path: Path, requests: int) -> dict[str, Any]:
     """A synthetic stream cut at exactly ``requests`` requests (deterministic)."""
-    from backtest.events import RequestEvent
-    from backtest.stream_write import StreamWriter
-    from backtest.synth import DEFAULT_START, DEFAULT_TOKENS, generate, header_for
+    from backtest.stream.events import RequestEvent
+    from backtest.stream.write import StreamWriter
+    from backtest.synth.generate import DEFAULT_START, DEFAULT_TOKENS, generate, header_for
 
     counts: dict[str, int] = {}
     tmp = path.with_name("partial-" + path.name)  # still .gz: the writer compresses
@@ -137,9 +138,9 @@ def _config(strategy: str) -> Any:
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One replay as the spec says; its figures (run in a fresh process)."""
     from backtest.engine import Replay
-    from backtest.prefetch import PrefetchReader
     from backtest.settings import validate_settings
-    from backtest.stream import read_stream
+    from backtest.stream.prefetch import PrefetchReader
+    from backtest.stream.read import read_stream
 
     config = _config(spec["strategy"])
     settings = validate_settings({**SETTINGS, "sign": spec["sign"]})
@@ -183,7 +184,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_only(path: str) -> float:
-    from backtest.stream import read_stream
+    from backtest.stream.read import read_stream
 
     started = time.process_time()
     with read_stream(path) as reader:
@@ -198,9 +199,9 @@ def _decide_const_us(strategy: str, path: str, n: int = 20_000) -> float:
     import dataclasses
 
     from backtest.engine import Replay
-    from backtest.events import PriceEvent, RequestEvent
     from backtest.settings import validate_settings
-    from backtest.stream import read_stream
+    from backtest.stream.events import PriceEvent, RequestEvent
+    from backtest.stream.read import read_stream
 
     class Constant:
         def quote(self, request: Any, market: Any) -> int:

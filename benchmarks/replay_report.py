@@ -44,7 +44,7 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
         "competitor fill model; kill switch off; 10 M USD per token. Signing on runs on the "
         f"{small:,}-request stream. `inproc`: the stream is read in the replay's process "
         "(`Replay.run`); `prefetch`: read and parsed in a second process "
-        "(`backtest.prefetch`, `Replay.run_records`). Each run is its own process.",
+        "(`backtest.stream.prefetch`, `Replay.run_records`). Each run is its own process.",
         "",
         f"**Target ≥ {target_rps:,} requests/s with signing off**: "
         + (
@@ -147,7 +147,7 @@ above), per request on the 1,000,000-request stream with signing off (the figure
 bare-pipeline engine; the desk adds its lifecycle on top):
 
 - **reading** ≈ 11 µs of CPU in-process (gzip, JSON, ISO timestamps, the checks of
-  `backtest/stream.py`, two frozen dataclasses per request). Prefetch moves it to the second
+  `backtest/stream/read.py`, two frozen dataclasses per request). Prefetch moves it to the second
   core — the reader process's CPU column — leaving the replay process 1-2 µs to rebuild a
   `QuoteRequest` and a `datetime` per request;
 - **`QuotePipeline.decide`** (solver/core) ≈ 5.5 µs, plus the **strategy** ≈ 4-5 µs;
@@ -166,7 +166,7 @@ unchanged; an equivalence check of 700,000 random quotes against the previous Fr
 found no difference): `spread` and `amm` price with one integer numerator and denominator
 instead of a `Fraction` per operation (`spread` about 3× faster: 15 → 5 µs a quote);
 resolutions (a constant delay after their request) go through a FIFO merged with the heap
-instead of the heap; the stream can be parsed in a second process (`backtest.prefetch`,
+instead of the heap; the stream can be parsed in a second process (`backtest.stream.prefetch`,
 `solver backtest run --prefetch`).
 
 What would close the gap, in order of gain:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import dirty_note, fmt, md_table
-from solver.io.store import WAL_LIMIT_BYTES
+from solver.io.store.sqlite_store import WAL_LIMIT_BYTES
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -209,7 +209,7 @@ def _journal_notes(r: dict[str, Any]) -> list[str]:
             + (
                 f"within its bound of {fmt(bound_mb)} MB: the bot restarts it from its "
                 f"beginning past {WAL_LIMIT_BYTES >> 20} MiB in use, and the file is written "
-                "over rather than grown (solver/io/store.py)."
+                "over rather than grown (solver/io/store/sqlite_store.py)."
                 if max(wal) <= bound_mb
                 else f"past its bound of {fmt(bound_mb)} MB: the WAL was not restarted from "
                 "its beginning during the load. Disk, not RSS; the `-shm` index (mapped, so in "

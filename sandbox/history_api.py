@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from sandbox.swap_http import (
+from sandbox.swap.http import (
     BEARER_SCHEME,
     ERROR_RESPONSES,
     ApiError,
@@ -33,10 +33,10 @@ from sandbox.swap_http import (
     validation_problem,
     verify_jwt,
 )
-from sandbox.swap_rules import asset_filter, page_info
-from sandbox.swap_service import SwapService
-from sandbox.swap_store import HistoryWhere
-from sandbox.swap_views import history_record
+from sandbox.swap.rules import asset_filter, page_info
+from sandbox.swap.service import SwapService
+from sandbox.swap.store import HistoryWhere
+from sandbox.swap.views import history_record
 from solver.protocol.history import (
     HistoryFilters,
     HistoryPage,

@@ -28,8 +28,8 @@ from sandbox.ledger import VerifierLedger
 from sandbox.prices import PriceProcess, create_prices_app
 from sandbox.rpc_node import RpcNodeFaults, create_rpc_node_app
 from sandbox.serving import RunningServer, start_server
-from sandbox.swap_api import create_swap_app
-from sandbox.swap_service import SwapService
+from sandbox.swap.api import create_swap_app
+from sandbox.swap.service import SwapService
 from sandbox.takers import TakerPopulation
 from solver.errors import ConfigError
 from solver.io.key_files import load_secret_key, write_secret_key

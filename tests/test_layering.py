@@ -89,7 +89,11 @@ def test_core_imports_only_core_protocol_stdlib_and_numpy() -> None:
     ("source", "module", "expected"),
     [
         ("from solver.errors import ConfigError", "solver.protocol.keys", "solver.errors"),
-        ("def f():\n    import solver.io.store\n", "solver.protocol.x", "solver.io.store"),
+        (
+            "def f():\n    import solver.io.store.sqlite_store\n",
+            "solver.protocol.x",
+            "solver.io.store.sqlite_store",
+        ),
         ("from ..io import store", "solver.protocol.keys", "solver.io"),
         ("from . import ids", "solver.protocol.keys", "solver.protocol"),
     ],
@@ -103,7 +107,7 @@ def test_the_rules_refuse_what_the_design_forbids() -> None:
     assert not protocol_allows("solver.errors")
     assert not protocol_allows("sandbox.ledger")
     assert protocol_allows("pydantic") and protocol_allows("solver.protocol.ids")
-    assert not core_allows("solver.io.store")
+    assert not core_allows("solver.io.store.sqlite_store")
     assert not core_allows("pydantic")
     assert not core_allows("strategies.registry")
     assert core_allows("numpy.typing") and core_allows("datetime")

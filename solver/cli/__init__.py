@@ -39,9 +39,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "solver.cli.run",
     "solver.cli.history",
     "solver.cli.ops",
-    "solver.cli.backtest",
-    "solver.cli.backtest_run",
-    "solver.cli.swap",
+    "solver.cli.backtest.streams",
+    "solver.cli.backtest.run",
+    "solver.cli.swap.group",
     "solver.cli.import_history",
 )
 """Modules that each register one subcommand group (``register(subparsers) -> None``)."""

@@ -25,7 +25,7 @@ from rich.table import Table
 from sandbox.config import load_sandbox_config
 from sandbox.server import Sandbox
 from solver.config import load_bot_config
-from solver.logsetup import setup_logging
+from solver.io.logsetup import setup_logging
 from solver.protocol.keys import SecretKey
 from solver.runtime.bot import LiveBot
 

@@ -19,7 +19,6 @@ import argparse
 
 from pydantic import BaseModel
 
-from solver import ops_intents
 from solver.cli.keys import (
     OPERATOR_EPILOG,
     add_operator_arguments,
@@ -28,6 +27,7 @@ from solver.cli.keys import (
 )
 from solver.config import BotConfig
 from solver.errors import ConfigError
+from solver.io import ops_intents
 from solver.protocol.ids import validate_asset_id
 
 

@@ -32,9 +32,9 @@ from solver.cli import EXIT_OK, print_json
 from solver.config import TokenSpec, load_bot_config
 from solver.core.lifecycle import TrackedQuote
 from solver.errors import ConfigError
-from solver.io.store import Fill, Store
-from solver.io.store_schema import TABLES
-from solver.io.store_totals import PairTotals
+from solver.io.store.schema import TABLES
+from solver.io.store.sqlite_store import Fill, Store
+from solver.io.store.totals import PairTotals
 from solver.protocol.amounts import format_units
 
 _RELATIVE = re.compile(r"-?(\d+(?:\.\d+)?)([smhdw])")

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from solver.cli import print_json
-from solver.cli.backtest import add_backtest_command, backtest_group
-from solver.cli.swap_api import check_timeout, optional_config
+from solver.cli.backtest.streams import add_backtest_command, backtest_group
+from solver.cli.swap.options import check_timeout, optional_config
 from solver.errors import ConfigError
 from solver.io.swap_client import HistoryApiClient
 from solver.protocol.history import DEFAULT_HISTORY_STATUSES, MAX_HISTORY_LIMIT, TransactionsQuery
@@ -74,9 +74,9 @@ def parse_moment(text: str, option: str) -> datetime:
 
 
 def cmd_import_history(args: argparse.Namespace) -> int:
-    from backtest.events import Header, TokenInfo
-    from backtest.history_import import import_records
-    from backtest.stream_write import StreamWriter
+    from backtest.stream.events import Header, TokenInfo
+    from backtest.stream.history_import import import_records
+    from backtest.stream.write import StreamWriter
 
     config = optional_config(args)
     spec = config.history_api if config is not None else None

@@ -11,7 +11,7 @@ refuse values that look like a key instead of echoing them.
 This module also holds the key-source options (``--key-env`` / ``--key-file``) that every
 signing command shares, and the options and runner of the operator commands that sign and
 publish intents for the configured account (``keys add`` / ``keys remove`` here, ``withdraw`` /
-``transfer`` in :mod:`solver.cli.funds`; the library is :mod:`solver.ops_intents`).
+``transfer`` in :mod:`solver.cli.funds`; the library is :mod:`solver.io.ops_intents`).
 
 Operator commands print one JSON line ``{intent_hash, status, tx_hash?, reason?, deadline}``
 and exit 0 when the intent SETTLED (or, with ``--dry-run``, simulated cleanly), 1 when it did not
@@ -30,10 +30,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from solver import ops_intents
 from solver.cli import print_json, warn
 from solver.config import BotConfig, load_bot_config, load_signing_key
 from solver.errors import ConfigError
+from solver.io import ops_intents
 from solver.io.key_files import load_secret_key, write_secret_key
 from solver.protocol.ids import validate_account_id
 from solver.protocol.intents import RemovePublicKey

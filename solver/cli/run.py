@@ -12,7 +12,7 @@ from solver.cli.config import add_set_argument, describe_overrides, overrides_of
 from solver.config import load_bot_config
 from solver.errors import ConfigError
 from solver.io.key_files import load_secret_key
-from solver.logsetup import setup_logging
+from solver.io.logsetup import setup_logging
 from solver.runtime.loop import run_service
 
 

@@ -17,7 +17,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from solver.alerts_config import AlertsConfig
+from solver.config.alerts import AlertsConfig
 from solver.config.fields import STRICT, Loc
 from solver.config.overrides import apply_overrides
 from solver.config.problems import BotConfigError, pydantic_message, yaml_path

@@ -45,7 +45,7 @@ from solver.core.quoting import Quote, Skip
 
 LOST_PER_FACT = 64
 """A ``QuotesLost`` fact names at most this many quotes; a tick that retires more records
-several. The query tables apply a fact whole (:mod:`solver.io.projection`), ~17 µs a lost
+several. The query tables apply a fact whole (:mod:`solver.io.store.projection`), ~17 µs a lost
 quote: one fact per tick held the running bot's loop up to 4.4 ms at 2,000 answers/s, more
 after a burst. 64 make each ~1.1 ms (64 × ~17 µs, computed from the per-quote cost)."""
 

@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 
 import apprise
 
-from solver.alerts_config import AlertsConfig
+from solver.config.alerts import AlertsConfig
 from solver.core.actions import Alert
 from solver.errors import ConfigError
 from solver.io.alert_policy import AlertMessage, IncidentTracker

@@ -71,7 +71,8 @@ class NonceSequence:
 
     Unique by construction rather than by lookup. The bot's store registers the prefix for the
     signing account when the bot starts and never hands out a registered one again
-    (:meth:`solver.io.store.Store.claim_nonce_prefix`), and the counter only goes up within the
+    (:meth:`solver.io.store.sqlite_store.Store.claim_nonce_prefix`), and the counter only goes up
+    within the
     process, so no two quote nonces of the account repeat, across restarts and ``kill -9``
     included, with no row written per quote. Recording each nonce in an indexed table to refuse
     a repeat cost ~26 µs a quote on the quote path, more than the Ed25519 signature (a random

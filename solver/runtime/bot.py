@@ -1,6 +1,6 @@
 """The live bot: the desk driven by sockets, RPC answers and timers (DESIGN "The shape").
 
-:class:`LiveBot` wires the desk (:func:`solver.desk_wiring.build_desk`), the journal (the SQLite
+:class:`LiveBot` wires the desk (:func:`solver.runtime.wiring.build_desk`), the journal (the SQLite
 store), the bus websocket and JSON-RPC clients, the ledger RPC client, price feeds, metrics and
 the control API. It does nothing the desk should decide: frames become events, timers become
 ``desk.tick(now)``, and the :class:`~solver.runtime.executor.Executor` carries out what comes
@@ -34,7 +34,6 @@ from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
-from solver.desk_wiring import build_desk
 from solver.errors import SolverError
 from solver.io.alert_policy import BusWatch
 from solver.io.bus_rpc import BusRpcClient
@@ -45,17 +44,18 @@ from solver.io.metrics import Metrics
 from solver.io.notify import Notifier
 from solver.io.paper_metrics import PaperMetrics, PaperSnapshot
 from solver.io.price_feeds import PriceFeeds
-from solver.io.store import Store, StoreError
+from solver.io.store.sqlite_store import Store, StoreError
 from solver.io.swap_client import SwapApiClient
 from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence
 from solver.protocol.quote_signing import QuoteSigner
-from solver.rebalance import Rebalancer
+from solver.rebalance.rebalancer import Rebalancer
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator
 from solver.runtime.paper import PaperBook
 from solver.runtime.upkeep import Upkeep
+from solver.runtime.wiring import build_desk
 
 log = logging.getLogger("solver.bot")
 NOTIFIER_CLOSE_S = 2.0

@@ -44,10 +44,10 @@ from solver.core.facts import Fact, QuoteMoved, QuoteOpened
 from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
-from solver.io.journal import Journal
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import OTHER, Metrics
 from solver.io.notify import Notifier
+from solver.io.store.journal import Journal
 from solver.protocol.nonce import NonceLayout, NonceSequence, new_nonce
 from solver.protocol.quote_signing import QuoteSigner
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from solver.io.store import Store
+    from solver.io.store.sqlite_store import Store
     from solver.runtime.bot import LiveBot
 
 RECENT_FILLS = 20

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from solver.core.desk_snapshot import snapshot
 from solver.errors import SolverError
-from solver.io.store_retention import Pruned
+from solver.io.store.retention import Pruned
 from solver.runtime.gc_pacer import GcPacer
 
 if TYPE_CHECKING:

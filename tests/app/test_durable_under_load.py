@@ -25,7 +25,7 @@ import orjson
 from websockets.asyncio.server import ServerConnection, serve
 
 from solver.core import facts as f
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import PREFIX_LEN
 from solver.protocol.signing import parse_signed, verify_signed

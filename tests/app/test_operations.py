@@ -15,7 +15,7 @@ import pytest
 from solver.cli import main
 from solver.core.pauses import GLOBAL
 from solver.core.quoting import BELOW_MIN_SIZE, PAUSED, STALE_BALANCES
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 from tests.app.harness import E6, E18, E24, ETH, NEAR, USDC, LiveBot, eventually, live_bot
 
 TOKEN = "operations-test-token"

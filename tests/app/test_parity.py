@@ -6,7 +6,7 @@ Setup, all real and on 127.0.0.1:
 
 - the sandbox (:class:`~sandbox.server.Sandbox`) with **constant reference prices**
   (``volatility_annual`` 0, the harness's tokens) and a short ``solver_wait_ms``;
-- :class:`~backtest.record.Recorder` subscribed to its bus, polling prices every **100 ms**;
+- :class:`~backtest.stream.record.Recorder` subscribed to its bus, polling prices every **100 ms**;
 - the live bot (:func:`tests.app.harness.live_bot`, ``config/default.yaml``: ``spread`` at
   25 bps on wNEAR/USDC and ETH/USDC) **funded generously** and with exposure and rate limits out
   of the way, so inventory is never the binding constraint, and with ``storage.sample_requests``
@@ -50,10 +50,10 @@ from datetime import datetime
 from pathlib import Path
 
 from backtest.engine import Replay
-from backtest.events import RequestEvent, StreamEvent
-from backtest.record import Recorder
 from backtest.settings import validate_settings
-from backtest.stream import read_stream
+from backtest.stream.events import RequestEvent, StreamEvent
+from backtest.stream.read import read_stream
+from backtest.stream.record import Recorder
 from sandbox.config import PairSpec, SandboxConfig, TakersSpec
 from sandbox.server import Sandbox
 from sandbox.takers import TakerPopulation

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from solver.config import validate_bot_config
-from solver.desk_wiring import pipeline_settings
+from solver.runtime.wiring import pipeline_settings
 from tests.config.helpers import minimal
 
 

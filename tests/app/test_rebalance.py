@@ -1,4 +1,4 @@
-"""The rebalancer (solver/rebalance.py, its planning solver/rebalance_plan.py, docs/rebalance.md).
+"""The rebalancer (solver/rebalance/rebalancer.py, its planning solver/rebalance/plan.py, docs/rebalance.md).
 
 Planning is pure and tested on values: band checks, sizing under ``max_swap_usd`` and free
 inventory, the frequency limit, the quote check. The executor runs against the real sandbox:
@@ -32,16 +32,15 @@ from solver.core.pauses import Pauses
 from solver.core.state import MarketState
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
-from solver.io.store import Store
-from solver.io.store_schema import RebalanceRecord
+from solver.io.store.schema import RebalanceRecord
+from solver.io.store.sqlite_store import Store
 from solver.io.swap_client import SwapApiClient
 from solver.protocol.intents import Transfer
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.signing import sign_nep413
 from solver.protocol.swap import QuoteResponse, from_wire
-from solver.rebalance import Rebalancer, RebalanceState
-from solver.rebalance_plan import (
+from solver.rebalance.plan import (
     Band,
     Hold,
     Inputs,
@@ -53,6 +52,7 @@ from solver.rebalance_plan import (
     units_of,
     usd_of,
 )
+from solver.rebalance.rebalancer import Rebalancer, RebalanceState
 from tests.app.harness import E6, E18, E24, ETH, NEAR, USDC, eventually, fund, live_bot
 from tests.io.peers import http_peer
 from tests.io.swap_sandbox import DECIMALS, PRICES, SwapSandbox, swap_sandbox
@@ -569,7 +569,7 @@ async def test_a_restart_before_the_deposit_was_signed_abandons(tmp_path: Path) 
 
 async def test_dry_run_only_logs_the_plan(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async with world(tmp_path) as w, dead_url() as down:
-        with w.store() as store, caplog.at_level(logging.INFO, "solver.rebalance"):
+        with w.store() as store, caplog.at_level(logging.INFO, "solver.rebalance.rebalancer"):
             rebalancer = w.rebalancer(
                 store, spec(min_interval_s=60.0), swap_url=down, bus_url=down, dry_run=True
             )

@@ -23,7 +23,7 @@ from solver.cli import main
 from solver.core.lifecycle import QuoteState
 from solver.core.pauses import GLOBAL
 from solver.core.quoting import PAUSED
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 from solver.protocol.bus import IntentStatus
 from solver.protocol.nonce import PREFIX_LEN, parse_nonce
 from tests.app.harness import (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 from tests.app.harness import E24, NEAR, USDC, eventually, live_bot
 from tests.io.store_helpers import append_quotes, move, signed_quote
 

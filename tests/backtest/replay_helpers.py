@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from backtest.engine import Replay, ReplayResult
-from backtest.events import (
+from backtest.settings import BacktestSettings, validate_settings
+from backtest.stream.events import (
     CompetitorEvent,
     Header,
     PriceEvent,
@@ -15,7 +16,6 @@ from backtest.events import (
     StreamEvent,
     TokenInfo,
 )
-from backtest.settings import BacktestSettings, validate_settings
 from solver.config import BotConfig, validate_bot_config
 from solver.core.market import MarketView, QuoteRequest
 from strategies.base import Strategy

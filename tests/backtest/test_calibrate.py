@@ -10,21 +10,21 @@ import numpy as np
 import pytest
 import yaml
 
-from backtest.calibrate import (
+from backtest.calibration.calibrate import (
     LogisticFit,
     fit_logistic,
     observations_from_replay,
     observations_from_store,
     write_fit,
 )
-from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
-from backtest.stream_write import write_stream
+from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
+from backtest.stream.write import write_stream
 from solver.cli import main
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState
 from solver.errors import ConfigError
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner

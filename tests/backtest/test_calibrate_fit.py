@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backtest.calibrate import (
+from backtest.calibration.calibrate import (
     CalibrationRefused,
     Criteria,
     LogisticFit,
@@ -26,17 +26,17 @@ from backtest.calibrate import (
     fit_logistic,
     write_fit,
 )
-from backtest.calibrate_plot import plot_calibration
-from backtest.events import CompetitorEvent, Header, PriceEvent, RequestEvent, TokenInfo
+from backtest.calibration.logistic_fit import wilson
+from backtest.calibration.plot import plot_calibration
 from backtest.fills import CompetitorFill, edge_bps
-from backtest.logistic_fit import wilson
 from backtest.settings import TakerSpec, load_settings
-from backtest.stream_write import write_stream
-from backtest.synth import DEFAULT_TOKENS, SynthParams, generate
+from backtest.stream.events import CompetitorEvent, Header, PriceEvent, RequestEvent, TokenInfo
+from backtest.stream.write import write_stream
+from backtest.synth.generate import DEFAULT_TOKENS, SynthParams, generate
 from backtest.takers import TakerModel
 from solver.cli import main
 from solver.core.quoting import Quote
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 
 A0, B0 = 0.4, 0.08
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -8,15 +8,15 @@ from datetime import datetime
 import pytest
 
 from backtest.engine import Replay
-from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
-from backtest.measure import Downsampled, FillRecord
-from backtest.report import summary
+from backtest.measure.measurements import Downsampled, FillRecord
+from backtest.report.outputs import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
+from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
 from solver.core import events as ev
 from solver.core.actions import Action, SignAndSend
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
-from solver.desk_wiring import build_desk
+from solver.runtime.wiring import build_desk
 from tests.backtest.replay_helpers import (
     E6,
     E24,
@@ -379,7 +379,7 @@ def test_pnl_is_marked_from_the_first_prices_even_when_they_come_late() -> None:
 
 
 def test_decimals_disagreeing_with_the_stream_header_are_refused() -> None:
-    from backtest.events import Header, TokenInfo
+    from backtest.stream.events import Header, TokenInfo
     from solver.errors import ConfigError
 
     header = Header(HEADER.created, "x", {USDC: TokenInfo("USDC", 18)})

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from backtest.report_html import SECTIONS
+from backtest.report.html import SECTIONS
 from solver.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Reading a stream in a second process (``backtest.prefetch``): the same replay, the same
+"""Reading a stream in a second process (``backtest.stream.prefetch``): the same replay, the same
 reading rules, errors raised again here."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from backtest.engine import Replay
-from backtest.events import RequestEvent, StatusEvent, StreamEvent
-from backtest.prefetch import PrefetchReader, record
-from backtest.report import FillsCsv, summary
-from backtest.stream import read_stream
-from backtest.stream_format import StreamError
-from backtest.stream_write import write_stream
+from backtest.report.outputs import FillsCsv, summary
+from backtest.stream.events import RequestEvent, StatusEvent, StreamEvent
+from backtest.stream.format import StreamError
+from backtest.stream.prefetch import PrefetchReader, record
+from backtest.stream.read import read_stream
+from backtest.stream.write import write_stream
 from tests.backtest.replay_helpers import HEADER, at, bot_config, competitor, flow, settings
 
 

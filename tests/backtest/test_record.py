@@ -14,9 +14,9 @@ import orjson
 import pytest
 import yaml
 
-from backtest.events import CompetitorEvent, PriceEvent, RequestEvent
-from backtest.record import Recorder, sampled
-from backtest.stream import read_stream
+from backtest.stream.events import CompetitorEvent, PriceEvent, RequestEvent
+from backtest.stream.read import read_stream
+from backtest.stream.record import Recorder, sampled
 from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
 from solver.cli import main

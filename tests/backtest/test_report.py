@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from backtest.engine import Progress, Replay
-from backtest.events import CompetitorEvent, RequestEvent, StreamEvent
-from backtest.report import FILL_COLUMNS, FillsCsv, summary
-from backtest.report_html import SECTIONS, render_html
-from backtest.stream_write import write_stream
+from backtest.report.html import SECTIONS, render_html
+from backtest.report.outputs import FILL_COLUMNS, FillsCsv, summary
+from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
+from backtest.stream.write import write_stream
 from solver.cli import main
 from tests.backtest.replay_helpers import HEADER, bot_config, bot_config_data, flow, run, settings
 

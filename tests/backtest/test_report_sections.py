@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from backtest.measure_detail import DailyBook, DrawdownWatch, LatencyHistogram, Moments, Timeline
-from backtest.report import summary
-from backtest.report_html import SECTIONS, render_html
-from backtest.report_tables import ratios
-from backtest.stream_write import write_stream
+from backtest.measure.detail import DailyBook, DrawdownWatch, LatencyHistogram, Moments, Timeline
+from backtest.report.html import SECTIONS, render_html
+from backtest.report.outputs import summary
+from backtest.report.tables import ratios
+from backtest.stream.write import write_stream
 from backtest.units import format_whole
 from solver.cli import main
 from tests.backtest.replay_helpers import (

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from backtest.events import (
+from backtest.stream.events import (
     CompetitorEvent,
     Header,
     PriceEvent,
@@ -24,9 +24,9 @@ from backtest.events import (
     StreamEvent,
     TokenInfo,
 )
-from backtest.stream import read_stream
-from backtest.stream_format import MAX_MALFORMED_KEPT, StreamError, format_ts, stream_parts
-from backtest.stream_write import StreamWriter, write_stream
+from backtest.stream.format import MAX_MALFORMED_KEPT, StreamError, format_ts, stream_parts
+from backtest.stream.read import read_stream
+from backtest.stream.write import StreamWriter, write_stream
 from solver.core.market import QuoteRequest
 from solver.protocol.amounts import U128_MAX
 

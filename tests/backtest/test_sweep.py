@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from backtest.events import PriceEvent, RequestEvent, StreamEvent
 from backtest.settings import load_settings
-from backtest.stream_write import write_stream
-from backtest.sweep_outputs import leaderboard_csv, summary_json
-from backtest.sweep_result import SweepResult, spearman
-from backtest.sweep_run import run_sweep
-from backtest.sweep_segments import FULL, Segment, Split, stream_span, walk_forward_splits, window
-from backtest.sweep_spec import (
+from backtest.stream.events import PriceEvent, RequestEvent, StreamEvent
+from backtest.stream.write import write_stream
+from backtest.sweep.outputs import leaderboard_csv, summary_json
+from backtest.sweep.result import SweepResult, spearman
+from backtest.sweep.run import run_sweep
+from backtest.sweep.segments import FULL, Segment, Split, stream_span, walk_forward_splits, window
+from backtest.sweep.spec import (
     Candidate,
     ObjectiveSpec,
     SweepError,
@@ -29,7 +29,7 @@ from backtest.sweep_spec import (
     split_overrides,
     validate_sweep,
 )
-from backtest.sweep_tasks import TaskResult
+from backtest.sweep.tasks import TaskResult
 from solver.cli import main
 from solver.config import load_bot_config
 from solver.errors import ConfigError

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from backtest.stream_write import write_stream
-from backtest.sweep_html import heatmap_keys as heatmap_keys_for
-from backtest.sweep_outputs import leaderboard_csv, summary_json
-from backtest.sweep_run import run_sweep
-from backtest.sweep_spec import validate_sweep
+from backtest.stream.write import write_stream
+from backtest.sweep.html import heatmap_keys as heatmap_keys_for
+from backtest.sweep.outputs import leaderboard_csv, summary_json
+from backtest.sweep.run import run_sweep
+from backtest.sweep.spec import validate_sweep
 from solver.cli import main
 from solver.errors import ConfigError
 from tests.backtest.replay_helpers import HEADER, bot_config_data, flow

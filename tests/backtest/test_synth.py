@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from backtest.events import CompetitorEvent, PriceEvent, RequestEvent
-from backtest.stream import read_stream
-from backtest.synth import (
+from backtest.stream.events import CompetitorEvent, PriceEvent, RequestEvent
+from backtest.stream.read import read_stream
+from backtest.synth.generate import (
     DEFAULT_START,
     DEFAULT_TOKENS,
     SynthParams,

@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from backtest.events import CompetitorEvent, PriceEvent, RequestEvent, StreamEvent
-from backtest.synth import DEFAULT_TOKENS, SynthParams, SynthSummary, generate
-from backtest.synth_flow import PricePath
+from backtest.stream.events import CompetitorEvent, PriceEvent, RequestEvent, StreamEvent
+from backtest.synth.flow import PricePath
+from backtest.synth.generate import DEFAULT_TOKENS, SynthParams, SynthSummary, generate
 from sandbox.prices import PriceProcess
 from tests.backtest.test_synth import NEAR, USDC, _edge_bps
 

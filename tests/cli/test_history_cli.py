@@ -17,7 +17,7 @@ from solver.config import TokenSpec
 from solver.core.facts import FillPrices
 from solver.core.lifecycle import QuoteState
 from solver.errors import ConfigError
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 from tests.cli.helpers import KEY_VAR, assert_one_line_error, run_solver
 from tests.config.helpers import minimal, write_yaml
 from tests.io.store_helpers import (

@@ -16,13 +16,13 @@ import orjson
 import pytest
 import yaml
 
-from backtest.events import CompetitorEvent, PriceEvent, RequestEvent, TokenInfo
-from backtest.history_import import implied_price, import_records, infer_decimals
-from backtest.stream import read_stream
+from backtest.stream.events import CompetitorEvent, PriceEvent, RequestEvent, TokenInfo
+from backtest.stream.history_import import implied_price, import_records, infer_decimals
+from backtest.stream.read import read_stream
 from solver.cli import main
 from solver.config import apply_overrides
-from solver.io.store import Store
-from solver.io.store_schema import RebalanceRecord
+from solver.io.store.schema import RebalanceRecord
+from solver.io.store.sqlite_store import Store
 from solver.protocol.history import TransactionRecord
 from solver.protocol.keys import SecretKey
 from tests.app.harness import E6, E24, NEAR, USDC, fund

@@ -1,7 +1,7 @@
 """Issue 14 "pricing and risk for real money" in the config: loss limits in percent of the
 starting equity, the price guard per pair, several price sources with a divergence guard,
 partner allow / deny lists. Validated with YAML paths; defaults keep the previous behaviour;
-the desk is wired from them (solver/desk_wiring.py)."""
+the desk is wired from them (solver/runtime/wiring.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from solver.config import load_bot_config, validate_bot_config
 from solver.core.quoting import PartnerFilter
-from solver.desk_wiring import build_routes, partner_filter, pipeline_settings, risk_limits
+from solver.runtime.wiring import build_routes, partner_filter, pipeline_settings, risk_limits
 from tests.config.helpers import ETH, REPO, USDC, WNEAR, minimal, paths_of, problems_of
 
 SANDBOX = {"kind": "sandbox", "url": "http://127.0.0.1:8762/prices"}

@@ -6,7 +6,7 @@ import logging
 
 import orjson
 
-from solver.logsetup import JsonFormatter
+from solver.io.logsetup import JsonFormatter
 
 
 def test_json_lines_carry_extra_fields_and_exceptions() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from solver.io.store import Store
+from solver.io.store.sqlite_store import Store
 from tests.io.store_helpers import record, signed_quote
 
 KINDS = ("damaged", "truncated", "text", "read-only", "read-only directory")

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from solver.core import facts as f
 from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
-from solver.io.store import Store
-from solver.io.store_schema import QUOTE_COLUMNS
+from solver.io.store.schema import QUOTE_COLUMNS
+from solver.io.store.sqlite_store import Store
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote
@@ -91,7 +91,7 @@ def append_quotes(store: Store, *quotes: Signed) -> None:
 
 def record(store: Store, *quotes: Signed) -> None:
     """Append the quotes and commit them, as the executor's flush does, then derive the query
-    tables, as the bot's ticker does (:mod:`solver.io.projection`)."""
+    tables, as the bot's ticker does (:mod:`solver.io.store.projection`)."""
     append_quotes(store, *quotes)
     store.project()
 

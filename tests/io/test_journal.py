@@ -18,7 +18,7 @@ from solver.core.actions import Action, Record
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.risk import RiskLimits
-from solver.io.store import Store, StoreError
+from solver.io.store.sqlite_store import Store, StoreError
 from tests.core.desk_helpers import (
     BALANCES,
     E6,

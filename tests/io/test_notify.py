@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from solver.alerts_config import AlertsConfig
+from solver.config.alerts import AlertsConfig
 from solver.core.actions import Alert
 from solver.errors import ConfigError
 from solver.io.alert_policy import BusWatch

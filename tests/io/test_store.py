@@ -24,17 +24,17 @@ import pytest
 
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState, TrackedQuote
-from solver.io.journal import Journal
-from solver.io.store import (
+from solver.io.store.checkpoint import Pacing
+from solver.io.store.journal import Journal
+from solver.io.store.migrations import MIGRATIONS, migrate
+from solver.io.store.schema import TABLES, tracked_row
+from solver.io.store.sqlite_store import (
     SCHEMA_VERSION,
     Fill,
     RebalanceRecord,
     Store,
     StoreError,
 )
-from solver.io.store_checkpoint import Pacing
-from solver.io.store_migrations import MIGRATIONS, migrate
-from solver.io.store_schema import TABLES, tracked_row
 from solver.protocol.nonce import PREFIX_LEN, NonceSequence, new_nonce
 from tests.io.store_helpers import (
     ACCOUNT,
@@ -186,7 +186,7 @@ def test_each_start_claims_a_nonce_prefix_never_claimed_before(
     with Store(db, account=ACCOUNT) as store:  # a restart does not forget them
         assert store.nonce_prefixes(ACCOUNT) == {first}
         draws = iter([first, first, b"\x07" * PREFIX_LEN])  # a repeat is drawn again
-        monkeypatch.setattr("solver.io.store.os.urandom", lambda n: next(draws))
+        monkeypatch.setattr("solver.io.store.sqlite_store.os.urandom", lambda n: next(draws))
         second = store.claim_nonce_prefix(T0)
         monkeypatch.undo()
         assert second == b"\x07" * PREFIX_LEN
@@ -728,7 +728,7 @@ def test_export_refuses_unknown_tables_and_formats(store: Store) -> None:
 _WRITER = textwrap.dedent(
     """
     import sys
-    from solver.io.store import Store
+    from solver.io.store.sqlite_store import Store
     from tests.io.store_helpers import ACCOUNT, append_quotes, signed_quote
 
     # Checkpoints race the kill too. Group commit: a batch of quotes per transaction, printed
@@ -864,7 +864,7 @@ def test_readers_in_other_processes_see_what_is_committed(db: Path) -> None:
     reader = textwrap.dedent(
         """
         import sys
-        from solver.io.store import Store
+        from solver.io.store.sqlite_store import Store
         with Store(sys.argv[1], create=False, checkpoint_every_s=None) as store:
             print(",".join(sorted(q.quote_id for q in store.quotes_since())))
             print(len(store.journal.load()[1]))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from solver.io.store import Store, StoreError
-from solver.io.store_checks import check_usable, open_error
+from solver.io.store.checks import check_usable, open_error
+from solver.io.store.sqlite_store import Store, StoreError
 from tests.io.store_files import KINDS, WORDS, good_store, unusable_store
 from tests.io.store_helpers import append_quotes, signed_quote
 

@@ -1,4 +1,4 @@
-"""What the store forgets after ``storage.retain_days`` (``solver.io.store_retention``), with
+"""What the store forgets after ``storage.retain_days`` (``solver.io.store.retention``), with
 time as an argument: quotes never traded go, trades stay; journal entries go only once the desk
 no longer needs them, so a restart rebuilds the same desk; the work stops at its budget."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState as S
-from solver.io import store_retention
-from solver.io.store import Store
+from solver.io.store import retention
+from solver.io.store.sqlite_store import Store
 from tests.io.store_helpers import ACCOUNT, T0, USDC, WNEAR, move, record, signed_quote
 
 DAY = timedelta(days=1)
@@ -113,13 +113,13 @@ def test_old_balance_snapshots_and_request_samples_go_but_the_latest_balance_sta
 
 
 def test_a_pass_stops_at_its_budget_and_the_next_calls_finish_it(store: Store) -> None:
-    count = store_retention.CHUNK * 2 + 10
+    count = retention.CHUNK * 2 + 10
     quotes = [signed_quote(f"q{i}") for i in range(count)]
     record(store, *quotes)
     lose(store, *(q[0].quote_id for q in quotes))
     store.project()
     first = store.prune(CUT, budget_s=0.0)  # one chunk, whatever the machine
-    assert (first.quotes, first.done) == (store_retention.CHUNK, False)
+    assert (first.quotes, first.done) == (retention.CHUNK, False)
     total = first.quotes
     for _ in range(10):
         step = store.prune(CUT, budget_s=0.0)

@@ -22,7 +22,7 @@ from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import Metrics
-from solver.io.store_schema import StoreError
+from solver.io.store.schema import StoreError
 from solver.protocol.bus import IntentStatus, StatusData, StatusResult
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_signing import QuoteSigner

@@ -19,7 +19,7 @@ import pytest
 from solver.config import load_bot_config
 from solver.core import facts as f
 from solver.core.lifecycle import TrackedQuote
-from solver.io import store_retention
+from solver.io.store import retention
 from solver.protocol.bus import QuoteRequestEvent
 from solver.protocol.keys import SecretKey
 from solver.runtime import bot as live
@@ -281,7 +281,7 @@ def test_the_store_forgets_old_quotes_a_budget_a_tick_then_waits_for_the_next_pa
     a chunk a tick while there are more, one line when the pass is done; the next pass comes
     ``PRUNE_EVERY_S`` later, and none runs while the process is saturated."""
     monkeypatch.setattr(upkeep, "PRUNE_BUDGET_S", 0.0)  # a tick: one chunk, whatever the machine
-    monkeypatch.setattr(store_retention, "CHUNK", 4)
+    monkeypatch.setattr(retention, "CHUNK", 4)
     assert bot.config.storage.retain_days == 30
     _old_lost_quotes(bot, "a", 10)
     bot.upkeep._cpu_share = 1.0  # saturated: the quote path first

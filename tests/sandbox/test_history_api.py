@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from sandbox.swap_store import SwapRecord
+from sandbox.swap.store import SwapRecord
 from solver.protocol.history import HistoryPage, TransactionRecord
 from solver.protocol.swap import SwapStatus, SwapType, format_timestamp, from_wire
 from tests.sandbox.scripted import NEAR, USDC

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.swap_rules import quote_signature_message
-from sandbox.swap_store import HistoryWhere
+from sandbox.swap.rules import quote_signature_message
+from sandbox.swap.store import HistoryWhere
 from solver.protocol.history import HistoryStatus
 from solver.protocol.keys import PublicKey, parse_signature
 from solver.protocol.swap import DepositSubmitResponse, QuoteResponse, from_wire

@@ -1,4 +1,4 @@
-"""What the official 1Click client calls beyond the spec (issue 13; sandbox/swap_client_api.py):
+"""What the official 1Click client calls beyond the spec (issue 13; sandbox/swap/client_api.py):
 ``GET /v0/tokens``, ``GET /v0/any-input/withdrawals``, the optional quote fields
 ``confidentiality`` / ``rebates``, and JSON 404s naming the paths the sandbox does not serve.
 The interop suite runs the official client itself against the same endpoints."""

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.swap_http import ApiError
-from sandbox.swap_keys import SwapKeys
-from sandbox.swap_store import SwapStore
+from sandbox.swap.http import ApiError
+from sandbox.swap.keys import SwapKeys
+from sandbox.swap.store import SwapStore
 from solver.errors import ConfigError
 from solver.protocol.keys import SecretKey
 from tests.sandbox.test_history_api import make_record

@@ -1,4 +1,4 @@
-"""Unit tests of the pure swap rules (sandbox/swap_rules.py): fee math, quote terms per swap
+"""Unit tests of the pure swap rules (sandbox/swap/rules.py): fee math, quote terms per swap
 type, the settlement decisions of spec 3.1, derivations, the signed bytes and history rules."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox.swap_rules import (
+from sandbox.swap.rules import (
     Action,
     FeeShare,
     Terms,

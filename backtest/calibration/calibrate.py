@@ -1,0 +1,287 @@
+"""Calibrate the ``logistic`` fill model: ``P(win) = 1 / (1 + exp(-(a + b * edge_bps)))``.
+
+The fit, its intervals and the checks that refuse data which cannot identify the model live in
+:mod:`backtest.calibration.logistic_fit` (re-exported here); the plot in
+:mod:`backtest.calibration.plot`.
+This module gathers the observations ``(edge_bps, won)``.
+
+``edge_bps`` is what the user gains against the reference price (see :func:`backtest.fills.
+edge_bps`), so ``b > 0`` means better prices win more often. Observations come from:
+
+- **a store** (``solver backtest calibrate --db STORE``): the bot's own signed quotes. States
+  WON, SETTLING, SETTLED and FAILED count as won (the user took the quote; FAILED only failed
+  later, on chain), LOST as lost; REJECTED (never seen by users) and OPEN (undecided) are left
+  out. The reference prices at quote time are taken from the store's fills (the prices recorded
+  with each settlement) and from ``price`` events of an optional stream (``--prices``): the last
+  observation at or before the quote, else the first after it, within ``max_gap_s``. Quotes
+  without both prices, or with an asset of unknown decimals, are skipped and counted.
+- **a stream replay** (``solver backtest calibrate STREAM --config FILE``): the stream's requests
+  through the configured pipeline, each answer judged by the ``competitor`` model (with the
+  settings' taker limits) against the stream's recorded competing answers; the logistic then
+  smooths that competition into a probability of the edge. The strategy's edge must vary
+  (a constant spread identifies nothing, and is refused).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from backtest.calibration.logistic_fit import (
+    Calibration,
+    CalibrationRefused,
+    Criteria,
+    LogisticFit,
+    calibrate,
+    fit_logistic,
+)
+from backtest.fills import edge_bps
+from backtest.settings import BacktestSettings
+from backtest.stream.events import Header, PriceEvent, StreamEvent
+from solver.config import BotConfig
+from solver.errors import ConfigError
+
+__all__ = [
+    "LOST_STATES",
+    "WON_STATES",
+    "Calibration",
+    "CalibrationRefused",
+    "Criteria",
+    "LogisticFit",
+    "Observations",
+    "PriceBook",
+    "calibrate",
+    "calibration_summary",
+    "fit_logistic",
+    "observations_from_replay",
+    "observations_from_store",
+    "write_fit",
+]
+
+WON_STATES = frozenset({"WON", "SETTLING", "SETTLED", "FAILED"})
+LOST_STATES = frozenset({"LOST"})
+
+
+# ------------------------------------------------------------------------------ observations
+
+
+@dataclass
+class Observations:
+    edges: list[float] = field(default_factory=list)
+    won: list[bool] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def add(self, edge: float, won: bool) -> None:
+        self.edges.append(edge)
+        self.won.append(won)
+
+    def fit(self) -> LogisticFit:
+        """The bare fit (no checks); use :meth:`calibrate` for anything reported."""
+        return fit_logistic(self.edges, self.won)
+
+    def calibrate(self, criteria: Criteria | None = None) -> Calibration:
+        return calibrate(self.edges, self.won, criteria)
+
+
+class PriceBook:
+    """Reference prices over time, per asset, for lookups at arbitrary times."""
+
+    def __init__(self) -> None:
+        self._raw: dict[str, list[tuple[float, float]]] = {}
+        self._times: dict[str, list[float]] = {}
+        self._prices: dict[str, list[float]] = {}
+
+    def add(self, asset: str, t: float, usd: float) -> None:
+        if usd > 0 and math.isfinite(usd):
+            self._raw.setdefault(asset, []).append((t, usd))
+            self._times.pop(asset, None)
+
+    def at(self, asset: str, t: float, max_gap_s: float) -> float | None:
+        times = self._times.get(asset)
+        if times is None:
+            raw = sorted(self._raw.get(asset, ()))
+            times = self._times[asset] = [p[0] for p in raw]
+            self._prices[asset] = [p[1] for p in raw]
+        prices = self._prices[asset]
+        i = bisect.bisect_right(times, t) - 1
+        if i >= 0 and t - times[i] <= max_gap_s:
+            return prices[i]
+        if i + 1 < len(times) and times[i + 1] - t <= max_gap_s:
+            return prices[i + 1]
+        return None
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise ConfigError(f"no store at {path}")
+    try:
+        return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot open the store {path}: {exc}") from None
+
+
+def observations_from_store(
+    db: str | Path,
+    decimals: Mapping[str, int],
+    prices: Iterable[PriceEvent] = (),
+    *,
+    max_gap_s: float = 300.0,
+) -> Observations:
+    book = PriceBook()
+    for event in prices:
+        book.add(event.asset, event.ts.timestamp(), float(event.usd))
+    obs = Observations()
+    conn = _connect_read_only(Path(db))
+    try:
+        for at, asset_in, p_in, asset_out, p_out in conn.execute(
+            "SELECT at, asset_in, price_in_usd, asset_out, price_out_usd FROM fills"
+        ):
+            t = datetime.fromisoformat(at).timestamp()
+            if p_in is not None:
+                book.add(asset_in, t, float(p_in))
+            if p_out is not None:
+                book.add(asset_out, t, float(p_out))
+        rows = conn.execute(
+            "SELECT created_at, asset_in, asset_out, amount_in, amount_out, state FROM quotes "
+            "ORDER BY created_at, quote_id"
+        )
+        for created, asset_in, asset_out, amount_in, amount_out, state in rows:
+            if state in WON_STATES:
+                won = True
+            elif state in LOST_STATES:
+                won = False
+            else:
+                obs.skipped[f"state {state}"] += 1
+                continue
+            if asset_in not in decimals or asset_out not in decimals:
+                obs.skipped["unknown decimals"] += 1
+                continue
+            t = datetime.fromisoformat(created).timestamp()
+            price_in = book.at(asset_in, t, max_gap_s)
+            price_out = book.at(asset_out, t, max_gap_s)
+            if price_in is None or price_out is None:
+                obs.skipped["no reference price"] += 1
+                continue
+            obs.add(
+                edge_bps(
+                    int(amount_in),
+                    price_in / 10 ** decimals[asset_in],
+                    int(amount_out),
+                    price_out / 10 ** decimals[asset_out],
+                ),
+                won,
+            )
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot read the store {db}: {exc}") from None
+    finally:
+        conn.close()
+    return obs
+
+
+def observations_from_replay(
+    events: Iterable[StreamEvent],
+    header: Header,
+    config: BotConfig,
+    settings: BacktestSettings,
+) -> Observations:
+    """Replay with the ``competitor`` model and record each answer's edge and verdict.
+
+    The settings' taker limits stay (a user over their limit refuses whatever the competition).
+    """
+    from backtest.engine import Replay  # the replay is heavy; the fit alone does not need it
+
+    obs = Observations()
+    fill = settings.fill.model_copy(update={"model": "competitor"})
+    competitor = settings.model_copy(update={"fill": fill})
+    Replay(config, competitor, observe=obs.add).run(events, header)
+    return obs
+
+
+def write_fit(path: str | Path, fit: LogisticFit, source: str) -> Path:
+    """Write the fit as a ``--backtest-config`` file: JSON for ``.json``, else YAML (with the
+    intervals as comments). A fit in which a better price wins less is never written."""
+    if not fit.b > 0:
+        raise CalibrationRefused(
+            f"not writing a fit with b = {fit.b:.4g}: a better price wins less"
+        )
+    target = Path(path)
+    document = fit.settings()
+    if target.suffix.lower() == ".json":
+        text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    else:
+        where = " ".join(source.split())
+        intervals = ""
+        if math.isfinite(fit.se_a) and math.isfinite(fit.se_b):
+            (a_lo, a_hi), (b_lo, b_hi) = fit.a_interval(), fit.b_interval()
+            intervals = (
+                f"# 95 % intervals: a {a_lo:.4g} .. {a_hi:.4g}, b {b_lo:.4g} .. {b_hi:.4g}; "
+                f"50 % win at {fit.edge_at(0.5):.2f} bps of edge.\n"
+            )
+        text = (
+            f"# Fitted by solver backtest calibrate from {where}: {fit.n} quotes, {fit.won} "
+            f"won; log-likelihood {fit.log_likelihood:.3f}, converged: {fit.converged}.\n"
+            + intervals
+            + "# P(win) = 1 / (1 + exp(-(a + b * edge_bps))); use with --backtest-config.\n"
+            + yaml.safe_dump(document, sort_keys=True)
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {target}: {exc.strerror}") from None
+    return target
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant digits: what a reader needs, not float noise."""
+    return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+
+
+def calibration_summary(calibration: Calibration) -> dict[str, object]:
+    """The readable report of ``solver backtest calibrate`` (JSON-ready; docs/backtest.md)."""
+    x = calibration.edges
+    wins = int(calibration.won.sum())
+    summary: dict[str, object] = {
+        "model": "P(win) = 1 / (1 + exp(-(a + b * edge_bps)))",
+        "quotes": int(x.size),
+        "won": wins,
+        "lost": int(x.size) - wins,
+        "edge_bps": calibration.edge_summary(),
+    }
+    fit = calibration.fit
+    if fit is not None and calibration.ok:
+        a_lo, a_hi = fit.a_interval()
+        b_lo, b_hi = fit.b_interval()
+        summary |= {
+            "a": _sig(fit.a),
+            "a_95": [_sig(a_lo), _sig(a_hi)],
+            "b": _sig(fit.b),
+            "b_95": [_sig(b_lo), _sig(b_hi)],
+            "edge_bps_at_50pct_win": round(fit.edge_at(0.5), 2),
+            "win_probability": [
+                {
+                    "edge_bps": round(float(e), 2),
+                    "fitted": round(fit.probability(float(e)), 4),
+                    "fitted_95": [round(p, 4) for p in fit.probability_interval(float(e))],
+                }
+                for e in np.quantile(x, [0.05, 0.5, 0.95])
+            ],
+            "log_likelihood": round(fit.log_likelihood, 3),
+            "iterations": fit.iterations,
+            "converged": fit.converged,
+        }
+    summary["buckets"] = [b.as_dict() for b in calibration.buckets]
+    summary["warnings"] = list(calibration.warnings)
+    if calibration.refusals:
+        summary["refused"] = list(calibration.refusals)
+    return summary

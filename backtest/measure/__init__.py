@@ -1,0 +1,1 @@
+"""What a replay measures: counts, fills with markouts, series, per-pair detail."""

@@ -1,0 +1,296 @@
+"""What a replay measures besides the desk's own books: counts, fill records, series, risk.
+
+The desk (:mod:`solver.core`) owns PnL and the kill switch, in the replay as live: realized
+edge per fill, markouts, PnL marked to market, drawdown and daily loss are the desk's
+(:class:`~solver.core.pnl.PnlBook`). What is here only observes:
+
+- **counts**: requests, quotes, skips (the desk's counters, copied at the end), outcomes the
+  fill model decided, settlements the ledger refused, stream events by kind;
+- **fills** (``fills.csv``): one :class:`FillRecord` per settlement, with the prices and realized
+  edge of the desk's ``QuoteMoved`` fact and its markouts from the desk's ``Markout`` facts; a
+  record leaves memory once its last horizon has passed and it was handed to the sink;
+- **series** for the report: PnL and drawdown (the desk's, sampled at every tick), inventory per
+  token (after every fill); ``max_drawdown_usd`` is the largest drawdown seen at a tick;
+- **volume** (USD value of what we received, at settlement prices) and **fees** paid;
+- **inventory risk**: how far the inventory is from where it started, in USD: half the sum over
+  tokens of ``|balance - starting balance| * price`` (a swap of $x of one token for $x of
+  another moves it by x), updated at every price change and settlement.
+  ``inventory_risk_usd`` is its time-weighted mean over the run, ``max_inventory_risk_usd`` its
+  peak. The sweep's default objective penalises it (:mod:`backtest.sweep.run`).
+
+- **breakdowns** for the report (:mod:`backtest.measure.detail`): per pair (requests, quotes,
+  skips, fills, volume, realized edge and markouts in USD and bps), per UTC day (the PnL's
+  close), the dates of the largest drawdown, the latency of each request, and outcomes (quoted
+  or the skip's reason) per time bucket.
+
+Memory is flat in the stream length: histograms have fixed bins, time series are downsampled
+(:class:`Downsampled`), fills wait at most the longest markout horizon.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from backtest.measure.detail import (
+    DailyBook,
+    DrawdownWatch,
+    LatencyHistogram,
+    PairBook,
+    Timeline,
+)
+from solver.core.pnl import MARKOUT_HORIZONS_S
+
+HORIZONS_S: tuple[int, ...] = MARKOUT_HORIZONS_S
+"""The desk's markout horizons (seconds): the columns of ``fills.csv``."""
+EDGE_CLAMP_BPS = 500  # win rate against margin: 1-bp bins in [-500, 500]
+SIZE_BINS_PER_DECADE = 5
+
+
+@dataclass(slots=True)
+class FillRecord:
+    quote_id: str
+    requested_at: datetime
+    settled_at: datetime
+    asset_in: str
+    asset_out: str
+    exact_in: bool
+    amount_in: int
+    amount_out: int
+    fee: int
+    price_in: float
+    price_out: float
+    edge_bps: float
+    realized_usd: float
+    markouts: dict[int, float] = field(default_factory=dict)
+    done_us: int = 0
+    """When its last markout is due (µs since the epoch): after the tick at that time, done."""
+
+
+class Downsampled:
+    """A time series of at most ``2 * capacity`` points over any run length.
+
+    Every ``stride``-th point is kept; when the series is full, every other point is dropped and
+    the stride doubles. Deterministic, and the kept points stay evenly spread over the run.
+    """
+
+    def __init__(self, capacity: int = 1000) -> None:
+        self.capacity = capacity
+        self.points: list[tuple[float, tuple[float, ...]]] = []
+        self.stride = 1
+        self._count = 0
+        self.last: tuple[float, tuple[float, ...]] | None = None
+
+    def add(self, t: float, values: tuple[float, ...]) -> None:
+        self.last = (t, values)
+        if self._count % self.stride == 0:
+            self.points.append((t, values))
+            if len(self.points) >= 2 * self.capacity:
+                self.points = self.points[::2]
+                self.stride *= 2
+        self._count += 1
+
+    def series(self) -> list[tuple[float, tuple[float, ...]]]:
+        """The kept points and the latest one (so a plot reaches the end of the run)."""
+        if self.last is not None and (not self.points or self.points[-1] is not self.last):
+            return [*self.points, self.last]
+        return list(self.points)
+
+
+class Measurements:
+    def __init__(
+        self,
+        decimals: Mapping[str, int],
+        tokens: Iterable[str],
+        sink: Callable[[FillRecord], None] | None = None,
+        *,
+        pair_names: Mapping[tuple[str, str], str] | None = None,
+        symbols: Mapping[str, str] | None = None,
+    ) -> None:
+        self.tokens = sorted(tokens)
+        self.symbols = dict(symbols or {})
+        self.scale = {asset: 10.0 ** decimals[asset] for asset in decimals}
+        self.sink = sink
+        # The desk counts requests, quotes and skips; copied here by :meth:`counts`.
+        self.requests = self.quoted = 0
+        self.skips: Counter[str] = Counter()
+        self.won = 0
+        self.events: Counter[str] = Counter()
+        self.lost: Counter[str] = Counter()
+        self.settle_failed: Counter[str] = Counter()
+        self.edge_bins: dict[int, list[int]] = {}  # bps bin -> [resolved, won]
+        self.size_bins: dict[int, list[int]] = {}  # log10(usd) bin -> [lost, won]
+        self.marks: dict[str, float] = {}
+        self.balances: dict[str, int] = {}
+        self.volume = self.fees = 0.0
+        self.max_drawdown = 0.0
+        self.open_fills: deque[FillRecord] = deque()
+        self._by_quote: dict[str, FillRecord] = {}
+        self._last_horizon_us = max(HORIZONS_S) * 1_000_000
+        self.pnl_series = Downsampled()
+        self.inventory_series = Downsampled()
+        self.first_ts: datetime | None = None
+        self.last_ts: datetime | None = None
+        self.start_balances: dict[str, int] = {}
+        self.exposure = self.max_exposure = self.exposure_integral = 0.0
+        self._exposure_t0 = self._exposure_t = 0.0
+        self._exposure_started = False
+        self.pairs = PairBook(pair_names or {}, self.symbols)
+        self.daily = DailyBook()
+        self.drawdown = DrawdownWatch()
+        self.latency = LatencyHistogram()
+        self.outcomes = Timeline()
+
+    # ------------------------------------------------------------------ counts
+
+    def counts(self, requests: int, quoted: int, skips: Mapping[str, int]) -> None:
+        """The desk's counters (``DeskStats``), taken at progress reports and at the end."""
+        self.requests, self.quoted = requests, quoted
+        self.skips = Counter(skips)
+
+    def on_request(
+        self, asset_in: str, asset_out: str, t_us: int, latency_ms: float, skip: str | None
+    ) -> None:
+        """A request the desk answered at ``ts + latency_ms``: quoted (``skip`` None) or skipped
+        with that reason (the desk counts totals; this keeps pairs, latency and time)."""
+        pair, everything = self.pairs.stats(asset_in, asset_out), self.pairs.all
+        pair.requests += 1
+        everything.requests += 1
+        if skip is None:
+            pair.quoted += 1
+            everything.quoted += 1
+            skip = "quoted"
+        else:
+            pair.skips[skip] += 1
+            everything.skips[skip] += 1
+        self.latency.add(latency_ms)
+        self.outcomes.add(t_us / 1e6, skip)
+
+    def on_resolved(self, edge_bps: float, notional_usd: float, won: bool) -> None:
+        # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge_bps))), NaN to -EDGE_CLAMP_BPS
+        if -EDGE_CLAMP_BPS <= edge_bps <= EDGE_CLAMP_BPS:
+            bin_ = round(edge_bps)
+        else:
+            bin_ = EDGE_CLAMP_BPS if edge_bps > EDGE_CLAMP_BPS else -EDGE_CLAMP_BPS
+        counts = self.edge_bins.get(bin_)
+        if counts is None:
+            counts = self.edge_bins[bin_] = [0, 0]
+        counts[0] += 1
+        counts[1] += won
+        size = (
+            math.floor(math.log10(notional_usd) * SIZE_BINS_PER_DECADE)
+            if notional_usd > 0
+            else -10 * SIZE_BINS_PER_DECADE
+        )
+        sizes = self.size_bins.get(size)
+        if sizes is None:
+            sizes = self.size_bins[size] = [0, 0]
+        sizes[1 if won else 0] += 1
+
+    # ------------------------------------------------------------------ inventory risk
+
+    def start(self, balances: Mapping[str, int], prices: Mapping[str, float], t: float) -> None:
+        """Starting balances and the prices known at the start (inventory risk's reference)."""
+        self.marks.update(prices)
+        self.balances.update(balances)
+        self.start_balances = dict(self.balances)
+        self._update_exposure(t)
+        self.inventory_series.add(
+            t, tuple(self.balances.get(a, 0) / self.scale[a] for a in self.tokens)
+        )
+
+    def _update_exposure(self, t: float) -> None:
+        """Integrate the inventory risk up to ``t``, then take its new value."""
+        if not self._exposure_started:
+            self._exposure_started = True
+            self._exposure_t0 = self._exposure_t = t
+        if t > self._exposure_t:
+            self.exposure_integral += self.exposure * (t - self._exposure_t)
+            self._exposure_t = t
+        marks, scale, start = self.marks, self.scale, self.start_balances
+        moved = 0.0
+        for asset, amount in self.balances.items():
+            price = marks.get(asset)
+            if price is not None:
+                delta = amount - start.get(asset, 0)
+                if delta:
+                    moved += abs(delta) * price / scale[asset]
+        self.exposure = moved / 2
+        self.max_exposure = max(self.max_exposure, self.exposure)
+
+    def inventory_risk(self) -> float:
+        """The time-weighted mean inventory risk (USD) from the start to the last update."""
+        span = self._exposure_t - self._exposure_t0
+        if span <= 0:
+            return self.exposure
+        return self.exposure_integral / span
+
+    def on_price(self, asset: str, usd: float, t: float) -> None:
+        self.marks[asset] = usd
+        if asset in self.balances and self.balances[asset] != self.start_balances.get(asset, 0):
+            self._update_exposure(t)
+
+    def on_balances(self, balances: Mapping[str, int], t: float) -> None:
+        self.balances.update(balances)
+        self._update_exposure(t)
+        self.inventory_series.add(
+            t, tuple(self.balances.get(a, 0) / self.scale[a] for a in self.tokens)
+        )
+
+    # ------------------------------------------------------------------ the desk's PnL
+
+    def on_tick(self, t: float, pnl: float | None, drawdown: float, realized: float = 0.0) -> None:
+        """The desk's marked PnL, drawdown and realized edge at a tick (None: not marked yet)."""
+        if pnl is None:
+            return
+        self.max_drawdown = max(self.max_drawdown, drawdown)
+        self.pnl_series.add(t, (pnl, drawdown, realized))
+        self.daily.on_tick(t, pnl, realized)
+        self.drawdown.on_tick(t, pnl, drawdown)
+
+    # ------------------------------------------------------------------ fills
+
+    def on_fill(self, record: FillRecord, settled_us: int) -> None:
+        self.won += 1
+        notional = record.amount_in * record.price_in / self.scale[record.asset_in]
+        self.volume += notional
+        for stats in self.pairs.both(record.asset_in, record.asset_out):
+            stats.won += 1
+            stats.volume_usd += notional
+            stats.realized_usd += record.realized_usd
+            if notional > 0:
+                stats.realized_bps.add(record.realized_usd / notional * 1e4)
+        self.fees += record.fee * record.price_out / self.scale[record.asset_out]
+        record.done_us = settled_us + self._last_horizon_us
+        self.open_fills.append(record)
+        self._by_quote[record.quote_id] = record
+
+    def markout(self, quote_id: str, horizon_s: int, value_usd: float) -> None:
+        """A ``Markout`` fact of the desk."""
+        record = self._by_quote.get(quote_id)
+        if record is not None:
+            record.markouts[horizon_s] = value_usd
+            notional = record.amount_in * record.price_in / self.scale[record.asset_in]
+            for stats in self.pairs.both(record.asset_in, record.asset_out):
+                stats.markout(horizon_s, value_usd, notional)
+
+    def flush(self, now_us: int | None = None) -> None:
+        """Hand the fills whose last markout was due by ``now_us`` (None: all) to the sink."""
+        fills, by_quote, sink = self.open_fills, self._by_quote, self.sink
+        while fills and (now_us is None or fills[0].done_us <= now_us):
+            record = fills.popleft()
+            if by_quote.get(record.quote_id) is record:
+                del by_quote[record.quote_id]
+            if sink is not None:
+                sink(record)
+
+    def finish(self, t: float | None = None) -> None:
+        """Hand the fills whose markouts fell after the end of the replay to the sink, and
+        carry the inventory risk to ``t`` (the end of the replay)."""
+        if t is not None and self._exposure_started and t > self._exposure_t:
+            self.exposure_integral += self.exposure * (t - self._exposure_t)
+            self._exposure_t = t
+        self.flush()

@@ -1,0 +1,224 @@
+"""The report's derived figures, as plain data for ``summary.json`` and the HTML tables.
+
+Each function reads a finished :class:`~backtest.engine.ReplayResult` (the desk's books and
+:mod:`backtest.measure.measurements`'s breakdowns) and returns JSON-ready values: USD rounded to
+1e-6, bps to
+1e-4, times as ISO 8601 UTC, nothing from the wall clock, so ``summary.json`` stays
+byte-identical between identical runs.
+
+- **PnL split**: *spread earned* is the realized edge of every fill at its fill time (the desk's
+  ``realized_usd``: value received − value given at the fill's reference prices, fees included);
+  *inventory revaluation* is the rest of the marked PnL (``pnl − spread earned``): what the
+  balances gained or lost as prices moved after the fills.
+- **Daily PnL**: the change of the desk's marked PnL from one UTC day's close (its last tick) to
+  the next; the first day counts from zero. Partial first and last days count as days.
+- **Sharpe and Sortino** of the daily PnL (in USD, so the ratio is of money, not of returns on
+  a capital figure): ``mean / sd`` and ``mean / downside deviation`` (root mean square of the
+  days below zero, over all days), both × √365 (crypto trades every day). Fewer than two days, or
+  no variation: ``None`` ("n/a" in the report): a ratio over one day says nothing.
+- **Markouts in bps**: each fill's markout divided by its notional (the USD value of what we
+  received at fill time), per horizon; mean and its standard error (error bars: ± 1.96 se).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from backtest.engine import ReplayResult
+from backtest.measure.detail import DAY_S, Moments, PairStats
+from backtest.measure.measurements import HORIZONS_S
+from backtest.settings import BacktestSettings
+from solver.config import BotConfig
+
+ANNUALISE = math.sqrt(365)
+"""Daily ratios are annualised by √365: the network trades every day of the year."""
+
+
+def usd(value: float) -> float:
+    """A USD figure as written: rounded to 1e-6, never ``-0.0``."""
+    return float(f"{value:.6f}") + 0.0
+
+
+def bps(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.4f}") + 0.0
+
+
+def iso(t: float | None) -> str | None:
+    """Seconds since the epoch as ISO 8601 UTC (milliseconds), or None."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(round(t, 3), UTC).isoformat(timespec="milliseconds")
+
+
+def moments(m: Moments) -> dict[str, Any]:
+    return {"n": m.n, "mean": bps(m.mean), "se": bps(m.stderr)}
+
+
+# ------------------------------------------------------------------------------ money
+
+
+def pnl_split(result: ReplayResult) -> dict[str, float]:
+    book = result.desk.pnl
+    pnl = book.pnl or 0.0
+    return {
+        "spread_earned_usd": usd(book.realized_usd),
+        "inventory_revaluation_usd": usd(pnl - book.realized_usd),
+    }
+
+
+def daily(result: ReplayResult) -> list[dict[str, Any]]:
+    rows = []
+    close = 0.0
+    for day, pnl, spread in result.measures.daily.days():
+        close += pnl
+        rows.append(
+            {
+                "date": datetime.fromtimestamp(day * DAY_S, UTC).date().isoformat(),
+                "pnl_usd": usd(pnl),
+                "spread_earned_usd": usd(spread),
+                "inventory_revaluation_usd": usd(pnl - spread),
+                "close_pnl_usd": usd(close),
+            }
+        )
+    return rows
+
+
+def ratios(daily_pnl: Sequence[float]) -> dict[str, Any]:
+    """Sharpe and Sortino of daily PnL, annualised by √365 (None when undefined)."""
+    n = len(daily_pnl)
+    out: dict[str, Any] = {"days": n, "annualisation": "sqrt(365)", "sharpe": None, "sortino": None}
+    if n < 2:
+        return out
+    mean = sum(daily_pnl) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in daily_pnl) / (n - 1))
+    downside = math.sqrt(sum(min(0.0, x) ** 2 for x in daily_pnl) / n)
+    if sd > 0:
+        out["sharpe"] = round(mean / sd * ANNUALISE, 4)
+    if downside > 0:
+        out["sortino"] = round(mean / downside * ANNUALISE, 4)
+    return out
+
+
+def drawdown(result: ReplayResult) -> dict[str, Any]:
+    watch = result.measures.drawdown
+    return {
+        "usd": usd(result.measures.max_drawdown),
+        "peak_at": iso(watch.max_peak_t) if watch.trough_t is not None else None,
+        "trough_at": iso(watch.trough_t),
+        "recovered_at": iso(watch.recovered_t),
+    }
+
+
+# ------------------------------------------------------------------------------ pairs
+
+
+def _pair(stats: PairStats) -> dict[str, Any]:
+    return {
+        "requests": stats.requests,
+        "quoted": stats.quoted,
+        "won": stats.won,
+        "win_rate": round(stats.won / stats.quoted, 6) if stats.quoted else 0.0,
+        "skips": dict(sorted(stats.skips.items())),
+        "volume_usd": usd(stats.volume_usd),
+        "realized_usd": usd(stats.realized_usd),
+        "realized_bps": moments(stats.realized_bps),
+        "markouts_usd": {f"{h}s": usd(stats.markout_usd.get(h, 0.0)) for h in HORIZONS_S},
+        "markouts_bps": {f"{h}s": moments(stats.markout_bps.get(h, Moments())) for h in HORIZONS_S},
+    }
+
+
+def pairs(result: ReplayResult) -> dict[str, Any]:
+    """Per pair (``BASE/QUOTE``, both directions), and ``all`` of them together."""
+    book = result.measures.pairs
+    out = {name: _pair(book.pairs[name]) for name in sorted(book.pairs)}
+    return {"pairs": out, "all": _pair(book.all)}
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+def latency(result: ReplayResult) -> dict[str, Any]:
+    hist = result.measures.latency
+    return {
+        "n": hist.n,
+        "mean_ms": round(hist.total / hist.n, 3) if hist.n else None,
+        "p50_ms": hist.quantile(0.5),
+        "p90_ms": hist.quantile(0.9),
+        "p99_ms": hist.quantile(0.99),
+        "max_ms": round(hist.max, 3) if hist.n else None,
+    }
+
+
+def outcomes_over_time(result: ReplayResult) -> dict[str, Any]:
+    timeline = result.measures.outcomes
+    return {
+        "bucket_s": timeline.width_s,
+        "rows": [
+            {"from": iso(start), **dict(sorted(counts.items()))}
+            for start, counts in timeline.rows()
+        ],
+    }
+
+
+def digest(data: Any) -> str:
+    """``sha256:`` of the canonical JSON of ``data`` (sorted keys, no spaces)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def config_block(config: BotConfig, settings: BacktestSettings) -> dict[str, Any]:
+    """What ran: each pair's strategy and parameters, the backtest settings, and digests of the
+    validated bot config and settings (two runs with equal digests ran the same configuration,
+    whatever the YAML's comments and key order)."""
+    symbols = {asset: token.symbol for asset, token in config.tokens.items()}
+    bot = config.model_dump(mode="json")
+    backtest = settings.model_dump(mode="json")
+    return {
+        "digest": digest(bot),
+        "backtest_digest": digest(backtest),
+        "pairs": [
+            {
+                "pair": f"{symbols.get(p.base, p.base)}/{symbols.get(p.quote, p.quote)}",
+                "strategy": p.strategy,
+                "params": p.params,
+            }
+            for p in config.pairs
+        ],
+        "risk": {
+            "max_drawdown_usd": bot.get("risk", {}).get("max_drawdown_usd"),
+            "max_daily_loss_usd": bot.get("risk", {}).get("max_daily_loss_usd"),
+        },
+        "backtest": backtest,
+    }
+
+
+def report_sections(result: ReplayResult) -> dict[str, Any]:
+    """Everything above, keyed as in ``summary.json``."""
+    days = daily(result)
+    return {
+        "pnl_split": pnl_split(result),
+        "daily": days,
+        "daily_ratios": ratios([row["pnl_usd"] for row in days]),
+        "drawdown": drawdown(result),
+        **pairs(result),
+        "latency_ms": latency(result),
+        "outcomes_over_time": outcomes_over_time(result),
+    }
+
+
+def halted_note(figures: Mapping[str, Any]) -> str | None:
+    """One sentence for stdout and the report when the kill switch stopped quoting."""
+    halted = figures.get("halted")
+    if not halted:
+        return None
+    paused = figures.get("skips", {}).get("paused", 0)
+    return (
+        f"halted at {halted['at']} by the kill switch ({halted['reason']}); "
+        f"{paused:,} of {figures.get('requests', 0):,} requests were skipped as paused after "
+        "that. Rerun with --no-kill-switch to see the strategy without it."
+    )

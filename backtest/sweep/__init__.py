@@ -1,0 +1,1 @@
+"""Sweeps: many configurations of one stream, in parallel, ranked, with their outputs."""

@@ -1,0 +1,1 @@
+"""Synthetic quote streams: flow, parameters and the generator."""

@@ -1,0 +1,1 @@
+"""``solver backtest …`` and ``solver record``: streams, replays, calibration and sweeps."""

@@ -1,0 +1,2 @@
+"""``solver swap …``: moving inventory by hand through the swap API, and the rebalancer's
+records."""

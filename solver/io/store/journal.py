@@ -1,0 +1,152 @@
+"""The desk's journal in the SQLite store (DESIGN "Persistence is the desk's journal").
+
+Every fact the desk decides (:mod:`solver.core.facts`) is appended to the ``journal`` table in
+the store's open transaction; :meth:`SqliteJournal.commit` makes the batch durable, and the
+driver commits before any answer decided in the batch leaves the process (group commit: one
+commit per turn of the event loop, not one per quote). On start, :meth:`SqliteJournal.load`
+gives the latest desk snapshot and every fact after it, and the desk applies them in order.
+
+The quote path writes one row per answer: the journal entry, with the signed answer (kept
+for disputes). Its nonce needs no row of its own: quote nonces are unique by construction
+(:class:`~solver.protocol.nonce.NonceSequence`, a prefix the store registers per start). The
+tables people query — quotes, transitions, fills, balance snapshots, alerts — are derived from
+the journal in batches, off the quote path (:mod:`solver.io.store.projection`), a tick behind at
+most
+while the bot runs.
+
+The interface is small (append, commit, rollback, load, snapshot) so that a shared PostgreSQL
+journal for several instances can stand beside this one later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+import orjson
+
+from solver.core import facts as f
+from solver.io.store.schema import StoreError
+
+INSERT_ENTRY = "INSERT INTO journal (at, kind, body) VALUES (?, ?, ?)"
+SIGNED_DATA = "signed_data"
+"""The key of a ``quote_opened`` entry's body that carries the signed answer."""
+
+
+class Journal(Protocol):
+    """What the live driver needs of a journal."""
+
+    def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+class SqliteJournal:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._cur = conn.cursor()
+        self.appended = 0
+        """Facts appended since this journal was opened; it only ever grows (a rollback does
+        not take it back). Read by the snapshots' pacing, the store's checkpointer and its
+        projection, each against its own mark."""
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None:
+        """Append ``fact`` to the open transaction; ``commit`` makes it durable.
+        ``signed_data``: the signed answer of a ``QuoteOpened`` (kept for disputes)."""
+        cur = self._cur
+        try:
+            if not self._conn.in_transaction:
+                cur.execute("BEGIN")
+            if type(fact) is f.QuoteOpened:
+                body = f.encode(fact)
+                body[SIGNED_DATA] = signed_data or {}
+                entry = (f.micros(fact.created_at), "quote_opened", orjson.dumps(body).decode())
+            else:
+                body_text = orjson.dumps(f.encode(fact)).decode()
+                entry = (f.micros(_at(fact)), f.kind_of(fact), body_text)
+            cur.execute(INSERT_ENTRY, entry)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot record {f.kind_of(fact)}: {exc}") from None
+        self.appended += 1
+
+    def commit(self) -> None:
+        """Make everything appended so far durable (the group commit)."""
+        if self._conn.in_transaction:
+            try:
+                self._cur.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self.rollback()
+                raise StoreError(f"cannot commit the journal: {exc}") from None
+
+    def rollback(self) -> None:
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._cur.execute("ROLLBACK")
+
+    # ------------------------------------------------------------------ reading
+
+    def load(self) -> tuple[dict[str, Any] | None, list[f.Fact]]:
+        """The latest desk snapshot (or None) and every fact appended after it, in order.
+
+        An entry that cannot be read back stops the start with its sequence number: applying
+        the rest without it would rebuild a desk that is silently wrong."""
+        row = self._conn.execute(
+            "SELECT seq, body FROM desk_snapshots ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        snapshot: dict[str, Any] | None = None
+        after = 0
+        if row is not None:
+            after = int(row[0])
+            try:
+                snapshot = orjson.loads(row[1])
+            except orjson.JSONDecodeError as exc:
+                raise StoreError(
+                    f"the desk snapshot at journal entry {after} is damaged: {exc}"
+                ) from None
+        facts: list[f.Fact] = []
+        sql = "SELECT seq, kind, body FROM journal WHERE seq > ? ORDER BY seq"
+        for seq, kind, body in self._conn.execute(sql, (after,)):
+            try:
+                facts.append(f.decode(kind, orjson.loads(body)))
+            except (f.FactError, orjson.JSONDecodeError) as exc:
+                raise StoreError(f"journal entry {seq} ({kind}) cannot be read: {exc}") from None
+        return snapshot, facts
+
+    def write_snapshot(self, body: Mapping[str, Any], at: datetime) -> int:
+        """Store a desk snapshot covering every fact appended so far (committed with them).
+        Returns the journal position it covers. Older snapshots but the previous are dropped."""
+        self.commit()
+        row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
+        seq = int(row[0])
+        try:
+            cur = self._cur
+            cur.execute("BEGIN")
+            cur.execute(
+                "INSERT OR REPLACE INTO desk_snapshots (seq, at, body) VALUES (?, ?, ?)",
+                (seq, f.micros(at), orjson.dumps(dict(body)).decode()),
+            )
+            cur.execute(
+                "DELETE FROM desk_snapshots WHERE seq < (SELECT seq FROM desk_snapshots "
+                "ORDER BY seq DESC LIMIT 1 OFFSET 1)"
+            )
+            cur.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.rollback()
+            raise StoreError(f"cannot write the desk snapshot: {exc}") from None
+        return seq
+
+
+def _at(fact: f.Fact) -> datetime:
+    if type(fact) is f.BalancesReconciled:
+        return fact.observed
+    if type(fact) is f.QuoteOpened:
+        return fact.created_at
+    at: datetime = getattr(fact, "at")  # noqa: B009 (every other fact has ``at``)
+    return at

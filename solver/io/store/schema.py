@@ -1,0 +1,393 @@
+"""The SQLite store's SQL, the records it reads back, and exports (the schema itself and its
+migrations: :mod:`solver.io.store.migrations`).
+
+Conventions of every table:
+
+- Amounts are decimal TEXT: a u128 does not fit SQLite's 64-bit INTEGER, and text keeps them
+  exact. USD figures (reference prices, PnL) are decimal TEXT too, written from ``Decimal``.
+- Times are TEXT, ISO 8601 in UTC with microseconds (``2025-01-02T03:04:05.000006+00:00``):
+  readable in ``sqlite3`` and exports, exact to the microsecond, and one fixed width, so text
+  order is time order and ranges use the indexes.
+"""
+
+from __future__ import annotations
+
+import csv
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, TextIO
+
+import orjson
+
+from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.errors import SolverError
+
+
+class StoreError(SolverError):
+    """The store cannot be opened or written (missing file, not a database, disk full...)."""
+
+
+class NonceReusedError(StoreError):
+    """A nonce signed before (in this run or an earlier one) was about to be recorded again."""
+
+
+TABLES = (
+    "journal",
+    "requests",
+    "quotes",
+    "transitions",
+    "fills",
+    "balance_snapshots",
+    "alerts",
+    "nonces",
+    "nonce_prefixes",
+    "rebalances",
+    "rebalance_steps",
+)
+JSON_COLUMNS = frozenset(
+    {
+        "body",
+        "signed_data",
+        "markouts",
+        "plan",
+        "quote_request",
+        "quote_response",
+        "deposit_signed",
+        "status_response",
+    }
+)
+"""Columns holding JSON text (exports embed them as JSON values)."""
+
+
+# ------------------------------------------------------------------------------ statements
+
+INSERT_QUOTE = (
+    "INSERT INTO quotes (quote_id, quote_hash, created_at, deadline, asset_in, asset_out, "
+    "amount_in, amount_out, fee, nonce, signed_data, state, updated_at, exact_in, partner_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_NONCE = "INSERT INTO nonces (account, nonce, quote_id, signed_at) VALUES (?, ?, ?, ?)"
+UPDATE_STATE = (
+    "UPDATE quotes SET state = ?, updated_at = ?, reason = COALESCE(?, reason), "
+    "intent_hash = COALESCE(?, intent_hash), tx_hash = COALESCE(?, tx_hash) WHERE quote_id = ?"
+)
+INSERT_TRANSITION = (
+    "INSERT INTO transitions (quote_id, old, new, at, reason, intent_hash, tx_hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_REQUEST = (
+    "INSERT INTO requests (ts, quote_id, asset_in, asset_out, exact_in, amount, "
+    "min_deadline_ms, partner_id, outcome, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+QUOTE_COLUMNS = (
+    "SELECT quote_id, quote_hash, asset_in, asset_out, amount_in, amount_out, fee, deadline, "
+    "nonce, created_at, state, updated_at, intent_hash, tx_hash, reason FROM quotes "
+)
+PAIR = "(?1 IS NULL OR (asset_in = ?1 AND asset_out = ?2) OR (asset_in = ?2 AND asset_out = ?1))"
+SELECT_QUOTES = (
+    QUOTE_COLUMNS + f"WHERE created_at >= ?3 AND {PAIR} ORDER BY created_at DESC LIMIT ?4"
+)
+INSERT_FILL = (
+    "INSERT OR REPLACE INTO fills (quote_id, quote_hash, at, asset_in, amount_in, asset_out, "
+    "amount_out, fee, intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, "
+    "markouts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+FILL_COLUMNS = (
+    "SELECT quote_id, quote_hash, at, asset_in, amount_in, asset_out, amount_out, fee, "
+    "intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, markouts FROM fills "
+)
+SELECT_FILLS = FILL_COLUMNS + f"WHERE at >= ?3 AND {PAIR} ORDER BY at DESC LIMIT ?4"
+REBALANCE_FIELDS = (
+    "id", "created_at", "updated_at", "state", "asset", "asset_in", "asset_out", "amount_in",
+    "plan", "reason", "quote_request", "quote_response", "quote_signature", "deposit_address",
+    "deposit_memo", "amount_out", "min_amount_out", "deposit_intent_hash", "deposit_signed",
+    "deposit_nonce", "deposit_deadline", "deposit_tx_hash", "swap_status", "status_response",
+    "finished_at",
+)  # fmt: skip
+# The column names are the constant tuple above, never input.
+SAVE_REBALANCE = (
+    f"INSERT OR REPLACE INTO rebalances ({', '.join(REBALANCE_FIELDS)}) "  # noqa: S608
+    f"VALUES ({', '.join('?' * len(REBALANCE_FIELDS))})"
+)
+INSERT_REBALANCE_STEP = (
+    "INSERT INTO rebalance_steps (rebalance_id, at, state, detail) VALUES (?, ?, ?, ?)"
+)
+REBALANCE_COLUMNS = f"SELECT {', '.join(REBALANCE_FIELDS)} FROM rebalances "  # noqa: S608
+
+# ------------------------------------------------------------------------------ values
+
+
+def ts(moment: datetime) -> str:
+    """A timezone-aware time as the store writes it (UTC, microseconds, fixed width)."""
+    tz = moment.tzinfo
+    if tz is None:
+        raise ValueError("the store takes timezone-aware datetimes only")
+    if tz is not UTC:  # the bot's own times are UTC already (one per answer: skip the copy)
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds")
+
+
+def from_ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def opt_ts(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def usd(value: float | Decimal | str | None) -> Decimal | None:
+    """A USD figure as an exact ``Decimal`` (a float keeps its shortest repr)."""
+    if value is None or isinstance(value, Decimal):
+        return value
+    return Decimal(str(value))
+
+
+def opt_text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """A settled quote and what it was worth when it settled."""
+
+    quote_id: str
+    quote_hash: str
+    at: datetime
+    asset_in: str
+    amount_in: int
+    asset_out: str
+    amount_out: int
+    fee: int
+    intent_hash: str | None = None
+    tx_hash: str | None = None
+    price_in_usd: Decimal | None = None
+    price_out_usd: Decimal | None = None
+    realized_pnl_usd: Decimal | None = None
+    markouts: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_quote(
+        cls,
+        quote: TrackedQuote,
+        at: datetime,
+        *,
+        price_in_usd: float | Decimal | str | None = None,
+        price_out_usd: float | Decimal | str | None = None,
+        realized_pnl_usd: float | Decimal | str | None = None,
+        markouts: Mapping[str, Any] | None = None,
+    ) -> Fill:
+        return cls(
+            quote.quote_id,
+            quote.quote_hash,
+            at,
+            quote.asset_in,
+            quote.amount_in,
+            quote.asset_out,
+            quote.amount_out,
+            quote.fee,
+            quote.intent_hash,
+            quote.tx_hash,
+            usd(price_in_usd),
+            usd(price_out_usd),
+            usd(realized_pnl_usd),
+            dict(markouts or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceSnapshot:
+    """On-chain balances at one time, with what the bookkeeping expected (when it knew)."""
+
+    at: datetime
+    balances: dict[str, int]
+    expected: dict[str, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    id: int
+    at: datetime
+    kind: str
+    detail: str
+    resolved_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceRecord:
+    """One rebalance as stored (``solver.rebalance.rebalancer`` owns the states): the plan, the
+    quote
+    exactly as received (with the service's signature), the signed deposit ``transfer``, the
+    last swap status. ``finished_at`` is set once the state is terminal."""
+
+    id: str
+    created_at: datetime
+    updated_at: datetime
+    state: str
+    asset: str  # the asset whose band was left
+    asset_in: str  # the swap's origin asset (paid into the deposit address)
+    asset_out: str
+    amount_in: int
+    plan: Mapping[str, Any]
+    reason: str | None = None
+    quote_request: Mapping[str, Any] | None = None
+    quote_response: Mapping[str, Any] | None = None
+    quote_signature: str | None = None
+    deposit_address: str | None = None
+    deposit_memo: str | None = None
+    amount_out: int | None = None
+    min_amount_out: int | None = None
+    deposit_intent_hash: str | None = None
+    deposit_signed: Mapping[str, Any] | None = None
+    deposit_nonce: bytes | None = None
+    deposit_deadline: datetime | None = None
+    deposit_tx_hash: str | None = None
+    swap_status: str | None = None
+    status_response: Mapping[str, Any] | None = None
+    finished_at: datetime | None = None
+
+
+def _json_text(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else orjson.dumps(dict(value)).decode()
+
+
+def _opt_json(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def _opt_int(text: str | None) -> int | None:
+    return None if text is None else int(text)
+
+
+def rebalance_values(r: RebalanceRecord) -> tuple[Any, ...]:
+    """The row of ``r`` in the order of :data:`REBALANCE_FIELDS`."""
+    return (r.id, ts(r.created_at), ts(r.updated_at), r.state, r.asset, r.asset_in, r.asset_out,
+            str(r.amount_in), _json_text(r.plan), r.reason, _json_text(r.quote_request),
+            _json_text(r.quote_response), r.quote_signature, r.deposit_address, r.deposit_memo,
+            None if r.amount_out is None else str(r.amount_out),
+            None if r.min_amount_out is None else str(r.min_amount_out), r.deposit_intent_hash,
+            _json_text(r.deposit_signed),
+            None if r.deposit_nonce is None else r.deposit_nonce.hex(),
+            None if r.deposit_deadline is None else ts(r.deposit_deadline), r.deposit_tx_hash,
+            r.swap_status, _json_text(r.status_response),
+            None if r.finished_at is None else ts(r.finished_at))  # fmt: skip
+
+
+def rebalance_row(row: tuple[Any, ...]) -> RebalanceRecord:
+    return RebalanceRecord(
+        id=row[0],
+        created_at=from_ts(row[1]),
+        updated_at=from_ts(row[2]),
+        state=row[3],
+        asset=row[4],
+        asset_in=row[5],
+        asset_out=row[6],
+        amount_in=int(row[7]),
+        plan=orjson.loads(row[8]),
+        reason=row[9],
+        quote_request=_opt_json(row[10]),
+        quote_response=_opt_json(row[11]),
+        quote_signature=row[12],
+        deposit_address=row[13],
+        deposit_memo=row[14],
+        amount_out=_opt_int(row[15]),
+        min_amount_out=_opt_int(row[16]),
+        deposit_intent_hash=row[17],
+        deposit_signed=_opt_json(row[18]),
+        deposit_nonce=None if row[19] is None else bytes.fromhex(row[19]),
+        deposit_deadline=opt_ts(row[20]),
+        deposit_tx_hash=row[21],
+        swap_status=row[22],
+        status_response=_opt_json(row[23]),
+        finished_at=opt_ts(row[24]),
+    )
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def query_params(
+    since: datetime | None, pair: tuple[str, str] | None, limit: int
+) -> tuple[str | int | None, ...]:
+    # "" sorts before every stored time: no lower bound, and the time index still applies.
+    a, b = pair if pair is not None else (None, None)
+    return (a, b, "" if since is None else ts(since), limit)
+
+
+def tracked_row(row: tuple[Any, ...]) -> TrackedQuote:
+    return TrackedQuote(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        int(row[4]),
+        int(row[5]),
+        int(row[6]),
+        from_ts(row[7]),
+        bytes(row[8]),
+        from_ts(row[9]),
+        QuoteState(row[10]),
+        opt_ts(row[11]),
+        row[12],
+        row[13],
+        row[14],
+    )
+
+
+def fill_row(row: tuple[Any, ...]) -> Fill:
+    return Fill(
+        row[0],
+        row[1],
+        from_ts(row[2]),
+        row[3],
+        int(row[4]),
+        row[5],
+        int(row[6]),
+        int(row[7]),
+        row[8],
+        row[9],
+        usd(row[10]),
+        usd(row[11]),
+        usd(row[12]),
+        orjson.loads(row[13]),
+    )
+
+
+# ------------------------------------------------------------------------------ export
+
+
+def export_rows(conn: sqlite3.Connection, table: str, fmt: str, out: TextIO) -> int:
+    """Stream ``table`` to ``out`` as CSV or JSON Lines (see ``Store.export``); the row count."""
+    if table not in TABLES:
+        raise StoreError(f"unknown table {table!r}: one of {', '.join(TABLES)}")
+    if fmt not in ("csv", "jsonl"):
+        raise StoreError(f"unknown export format {fmt!r}: csv or jsonl")
+    order = "signed_at, account, nonce" if table == "nonces" else "rowid"  # WITHOUT ROWID
+    cursor = conn.execute(f"SELECT * FROM {table} ORDER BY {order}")  # noqa: S608
+    names = [d[0] for d in cursor.description]
+    writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
+    if writer is not None:
+        writer.writerow(names)
+    count = 0
+    for row in _batches(cursor):
+        values = [v.hex() if isinstance(v, bytes) else v for v in row]
+        if writer is not None:
+            writer.writerow(values)
+        else:
+            record = {
+                n: orjson.Fragment(v) if n in JSON_COLUMNS and v is not None else v
+                for n, v in zip(names, values, strict=True)
+            }
+            out.write(orjson.dumps(record).decode() + "\n")
+        count += 1
+    return count
+
+
+def _batches(cursor: sqlite3.Cursor, size: int = 500) -> Iterator[tuple[Any, ...]]:
+    while rows := cursor.fetchmany(size):
+        yield from rows

@@ -60,11 +60,21 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from backtest.fills import LOST_LATE, CompetitorBook, LatencyModel, edge_bps, make_fill_model
+from backtest.fills import LatencyModel, make_fill_model
 from backtest.measure.detail import pair_names
 from backtest.measure.measurements import FillRecord, Measurements
+from backtest.ports import (
+    ImmediateLoop,
+    LedgerNonceOracle,
+    NoMetrics,
+    Pending,
+    Refresh,
+    SimulatedRelay,
+    StandInSigner,
+    seeded_sequence,
+)
 from backtest.settings import BacktestSettings
-from backtest.settle import LedgerSettler, SettlementFailed
+from backtest.settle import LedgerSettler
 from backtest.stream.events import (
     CompetitorEvent,
     Header,
@@ -75,28 +85,17 @@ from backtest.stream.events import (
 )
 from solver.config import BotConfig
 from solver.core import facts as f
-from solver.core.actions import Action, CheckNonce, PauseChanged, RefreshBalances, SignAndSend
-from solver.core.actions import Record as RecordAction
-from solver.core.desk import NOT_FOUND, SETTLED, Desk
-from solver.core.events import (
-    BalancesSeen,
-    ConnectionRestored,
-    FeeSeen,
-    IntentStatusSeen,
-    NonceChecked,
-    PriceSeen,
-    QuoteNotSent,
-    QuoteRequested,
-    QuoteSigned,
-    QuoteStatusSeen,
-    SaltSeen,
-)
+from solver.core.actions import Alert, PauseChanged, SignAndSend
+from solver.core.desk import Desk
+from solver.core.events import BalancesSeen, ConnectionRestored, FeeSeen, PriceSeen, SaltSeen
 from solver.core.inventory import Inventory
 from solver.core.market import QuoteRequest
 from solver.core.pauses import RISK_KINDS
-from solver.core.quoting import Quote
+from solver.core.view import DeskView
 from solver.errors import ConfigError
-from solver.protocol.quote_signing import SignedQuote
+from solver.protocol.nonce import QuoteNonces
+from solver.runtime.executor import Executor
+from solver.runtime.ports import Ports
 from solver.runtime.wiring import build_desk
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -113,16 +112,6 @@ _T = TypeVar("_T")
 
 def micros(moment: datetime) -> int:
     return (moment - EPOCH) // _US
-
-
-@dataclass(slots=True)
-class _Pending:
-    quote: Quote
-    quote_hash: str
-    signed: SignedQuote | None
-    requested_at: datetime
-    edge_bps: float
-    notional_usd: float
 
 
 @dataclass(frozen=True)
@@ -174,7 +163,6 @@ class Replay:
             nonce_layout=config.nonce.layout,
             seed=settings.seed,
         )
-        self.fill_model = make_fill_model(settings.fill, settings.seed)
         self.latency = LatencyModel(settings.latency, settings.seed)
         symbols = {asset: token.symbol for asset, token in config.tokens.items()}
         self.measures = Measurements(
@@ -185,9 +173,37 @@ class Replay:
             symbols=symbols,
         )
         self.progress = progress
-        self.observe = observe
-        self.wait_ms = float(config.bus.wait_ms)
-        self.delay_us = settings.settlement_delay_ms * 1000
+        self.relay = SimulatedRelay(
+            settler=self.settler,
+            fill_model=make_fill_model(settings.fill, settings.seed),
+            measures=self.measures,
+            desk=DeskView(self.desk),
+            wait_ms=float(config.bus.wait_ms),
+            settlement_delay_ms=settings.settlement_delay_ms,
+            observe=observe,
+        )
+        self.now = EPOCH
+        """The simulated clock: the time of the work being done (a request as it reaches the
+        desk, an outcome, a tick)."""
+        self.executor = Executor(
+            self.desk,
+            Ports(
+                signer=self.settler.signer or StandInSigner(),
+                nonces=QuoteNonces(config.nonce.layout, seeded_sequence(settings.seed)),
+                journal=None,
+                sender=self.relay,
+                statuses=self.relay,
+                nonce_oracle=LedgerNonceOracle(self.settler),
+                balances=Refresh(self._balances),
+                salt=Refresh(self._salt),
+                alerts=self,
+                metrics=NoMetrics(),
+                loop=ImmediateLoop(),
+                clock=self._now,
+            ),
+        )
+        self.executor.observers += [self._on_fact, self.relay.on_fact]
+        self.relay.feed = self.executor.feed
         pipeline = self.desk.settings.pipeline
         shortest = min(
             pipeline.balance_max_age_s, pipeline.price_max_age_s, pipeline.salt_max_age_s
@@ -197,16 +213,9 @@ class Replay:
         for source in config.prices.sources:
             if source.kind == "static":
                 self.static.update(source.prices)
-        # Outcomes are due a constant delay after their request, so they come due in the order
-        # they were scheduled: a FIFO, merged with the ticks by time (outcomes first on a tie).
-        self._resolves: deque[tuple[int, _Pending]] = deque()
         self._next_tick_us = 2**62
-        self._nonces = itertools.count(1)
         self._fixed_latency = settings.latency.ms if settings.latency.kind == "fixed" else None
         self._clock_us = -(2**62)
-        self.competitors = CompetitorBook(
-            (int(self.wait_ms) + settings.settlement_delay_ms + 60_000) * 1000
-        )
         self.halted: dict[str, str] | None = None
         self._started = False
         self._handlers: dict[type, Callable[[Any, int], None]] = {
@@ -231,7 +240,7 @@ class Replay:
         start_at = buffered[0].ts if buffered else header.created
         start = self._setup(start_at, first_prices)
         count = 0
-        resolves, handlers = self._resolves, self._handlers
+        resolves, handlers = self.relay.resolves, self._handlers
         progress = self.progress
         last_ts: datetime | None = None
         t_us = clock = self._clock_us
@@ -268,7 +277,7 @@ class Replay:
         start_at = _at(buffered[0][1]) if buffered else header.created
         start = self._setup(start_at, first_prices)
         count = 0
-        resolves = self._resolves
+        resolves = self.relay.resolves
         progress = self.progress
         events = self.measures.events
         on_request, on_price, on_competitor = self._request, self._price, self._competitor
@@ -306,9 +315,10 @@ class Replay:
         starting balances."""
         start = self._starting_balances(first_prices)
         self.settler.fund(start, self.tokens)
-        desk = self.desk
-        desk.receive(FeeSeen(self.settler.fee_pips), start_at)
-        desk.receive(ConnectionRestored(), start_at)
+        feed = self.executor.feed
+        self.now = start_at
+        feed(FeeSeen(self.settler.fee_pips), start_at)
+        feed(ConnectionRestored(), start_at)
         start_us = self._clock_us = micros(start_at)
         self.measures.start(start, {**self.static, **first_prices}, start_us / 1e6)
         self._tick(start_us)
@@ -323,7 +333,7 @@ class Replay:
         # desk ticks once more (no ticks in between: no price comes after the stream, and
         # markouts due after that last tick are not taken).
         end_us = self._clock_us
-        resolves = self._resolves
+        resolves = self.relay.resolves
         while resolves:
             end_us, pending = resolves.popleft()
             self._resolve(pending, end_us)
@@ -406,7 +416,7 @@ class Replay:
 
     def _run_due(self, t_us: int) -> None:
         """Run the outcomes and ticks due at or before ``t_us``, in time order."""
-        resolves, tick_us = self._resolves, self.tick_us
+        resolves, tick_us = self.relay.resolves, self.tick_us
         while True:
             next_tick = self._next_tick_us
             if resolves and resolves[0][0] <= t_us and resolves[0][0] <= next_tick:
@@ -418,58 +428,53 @@ class Replay:
             else:
                 return
 
+    def _now(self) -> datetime:
+        return self.now
+
     def _refresh(self, now: datetime) -> None:
         """What the live timers keep fresh: the balances, the salt, the static prices."""
-        desk = self.desk
+        feed = self.executor.feed
         for asset, usd in self.static.items():
-            desk.receive(PriceSeen(asset, usd, now), now)
-        desk.receive(SaltSeen(self.settler.salt, now), now)
-        self._balances(now)
+            feed(PriceSeen(asset, usd, now), now)
+        self._salt()
+        self._balances()
 
-    def _balances(self, now: datetime) -> None:
-        balances = self.settler.balances(self.tokens)
-        self._carry_out(self.desk.receive(BalancesSeen(balances, now), now), now)
+    def _salt(self) -> None:
+        self.executor.feed(SaltSeen(self.settler.salt, self.now), self.now)
+
+    def _balances(self) -> None:
+        now = self.now
+        self.executor.feed(BalancesSeen(self.settler.balances(self.tokens), now), now)
 
     def _tick(self, t_us: int) -> None:
-        now = _at(t_us)
+        self.now = now = _at(t_us)
         self._refresh(now)
-        desk = self.desk
-        self._carry_out(desk.tick(now), now)
-        pnl = desk.pnl
+        self.executor.tick(now)
+        pnl = self.desk.pnl
         self.measures.on_tick(t_us / 1e6, pnl.pnl, pnl.drawdown_usd(), pnl.realized_usd)
         self.measures.flush(t_us)
 
-    def _carry_out(self, actions: list[Action], now: datetime) -> None:
-        """The desk's actions off the quote path. ``PollIntent`` needs no answer: every claim
-        is answered as soon as it is made (SETTLED or NOT_FOUND), so none is left to poll;
-        ``Alert`` has nobody to tell (a risk pause halts the replay, recorded in the result)."""
-        for action in actions:
-            if type(action) is RecordAction:
-                fact = action.fact
-                if type(fact) is f.Markout:
-                    self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
-            elif type(action) is PauseChanged:
-                self._paused(action)
-            elif type(action) is CheckNonce:
-                self._check_nonce(action, now)
-            elif type(action) is RefreshBalances:
-                self._balances(now)
+    def _resolve(self, pending: Pending, at_us: int) -> None:
+        self.now = at = _at(at_us)
+        self.relay.resolve(pending, at_us, at)
 
-    def _paused(self, action: PauseChanged) -> None:
-        pause = action.pause
-        if action.active and pause.kind in RISK_KINDS and self.halted is None:
+    def _on_fact(self, fact: f.Fact) -> None:
+        """Every fact the desk records: markouts are measured."""
+        if type(fact) is f.Markout:
+            self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
+
+    # ------------------------------------------------------------------ the alert port
+
+    def alert(self, alert: Alert, now: datetime) -> None:
+        """Nobody to tell in a replay: a risk pause halts it (below)."""
+
+    def pause_changed(self, change: PauseChanged) -> None:
+        pause = change.pause
+        if change.active and pause.kind in RISK_KINDS and self.halted is None:
             self.halted = {
                 "at": pause.at.isoformat(timespec="microseconds"),
                 "reason": f"{pause.kind}: {pause.reason}",
             }
-
-    def _check_nonce(self, action: CheckNonce, now: datetime) -> None:
-        # Signing on: the verifier's own record. Off: nothing is signed, but every settlement
-        # is reported to the desk as SETTLED at once, so a quote asked about never executed.
-        used = self.settler.signing and self.settler.ledger.is_nonce_used(
-            self.settler.solver, action.nonce
-        )
-        self._carry_out(self.desk.receive(NonceChecked(action.quote_id, used), now), now)
 
     # ------------------------------------------------------------------ events
 
@@ -482,6 +487,10 @@ class Replay:
     def _on_competitor(self, event: CompetitorEvent, t_us: int) -> None:
         self._competitor(event.quote_id, event.best_amount, t_us)
 
+    def _competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
+        self.measures.events["competitor"] += 1
+        self.relay.competitor(quote_id, best_amount, t_us)
+
     def _on_status(self, event: StatusEvent, t_us: int) -> None:
         self.measures.events["status"] += 1  # the recorder's own quotes: nothing to replay
 
@@ -489,44 +498,11 @@ class Replay:
         latency = self._fixed_latency
         if latency is None:
             latency = self.latency.sample()
-        now = ts + timedelta(milliseconds=latency) if latency else ts
-        desk = self.desk
-        action = desk.receive(QuoteRequested(request), now)[0]
-        on_request = self.measures.on_request
-        if type(action) is not SignAndSend:  # a Skip: the desk counted it
-            reason = getattr(action, "reason", type(action).__name__)
-            on_request(request.asset_in, request.asset_out, t_us, latency, reason)
-            return
-        on_request(request.asset_in, request.asset_out, t_us, latency, None)
-        quote = action.quote
-        quote_id = request.quote_id
-        if quote_id in desk.book.quotes:  # a repeated quote_id still open: cannot be signed
-            self.measures.events["duplicate_quote_id"] += 1
-            desk.receive(QuoteNotSent(quote_id, "duplicate quote_id"), now)
-            return
-        signed = self.settler.sign(quote) if self.settler.signing else None
-        if signed is not None:
-            quote_hash, nonce = signed.quote_hash, signed.nonce
-        else:
-            quote_hash, nonce = quote_id, next(self._nonces).to_bytes(32, "big")
-        desk.receive(QuoteSigned(quote_id, quote_hash, nonce), now)
-        prices, scale = desk.state.prices, self.measures.scale
-        asset_in, asset_out = request.asset_in, request.asset_out
-        v_in = prices[asset_in].usd / scale[asset_in]
-        v_out = prices[asset_out].usd / scale[asset_out]
-        amount_in = quote.amount_in
-        pending = _Pending(
-            quote,
-            quote_hash,
-            signed,
-            ts,
-            edge_bps(amount_in, v_in, quote.amount_out, v_out),
-            amount_in * v_in,
-        )
-        if latency > self.wait_ms:
-            self._lose(pending, LOST_LATE)
-        else:
-            self._resolves.append((t_us + self.delay_us, pending))
+        self.now = now = ts + timedelta(milliseconds=latency) if latency else ts
+        self.relay.arrive(ts, t_us, latency)
+        action = self.executor.request(request, now)[0]
+        reason = getattr(action, "reason", None) if type(action) is not SignAndSend else None
+        self.measures.on_request(request.asset_in, request.asset_out, t_us, latency, reason)
 
     def _price(self, asset: str, usd_text: str, ts: datetime, t_us: int) -> None:
         m = self.measures
@@ -536,88 +512,15 @@ class Replay:
             m.events["bad_price"] += 1
             return
         self.static.pop(asset, None)
-        desk = self.desk
-        desk.receive(PriceSeen(asset, usd, ts), ts)
+        self.now = ts
+        self.executor.feed(PriceSeen(asset, usd, ts), ts)
         m.on_price(asset, usd, t_us / 1e6)
-        if desk.pnl.start_equity is None and self._all_priced():
+        if self.desk.pnl.start_equity is None and self._all_priced():
             self._tick(t_us)  # the desk takes the starting equity once everything is priced
 
     def _all_priced(self) -> bool:
         prices = self.desk.state.prices
         return all(a in prices for a, amount in self.desk.inventory.confirmed.items() if amount)
-
-    def _competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
-        self.measures.events["competitor"] += 1
-        self.competitors.add(quote_id, best_amount, t_us)
-
-    # ------------------------------------------------------------------ outcomes
-
-    def _resolve(self, pending: _Pending, at_us: int) -> None:
-        quote = pending.quote
-        best = self.competitors.pop(quote.request.quote_id)
-        lost = self.fill_model.decide(quote, best, pending.edge_bps)
-        if self.observe is not None:
-            self.observe(pending.edge_bps, lost is None)
-        if lost is not None:
-            self._lose(pending, lost)
-        else:
-            self._settle(pending, at_us)
-
-    def _lose(self, pending: _Pending, reason: str) -> None:
-        # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.
-        m = self.measures
-        m.lost[reason] += 1
-        m.on_resolved(pending.edge_bps, pending.notional_usd, False)
-
-    def _settle(self, pending: _Pending, at_us: int) -> None:
-        quote = pending.quote
-        request = quote.request
-        quote_id = request.quote_id
-        at = _at(at_us)
-        m, desk = self.measures, self.desk
-        intent_hash = "intent:" + quote_id
-        try:
-            fee = self.settler.settle(quote, pending.signed, at)
-        except SettlementFailed as exc:
-            m.settle_failed[exc.reason] += 1
-            m.on_resolved(pending.edge_bps, pending.notional_usd, won=False)
-            self._carry_out(desk.receive(QuoteStatusSeen(pending.quote_hash, intent_hash), at), at)
-            self._carry_out(desk.receive(IntentStatusSeen(intent_hash, NOT_FOUND), at), at)
-            return
-        m.on_resolved(pending.edge_bps, pending.notional_usd, won=True)
-        desk.receive(QuoteStatusSeen(pending.quote_hash, intent_hash), at)
-        actions = desk.receive(IntentStatusSeen(intent_hash, SETTLED), at)
-        # OPEN → WON → SETTLED: the SETTLED fact carries the fill's prices.
-        prices = next(
-            (
-                a.fact.fill
-                for a in actions
-                if type(a) is RecordAction
-                and type(a.fact) is f.QuoteMoved
-                and a.fact.new == "SETTLED"
-            ),
-            None,
-        )
-        if prices is None:  # cannot happen: the quote is open until after its deadline
-            raise AssertionError(f"{quote_id}: the desk did not take a settlement the ledger made")
-        record = FillRecord(
-            quote_id,
-            pending.requested_at,
-            at,
-            request.asset_in,
-            request.asset_out,
-            request.exact_in,
-            quote.amount_in,
-            quote.amount_out,
-            fee,
-            prices.price_in,
-            prices.price_out,
-            pending.edge_bps,
-            prices.realized_usd,
-        )
-        m.on_fill(record, at_us)
-        self._carry_out(actions, at)  # RefreshBalances: the ledger's balances now
-        m.on_balances(desk.inventory.confirmed, at_us / 1e6)
 
 
 def _event_price(event: StreamEvent) -> tuple[str, str] | None:

@@ -155,7 +155,7 @@ async def _drive(
         if time.perf_counter() >= next_tick:  # the bot's ticker: deadlines, polls, PnL
             next_tick += TICK_S
             now = datetime.now(UTC)
-            bot.executor.run(bot.desk.tick(now), now, time.perf_counter())
+            bot.executor.tick(now)
         data = {"quote_id": f"{tag}-{i}", **templates[i % len(templates)]}
         raw = orjson.dumps(
             {
@@ -204,7 +204,7 @@ def _catch_up(bot: LiveBot) -> dict[str, Any]:
 
 
 async def _close(bot: LiveBot) -> None:
-    await bot.executor.drain()
+    await bot.drain()
     await bot.http.aclose()
     if bot.store is not None:
         bot.store.close()

@@ -224,7 +224,7 @@ def import_origin(tree: Path) -> str:
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tree,
-        env=_env(tree),
+        env=tree_env(tree),
         capture_output=True,
         text=True,
         check=True,
@@ -232,7 +232,7 @@ def import_origin(tree: Path) -> str:
     return done.stdout.strip()
 
 
-def _env(tree: Path) -> dict[str, str]:
+def tree_env(tree: Path) -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{path}" if path else str(tree)}
 
@@ -257,7 +257,7 @@ async def start_bot(system: System, config: BotConfig, tree: Path, scratch: Path
         raise RuntimeError(f"{system.name} would import solver from {system.imports_from}")
     argv = [sys.executable, "-m", "solver.cli", "run", "--config", str(config_path)]
     argv += ["--shutdown-wait", "0"]
-    env = {**_env(tree), KEY_ENV: system.key.to_text()}
+    env = {**tree_env(tree), KEY_ENV: system.key.to_text()}
     log_path = scratch / f"{system.name}.log"
     system.child = await start_child(system.name, argv, log_path, env=env, cwd=tree)
 
@@ -269,7 +269,7 @@ async def start_minimal(
     argv += ["--account", system.account, "--contract", info["verifier_contract"]]
     argv += ["--salt", info["current_salt"], "--prices", orjson.dumps(prices).decode()]
     system.imports_from = import_origin(ROOT)
-    env = {**_env(ROOT), KEY_ENV: system.key.to_text()}
+    env = {**tree_env(ROOT), KEY_ENV: system.key.to_text()}
     system.child = await start_child(system.name, argv, scratch / "minimal.log", env=env)
 
 

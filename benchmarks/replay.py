@@ -45,10 +45,13 @@ from benchmarks.common import (
     scratch_dir,
     write_json,
 )
+from benchmarks.quote_path_systems import export_tree, tree_env
 from benchmarks.replay_report import markdown, plot
 
 NAME = "replay"
 TARGET_RPS = 100_000
+BASELINE_REPEATS = 3
+"""Paired runs against ``--replay-baseline``: the median of three ratios."""
 SEED = 7
 RATE = 50.0
 PAIRS = (
@@ -287,7 +290,11 @@ def analyse_profile(profiler: cProfile.Profile, requests: int) -> dict[str, Any]
 # ------------------------------------------------------------------------------ the benchmark
 
 
-async def _run_child(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
+async def _run_child(
+    spec: dict[str, Any], scratch: Path, tree: Path | None = None
+) -> dict[str, Any]:
+    """One child replay; ``tree``: another revision's exported tree to run it from (its own
+    ``benchmarks.replay --child``, with that tree first on ``PYTHONPATH``)."""
     meter = CpuMeter({"self": None})
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -297,7 +304,8 @@ async def _run_child(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
         json.dumps(spec),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        cwd=ROOT,
+        cwd=tree or ROOT,
+        env=None if tree is None else tree_env(tree),
     )
     meter.pids["child"] = process.pid
     meter.start()
@@ -312,6 +320,35 @@ async def _run_child(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     # what says whether others disturbed it (self + child ≈ this benchmark).
     result["machine_busy_cores"] = cpu["machine_busy"]
     return result
+
+
+async def against_baseline(
+    rev: str, stream: str, n: int, scratch: Path, progress: Progress
+) -> dict[str, Any]:
+    """The replay at ``rev`` and here, :data:`BASELINE_REPEATS` times each, alternated, on the
+    same stream (``spread``, signing off, in-process): requests per CPU second of each run and
+    the median of the paired ratios (here / baseline)."""
+    tree, sha = export_tree(rev, scratch)
+    spec = {"strategy": "spread", "sign": False, "reader": "inproc", "n": n, "stream": stream}
+    pairs = []
+    for repeat in range(BASELINE_REPEATS):
+        order = ("here", "baseline") if repeat % 2 == 0 else ("baseline", "here")
+        got: dict[str, Any] = {}
+        for who in order:
+            named = {**spec, "name": f"{who}-{repeat}"}
+            result = await _run_child(named, scratch, tree if who == "baseline" else None)
+            got[who] = result["requests_per_cpu_s"]
+            progress.log(f"{who} ({repeat + 1}/{BASELINE_REPEATS}): {got[who]:,} requests/CPU s")
+        pairs.append({**got, "ratio": round(got["here"] / got["baseline"], 3)})
+    ratios = sorted(p["ratio"] for p in pairs)
+    return {
+        "rev": rev,
+        "commit": sha,
+        "setup": spec,
+        "pairs": pairs,
+        "median_ratio": ratios[len(ratios) // 2],
+        "not_slower": ratios[len(ratios) // 2] >= 1.0,
+    }
 
 
 def plan(quick: bool) -> tuple[int, int, list[dict[str, Any]]]:
@@ -338,6 +375,7 @@ async def run(
     command: str = "",
     quiet: dict[str, Any] | None = None,
     profile: str = "auto",
+    baseline: str = "none",
 ) -> dict[str, Any]:
     progress = Progress(NAME)
     scratch = scratch_dir(results_dir, NAME)
@@ -400,6 +438,13 @@ async def run(
             "memory_flat": all(m["ratio"] < 1.25 for m in memory.values()),
         },
         "profile": prof,
+        "baseline": (
+            None
+            if baseline == "none"
+            else await against_baseline(
+                baseline, streams[str(small)]["path"], small, scratch, progress
+            )
+        ),
         "runtime_s": round(time.monotonic() - started_all, 1),
     }
     write_json(results_dir / f"{NAME}.json", report)

@@ -123,6 +123,25 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
                 ],
             ),
         ]
+    base = r.get("baseline")
+    if base:
+        lines += [
+            "",
+            f"## Against `{base['rev']}` (`{base['commit'][:10]}`)",
+            "",
+            f"The same {base['setup']['n']:,}-request stream ({base['setup']['strategy']}, signing "
+            "off, read in-process) replayed by that revision's tree and by this one, alternated, "
+            f"three pairs: median ratio **{base['median_ratio']}** of requests per CPU second "
+            f"({'not slower' if base['not_slower'] else 'slower'}).",
+            "",
+            md_table(
+                ["pair", "here, requests/CPU s", "baseline, requests/CPU s", "ratio"],
+                [
+                    [i + 1, p["here"], p["baseline"], p["ratio"]]
+                    for i, p in enumerate(base["pairs"])
+                ],
+            ),
+        ]
     lines += ["", CORE_NOTES]
     return "\n".join(lines) + "\n"
 

@@ -71,6 +71,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default: %(default)s, the commit before the desk work)",
     )
     parser.add_argument(
+        "--replay-baseline",
+        default="none",
+        metavar="REV",
+        help="replay: also replay the 100k stream at this git revision (git archive into the "
+        "scratch folder), three paired runs, and report the ratio of requests per CPU second "
+        "(default: none)",
+    )
+    parser.add_argument(
         "--wait-quiet",
         type=float,
         default=None,
@@ -129,7 +137,7 @@ async def main_async(args: argparse.Namespace) -> int:
             elif name == "replay":
                 result = await replay.run(
                     args.results, quick=args.quick, command=command, quiet=quiet,
-                    profile=args.profile,
+                    profile=args.profile, baseline=args.replay_baseline,
                 )  # fmt: skip
             else:
                 result = await sandbox_load.run(

@@ -57,7 +57,7 @@ from solver.core.state import MarketState
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import BusWsClient
-from solver.io.price_feeds import PriceFeeds
+from solver.io.price_feeds import PriceFeeds, into
 from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
 
 log = logging.getLogger("backtest.stream.record")
@@ -311,7 +311,7 @@ class Recorder:
             else:
                 self._probing.pop(key, None)
 
-    async def _price_loop(self, feeds: PriceFeeds) -> None:
+    async def _price_loop(self, feeds: PriceFeeds, state: MarketState) -> None:
         loop = asyncio.get_running_loop()
         max_age_s = self.config.prices.max_age_ms / 1000
         next_at = loop.time()
@@ -319,7 +319,7 @@ class Recorder:
             await self._poll_prices(feeds)
             now = self.clock()
             for asset in sorted(self.tokens):
-                price = feeds.state.prices.get(asset)
+                price = state.prices.get(asset)
                 if price is None or price.age_s(now) > max_age_s:
                     continue
                 try:
@@ -415,7 +415,9 @@ class Recorder:
             decimals={a: t.decimals for a, t in config.tokens.items()},
             history_size=config.prices.history_size,
         )
-        feeds = PriceFeeds(state, self.clock, client=http, bus=bus_rpc, assets=self.tokens)
+        feeds = PriceFeeds(
+            state, into(state), self.clock, client=http, bus=bus_rpc, assets=self.tokens
+        )
         ws = BusWsClient(
             str(config.bus.ws_url),
             on_quote=self.on_quote,
@@ -431,7 +433,7 @@ class Recorder:
         drain = asyncio.create_task(self._drain(writer))
         ws_task = asyncio.create_task(ws.run(ws_stop))
         helpers = [
-            asyncio.create_task(self._price_loop(feeds)),
+            asyncio.create_task(self._price_loop(feeds, state)),
             asyncio.create_task(self._progress_loop(started)),
         ]
         stop_wait = asyncio.create_task(stop.wait())

@@ -63,7 +63,7 @@ class DemoReport:
         return self.value_usd(self.balances()) - self.value_usd(self.start)
 
     def table(self, elapsed: float, seconds: float) -> Table:
-        stats = self.app.desk.stats
+        stats = self.app.view.stats
         takers = self.sandbox.takers.stats if self.sandbox.takers else None
         table = Table(
             title=f"solver demo  {elapsed:5.1f}s / {seconds:.0f}s", show_header=False, expand=False
@@ -162,7 +162,7 @@ async def demo(
         bot_stop.set()
         await bot
         console.print(report.table(time.monotonic() - started, seconds))
-        stats = app.desk.stats
+        stats = app.view.stats
         settled = stats.outcomes.get("SETTLED", 0)
         console.print(
             f"[bold]done:[/bold] {stats.requests} requests, {app.executor.sent} quotes sent, "

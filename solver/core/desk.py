@@ -41,7 +41,7 @@ from solver.core.desk_risk import DeskRisk
 from solver.core.desk_state import DeskSettings, DeskStats
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, RISK_KINDS, STORE_ERROR
-from solver.core.quoting import Quote, Skip
+from solver.core.quoting import DUPLICATE_QUOTE_ID, Quote, Skip
 
 LOST_PER_FACT = 64
 """A ``QuotesLost`` fact names at most this many quotes; a tick that retires more records
@@ -101,6 +101,9 @@ class Desk(DeskRisk):
         pair = self.pair_book.of(request.asset_in, request.asset_out)
         if pair is not None:
             pair.requests += 1
+        if request.quote_id in self.book.quotes:  # the relay's ids are unique: a repeat
+            self.stats.skipped[DUPLICATE_QUOTE_ID] += 1
+            return [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
         outcome = self.pipeline.decide(request, now, event.received_at)
         if type(outcome) is Skip:
             self.stats.skipped[outcome.reason] += 1
@@ -112,15 +115,12 @@ class Desk(DeskRisk):
             if pair is not None:
                 pair.quotes += 1
             return [ShadowQuote(outcome)]
-        self._unsigned[outcome.request.quote_id] = outcome
         salt = self.state.salt
         assert salt is not None  # decide() skips without a salt
         return [SignAndSend(outcome, salt)]
 
     def _quote_signed(self, event: ev.QuoteSigned, now: datetime) -> list[Action]:
-        quote = self._unsigned.pop(event.quote_id, None)
-        if quote is None:
-            return []
+        quote = event.quote
         request = quote.request
         self.stats.signed += 1
         fact = f.QuoteOpened(
@@ -133,10 +133,10 @@ class Desk(DeskRisk):
 
     def _quote_not_sent(self, event: ev.QuoteNotSent, now: datetime) -> list[Action]:
         actions: list[Action] = []
-        if self._unsigned.pop(event.quote_id, None) is not None:
-            self.inventory.release(event.quote_id)
-        elif self.book.get(event.quote_id) is not None:
+        if self.book.get(event.quote_id) is not None:
             self._move(event.quote_id, QuoteState.REJECTED, now, actions, reason=event.reason)
+        else:  # decided and reserved, never signed or never recorded
+            self.inventory.release(event.quote_id)
         if event.store_error:
             self.stats.skipped["store_error"] += 1
             self._pause(GLOBAL, STORE_ERROR, event.reason, now, actions)
@@ -178,15 +178,19 @@ class Desk(DeskRisk):
             return []
         actions: list[Action] = []
         self._fact(f.ClaimAdded(quote.quote_id, event.intent_hash, event.tx_hash, now), actions)
+        quote.claims[event.intent_hash].asking = True
         actions.append(PollIntent(event.intent_hash))
         return actions
 
     def _intent_status(self, event: ev.IntentStatusSeen, now: datetime) -> list[Action]:
         quote_id = self._polling.get(event.intent_hash)
         quote = self.book.get(quote_id) if quote_id is not None else None
-        if quote is None or event.status is None:
+        if quote is None:
             return []
         claim = quote.claims[event.intent_hash]
+        claim.asking = False
+        if event.status is None:
+            return []  # the question failed: asked again at its next poll
         claim.status = event.status
         actions: list[Action] = []
         tx = event.tx_hash or claim.tx_hash
@@ -289,8 +293,9 @@ class Desk(DeskRisk):
                 del self._polling[intent_hash]
                 continue
             claim = quote.claims[intent_hash]
-            if claim.next_poll_at is not None and claim.next_poll_at > now:
+            if claim.asking or (claim.next_poll_at is not None and claim.next_poll_at > now):
                 continue
+            claim.asking = True
             claim.next_poll_at = now + timedelta(seconds=claim.delay_s)
             claim.delay_s = min(claim.delay_s * 2, s.poll_max_s)
             actions.append(PollIntent(intent_hash))

@@ -115,7 +115,7 @@ class DeskRisk(DeskState):
     # ------------------------------------------------------------------ market inputs
 
     def _price_seen(self, event: ev.PriceSeen, now: datetime) -> list[Action]:
-        self.state.set_price(event.asset, event.usd, event.observed)
+        self.state.set_price(event.asset, event.usd, event.observed, event.source)
         return []
 
     def _salt_seen(self, event: ev.SaltSeen, now: datetime) -> list[Action]:

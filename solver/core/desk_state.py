@@ -24,7 +24,7 @@ from solver.core.lifecycle import Claim, QuoteBook, QuoteState, TrackedQuote
 from solver.core.pair_stats import PairBook, PairStats
 from solver.core.pauses import GLOBAL, Pause, Pauses
 from solver.core.pnl import MARKOUT_HORIZONS_S, FillValue, PnlBook, usd_value
-from solver.core.quoting import PipelineSettings, Quote, QuotePipeline, Route
+from solver.core.quoting import PipelineSettings, QuotePipeline, Route
 from solver.core.readable import Readable
 from solver.core.reconciliation import Reconciliation
 from solver.core.risk import RiskLimits
@@ -95,7 +95,6 @@ class DeskState:
         self.recent_fills: deque[tuple[TrackedQuote, f.FillPrices | None]] = deque(maxlen=64)
         self.stats.pairs = self.pair_book.stats
         self.connected_since: datetime | None = None
-        self._unsigned: dict[str, Quote] = {}  # decided and reserved, not signed yet
         self._polling: dict[str, str] = {}  # intent_hash -> quote_id, claims still pending
         self._pnl_recorded_at: datetime | None = None
         self._grace = timedelta(seconds=settings.deadline_grace_s)

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
+from solver.core.quoting import Quote
 from solver.core.values import value
 
 
@@ -26,9 +27,10 @@ class QuoteRequested:
 
 @value
 class QuoteSigned:
-    """The executor signed a :class:`~solver.core.actions.SignAndSend`: the quote exists."""
+    """The executor signed the quote of a :class:`~solver.core.actions.SignAndSend`: it
+    exists."""
 
-    quote_id: str
+    quote: Quote
     quote_hash: str
     nonce: bytes
 
@@ -102,9 +104,13 @@ class BalancesSeen:
 
 @value
 class PriceSeen:
+    """A reference price from one source (``prices.sources[i]``'s name): the desk combines the
+    fresh sources of an asset by median, with a divergence guard (:mod:`solver.core.state`)."""
+
     asset: str
     usd: float
     observed: datetime
+    source: str = ""
 
 
 @value

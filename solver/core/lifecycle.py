@@ -68,6 +68,10 @@ class Claim:
     next_poll_at: datetime | None = None
     delay_s: float = 0.1
     ended: bool = False  # NOT_FOUND_OR_NOT_VALID: this intent will not settle the quote
+    asking: bool = False
+    """A ``get_status`` is in flight: no other is asked until it answers (its port always
+    answers, with no status when the question failed). Not kept in snapshots: a restart asks
+    afresh."""
 
 
 @dataclass(slots=True)

@@ -56,6 +56,7 @@ EXPOSURE_LIMIT = "exposure_limit"
 PER_TOKEN_LIMIT = "per_token_limit"
 RATE_LIMITED = "rate_limited"
 INSUFFICIENT_INVENTORY = "insufficient_inventory"
+DUPLICATE_QUOTE_ID = "duplicate_quote_id"
 
 
 @value

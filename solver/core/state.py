@@ -100,6 +100,11 @@ class MarketState:
         oldest = min(at for _, _, at in fresh)
         return ReferencePrice(usd, oldest), newest
 
+    def price(self, asset: str) -> float | None:
+        """The asset's combined reference price in USD (None: none yet)."""
+        ref = self.prices.get(asset)
+        return ref.usd if ref is not None else None
+
     def set_salt(self, salt: bytes, observed_at: datetime) -> None:
         self.salt, self.salt_at = salt, observed_at
 

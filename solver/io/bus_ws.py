@@ -46,6 +46,7 @@ from pydantic import BaseModel
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, InvalidURI
 
+from solver.core.quoting import Quote
 from solver.errors import ConfigError, ProtocolError, RemoteError, SolverError, TransportError
 from solver.io.backoff import Jitter, backoff, classify
 from solver.io.bus_frames import Skip, parse_quote_event, parse_quote_status_event
@@ -55,9 +56,11 @@ from solver.protocol.bus import (
     JSONRPC,
     QuoteRequestEvent,
     QuoteStatusEvent,
+    quote_response,
     rename_asset_fields,
     unwrap_event,
 )
+from solver.protocol.quote_signing import SignedQuote
 
 log = logging.getLogger("solver.io.bus_ws")
 
@@ -368,6 +371,19 @@ class BusWsClient:
         tag = quote_id if isinstance(quote_id, str) else ""
         self._send_request("quote_response", data, tag, ws)
         self.counters.responses_sent += 1
+
+    def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
+        """The executor's sender port: ``quote`` signed as ``signed``, as a ``quote_response``."""
+        request = quote.request
+        self.send_quote_response(
+            quote_response(
+                request.quote_id,
+                request.exact_in,
+                quote.amount_in,
+                quote.amount_out,
+                signed.signed_data,
+            )
+        )
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         """Answers sent inside leave in one write at the end (:meth:`QuoteLink.corked`)."""

@@ -1,8 +1,9 @@
 """Reference price sources (issue 4 "Reference price sources"; DESIGN "The quote path").
 
-Each source is polled by a scheduled job and writes into :class:`~solver.core.state.MarketState`;
-the quote path only reads the cached value and its age, so a slow or dead source makes prices
-*stale* (pairs skip) instead of blocking anything. Kinds:
+Each source is polled by a scheduled job and publishes what it saw as a ``PriceSeen`` event with
+its source's name (the live bot: into the executor, so the desk combines the sources itself, in
+both drivers); the quote path only reads the cached value and its age, so a slow or dead source
+makes prices *stale* (pairs skip) instead of blocking anything. Kinds:
 
 - ``static``: fixed USD prices from YAML, re-stamped on every poll (they never go stale).
 - ``sandbox``: the sandbox price endpoint, ``{"prices": {asset: {"usd": "..."}}}``.
@@ -21,13 +22,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
+from solver.core.events import PriceSeen
 from solver.core.state import MarketState
 from solver.errors import ConfigError, SolverError
 from solver.io.bus_rpc import BusRpcClient
@@ -61,12 +63,33 @@ def parse_usd(value: Any) -> float:
     return float(number)
 
 
+def into(state: MarketState) -> Callable[[PriceSeen], None]:
+    """``publish`` for a :class:`MarketState` of one's own (the recorder, which has no desk)."""
+
+    def apply(seen: PriceSeen) -> None:
+        state.set_price(seen.asset, seen.usd, seen.observed, seen.source)
+
+    return apply
+
+
+class PriceReading(Protocol):
+    """What a bus probe is valued with: the desk's view, or a recorder's own state."""
+
+    @property
+    def decimals(self) -> Mapping[str, int]: ...
+
+    def price(self, asset: str) -> float | None: ...
+
+
 class PriceFeeds:
-    """Polls the configured sources into ``state``; one method per source kind."""
+    """Polls the configured sources and publishes each price seen (``publish``); one method
+    per source kind. ``state``: read only (a bus probe is valued with its quote asset's
+    price)."""
 
     def __init__(
         self,
-        state: MarketState,
+        state: PriceReading,
+        publish: Callable[[PriceSeen], object],
         clock: Callable[[], datetime],
         *,
         client: httpx.AsyncClient,
@@ -74,7 +97,8 @@ class PriceFeeds:
         own_quote_hashes: Callable[[], Collection[str]] = frozenset,
         assets: Collection[str] = (),
     ) -> None:
-        self.state = state
+        self.state = state  # read only: the prices and decimals a bus probe is valued with
+        self.publish = publish
         self.clock = clock
         self.client = client
         self.bus = bus
@@ -90,7 +114,7 @@ class PriceFeeds:
     def poll_static(self, prices: dict[str, float], source: str = "static") -> None:
         now = self.clock()
         for asset, usd in prices.items():
-            self.state.set_price(asset, usd, now, source)
+            self.publish(PriceSeen(asset, usd, now, source))
 
     async def poll_sandbox(self, url: str, source: str = "sandbox") -> None:
         started = self.clock()
@@ -108,7 +132,7 @@ class PriceFeeds:
             if self.assets and asset not in self.assets:
                 continue
             try:
-                self.state.set_price(asset, parse_usd(entry["usd"]), started, source)
+                self.publish(PriceSeen(asset, parse_usd(entry["usd"]), started, source))
             except (ValueError, KeyError, TypeError):
                 self._error("sandbox", f"bad price for {asset}")
 
@@ -135,15 +159,15 @@ class PriceFeeds:
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
             self._error("http_json", type(exc).__name__)
             return
-        self.state.set_price(asset, usd, started, source or f"http_json:{url}#{json_path}")
+        self.publish(PriceSeen(asset, usd, started, source or f"http_json:{url}#{json_path}"))
 
     async def poll_bus_quote(
         self, asset: str, quote_asset: str, probe_amount: int, source: str | None = None
     ) -> None:
         if self.bus is None:
             return
-        quote_price = self.state.prices.get(quote_asset)
-        if quote_price is None:
+        quote_usd = self.state.price(quote_asset)
+        if quote_usd is None:
             self._error("bus_quote", f"no reference price for {quote_asset}")
             return
         started = self.clock()
@@ -167,7 +191,7 @@ class PriceFeeds:
         best = max(o.amount_out for o in others)
         dec_in, dec_out = self.state.decimals[asset], self.state.decimals[quote_asset]
         usd = (
-            Decimal(best) / Decimal(10) ** dec_out * Decimal(str(quote_price.usd))
+            Decimal(best) / Decimal(10) ** dec_out * Decimal(str(quote_usd))
             / (Decimal(probe_amount) / Decimal(10) ** dec_in)
         )  # fmt: skip
-        self.state.set_price(asset, float(usd), started, source or f"bus_quote:{quote_asset}")
+        self.publish(PriceSeen(asset, float(usd), started, source or f"bus_quote:{quote_asset}"))

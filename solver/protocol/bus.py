@@ -131,6 +131,16 @@ class QuoteResponseParams(BaseModel):
     other_quote_hashes: list[str] | None = None
 
 
+def quote_response(
+    quote_id: str, exact_in: bool, amount_in: int, amount_out: int, signed_data: dict[str, Any]
+) -> dict[str, Any]:
+    """The wire shape of :class:`QuoteResponseParams`, built without validation for the quote
+    path: ``quote_output`` carries the side the request left open (``amount_out`` for an
+    exact-in request, ``amount_in`` for exact-out; protocol-notes 6)."""
+    output = {"amount_out": str(amount_out)} if exact_in else {"amount_in": str(amount_in)}
+    return {"quote_id": quote_id, "quote_output": output, "signed_data": signed_data}
+
+
 class QuoteStatusEvent(BaseModel):
     """``quote_status`` event data: the solver's quote was used in ``intent_hash``."""
 

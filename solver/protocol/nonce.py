@@ -141,6 +141,21 @@ def new_nonce(
     return salted_nonce(salt, None if sequence is None else sequence.take(28))
 
 
+class QuoteNonces:
+    """The executor's nonce source (:mod:`solver.runtime.ports`): every quote's nonce in
+    ``layout`` under the current salt, its unique part from ``sequence`` — the live bot's
+    sequence is registered by its store, the backtest's derived from its seed."""
+
+    __slots__ = ("layout", "sequence")
+
+    def __init__(self, layout: NonceLayout, sequence: NonceSequence) -> None:
+        self.layout = layout
+        self.sequence = sequence
+
+    def next(self, salt: bytes, deadline: datetime) -> bytes:
+        return new_nonce(self.layout, salt, deadline, self.sequence)
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedNonce:
     """What a verifier reads from a nonce: its layout, salt and (versioned) deadline."""

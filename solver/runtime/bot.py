@@ -20,7 +20,6 @@ import contextlib
 import functools
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -34,11 +33,20 @@ from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
+from solver.core.view import DeskView
 from solver.errors import SolverError
 from solver.io.alert_policy import BusWatch
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import CONNECTED, BusWsClient
 from solver.io.control import ControlServer, create_control_app, serve_control
+from solver.io.desk_ports import (
+    BusStatusSource,
+    LedgerNonceOracle,
+    LoggedAlerts,
+    Refresh,
+    RunningLoop,
+    Tasks,
+)
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import Metrics
 from solver.io.notify import Notifier
@@ -48,12 +56,13 @@ from solver.io.store.sqlite_store import Store, StoreError
 from solver.io.swap_client import SwapApiClient
 from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
 from solver.protocol.keys import SecretKey
-from solver.protocol.nonce import NonceSequence
+from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance.rebalancer import Rebalancer
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator
 from solver.runtime.paper import PaperBook
+from solver.runtime.ports import Ports
 from solver.runtime.upkeep import Upkeep
 from solver.runtime.wiring import build_desk
 
@@ -95,6 +104,7 @@ class LiveBot:
             else None
         )
         self.desk: Desk = build_desk(config, shadow=shadow)
+        self.view = DeskView(self.desk)  # what everyone but the executor reads
         self.metrics = Metrics(
             pairs=[(pair.base, pair.quote) for pair in config.pairs],
             symbols={asset: token.symbol for asset, token in config.tokens.items()},
@@ -104,7 +114,7 @@ class LiveBot:
             PaperBook(
                 config.shadow,
                 {a: t.decimals for a, t in config.tokens.items()},
-                floors=self.desk.inventory.floors,
+                floors=self.view.inventory.floors,
             )
             if shadow
             else None
@@ -143,35 +153,39 @@ class LiveBot:
         # is missing stops the start here.
         self.notifier = Notifier.from_config(config.alerts, clock=clock)
         self.bus_watch = BusWatch(config.alerts.bus_down_after_s)
+        self.tasks = Tasks()
         self.executor = Executor(
             self.desk,
-            signer=QuoteSigner(key, config.account.id, config.verifier_contract),
-            sender=self.ws,
-            clock=clock,
-            journal=self.store.journal if self.store is not None else None,
-            metrics=self.metrics,
-            ledger=self.ledger,
-            bus_rpc=self.bus_rpc,
-            account=self.account,
-            nonce_layout=config.nonce.layout,
-            nonces=(
-                NonceSequence(self.store.claim_nonce_prefix(clock()))
-                if self.store is not None
-                else NonceSequence.unregistered()
+            Ports(
+                signer=QuoteSigner(key, config.account.id, config.verifier_contract),
+                nonces=QuoteNonces(
+                    config.nonce.layout,
+                    NonceSequence(self.store.claim_nonce_prefix(clock()))
+                    if self.store is not None
+                    else NonceSequence.unregistered(),
+                ),
+                journal=self.store.journal if self.store is not None else None,
+                sender=self.ws,
+                statuses=BusStatusSource(self.bus_rpc, self.tasks),
+                nonce_oracle=LedgerNonceOracle(self.ledger, self.account, self.tasks),
+                balances=Refresh(self._balance_now.set),
+                salt=Refresh(self._refresh_salt_soon),
+                alerts=LoggedAlerts(self.notifier),
+                metrics=self.metrics,
+                loop=RunningLoop(),
+                clock=clock,
+                shadow=self._on_shadow_quote if shadow else None,
             ),
-            on_refresh_balances=self._balance_now.set,
-            on_refresh_salt=self._refresh_salt_soon,
-            on_shadow_quote=self._on_shadow_quote if shadow else None,
-            notifier=self.notifier,
         )
         self.sample_requests = self.store is not None and config.storage.sample_requests > 0
         self.samples_lost = 0
         self.feeds = PriceFeeds(
-            self.desk.state,
+            self.view,
+            self.executor.feed,  # prices are desk events, with their source
             clock,
             client=self.http,
             bus=self.bus_rpc,
-            own_quote_hashes=self.desk.book.by_hash.keys,
+            own_quote_hashes=lambda: self.view.quote_hashes,
             assets=self.tokens,
         )
         self.scheduler = AsyncIOScheduler(timezone=UTC)
@@ -225,12 +239,7 @@ class LiveBot:
             event.min_deadline_ms,
             partner if isinstance(partner, str) else None,
         )
-        started = time.perf_counter()
-        actions = self.desk.receive(ev.QuoteRequested(request), now)
-        pair = self.metrics.pair_label(request.asset_in, request.asset_out)
-        self.metrics.inc_request(pair)
-        self.metrics.observe_decision(time.perf_counter() - started)
-        self.executor.run(actions, now, started, pair)
+        actions = self.executor.request(request, now)
         if self.sample_requests and self.store is not None:
             first = actions[0] if actions else None
             reason = getattr(first, "reason", None)
@@ -246,8 +255,8 @@ class LiveBot:
     def _on_shadow_quote(self, quote: Quote, now: datetime) -> None:
         """Shadow mode: the paper book decides whether a simulated user takes ``quote``."""
         assert self.paper is not None
-        desk = self.desk
-        fill = self.paper.on_quote(quote, now, desk.price, desk.inventory.confirmed)
+        view = self.view
+        fill = self.paper.on_quote(quote, now, view.price, view.inventory.confirmed)
         if fill is not None and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "SHADOW paper fill %s: in %d %s, out %d %s, edge %.1f bps, realized %.4f USD",
@@ -258,15 +267,15 @@ class LiveBot:
     def refresh_paper_metrics(self) -> None:
         if self.paper is None or self.paper_metrics is None:
             return
-        paper, desk = self.paper, self.desk
+        paper, view = self.paper, self.view
         self.paper_metrics.refresh(
             PaperSnapshot(
                 fills=paper.fills,
                 lost=dict(paper.lost),
-                pnl_marked_usd=paper.marked_usd(desk.price),
+                pnl_marked_usd=paper.marked_usd(view.price),
                 pnl_realized_usd=paper.realized_usd,
-                inventory=paper.balances(self.tokens, desk.inventory.confirmed),
-                decimals=dict(desk.state.decimals),
+                inventory=paper.balances(self.tokens, view.inventory.confirmed),
+                decimals=dict(view.decimals),
             )
         )
 
@@ -283,7 +292,7 @@ class LiveBot:
         watch = self.bus_watch
         alerts = watch.up(now) if connected else watch.down(now, f"bus websocket {self.ws.url}")
         if alerts:
-            self.executor.run(list(alerts), now, time.perf_counter())
+            self.executor.carry_out(list(alerts), now)
         log.info("bus connection: %s (%s)", state, self.ws.url)
 
     def _own_flow(
@@ -367,7 +376,7 @@ class LiveBot:
         if self.paper is None:
             return self.operator.summary()
         # Shadow mode says so on every summary line, with the paper book beside the counts.
-        return f"SHADOW {self.operator.summary()} {self.paper.summary(self.desk.price)}"
+        return f"SHADOW {self.operator.summary()} {self.paper.summary(self.view.price)}"
 
     def _schedule(self) -> None:
         c = self.config
@@ -435,9 +444,9 @@ class LiveBot:
             log.info(
                 "desk rebuilt from the journal: %d open quotes, %d facts after the snapshot, "
                 "pauses: %s",
-                len(self.desk.book.quotes),
+                len(self.view.open_quotes),
                 len(facts),
-                self.desk.pauses.as_dict() or "none",
+                self.view.pauses.as_dict() or "none",
             )
         return len(facts)
 
@@ -493,10 +502,19 @@ class LiveBot:
             self.executor.feed(ev.ShutdownStarted())
             loop = asyncio.get_running_loop()
             give_up = loop.time() + grace_s
-            while self.desk.book.quotes and loop.time() < give_up:  # noqa: ASYNC110
+            while self.view.open_quotes and loop.time() < give_up:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
         finally:
             await self._stop(inner, tasks)
+
+    async def drain(self) -> None:
+        """Until every queued answer has been committed and sent, and every question the
+        ports asked is answered."""
+        while not self.executor.idle or self.tasks:
+            if self.tasks:
+                await self.tasks.drain()
+            else:
+                await asyncio.sleep(0)
 
     async def _stop(self, inner: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> None:
         self.upkeep.stop()
@@ -516,7 +534,7 @@ class LiveBot:
         # Reads in flight (polls, checks, refreshes) are cut short: the journal keeps what is
         # open, and the next start asks again.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.executor.drain(), 1.0)
+            await asyncio.wait_for(self.drain(), 1.0)
         for job in list(self._jobs):
             job.cancel()
         await self.http.aclose()

@@ -1,29 +1,34 @@
-"""Carries out the desk's actions in the live bot (DESIGN "The quote path", "Settlement").
+"""The executor: the one caller of the desk, carrying out its actions through ports (DESIGN "The
+shape", "The quote path", "Settlement").
 
-The quote path: :class:`~solver.core.actions.SignAndSend` → nonce (salt + unique) → NEP-413
-signature → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appended to the journal
-→ the answer queued. Answers queued in one turn of the event loop are made durable by one
-journal commit (:meth:`Executor._flush`), then sent: the record precedes the answer, and a
-burst pays for one transaction instead of one each (group commit). A failed commit sends
-nothing and pauses quoting (``QuoteNotSent`` with ``store_error``); the other facts it lost
-(claims, settlements: the desk has applied them) are appended again at once, ahead of anything
-decided later, and committed with the next flush (a second at the latest), as is a fact the
-store refused at append time.
+Both drivers run this same object: the live bot with real ports (``solver/io/``), the backtest
+with simulated ones (``backtest/ports.py``); see :mod:`solver.runtime.ports`. Events reach the
+desk only through :meth:`Executor.feed`, :meth:`Executor.request` and :meth:`Executor.tick`, and
+what the desk returns is carried out by a handler table keyed by the action's type.
 
-Everything else is off the hot path: ``get_status`` polls and ``is_nonce_used`` checks run as
-tasks (bounded, de-duplicated) and report back as events; alerts and pause changes are logged.
+The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
+signature (the signer) → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appended to
+the journal → the answer queued. Answers queued in one loop turn are made durable by one journal
+commit (:meth:`Executor._flush`, run at the end of the turn by the loop port), then sent: the
+record precedes the answer, and a burst pays for one transaction instead of one each (group
+commit). A failed commit sends nothing and pauses quoting (``QuoteNotSent`` with
+``store_error``); the other facts it lost (claims, settlements: the desk has applied them) are
+appended again at once, ahead of anything decided later, and committed with the next flush (a
+second at the latest), as is a fact the journal refused at append time.
+
+Everything else is off the quote path: ``get_status`` polls and ``is_nonce_used`` checks are
+started on their ports, which answer later with events; alerts and pause changes go to the
+alert sink.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from solver.core import events as ev
 from solver.core.actions import (
@@ -41,85 +46,54 @@ from solver.core.actions import (
 )
 from solver.core.desk import Desk
 from solver.core.facts import Fact, QuoteMoved, QuoteOpened
+from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
-from solver.io.bus_rpc import BusRpcClient
-from solver.io.ledger_client import LedgerClient
-from solver.io.metrics import OTHER, Metrics
-from solver.io.notify import Notifier
-from solver.io.store.journal import Journal
-from solver.protocol.nonce import NonceLayout, NonceSequence, new_nonce
-from solver.protocol.quote_signing import QuoteSigner
+from solver.protocol.quote_signing import SignedQuote
+from solver.runtime.ports import Ports
 
 log = logging.getLogger("solver.executor")
-CHECKS_AT_ONCE = 32
+OTHER = "other"
+"""The metrics label of actions that answer no request."""
 RETRY_COMMIT_S = 1.0
 """After a failed commit, the facts it lost are committed again this much later at the
 latest (sooner when the next answer or fact comes)."""
 
-
-class Sender(Protocol):
-    def send_quote_response(self, params: dict[str, Any]) -> None:
-        """Write the answer to the relay now, or raise a :class:`SolverError` (not sent)."""
-
-    def corked(self) -> AbstractContextManager[None]:
-        """Answers sent inside the block may leave together at its end (one write)."""
+Handler = Callable[[Any, datetime, float, str], None]
 
 
 class Executor:
-    def __init__(
-        self,
-        desk: Desk,
-        *,
-        signer: QuoteSigner,
-        sender: Sender,
-        clock: Callable[[], datetime],
-        journal: Journal | None,
-        metrics: Metrics,
-        ledger: LedgerClient,
-        bus_rpc: BusRpcClient,
-        account: str,
-        nonce_layout: NonceLayout = "salted",
-        nonces: NonceSequence | None = None,
-        on_refresh_balances: Callable[[], None] = lambda: None,
-        on_refresh_salt: Callable[[], None] = lambda: None,
-        on_shadow_quote: Callable[[Quote, datetime], None] | None = None,
-        notifier: Notifier | None = None,
-    ) -> None:
+    def __init__(self, desk: Desk, ports: Ports) -> None:
         self.desk = desk
-        self.signer = signer
-        self.sender = sender
-        self.clock = clock
-        self.journal = journal
-        self.metrics = metrics
-        self.ledger = ledger
-        self.bus_rpc = bus_rpc
-        self.account = account
-        self.nonce_layout = nonce_layout
-        # The unique part of every quote nonce (spec 5.3): the bot passes a sequence whose
-        # prefix its store registered; without one, a random unregistered prefix.
-        self.nonces = NonceSequence.unregistered() if nonces is None else nonces
-        self.on_refresh_balances = on_refresh_balances
-        self.on_refresh_salt = on_refresh_salt
-        self.on_shadow_quote = on_shadow_quote  # shadow mode's paper book (runtime.paper)
-        self.notifier = notifier
-        self.readable = desk.readable
+        self.ports = ports
+        self.clock = ports.clock
         self.sent = 0
         self.send_failed = 0
         self.response_us: deque[float] = deque(maxlen=20_000)
         self.alerts: deque[tuple[datetime, Alert]] = deque(maxlen=100)
         self.replies: list[OperatorReply] = []
-        # Called with every fact the desk records (the demo's view, tests' audits).
+        # Called with every fact the desk records (the backtest's measurements, the demo's
+        # view, tests' audits).
         self.observers: list[Callable[[Fact], None]] = []
-        self._outbox: list[tuple[str, dict[str, Any], float, str]] = []
+        self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
         self._flush_scheduled = False
         # Facts (not answers) appended since the last commit, and facts the desk applied that
         # the journal does not hold yet: a failed commit or append must not lose them.
         self._uncommitted: list[Fact] = []
         self._unjournaled: list[Fact] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._polls_in_flight: set[str] = set()
-        self._checks = asyncio.Semaphore(CHECKS_AT_ONCE)
+        self._handlers: dict[type, Handler] = {
+            SignAndSend: self._sign_and_queue,
+            Record: self._record,
+            Skip: self._skip,
+            PollIntent: self._poll,
+            CheckNonce: self._check_nonce,
+            RefreshBalances: self._refresh_balances,
+            RefreshSalt: self._refresh_salt,
+            Alert: self._alert,
+            PauseChanged: self._pause_changed,
+            OperatorReply: self._operator_reply,
+            ShadowQuote: self._shadow_quote,
+        }
 
     # ------------------------------------------------------------------ feeding the desk
 
@@ -128,63 +102,58 @@ class Executor:
         when = self.clock() if now is None else now
         actions = self.desk.receive(event, when)
         if actions:
-            self.run(actions, when, time.perf_counter())
+            self.carry_out(actions, when)
         return actions
 
-    def run(self, actions: list[Action], now: datetime, started: float, pair: str = OTHER) -> None:
-        """``pair``: the metrics label of the request these actions answer (its skip and its
-        quote are counted under it); outcomes are counted from the desk's per-pair stats."""
+    def request(self, request: QuoteRequest, now: datetime) -> list[Action]:
+        """The quote path: one desk decision, then sign, journal and queue the answer (its
+        skip or its quote counted under the request's pair)."""
+        metrics = self.ports.metrics
+        started = time.perf_counter()
+        actions = self.desk.receive(ev.QuoteRequested(request), now)
+        pair = metrics.pair_label(request.asset_in, request.asset_out)
+        metrics.inc_request(pair)
+        metrics.observe_decision(time.perf_counter() - started)
+        self.carry_out(actions, now, started, pair)
+        return actions
+
+    def tick(self, now: datetime) -> list[Action]:
+        """What is due at ``now`` (:meth:`Desk.tick`), carried out."""
+        actions = self.desk.tick(now)
+        if actions:
+            self.carry_out(actions, now)
+        return actions
+
+    def carry_out(
+        self, actions: list[Action], now: datetime, started: float = 0.0, pair: str = OTHER
+    ) -> None:
+        """Carry out ``actions`` in order. ``started``: when the request they answer arrived
+        (``perf_counter``), ``pair`` its metrics label."""
+        handlers = self._handlers
         for action in actions:
-            kind = type(action)
-            if kind is SignAndSend:
-                assert isinstance(action, SignAndSend)
-                self._sign_and_queue(action, now, started, pair)
-            elif kind is Record:
-                assert isinstance(action, Record)
-                self._append(action)
-                fact = action.fact
-                if type(fact) is QuoteMoved and fact.new == "SETTLED":
-                    self._log_fill(fact.quote_id)
-                for observer in self.observers:
-                    observer(action.fact)
-            elif kind is Skip:
-                assert isinstance(action, Skip)
-                self.metrics.inc_skip(action.reason, pair)
-            elif kind is PollIntent:
-                assert isinstance(action, PollIntent)
-                self._poll(action.intent_hash)
-            elif kind is CheckNonce:
-                assert isinstance(action, CheckNonce)
-                self._spawn(self._check_nonce(action))
-            elif kind is RefreshBalances:
-                self.on_refresh_balances()
-            elif kind is RefreshSalt:
-                self.on_refresh_salt()
-            elif kind is Alert:
-                assert isinstance(action, Alert)
-                self._alert(action, now)
-            elif kind is PauseChanged:
-                assert isinstance(action, PauseChanged)
-                self._pause_changed(action)
-            elif kind is OperatorReply:
-                assert isinstance(action, OperatorReply)
-                self.replies.append(action)
-            elif kind is ShadowQuote and self.on_shadow_quote is not None:
-                # Counted by the desk; nothing leaves in shadow mode, the paper book decides.
-                assert isinstance(action, ShadowQuote)
-                self.on_shadow_quote(action.quote, now)
+            handlers[type(action)](action, now, started, pair)
 
     # ------------------------------------------------------------------ the quote path
+
+    def _skip(self, action: Skip, now: datetime, started: float, pair: str) -> None:
+        self.ports.metrics.inc_skip(action.reason, pair)
+
+    def _shadow_quote(self, action: ShadowQuote, now: datetime, started: float, pair: str) -> None:
+        # Counted by the desk; nothing leaves in shadow mode, the paper book decides.
+        shadow = self.ports.shadow
+        if shadow is not None:
+            shadow(action.quote, now)
 
     def _sign_and_queue(
         self, action: SignAndSend, now: datetime, started: float, pair: str
     ) -> None:
         quote = action.quote
         request = quote.request
+        ports = self.ports
         try:
-            signed = self.signer.sign(
+            signed = ports.signer.sign(
                 deadline=quote.deadline,
-                nonce=new_nonce(self.nonce_layout, action.salt, quote.deadline, self.nonces),
+                nonce=ports.nonces.next(action.salt, quote.deadline),
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
                 asset_out=request.asset_out,
@@ -193,39 +162,31 @@ class Executor:
         except SolverError as exc:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
             return
-        opened = self.desk.receive(
-            ev.QuoteSigned(request.quote_id, signed.quote_hash, signed.nonce), now
-        )
+        opened = self.desk.receive(ev.QuoteSigned(quote, signed.quote_hash, signed.nonce), now)
         for record in opened:
-            if (
-                type(record) is Record
-                and type(record.fact) is QuoteOpened
-                and not self._append(record, signed.signed_data)
-            ):
+            if type(record) is not Record:
+                continue
+            if type(record.fact) is QuoteOpened and not self._append(record.fact, signed):
                 return  # not recorded: never sent (the desk released and paused)
-            if type(record) is Record:
-                for observer in self.observers:
-                    observer(record.fact)
-        output = (
-            {"amount_out": str(quote.amount_out)}
-            if request.exact_in
-            else {"amount_in": str(quote.amount_in)}
-        )
-        params = {
-            "quote_id": request.quote_id,
-            "quote_output": output,
-            "signed_data": signed.signed_data,
-        }
-        self._outbox.append((request.quote_id, params, started, pair))
+            for observer in self.observers:
+                observer(record.fact)
+        self._outbox.append((quote, signed, started, pair))
         self._schedule_flush()
 
-    def _append(self, record: Record, signed_data: dict[str, Any] | None = None) -> bool:
-        journal = self.journal
+    def _record(self, action: Record, now: datetime, started: float, pair: str) -> None:
+        fact = action.fact
+        self._append(fact)
+        if type(fact) is QuoteMoved and fact.new == "SETTLED":
+            self._log_fill(fact.quote_id)
+        for observer in self.observers:
+            observer(fact)
+
+    def _append(self, fact: Fact, signed: SignedQuote | None = None) -> bool:
+        journal = self.ports.journal
         if journal is None:
             return True
-        fact = record.fact
         try:
-            journal.append(fact, signed_data)
+            journal.append(fact, None if signed is None else signed.signed_data)
         except SolverError as exc:
             log.error("cannot record %s: %s; quoting paused", type(fact).__name__, exc)
             # Only an answer not recorded is never sent (and released); any other fact failing
@@ -246,12 +207,12 @@ class Executor:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self.ports.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         batch, self._outbox = self._outbox, []
-        journal = self.journal
+        journal = self.ports.journal
         if journal is not None:
             self._append_again()
             try:
@@ -264,11 +225,11 @@ class Executor:
                 self._uncommitted = []
                 self._append_again()
                 if self._uncommitted or self._unjournaled:  # not before the store is back
-                    asyncio.get_running_loop().call_later(RETRY_COMMIT_S, self._schedule_flush)
+                    self.ports.loop.call_later(RETRY_COMMIT_S, self._schedule_flush)
                 now = self.clock()
-                for quote_id, _, _, _ in batch:
+                for quote, _, _, _ in batch:
                     reason = f"not recorded: {exc}"
-                    self.feed(ev.QuoteNotSent(quote_id, reason, store_error=True), now)
+                    self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
                 return
             self._uncommitted = []
         if batch:
@@ -276,8 +237,8 @@ class Executor:
 
     def _append_again(self) -> None:
         """Facts the desk applied but the journal lost (a failed append or commit), in their
-        order; those the store still refuses wait for the next flush."""
-        journal, waiting = self.journal, self._unjournaled
+        order; those the journal still refuses wait for the next flush."""
+        journal, waiting = self.ports.journal, self._unjournaled
         if journal is None or not waiting:
             return
         self._unjournaled = []
@@ -289,20 +250,23 @@ class Executor:
                 return
             self._uncommitted.append(fact)
 
-    def _send(self, batch: list[tuple[str, dict[str, Any], float, str]]) -> None:
+    def _send(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> None:
         sent: list[tuple[float, str]] = []
-        with self.sender.corked():  # the batch leaves in one write, at the end of the block
-            for quote_id, params, started, pair in batch:
+        sender = self.ports.sender
+        with sender.corked():  # the batch leaves in one write, at the end of the block
+            for quote, signed, started, pair in batch:
                 try:
-                    self.sender.send_quote_response(params)
+                    sender.send_answer(quote, signed)
                 except SolverError as exc:
                     # Never written to the socket: the relay never saw it, nobody can use it.
                     self.send_failed += 1
-                    self.feed(ev.QuoteNotSent(quote_id, f"not sent: {exc}"))
+                    self.feed(ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}"))
                     continue
                 sent.append((started, pair))
+        if not sent:
+            return
         written = time.perf_counter()
-        metrics = self.metrics
+        metrics = self.ports.metrics
         self.sent += len(sent)
         for started, pair in sent:
             elapsed = written - started
@@ -310,76 +274,52 @@ class Executor:
             metrics.inc_quote(pair)
             metrics.observe_response(elapsed)
 
-    async def drain(self) -> None:
-        """Wait until every queued answer has been committed and sent, and tasks are done."""
-        while self._outbox or self._flush_scheduled or self._tasks:
-            if self._tasks:
-                await asyncio.gather(*list(self._tasks), return_exceptions=True)
-            else:
-                await asyncio.sleep(0)
+    def flush_now(self) -> None:
+        """Run a scheduled flush at once (a driver whose loop turn has ended)."""
+        if self._flush_scheduled:
+            self._flush()
+
+    @property
+    def idle(self) -> bool:
+        """No answer waits to be committed and sent."""
+        return not (self._outbox or self._flush_scheduled)
 
     # ------------------------------------------------------------------ settlement I/O
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _poll(self, action: PollIntent, now: datetime, started: float, pair: str) -> None:
+        self.ports.statuses.get_status(action.intent_hash, self.feed)
 
-    def _poll(self, intent_hash: str) -> None:
-        if intent_hash in self._polls_in_flight:
-            return
-        self._polls_in_flight.add(intent_hash)
-        self._spawn(self._get_status(intent_hash))
+    def _check_nonce(self, action: CheckNonce, now: datetime, started: float, pair: str) -> None:
+        self.ports.nonce_oracle.is_nonce_used(action.quote_id, action.nonce, self.feed)
 
-    async def _get_status(self, intent_hash: str) -> None:
-        try:
-            result = await self.bus_rpc.get_status(intent_hash)
-            status = result.status.value
-            tx_hash = result.data.hash if result.data else None
-        except SolverError as exc:
-            log.debug("get_status %s failed: %s", intent_hash, exc)
-            status, tx_hash = None, None
-        finally:
-            self._polls_in_flight.discard(intent_hash)
-        self.feed(ev.IntentStatusSeen(intent_hash, status, tx_hash))
+    def _refresh_balances(self, action: Any, now: datetime, started: float, pair: str) -> None:
+        self.ports.balances.refresh_now()
 
-    async def _check_nonce(self, action: CheckNonce) -> None:
-        async with self._checks:
-            try:
-                used: bool | None = await self.ledger.is_nonce_used(self.account, action.nonce)
-            except SolverError as exc:
-                log.warning("is_nonce_used for quote %s failed: %s", action.quote_id, exc)
-                used = None
-        self.feed(ev.NonceChecked(action.quote_id, used))
+    def _refresh_salt(self, action: Any, now: datetime, started: float, pair: str) -> None:
+        self.ports.salt.refresh_now()
 
     # ------------------------------------------------------------------ telling people
 
     def _log_fill(self, quote_id: str) -> None:
-        for quote, prices in reversed(self.desk.recent_fills):
+        if not log.isEnabledFor(logging.INFO):
+            return
+        desk = self.desk
+        for quote, prices in reversed(desk.recent_fills):
             if quote.quote_id == quote_id:
-                pair = self.desk.pair_book.label(quote.asset_in, quote.asset_out)
-                log.info("%s", self.readable.fill(quote, prices, pair))
+                label = desk.pair_book.label(quote.asset_in, quote.asset_out)
+                log.info("%s", desk.readable.fill(quote, prices, label))
                 return
 
-    def _alert(self, alert: Alert, now: datetime) -> None:
+    def _alert(self, alert: Alert, now: datetime, started: float, pair: str) -> None:
         self.alerts.append((now, alert))
-        if self.notifier is not None:
-            # One message per incident opened or resolved (repeats dropped, rate limited per
-            # kind); the notifier logs each message it sends.
-            self.notifier.alert(alert, now)
-            return
-        # A halt is logged at ERROR by its pause; the alert itself is a warning.
-        if alert.resolved:
-            log.warning("resolved: %s: %s", alert.kind, alert.detail)
-        else:
-            log.warning("alert: %s: %s", alert.kind, alert.detail)
+        self.ports.alerts.alert(alert, now)
 
-    def _pause_changed(self, change: PauseChanged) -> None:
-        pause = change.pause
-        where = "everything" if pause.scope == "*" else pause.scope
-        if change.active:
-            # An operator's pause is a choice; any other is the kill switch or a fault.
-            level = logging.WARNING if pause.kind == "operator" else logging.ERROR
-            log.log(level, "PAUSED: %s: %s (%s)", pause.kind, pause.reason, where)
-        else:
-            log.warning("pause lifted: %s: %s (%s)", pause.kind, pause.reason, where)
+    def _pause_changed(
+        self, change: PauseChanged, now: datetime, started: float, pair: str
+    ) -> None:
+        self.ports.alerts.pause_changed(change)
+
+    def _operator_reply(
+        self, reply: OperatorReply, now: datetime, started: float, pair: str
+    ) -> None:
+        self.replies.append(reply)

@@ -54,20 +54,20 @@ class Operator:
         reconciliation baseline (a deliberate move is neither a mismatch nor a loss)."""
         bot = self.bot
         if pair is not None:
-            bot.desk.scopes(pair)  # LookupError (404) for a pair the bot does not trade
+            bot.view.scopes(pair)  # LookupError (404) for a pair the bot does not trade
         if accept_balances:
             await bot.refresh_balances()
         reply = self._reply(ev.OperatorResume(pair, accept_balances))
         return {"ok": reply.ok, "message": reply.message, "still_paused": list(reply.still_paused)}
 
     def health(self) -> tuple[bool, list[str]]:
-        bot, desk = self.bot, self.bot.desk
+        bot, view = self.bot, self.bot.view
         reasons = []
         if not bot.ws.connected:
             reasons.append("not connected to the bus")
-        if desk.state.salt is None:
+        if view.salt is None:
             reasons.append("no salt")
-        report = desk.balances.report
+        report = view.reconciliation.report
         if report is None:
             reasons.append("not reconciled yet")
         elif not report["ok"]:
@@ -75,31 +75,31 @@ class Operator:
         return (not reasons, reasons)
 
     def _exposure_usd(self) -> float:
-        desk = self.bot.desk
+        view = self.bot.view
         total = 0.0
-        for asset, amount in desk.inventory.reserved.items():
-            price = desk.price(asset)
+        for asset, amount in view.inventory.reserved.items():
+            price = view.price(asset)
             if price is not None:
-                total += usd_value(amount, desk.state.decimals[asset], price)
+                total += usd_value(amount, view.decimals[asset], price)
         return total
 
     def status(self) -> dict[str, Any]:
-        bot, desk = self.bot, self.bot.desk
+        bot, view = self.bot, self.bot.view
         now = bot.clock()
-        state = "PAUSED" if desk.pauses.globally_paused() else "RUNNING"
+        state = "PAUSED" if view.pauses.globally_paused() else "RUNNING"
         doc: dict[str, Any] = {
             "account": bot.account,
             "connected": bot.ws.connected,
             "mode": "SHADOW" if bot.shadow else "LIVE",
             "state": state,
-            "paused": desk.pauses.as_dict(),
-            "open_quotes": len(desk.book.quotes),
+            "paused": view.pauses.as_dict(),
+            "open_quotes": len(view.open_quotes),
             "open_exposure_usd": self._exposure_usd(),
-            "reserved": {a: str(v) for a, v in desk.inventory.reserved.items()},
-            "free": {a: str(desk.inventory.free(a)) for a in bot.tokens},
-            "pnl_usd": desk.pnl.pnl,
-            "realized_pnl_usd": desk.pnl.realized_usd,
-            "last_reconciliation": desk.balances.report,
+            "reserved": {a: str(v) for a, v in view.inventory.reserved.items()},
+            "free": {a: str(view.inventory.free(a)) for a in bot.tokens},
+            "pnl_usd": view.pnl.pnl,
+            "realized_pnl_usd": view.pnl.realized_usd,
+            "last_reconciliation": view.reconciliation.report,
             "pairs": self.pairs(),
             "tokens": {
                 asset: {"symbol": token.symbol, "decimals": token.decimals}
@@ -129,17 +129,17 @@ class Operator:
     def pairs(self) -> dict[str, dict[str, Any]]:
         """Per configured pair (``wNEAR/USDC``): the desk's counters since start, plus the
         quotes open now and the USD value of the outflow they hold (None: no price)."""
-        desk = self.bot.desk
+        view = self.bot.view
         doc: dict[str, dict[str, Any]] = {}
-        for label, stats in desk.stats.pairs.items():
+        for label, stats in view.stats.pairs.items():
             doc[label] = stats.as_dict() | {"open_quotes": 0, "open_exposure_usd": 0.0}
-        for quote in desk.book.quotes.values():
-            open_label = desk.pair_book.label(quote.asset_in, quote.asset_out)
+        for quote in view.open_quotes.values():
+            open_label = view.pairs.label(quote.asset_in, quote.asset_out)
             if open_label is None:
                 continue
             row = doc[open_label]
             row["open_quotes"] += 1
-            price, decimals = desk.price(quote.asset_out), desk.state.decimals.get(quote.asset_out)
+            price, decimals = view.price(quote.asset_out), view.decimals.get(quote.asset_out)
             if price is None or decimals is None or row["open_exposure_usd"] is None:
                 row["open_exposure_usd"] = None
             else:
@@ -147,41 +147,41 @@ class Operator:
         return doc
 
     def _volume_usd(self, volume_in: Mapping[str, str]) -> float | None:
-        desk = self.bot.desk
+        view = self.bot.view
         total = 0.0
         for asset, amount in volume_in.items():
-            price = desk.price(asset)
-            if price is None or asset not in desk.state.decimals:
+            price = view.price(asset)
+            if price is None or asset not in view.decimals:
                 return None
-            total += usd_value(int(amount), desk.state.decimals[asset], price)
+            total += usd_value(int(amount), view.decimals[asset], price)
         return total
 
     def sync_pair_metrics(self, *, baseline: bool = False) -> None:
         """Outcomes and volume per pair, from the desk's per-pair stats (``baseline``: at
         start, after the journal was replayed: those happened before this process)."""
-        desk, metrics = self.bot.desk, self.bot.metrics
-        metrics.sync_outcomes(desk.pair_book.outcome_totals(), baseline=baseline)
-        volume = {label: s.volume_usd for label, s in desk.stats.pairs.items()}
+        view, metrics = self.bot.view, self.bot.metrics
+        metrics.sync_outcomes(view.pairs.outcome_totals(), baseline=baseline)
+        volume = {label: s.volume_usd for label, s in view.stats.pairs.items()}
         metrics.sync_volume(volume, baseline=baseline)
 
     def refresh_metrics(self) -> None:
-        bot, desk = self.bot, self.bot.desk
+        bot, view = self.bot, self.bot.view
         metrics = bot.metrics
         metrics.sync_bad_frames(bot.ws.counters.bad_frames)
         metrics.sync_notifications(bot.notifier.stats.as_dict())
         self.sync_pair_metrics()
         metrics.refresh_gauges(
             MetricsSnapshot(
-                free={a: desk.inventory.free(a) for a in bot.tokens},
-                reserved={a: desk.inventory.reserved.get(a, 0) for a in bot.tokens},
-                decimals=dict(desk.state.decimals),
-                pnl_marked_usd=desk.pnl.pnl,
-                pnl_realized_usd=desk.pnl.realized_usd,
-                mismatch=dict(desk.balances.found) | desk.balances.unresolved,
+                free={a: view.inventory.free(a) for a in bot.tokens},
+                reserved={a: view.inventory.reserved.get(a, 0) for a in bot.tokens},
+                decimals=dict(view.decimals),
+                pnl_marked_usd=view.pnl.pnl,
+                pnl_realized_usd=view.pnl.realized_usd,
+                mismatch=dict(view.reconciliation.found) | dict(view.reconciliation.unresolved),
                 connected=bot.ws.connected,
-                paused=desk.pauses.globally_paused(),
+                paused=view.pauses.globally_paused(),
                 shadow=bot.shadow,
-                open_quotes=len(desk.book.quotes),
+                open_quotes=len(view.open_quotes),
                 query_tables_behind=self._query_tables_behind(),
                 **self._disk_usage(),
             )
@@ -217,15 +217,15 @@ class Operator:
         return value
 
     def summary(self) -> str:
-        bot, desk = self.bot, self.bot.desk
-        s = desk.stats
+        bot, view = self.bot, self.bot.view
+        s = view.stats
         ordered = sorted(bot.executor.response_us)
         p50 = ordered[len(ordered) // 2] if ordered else 0.0
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
         skipped = ",".join(f"{k}={v}" for k, v in s.skipped.most_common(6)) or "-"
-        readable = bot.executor.readable
-        free = ", ".join(readable.amount(a, desk.inventory.free(a)) for a in bot.tokens)
-        pnl = desk.pnl.pnl
+        readable = view.readable
+        free = ", ".join(readable.amount(a, view.inventory.free(a)) for a in bot.tokens)
+        pnl = view.pnl.pnl
         marked = "unknown" if pnl is None else f"{pnl:+,.2f} USD"
         pairs = "; ".join(
             f"{label} req={p.requests} quoted={p.quotes} won={p.won}"
@@ -234,7 +234,7 @@ class Operator:
         return (
             f"requests={s.requests} quoted={bot.executor.sent} skipped[{skipped}] "
             f"outcomes={dict(s.outcomes)} response_us p50={p50:.0f} p99={p99:.0f} "
-            f"open={len(desk.book.quotes)} connected={bot.ws.connected} "
-            f"pnl={marked} realized={desk.pnl.realized_usd:+,.2f} USD pairs[{pairs}] "
+            f"open={len(view.open_quotes)} connected={bot.ws.connected} "
+            f"pnl={marked} realized={view.pnl.realized_usd:+,.2f} USD pairs[{pairs}] "
             f"free: {free}"
         )

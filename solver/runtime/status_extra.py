@@ -31,7 +31,7 @@ _DAY = timedelta(hours=24)
 
 
 def status_extra(bot: LiveBot, now: datetime) -> dict[str, Any]:
-    desk = bot.desk
+    view = bot.view
     doc: dict[str, Any] = {
         "decimals": {a: t.decimals for a, t in bot.config.tokens.items()},
         "symbols": {a: t.symbol for a, t in bot.config.tokens.items()},
@@ -39,7 +39,7 @@ def status_extra(bot: LiveBot, now: datetime) -> dict[str, Any]:
     if bot.store is not None:
         doc["recent_fills"] = recent_fills(bot.store)
     if bot.paper is not None:
-        doc["paper"] = bot.paper.doc(bot.tokens, desk.inventory.confirmed, desk.price)
+        doc["paper"] = bot.paper.doc(bot.tokens, view.inventory.confirmed, view.price)
     return doc
 
 
@@ -72,7 +72,7 @@ def merge_pair_rows(pairs: dict[str, dict[str, Any]], bot: LiveBot, now: datetim
 
 
 def pair_rows(bot: LiveBot, now: datetime) -> list[dict[str, Any]]:
-    desk, tokens = bot.desk, bot.config.tokens
+    view, tokens = bot.view, bot.config.tokens
     totals: dict[frozenset[str], tuple[int, float]] = {}
     if bot.store is not None:
         for asset_in, asset_out, count, realized in bot.store.fill_totals(now - _DAY):
@@ -82,13 +82,13 @@ def pair_rows(bot: LiveBot, now: datetime) -> list[dict[str, Any]]:
         for (asset_in, asset_out), (count, realized) in bot.paper.by_direction.items():
             _add(paper, frozenset((asset_in, asset_out)), count, realized)
     open_quotes: dict[frozenset[str], int] = {}
-    for quote in desk.book.quotes.values():
+    for quote in view.open_quotes.values():
         key = frozenset((quote.asset_in, quote.asset_out))
         open_quotes[key] = open_quotes.get(key, 0) + 1
     rows = []
     for pair in bot.config.pairs:
         key = frozenset((pair.base, pair.quote))
-        paused = desk.pauses.reason(f"{pair.base}->{pair.quote}") or desk.pauses.reason(
+        paused = view.pauses.reason(f"{pair.base}->{pair.quote}") or view.pauses.reason(
             f"{pair.quote}->{pair.base}"
         )
         state = "DISABLED" if not pair.enabled else "PAUSED" if paused else "RUNNING"

@@ -128,12 +128,10 @@ class Upkeep:
         count = 0
         while not stop.is_set():
             now = bot.clock()
-            actions = bot.desk.tick(now)
-            if actions:
-                bot.executor.run(actions, now, time.perf_counter())
+            bot.executor.tick(now)
             outage = bot.bus_watch.tick(now)
             if outage:
-                bot.executor.run(list(outage), now, time.perf_counter())
+                bot.executor.carry_out(list(outage), now)
             self.measure_cpu()
             self.project()
             self.gc_pacer.tick()
@@ -240,7 +238,7 @@ class Upkeep:
         # checkpointer wait 30 s after a snapshot: the WAL grew to 437 MB, not ~275).
         facts = journal.appended - self._snapshot_mark
         due = facts >= SNAPSHOT_DUE_FACTS
-        quiet = len(self.bot.desk.book.quotes) <= SNAPSHOT_QUIET_QUOTES
+        quiet = len(self.bot.view.open_quotes) <= SNAPSHOT_QUIET_QUOTES
         if not (force or (due and quiet) or facts >= SNAPSHOT_FORCED_FACTS):
             return
         try:

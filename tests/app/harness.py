@@ -199,7 +199,7 @@ class LiveBot:
     def tick(self) -> None:
         """One desk tick now (risk, PnL, deadlines), carried out, and fresh gauges."""
         now = self.app.clock()
-        self.app.executor.run(self.app.desk.tick(now), now, 0.0)
+        self.app.executor.tick(now)
         self.app.operator.refresh_metrics()
 
     @property

@@ -8,25 +8,34 @@ then refused by the relay (it ends), as many are in a long live run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 
 from solver.core import events as ev
 from solver.core.desk import Desk, DeskSettings
 from solver.core.market import MarketView, QuoteRequest
-from solver.core.quoting import PipelineSettings, Route
+from solver.core.quoting import PipelineSettings, Quote, Route
 from solver.io.bus_rpc import BusRpcClient
+from solver.io.desk_ports import (
+    BusStatusSource,
+    LedgerNonceOracle,
+    LoggedAlerts,
+    Refresh,
+    RunningLoop,
+    Tasks,
+)
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import Metrics
 from solver.protocol.encoding import b64decode
 from solver.protocol.keys import SecretKey
-from solver.protocol.nonce import NonceLayout, new_nonce, parse_nonce
-from solver.protocol.quote_signing import QuoteSigner
+from solver.protocol.nonce import NonceLayout, NonceSequence, QuoteNonces, new_nonce, parse_nonce
+from solver.protocol.quote_signing import QuoteSigner, SignedQuote
 from solver.runtime.executor import Executor
+from solver.runtime.ports import Ports
 from tests.app.harness import E6, E24, NEAR, USDC
 
 QUOTES = 100_000
@@ -46,8 +55,8 @@ class Collect:
     def __init__(self) -> None:
         self.nonces: list[str] = []
 
-    def send_quote_response(self, params: dict[str, Any]) -> None:
-        self.nonces.append(params["signed_data"]["payload"]["nonce"])
+    def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
+        self.nonces.append(signed.signed_data["payload"]["nonce"])
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -71,17 +80,25 @@ def build(layout: NonceLayout, clock: Callable[[], datetime]) -> tuple[Desk, Exe
     key = SecretKey.generate()
     sender = Collect()
     http = httpx.AsyncClient()
+    tasks = Tasks()
+    ledger = LedgerClient("http://127.0.0.1:9", "intents.sandbox", client=http)
+    account = key.public_key.implicit_account_id()
     executor = Executor(
         desk,
-        signer=QuoteSigner(key, key.public_key.implicit_account_id(), "intents.sandbox"),
-        sender=sender,
-        clock=clock,
-        journal=None,
-        metrics=Metrics(),
-        ledger=LedgerClient("http://127.0.0.1:9", "intents.sandbox", client=http),
-        bus_rpc=BusRpcClient("http://127.0.0.1:9", client=http),
-        account=key.public_key.implicit_account_id(),
-        nonce_layout=layout,
+        Ports(
+            signer=QuoteSigner(key, account, "intents.sandbox"),
+            nonces=QuoteNonces(layout, NonceSequence.unregistered()),
+            journal=None,
+            sender=sender,
+            statuses=BusStatusSource(BusRpcClient("http://127.0.0.1:9", client=http), tasks),
+            nonce_oracle=LedgerNonceOracle(ledger, account, tasks),
+            balances=Refresh(lambda: None),
+            salt=Refresh(lambda: None),
+            alerts=LoggedAlerts(None),
+            metrics=Metrics(),
+            loop=RunningLoop(),
+            clock=clock,
+        ),
     )
     return desk, executor, sender
 
@@ -98,7 +115,8 @@ async def test_nonces_never_repeat_across_100k_quotes() -> None:
         now[0] = T0 + timedelta(milliseconds=i)
         # One request, asked again and again: each answer is a new quote with a new nonce.
         executor.feed(ev.QuoteRequested(request), now[0])
-        await executor.drain()
+        while not executor.idle:
+            await asyncio.sleep(0)
         # It ran out unused: the book and reservations stay small.
         executor.feed(ev.RelayReplied("q", False, "expired"), now[0])
 

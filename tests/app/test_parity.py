@@ -49,6 +49,8 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 
+import orjson
+
 from backtest.engine import Replay
 from backtest.settings import validate_settings
 from backtest.stream.events import RequestEvent, StreamEvent
@@ -57,6 +59,7 @@ from backtest.stream.record import Recorder
 from sandbox.config import PairSpec, SandboxConfig, TakersSpec
 from sandbox.server import Sandbox
 from sandbox.takers import TakerPopulation
+from solver.core import facts as f
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.protocol.bus import IntentStatus
@@ -213,6 +216,8 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
         return outcome
 
     replay.pipeline.decide = capture  # type: ignore[method-assign]
+    replay_facts: list[f.Fact] = []
+    replay.executor.observers.append(replay_facts.append)
     with read_stream(stream) as reader:
         recorded: list[str] = []
         result = replay.run(_requests_noted(reader, recorded), reader.header)
@@ -247,6 +252,32 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
     quoted = [q for q in compared if seen[q] == "quoted"]
     assert len(quoted) >= 0.9 * len(compared)  # nearly every request is quotable here
 
+    # The journal: both drivers run one executor, so a quote both answered is opened with the
+    # same fact, reservation included (time, nonce, signature and hash set aside), and a quote
+    # both saw settle moved through the same states.
+    live_facts = _live_journal(tmp_path / "solver.sqlite")
+    live_opened, ours_opened = _opened(live_facts), _opened(replay_facts)
+    assert set(live_opened) == {q for q in compared if seen[q] == "quoted"}
+    opened_differ = [
+        f"{q}: live {live_opened[q]}; replay {ours_opened.get(q)}"
+        for q in sorted(live_opened)
+        if live_opened[q] != ours_opened.get(q)
+    ]
+    assert opened_differ == [], "\n".join(opened_differ)
+    live_moves, ours_moves = _moves(live_facts), _moves(replay_facts)
+    settled_both = [
+        q
+        for q in live_opened
+        if "SETTLED" in live_moves.get(q, ()) and "SETTLED" in ours_moves.get(q, ())
+    ]
+    assert len(settled_both) >= 0.9 * len(live_opened), (len(settled_both), len(live_opened))
+    moves_differ = [
+        f"{q}: live {live_moves[q]}; replay {ours_moves[q]}"
+        for q in settled_both
+        if live_moves[q] != ours_moves[q]
+    ]
+    assert moves_differ == [], "\n".join(moves_differ)
+
     # Fills: every answer in time wins in the replay; live, the takers took what they could.
     won = result.measures.won
     assert result.measures.lost == {} and result.measures.settle_failed == {}
@@ -255,6 +286,40 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
     assert takers.stats.published_ok <= live_settled
     tolerance = 2 + 0.05 * len(quoted) + len(wall_clock) + len(only_recorded)
     assert 0 <= won - live_settled <= tolerance, (won, live_settled, takers.stats.as_dict())
+
+
+def _live_journal(store: Path) -> list[f.Fact]:
+    """Every fact the live bot journaled, in order."""
+    with sqlite3.connect(store) as conn:
+        rows = conn.execute("SELECT kind, body FROM journal ORDER BY seq").fetchall()
+    conn.close()
+    return [f.decode(kind, orjson.loads(body)) for kind, body in rows]
+
+
+def _opened(facts: Iterable[f.Fact]) -> dict[str, tuple[object, ...]]:
+    """Per quote, its ``QuoteOpened`` less what differs by nature (times, nonce, hash): the
+    decision and the reservation it carries (``amount_out + fee`` of ``asset_out``)."""
+    return {
+        x.quote_id: (x.asset_in, x.asset_out, x.amount_in, x.amount_out, x.fee, x.exact_in,
+                     x.partner_id)
+        for x in facts
+        if type(x) is f.QuoteOpened
+    }  # fmt: skip
+
+
+def _moves(facts: Iterable[f.Fact]) -> dict[str, list[str]]:
+    """Per quote, the states it moved through. ``SETTLING`` is set aside: the sandbox sends
+    ``quote_status`` before it executes the batch, so the live bot's first ``get_status`` sees
+    ``TX_BROADCASTED``; the real relay notifies once the intent was executed (issue 23), as the
+    replay's relay does, so its first answer is ``SETTLED``."""
+    moves: dict[str, list[str]] = {}
+    for x in facts:
+        if type(x) is f.QuoteMoved and x.new != "SETTLING":
+            moves.setdefault(x.quote_id, []).append(str(x.new))
+        elif type(x) is f.QuotesLost:
+            for quote_id in x.quote_ids:
+                moves.setdefault(quote_id, []).append("LOST")
+    return moves
 
 
 def _requests_noted(events: Iterable[StreamEvent], noted: list[str]) -> Iterator[StreamEvent]:

@@ -402,9 +402,9 @@ def test_memory_stays_bounded_by_the_open_work() -> None:
     taker = {"kind": "fixed", "tolerance_bps": 60}
     replay, result = run(events, fill={"model": "always", "taker": taker})
     assert result.measures.won > 1_000 and result.measures.events["competitor"] > 300
-    assert not replay._resolves and not result.measures.open_fills
+    assert not replay.relay.resolves and not result.measures.open_fills
     assert not replay.desk.book.quotes and not replay.desk.inventory.reservations
-    assert len(replay.competitors) < 100
+    assert len(replay.relay.competitors) < 100
     series = Downsampled(capacity=10)
     for i in range(10_000):
         series.add(float(i), (float(i),))

@@ -79,7 +79,8 @@ def answer(desk: Desk, quote_id: str, now: datetime, amount_usdc: int = 100) -> 
     signs = [a for a in actions if isinstance(a, SignAndSend)]
     assert len(signs) == 1, actions
     nonce = hashlib.sha256(b"nonce" + quote_id.encode()).digest()
-    return actions + desk.receive(ev.QuoteSigned(quote_id, quote_hash(quote_id), nonce), now)
+    quote = signs[0].quote
+    return actions + desk.receive(ev.QuoteSigned(quote, quote_hash(quote_id), nonce), now)
 
 
 def recorded(actions: list[Action]) -> list[f.Fact]:

@@ -71,9 +71,10 @@ def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> Non
             desk.receive(ev.ConnectionLost(), now)
             desk.receive(ev.ConnectionRestored(), now)
         actions = desk.receive(ev.QuoteRequested(request(f"q{i}", 50)), now)
-        if any(isinstance(a, SignAndSend) for a in actions):
-            desk.receive(ev.QuoteSigned(f"q{i}", quote_hash(f"q{i}"), bytes(32)), now)
-            signed += outflow(desk, f"q{i}")
+        for action in actions:
+            if isinstance(action, SignAndSend):
+                desk.receive(ev.QuoteSigned(action.quote, quote_hash(f"q{i}"), bytes(32)), now)
+                signed += outflow(desk, f"q{i}")
     assert signed <= 2_000 * E24
 
 

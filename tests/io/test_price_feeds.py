@@ -13,7 +13,7 @@ from sandbox.server import Sandbox
 from sandbox.serving import start_server
 from solver.core.state import MarketState
 from solver.io.bus_rpc import BusRpcClient
-from solver.io.price_feeds import PriceFeeds, extract_json_path, parse_usd
+from solver.io.price_feeds import PriceFeeds, extract_json_path, into, parse_usd
 from solver.protocol.keys import SecretKey
 from tests.sandbox.scripted import NEAR, USDC, ScriptedSolver, sandbox_config
 
@@ -25,8 +25,20 @@ def feeds(
 ) -> PriceFeeds:
     state = MarketState(decimals={USDC: 6, NEAR: 24})
     return PriceFeeds(
-        state, lambda: T0, client=client, bus=bus, own_quote_hashes=lambda: own, assets=[USDC, NEAR]
+        state,
+        into(state),
+        lambda: T0,
+        client=client,
+        bus=bus,
+        own_quote_hashes=lambda: own,
+        assets=[USDC, NEAR],
     )
+
+
+def state_of(feed: PriceFeeds) -> MarketState:
+    """The state the feed's prices went into (``into``): what the test reads."""
+    assert isinstance(feed.state, MarketState)
+    return feed.state
 
 
 @pytest.fixture
@@ -47,17 +59,18 @@ def test_json_path_and_price_parsing() -> None:
 
 
 def test_static_prices_are_restamped() -> None:
-    feed = PriceFeeds(MarketState(decimals={USDC: 6}), lambda: T0, client=httpx.AsyncClient())
+    state = MarketState(decimals={USDC: 6})
+    feed = PriceFeeds(state, into(state), lambda: T0, client=httpx.AsyncClient())
     feed.poll_static({USDC: 1.0})
-    assert feed.state.prices[USDC].usd == 1.0 and feed.state.prices[USDC].observed_at == T0
+    assert state_of(feed).prices[USDC].usd == 1.0 and state_of(feed).prices[USDC].observed_at == T0
 
 
 async def test_sandbox_source_reads_every_configured_token(sandbox: Sandbox) -> None:
     async with httpx.AsyncClient() as client:
         feed = feeds(client)
         await feed.poll_sandbox(sandbox.urls()["prices"])
-        assert feed.state.prices[NEAR].usd == pytest.approx(sandbox.prices.usd(NEAR))
-        assert feed.state.prices[USDC].usd == pytest.approx(1.0)
+        assert state_of(feed).prices[NEAR].usd == pytest.approx(sandbox.prices.usd(NEAR))
+        assert state_of(feed).prices[USDC].usd == pytest.approx(1.0)
         await feed.poll_sandbox(sandbox.urls()["prices"].replace("/prices", "/nothing"))
         assert feed.errors == {"sandbox:HTTPStatusError": 1}
 
@@ -85,14 +98,14 @@ async def test_http_json_source_and_its_failures(monkeypatch: pytest.MonkeyPatch
         async with httpx.AsyncClient() as client:
             feed = feeds(client)
             await feed.poll_http_json(f"http://127.0.0.1:{port}/ok", NEAR, "data.price", None)
-            assert feed.state.prices[NEAR].usd == 3.5
+            assert state_of(feed).prices[NEAR].usd == 3.5
             await feed.poll_http_json(f"http://127.0.0.1:{port}/garbage", NEAR, "data.price", None)
             await feed.poll_http_json(f"http://127.0.0.1:{port}/ok", NEAR, "data.nope", None)
-            assert feed.state.prices[NEAR].usd == 3.5
+            assert state_of(feed).prices[NEAR].usd == 3.5
             assert feed.errors == {"http_json:ValueError": 1, "http_json:KeyError": 1}
             monkeypatch.setenv("PRICE_HEADERS", '{"x-api-key": "abc"}')
             await feed.poll_http_json(f"http://127.0.0.1:{port}/auth", USDC, "p", "PRICE_HEADERS")
-            assert feed.state.prices[USDC].usd == 4.0
+            assert state_of(feed).prices[USDC].usd == 4.0
     finally:
         await running.stop()
 
@@ -113,15 +126,15 @@ async def test_bus_quote_source_prices_from_other_solvers_only(sandbox: Sandbox)
             BusRpcClient(sandbox.urls()["relay_rpc"], client=client) as bus,
         ):
             feed = feeds(client, bus)
-            feed.state.set_price(USDC, 1.0, T0)
+            state_of(feed).set_price(USDC, 1.0, T0)
             await feed.poll_bus_quote(NEAR, USDC, 10**24)
-            assert feed.state.prices[NEAR].usd == pytest.approx(3.1)
+            assert state_of(feed).prices[NEAR].usd == pytest.approx(3.1)
             # Our own answers are excluded: with only our quote hash on offer, nothing is learned.
             mine = feeds(client, bus)
-            mine.state.set_price(USDC, 1.0, T0)
+            state_of(mine).set_price(USDC, 1.0, T0)
             mine.own_quote_hashes = lambda: frozenset(sandbox.bus.quotes)  # every hash is "ours"
             await mine.poll_bus_quote(NEAR, USDC, 10**24)
-            assert NEAR not in mine.state.prices
+            assert NEAR not in state_of(mine).prices
             assert mine.errors == {"bus_quote:no offers from others": 1}
     finally:
         await key_solver.stop()
@@ -135,12 +148,15 @@ async def test_several_sources_of_an_asset_are_combined_by_name(sandbox: Sandbox
         near = sandbox.prices.usd(NEAR)
         await feed.poll_sandbox(sandbox.urls()["prices"], "sandbox")
         feed.poll_static({NEAR: near * 1.01}, "backup")  # 100 bps off: within 200
-        assert set(feed.state.observations[NEAR]) == {"sandbox", "backup"}
-        assert feed.state.prices[NEAR].usd == pytest.approx(near * 1.005)
+        assert set(state_of(feed).observations[NEAR]) == {"sandbox", "backup"}
+        assert state_of(feed).prices[NEAR].usd == pytest.approx(near * 1.005)
         feed.poll_static({NEAR: near * 1.05}, "backup")  # 500 bps off
-        assert "backup=" in feed.state.divergent[NEAR] and "sandbox=" in feed.state.divergent[NEAR]
-        assert feed.state.prices[NEAR].usd == pytest.approx(near * 1.005)  # the last agreed
+        assert (
+            "backup=" in state_of(feed).divergent[NEAR]
+            and "sandbox=" in state_of(feed).divergent[NEAR]
+        )
+        assert state_of(feed).prices[NEAR].usd == pytest.approx(near * 1.005)  # the last agreed
         # Unnamed, two static sources are one ("static"): the later replaces the earlier.
         feed.poll_static({USDC: 1.0})
         feed.poll_static({USDC: 1.5})
-        assert feed.state.observations[USDC].keys() == {"sandbox", "static"}
+        assert state_of(feed).observations[USDC].keys() == {"sandbox", "static"}

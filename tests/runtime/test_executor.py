@@ -18,17 +18,28 @@ from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.desk import Desk
 from solver.core.lifecycle import QuoteState
+from solver.core.quoting import Quote
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
+from solver.io.desk_ports import (
+    BusStatusSource,
+    LedgerNonceOracle,
+    LoggedAlerts,
+    Refresh,
+    RunningLoop,
+    Tasks,
+)
 from solver.io.ledger_client import LedgerClient
 from solver.io.metrics import Metrics
 from solver.io.store.schema import StoreError
-from solver.protocol.bus import IntentStatus, StatusData, StatusResult
+from solver.protocol.bus import IntentStatus, StatusData, StatusResult, quote_response
 from solver.protocol.keys import SecretKey
-from solver.protocol.quote_signing import QuoteSigner
+from solver.protocol.nonce import NonceSequence, QuoteNonces
+from solver.protocol.quote_signing import QuoteSigner, SignedQuote
 from solver.protocol.signing import parse_signed, verify_signed
 from solver.runtime import executor as executor_module
 from solver.runtime.executor import Executor
+from solver.runtime.ports import Ports
 from tests.core.desk_helpers import E24, NEAR, at, make_desk, request, state_of
 
 ACCOUNT = "solver.sandbox"
@@ -71,7 +82,12 @@ class Recorder:
     def rollback(self) -> None:
         self.events.append("rollback")
 
-    def send_quote_response(self, params: dict[str, Any]) -> None:
+    def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
+        request = quote.request
+        params = quote_response(
+            request.quote_id, request.exact_in, quote.amount_in, quote.amount_out,
+            signed.signed_data,
+        )  # fmt: skip
         if params["quote_id"] in self.refuse_send:
             raise SolverError("connection closed")
         self.events.append(f"send:{params['quote_id']}")
@@ -125,21 +141,50 @@ def build(
     ledger: Ledger | None = None,
     bus: Bus | None = None,
 ) -> tuple[Executor, list[str]]:
+    """The executor with the live ports over in-memory doubles of the journal, the sender, the
+    ledger and the bus RPC."""
     calls: list[str] = []
+    tasks = Tasks()
     executor = Executor(
         desk or make_desk(),
-        signer=QuoteSigner(SecretKey(bytes(32)), ACCOUNT, "intents.sandbox"),
-        sender=recorder,
-        clock=Clock(),
-        journal=recorder if journal else None,
-        metrics=Metrics(),
-        ledger=ledger or Ledger({}),
-        bus_rpc=bus or Bus({}),
-        account=ACCOUNT,
-        on_refresh_balances=lambda: calls.append("balances"),
-        on_refresh_salt=lambda: calls.append("salt"),
+        Ports(
+            signer=QuoteSigner(SecretKey(bytes(32)), ACCOUNT, "intents.sandbox"),
+            nonces=QuoteNonces("salted", NonceSequence.unregistered()),
+            journal=recorder if journal else None,
+            sender=recorder,
+            statuses=BusStatusSource(bus or Bus({}), tasks),
+            nonce_oracle=LedgerNonceOracle(ledger or Ledger({}), ACCOUNT, tasks),
+            balances=Refresh(lambda: calls.append("balances")),
+            salt=Refresh(lambda: calls.append("salt")),
+            alerts=LoggedAlerts(None),
+            metrics=Metrics(),
+            loop=RunningLoop(),
+            clock=Clock(),
+        ),
     )
     return executor, calls
+
+
+def statuses(executor: Executor) -> BusStatusSource:
+    port = executor.ports.statuses
+    assert isinstance(port, BusStatusSource)
+    return port
+
+
+def oracle(executor: Executor) -> LedgerNonceOracle:
+    port = executor.ports.nonce_oracle
+    assert isinstance(port, LedgerNonceOracle)
+    return port
+
+
+async def drain(executor: Executor) -> None:
+    """Until every queued answer is committed and sent and every question answered."""
+    tasks = statuses(executor).tasks
+    while not executor.idle or tasks:
+        if tasks:
+            await tasks.drain()
+        else:
+            await asyncio.sleep(0)
 
 
 def quote(executor: Executor, quote_id: str = "q1") -> None:
@@ -155,7 +200,7 @@ async def test_a_quote_is_recorded_and_committed_before_it_is_sent_and_verifies(
     executor, _ = build(recorder)
     quote(executor)
     assert recorder.events == ["record:quote_opened:q1"]  # nothing left yet: not committed
-    await executor.drain()
+    await drain(executor)
     assert recorder.events == ["record:quote_opened:q1", "commit", "send:q1"]
     (sent,) = recorder.sent
     verified = verify_signed(parse_signed(sent["signed_data"]))
@@ -177,7 +222,7 @@ async def test_a_store_failure_sends_nothing_releases_and_pauses() -> None:
     recorder = Recorder(fail=True)
     executor, _ = build(recorder)
     quote(executor)
-    await executor.drain()
+    await drain(executor)
     assert recorder.events == [] and recorder.sent == []
     desk = executor.desk
     assert desk.inventory.reserved == {}
@@ -187,7 +232,7 @@ async def test_a_store_failure_sends_nothing_releases_and_pauses() -> None:
     assert desk.stats.outcomes["REJECTED"] == 1
     assert any(alert.kind == "store_error" for _, alert in executor.alerts)
     quote(executor, "q2")
-    await executor.drain()
+    await drain(executor)
     assert desk.stats.skipped["paused"] == 1 and recorder.sent == []
 
 
@@ -195,7 +240,7 @@ async def test_shadow_mode_decides_but_signs_records_and_sends_nothing() -> None
     recorder = Recorder()
     executor, _ = build(recorder, make_desk(shadow=True))
     quote(executor)
-    await executor.drain()
+    await drain(executor)
     assert recorder.events == [] and recorder.sent == []
     stats = executor.desk.stats
     assert stats.shadow_quotes == 1 and stats.signed == 0 and executor.sent == 0
@@ -207,7 +252,7 @@ async def test_without_a_journal_the_answer_is_sent_unrecorded() -> None:
     recorder = Recorder()
     executor, _ = build(recorder, journal=False)
     quote(executor)
-    await executor.drain()
+    await drain(executor)
     assert recorder.events == ["send:q1"]
 
 
@@ -215,9 +260,9 @@ async def test_a_relay_rejection_releases_the_reservation_and_refreshes_the_salt
     recorder = Recorder()
     executor, calls = build(recorder)
     quote(executor)
-    await executor.drain()
+    await drain(executor)
     executor.feed(ev.RelayReplied("q1", False, "simulation failed: invalid salt"))
-    await executor.drain()
+    await drain(executor)
     assert executor.desk.inventory.reserved == {}
     assert recorder.events[-2:] == ["record:quote_moved:q1", "commit"]
     moved = recorder.facts[-1]
@@ -231,7 +276,7 @@ async def test_a_burst_is_committed_once_then_sent() -> None:
     executor, _ = build(recorder)
     for i in range(5):
         quote(executor, f"b{i}")
-    await executor.drain()
+    await drain(executor)
     assert recorder.events == [
         *(f"record:quote_opened:b{i}" for i in range(5)),
         "commit",
@@ -245,7 +290,7 @@ async def test_a_failed_commit_sends_nothing_and_rejects_the_batch() -> None:
     executor, _ = build(recorder)
     quote(executor, "c1")
     quote(executor, "c2")
-    await executor.drain()
+    await drain(executor)
     assert not any(e.startswith("send") for e in recorder.events) and recorder.sent == []
     desk = executor.desk
     assert desk.inventory.reserved == {} and desk.book.quotes == {}
@@ -261,13 +306,13 @@ async def test_the_facts_a_failed_commit_lost_are_committed_again() -> None:
     recorder = Recorder()
     executor, _ = build(recorder)
     quote(executor, "c1")
-    await executor.drain()
+    await drain(executor)
     tracked = executor.desk.book.get("c1")
     assert tracked is not None
     recorder.fail_commit = True
     executor.feed(ev.QuoteStatusSeen(tracked.quote_hash, "i1", None))
     quote(executor, "c2")
-    await executor.drain()
+    await drain(executor)
     assert executor.desk.stats.outcomes["REJECTED"] == 1  # c2, never sent
     assert not any(type(x) is f.ClaimAdded for x in recorder.committed)
     recorder.fail_commit = False
@@ -275,7 +320,7 @@ async def test_the_facts_a_failed_commit_lost_are_committed_again() -> None:
     executor.feed(ev.QuoteStatusSeen(tracked.quote_hash, "i2", None))
     recorder.fail = False
     await asyncio.sleep(executor_module.RETRY_COMMIT_S * 1.5)
-    await executor.drain()
+    await drain(executor)
     claims = [x.intent_hash for x in recorder.committed if type(x) is f.ClaimAdded]
     assert claims == ["i1", "i2"]
     assert sorted(tracked.claims) == ["i1", "i2"]
@@ -287,7 +332,7 @@ async def test_an_answer_that_cannot_be_sent_is_rejected_without_a_pause() -> No
     executor, _ = build(recorder)
     quote(executor, "s1")
     quote(executor, "s2")
-    await executor.drain()
+    await drain(executor)
     assert recorder.events == [
         "record:quote_opened:s1",
         "record:quote_opened:s2",
@@ -310,22 +355,22 @@ async def test_settlement_io_reports_back_to_the_desk() -> None:
     executor, calls = build(recorder)
     quote(executor, "p1")
     quote(executor, "n1")
-    await executor.drain()
+    await drain(executor)
     desk = executor.desk
     p1, n1 = desk.book.get("p1"), desk.book.get("n1")
     assert p1 is not None and n1 is not None
     # A quote_status: the claim is polled with get_status, whose answer moves the quote.
-    executor.bus_rpc = Bus({"i1": (IntentStatus.SETTLED, "tx-1")})
+    statuses(executor).bus = Bus({"i1": (IntentStatus.SETTLED, "tx-1")})
     executor.feed(ev.QuoteStatusSeen(p1.quote_hash, "i1", None))
-    await executor.drain()
+    await drain(executor)
     assert desk.book.get("p1") is None and p1.state == "SETTLED" and p1.tx_hash == "tx-1"
     assert calls == ["balances"]
     # Past the deadline after a disconnect: the verifier's nonce decides.
-    ledger = executor.ledger = Ledger({n1.nonce: False})
+    ledger = oracle(executor).ledger = Ledger({n1.nonce: False})
     executor.feed(ev.ConnectionRestored(), at(2))
     late = n1.deadline + timedelta(seconds=3)
-    executor.run(desk.tick(late), late, 0.0)
-    await executor.drain()
+    executor.tick(late)
+    await drain(executor)
     assert ledger.asked == [(ACCOUNT, n1.nonce)]
     assert desk.book.get("n1") is None and n1.state == "LOST"
     kinds = [e for e in recorder.events if e.startswith("record:quote_moved")]
@@ -340,7 +385,7 @@ async def test_a_fact_that_cannot_be_recorded_pauses_without_ending_the_quote_it
     recorder = Recorder()
     executor, _ = build(recorder)
     quote(executor, "c1")
-    await executor.drain()
+    await drain(executor)
     desk = executor.desk
     tracked = desk.book.get("c1")
     assert tracked is not None

@@ -1,0 +1,275 @@
+"""The executor's simulated ports: the backtest driver runs the live bot's
+:class:`~solver.runtime.executor.Executor` (DESIGN "The shape"; :mod:`solver.runtime.ports`).
+
+- **The relay** (:class:`SimulatedRelay`, the sender port): an answer later than ``bus.wait_ms``
+  loses; otherwise the fill model decides at ``ts + settlement_delay_ms`` (a ``competitor`` event
+  for the request counts if it came before that). A won quote is executed then on the sandbox
+  ledger (:mod:`backtest.settle`) and the relay tells the desk as live: a ``quote_status`` (a
+  claim), whose ``get_status`` the status port answers (SETTLED, or NOT_FOUND when the ledger
+  refused the batch). A lost quote is not reported: as live, the desk ends it LOST after its
+  deadline.
+- **Statuses, nonces, balances**: answered at once, from what the relay settled and from the
+  ledger (the verifier's own nonce record with signing on; with signing off nothing was signed,
+  and every settlement is reported SETTLED at once, so a quote asked about never executed).
+- **Signing and nonces**: with signing on, the live :class:`QuoteSigner` under the live nonce
+  source (:class:`~solver.protocol.nonce.QuoteNonces`, its sequence derived from the seed); off,
+  a stand-in signature whose hash is the nonce.
+- **The loop**: a flush runs at once (one request at a time; nothing to group); **metrics**:
+  none (the replay measures itself, :mod:`backtest.measure`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from backtest.fills import LOST_LATE, CompetitorBook, FillModel, edge_bps
+from backtest.measure.measurements import FillRecord, Measurements
+from backtest.settle import LedgerSettler, SettlementFailed
+from solver.core import events as ev
+from solver.core import facts as f
+from solver.core.quoting import Quote
+from solver.core.view import DeskView
+from solver.protocol.nonce import PREFIX_LEN, NonceSequence
+from solver.protocol.quote_signing import SignedQuote
+from solver.runtime.ports import Reply
+
+SETTLED, NOT_FOUND = "SETTLED", "NOT_FOUND_OR_NOT_VALID"
+
+
+def seeded_sequence(seed: int) -> NonceSequence:
+    """The replay's nonce sequence: reproducible from the seed."""
+    return NonceSequence(hashlib.sha256(f"backtest-nonces:{seed}".encode()).digest()[:PREFIX_LEN])
+
+
+class StandInSigner:
+    """Signing off: nothing is signed; the quote's hash is its (unique) nonce."""
+
+    def sign(
+        self,
+        *,
+        deadline: datetime,
+        nonce: bytes,
+        asset_in: str,
+        amount_in: int,
+        asset_out: str,
+        amount_out: int,
+    ) -> SignedQuote:
+        return SignedQuote({}, nonce.hex(), nonce, "")
+
+
+class NoMetrics:
+    """The live metrics' calls, counting nothing."""
+
+    def pair_label(self, asset_in: str, asset_out: str) -> str:
+        return ""
+
+    def inc_request(self, pair: str) -> None:
+        pass
+
+    def observe_decision(self, seconds: float) -> None:
+        pass
+
+    def inc_skip(self, reason: str, pair: str) -> None:
+        pass
+
+    def inc_quote(self, pair: str) -> None:
+        pass
+
+    def observe_response(self, seconds: float) -> None:
+        pass
+
+
+class ImmediateLoop:
+    """Deferred work runs at once: the replay hands the executor one request at a time."""
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> None:
+        callback()
+
+
+class Refresh:
+    """A refresher port over the driver's own step (balances from the ledger, now)."""
+
+    def __init__(self, step: Callable[[], None]) -> None:
+        self.refresh_now = step
+
+
+@dataclass(slots=True)
+class Pending:
+    """An answer the relay holds until its outcome is due."""
+
+    quote: Quote
+    signed: SignedQuote
+    requested_at: datetime
+    edge_bps: float
+    notional_usd: float
+
+
+class LedgerNonceOracle:
+    """``is_nonce_used`` from the sandbox ledger's own record (signing on), else unused."""
+
+    def __init__(self, settler: LedgerSettler) -> None:
+        self.settler = settler
+
+    def is_nonce_used(self, quote_id: str, nonce: bytes, reply: Reply) -> None:
+        settler = self.settler
+        used = settler.signing and settler.ledger.is_nonce_used(settler.solver, nonce)
+        reply(ev.NonceChecked(quote_id, used))
+
+
+class SimulatedRelay:
+    """The sender and status ports: decides each answer's outcome with the fill model and
+    settles the won ones on the ledger, telling the desk through ``feed`` as the relay would."""
+
+    def __init__(
+        self,
+        *,
+        settler: LedgerSettler,
+        fill_model: FillModel,
+        measures: Measurements,
+        desk: DeskView,
+        wait_ms: float,
+        settlement_delay_ms: int,
+        observe: Callable[[float, bool], None] | None = None,
+    ) -> None:
+        self.settler = settler
+        self.fill_model = fill_model
+        self.measures = measures
+        self.desk = desk
+        self.wait_ms = wait_ms
+        self.delay_us = settlement_delay_ms * 1000
+        self.observe = observe
+        self.competitors = CompetitorBook((int(wait_ms) + settlement_delay_ms + 60_000) * 1000)
+        # Outcomes are due a constant delay after their request, so they come due in the order
+        # they were scheduled: a FIFO, merged with the ticks by time (outcomes first on a tie).
+        self.resolves: deque[tuple[int, Pending]] = deque()
+        self.feed: Reply = _unwired
+        self._statuses: dict[str, str] = {}
+        self._settled: f.FillPrices | None = None
+        # The request being answered: its stream time and the latency it reached the desk with.
+        self._ts: datetime | None = None
+        self._t_us = 0
+        self._latency = 0.0
+
+    def arrive(self, ts: datetime, t_us: int, latency_ms: float) -> None:
+        """The request about to be decided: recorded at ``ts``, reaching the desk after
+        ``latency_ms``."""
+        self._ts, self._t_us, self._latency = ts, t_us, latency_ms
+
+    # ------------------------------------------------------------------ the sender port
+
+    def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
+        assert self._ts is not None
+        request = quote.request
+        price, scale = self.desk.price, self.measures.scale
+        asset_in, asset_out = request.asset_in, request.asset_out
+        v_in = _priced(price(asset_in)) / scale[asset_in]
+        v_out = _priced(price(asset_out)) / scale[asset_out]
+        amount_in = quote.amount_in
+        pending = Pending(
+            quote,
+            signed,
+            self._ts,
+            edge_bps(amount_in, v_in, quote.amount_out, v_out),
+            amount_in * v_in,
+        )
+        if self._latency > self.wait_ms:
+            self._lose(pending, LOST_LATE)
+        else:
+            self.resolves.append((self._t_us + self.delay_us, pending))
+
+    @contextlib.contextmanager
+    def corked(self) -> Iterator[None]:
+        yield
+
+    # ------------------------------------------------------------------ the status port
+
+    def get_status(self, intent_hash: str, reply: Reply) -> None:
+        reply(ev.IntentStatusSeen(intent_hash, self._statuses.pop(intent_hash, None)))
+
+    def competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
+        self.competitors.add(quote_id, best_amount, t_us)
+
+    def on_fact(self, fact: f.Fact) -> None:
+        """Every fact the desk records (an executor observer): the fill's prices."""
+        if type(fact) is f.QuoteMoved and fact.new == SETTLED:
+            self._settled = fact.fill
+
+    # ------------------------------------------------------------------ outcomes
+
+    def resolve(self, pending: Pending, at_us: int, at: datetime) -> None:
+        """The outcome of ``pending``, due at ``at``."""
+        quote = pending.quote
+        best = self.competitors.pop(quote.request.quote_id)
+        lost = self.fill_model.decide(quote, best, pending.edge_bps)
+        if self.observe is not None:
+            self.observe(pending.edge_bps, lost is None)
+        if lost is not None:
+            self._lose(pending, lost)
+        else:
+            self._settle(pending, at_us, at)
+
+    def _lose(self, pending: Pending, reason: str) -> None:
+        # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.
+        m = self.measures
+        m.lost[reason] += 1
+        m.on_resolved(pending.edge_bps, pending.notional_usd, False)
+
+    def _settle(self, pending: Pending, at_us: int, at: datetime) -> None:
+        quote = pending.quote
+        request = quote.request
+        quote_id = request.quote_id
+        m = self.measures
+        intent_hash = "intent:" + quote_id
+        signed = pending.signed if self.settler.signing else None
+        try:
+            fee = self.settler.settle(quote, signed, at)
+        except SettlementFailed as exc:
+            # A taker's intent that failed on chain: the claim ends (NOT_FOUND), the quote stays
+            # open with its reservation until its deadline, then its nonce says unused: LOST.
+            m.settle_failed[exc.reason] += 1
+            m.on_resolved(pending.edge_bps, pending.notional_usd, won=False)
+            self._statuses[intent_hash] = NOT_FOUND
+            self.feed(ev.QuoteStatusSeen(pending.signed.quote_hash, intent_hash))
+            return
+        m.on_resolved(pending.edge_bps, pending.notional_usd, won=True)
+        self._statuses[intent_hash] = SETTLED
+        self._settled = None
+        # OPEN → WON → SETTLED (the SETTLED fact carries the fill's prices), then the balances.
+        self.feed(ev.QuoteStatusSeen(pending.signed.quote_hash, intent_hash))
+        prices = self._settled
+        if prices is None:  # cannot happen: the quote is open until after its deadline
+            raise AssertionError(f"{quote_id}: the desk did not take a settlement the ledger made")
+        record = FillRecord(
+            quote_id,
+            pending.requested_at,
+            at,
+            request.asset_in,
+            request.asset_out,
+            request.exact_in,
+            quote.amount_in,
+            quote.amount_out,
+            fee,
+            prices.price_in,
+            prices.price_out,
+            pending.edge_bps,
+            prices.realized_usd,
+        )
+        m.on_fill(record, at_us)
+        m.on_balances(self.desk.inventory.confirmed, at_us / 1e6)
+
+
+def _priced(usd: float | None) -> float:
+    assert usd is not None  # the desk quoted: it had both prices
+    return usd
+
+
+def _unwired(event: ev.Event) -> object:
+    raise RuntimeError("the simulated relay is not wired to an executor")

@@ -54,9 +54,7 @@ from backtest.stream.format import (
     GZIP_MAGIC,
     MAX_LINE_BYTES,
     MAX_MALFORMED_KEPT,
-    MAX_MIN_DEADLINE_MS,
     MAX_QUOTE_ID_LEN,
-    U128_DIGITS,
     USD_RE,
     Malformed,
     PathLike,
@@ -66,9 +64,8 @@ from backtest.stream.format import (
     text_field,
     u128_field,
 )
-from solver.core.market import QuoteRequest
-from solver.protocol.amounts import U128_MAX
 from solver.protocol.ids import validate_asset_id
+from solver.protocol.quote_request import BadQuoteRequest, QuoteRequestParser
 
 
 @dataclass
@@ -184,6 +181,7 @@ class StreamReader(Iterator[StreamEvent]):
         headers = [self._read_header(path) for path in self.paths]
         self.header = _merge_headers(headers, self.paths)
         self._tokens = self.header.tokens
+        self._requests = QuoteRequestParser(assets=self._tokens)
         self._current = str(self.paths[0])
         self._prefix = len(self.paths) > 1
         self._last_ts: datetime | None = None
@@ -365,69 +363,8 @@ class StreamReader(Iterator[StreamEvent]):
     def _quote_request(
         self, ts: datetime, data: dict[str, Any], obj: dict[str, Any]
     ) -> RequestEvent:
-        get = data.get
-        quote_id = get("quote_id")
-        asset_in = get("core_asset_identifier_in")
-        asset_out = get("core_asset_identifier_out")
-        raw_in = get("exact_amount_in")
-        raw_out = get("exact_amount_out")
-        deadline = get("min_deadline_ms")
-        tokens = self._tokens
-        raw = raw_in if raw_out is None else raw_out if raw_in is None else None
-        # Fast path: every check of _quote_request_checked, in one expression.
-        if (
-            type(quote_id) is str
-            and 0 < len(quote_id) <= MAX_QUOTE_ID_LEN
-            and type(asset_in) is str
-            and type(asset_out) is str
-            and asset_in in tokens
-            and asset_out in tokens
-            and asset_in != asset_out
-            and type(raw) is str
-            and 0 < len(raw) <= U128_DIGITS
-            and raw[0] != "0"
-            and raw.isdigit()
-            and raw.isascii()
-            and type(deadline) is int
-            and 0 <= deadline <= MAX_MIN_DEADLINE_MS
-        ):
-            amount = int(raw)
-            meta = obj.get("meta")
-            partner = meta.get("partner_id") if type(meta) is dict else None
-            if (
-                amount <= U128_MAX
-                and (meta is None or type(meta) is dict)
-                and (partner is None or type(partner) is str)
-            ):
-                request = QuoteRequest(
-                    quote_id, asset_in, asset_out, raw_in is not None, amount, deadline, partner
-                )
-                return RequestEvent(ts, request)
-        return self._quote_request_checked(ts, data, obj)
-
-    def _quote_request_checked(
-        self, ts: datetime, data: dict[str, Any], obj: dict[str, Any]
-    ) -> RequestEvent:
-        """The same checks one at a time, each failure naming its field."""
-        quote_id = text_field(data, "quote_id", max_len=MAX_QUOTE_ID_LEN)
-        asset_in = self._asset(data, "core_asset_identifier_in")
-        asset_out = self._asset(data, "core_asset_identifier_out")
-        if asset_in == asset_out:
-            raise Malformed("asset in and asset out must differ")
-        raw_in, raw_out = data.get("exact_amount_in"), data.get("exact_amount_out")
-        if (raw_in is None) == (raw_out is None):
-            raise Malformed("exactly one of exact_amount_in and exact_amount_out must be given")
-        exact_in = raw_in is not None
-        amount = u128_field(
-            raw_in if exact_in else raw_out, "exact_amount_in" if exact_in else "exact_amount_out"
-        )
-        if amount == 0:
-            raise Malformed("the exact amount must be positive")
-        deadline = data.get("min_deadline_ms")
-        if deadline is None:
-            raise Malformed("missing min_deadline_ms")
-        if type(deadline) is not int or not 0 <= deadline <= MAX_MIN_DEADLINE_MS:
-            raise Malformed(f"min_deadline_ms must be an integer 0..{MAX_MIN_DEADLINE_MS}")
+        """The request by the bus's own parser (:mod:`solver.protocol.quote_request`), with the
+        header's tokens as the assets it accepts; the relay's partner from ``meta``."""
         meta = obj.get("meta")
         partner: str | None = None
         if meta is not None:
@@ -438,9 +375,10 @@ class StreamReader(Iterator[StreamEvent]):
                 if type(partner_value) is not str:
                     raise Malformed("meta.partner_id must be a string")
                 partner = partner_value
-        return RequestEvent(
-            ts, QuoteRequest(quote_id, asset_in, asset_out, exact_in, amount, deadline, partner)
-        )
+        try:
+            return RequestEvent(ts, self._requests.parse(data, partner))
+        except BadQuoteRequest as exc:
+            raise Malformed(str(exc)) from None
 
     def _price(self, ts: datetime, data: dict[str, Any], obj: dict[str, Any]) -> PriceEvent:
         asset = self._asset(data, "asset")

@@ -58,7 +58,7 @@ from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import BusWsClient
 from solver.io.price_feeds import PriceFeeds, into
-from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
+from solver.protocol.bus import QuoteStatusEvent
 
 log = logging.getLogger("backtest.stream.record")
 
@@ -188,32 +188,22 @@ class Recorder:
             return False
         return True
 
-    def on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
-        asset_in, asset_out = event.core_asset_identifier_in, event.core_asset_identifier_out
+    def on_quote(self, request: QuoteRequest) -> None:
+        asset_in, asset_out = request.asset_in, request.asset_out
         if asset_in not in self.tokens or asset_out not in self.tokens:
             self.stats.unknown_asset += 1
             return
         key: _ProbeKey = (
             asset_in,
             asset_out,
-            event.is_exact_in,
-            event.exact_amount,
-            event.min_deadline_ms,
+            request.exact_in,
+            request.amount,
+            request.min_deadline_ms,
         )
         if self._probing.get(key):
             self._probing[key] -= 1
             self.stats.own_probes += 1
             return
-        partner = metadata.get("partner_id")
-        request = QuoteRequest(
-            event.quote_id,
-            asset_in,
-            asset_out,
-            event.is_exact_in,
-            event.exact_amount,
-            event.min_deadline_ms,
-            partner if isinstance(partner, str) else None,
-        )
         if self._put(RequestEvent(self.clock(), request)):
             self.stats.requests += 1
         if self._bus_rpc is not None and sampled(request.quote_id, self.competitor_share):

@@ -12,26 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from solver.protocol.quote_request import QuoteRequest
 
-@dataclass(frozen=True, slots=True)
-class QuoteRequest:
-    """A quote request as the core sees it (protocol-notes 6 ``quote`` event).
-
-    ``amount`` is the fixed side: the input for exact-in, the output for exact-out. A strategy
-    returns the other side.
-    """
-
-    quote_id: str
-    asset_in: str
-    asset_out: str
-    exact_in: bool
-    amount: int
-    min_deadline_ms: int
-    partner_id: str | None = None
-
-    @property
-    def pair(self) -> tuple[str, str]:
-        return (self.asset_in, self.asset_out)
+__all__ = ["MarketView", "QuoteRequest", "ReferencePrice", "StaticMarket"]
+"""The strategy API: a strategy imports the request and the market's view from here. The
+request record itself is the wire vocabulary's (:mod:`solver.protocol.quote_request`), parsed
+once where it arrives."""
 
 
 @dataclass(frozen=True, slots=True)

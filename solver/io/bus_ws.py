@@ -54,12 +54,12 @@ from solver.io.conn_notes import display_url, next_attempt
 from solver.io.ws_link import QuoteLink
 from solver.protocol.bus import (
     JSONRPC,
-    QuoteRequestEvent,
     QuoteStatusEvent,
     quote_response,
     rename_asset_fields,
     unwrap_event,
 )
+from solver.protocol.quote_request import QuoteRequest
 from solver.protocol.quote_signing import SignedQuote
 
 log = logging.getLogger("solver.io.bus_ws")
@@ -67,7 +67,7 @@ log = logging.getLogger("solver.io.bus_ws")
 MIB = 1 << 20
 MAX_PENDING_REPLIES = 10_000
 
-QuoteCallback = Callable[[QuoteRequestEvent, dict[str, Any]], Awaitable[None] | None]
+QuoteCallback = Callable[[QuoteRequest], Awaitable[None] | None]
 StatusCallback = Callable[[QuoteStatusEvent], Awaitable[None] | None]
 StateCallback = Callable[[str], None]
 ResponseCallback = Callable[[str, bool, str | None], None]
@@ -445,12 +445,13 @@ class BusWsClient:
         if kind == "quote":
             if self.prefix != "core":
                 data = rename_asset_fields(data, self.prefix, "core")
-            event = parse_quote_event(data)
-            if isinstance(event, Skip):
-                self._bad(event.reason, str(data.get("quote_id"))[:80])
+            partner = metadata.get("partner_id")
+            request = parse_quote_event(data, partner if isinstance(partner, str) else None)
+            if isinstance(request, Skip):
+                self._bad(request.reason, str(data.get("quote_id"))[:80])
                 return
             self.counters.quotes_in += 1
-            self._dispatch(self._on_quote, event, metadata)
+            self._dispatch(self._on_quote, request)
         elif kind == "quote_status":
             status = parse_quote_status_event(data)
             if isinstance(status, Skip):

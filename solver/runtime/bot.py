@@ -54,7 +54,7 @@ from solver.io.paper_metrics import PaperMetrics, PaperSnapshot
 from solver.io.price_feeds import PriceFeeds
 from solver.io.store.sqlite_store import Store, StoreError
 from solver.io.swap_client import SwapApiClient
-from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
+from solver.protocol.bus import QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.protocol.quote_signing import QuoteSigner
@@ -226,19 +226,9 @@ class LiveBot:
 
     # ------------------------------------------------------------------ bus callbacks
 
-    def _on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
+    def _on_quote(self, request: QuoteRequest) -> None:
         """The hot path, synchronous: one desk decision, then sign, journal and queue."""
         now = self.clock()
-        partner = metadata.get("partner_id")
-        request = QuoteRequest(
-            event.quote_id,
-            event.core_asset_identifier_in,
-            event.core_asset_identifier_out,
-            event.is_exact_in,
-            event.exact_amount,
-            event.min_deadline_ms,
-            partner if isinstance(partner, str) else None,
-        )
         actions = self.executor.request(request, now)
         if self.sample_requests and self.store is not None:
             first = actions[0] if actions else None

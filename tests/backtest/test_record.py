@@ -21,9 +21,8 @@ from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
 from solver.cli import main
 from solver.config import BotConfig, load_bot_config
-from solver.protocol.amounts import WIRE
-from solver.protocol.bus import QuoteRequestEvent
 from solver.protocol.keys import SecretKey
+from solver.protocol.quote_request import QuoteRequest
 from tests.sandbox.scripted import ScriptedSolver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,17 +164,8 @@ async def test_competitor_probes_record_the_best_answer_but_not_themselves(
 # ------------------------------------------------------------------------------ unit rules
 
 
-def quote_event(quote_id: str, asset_in: str = NEAR, asset_out: str = USDC) -> QuoteRequestEvent:
-    return QuoteRequestEvent.model_validate(
-        {
-            "quote_id": quote_id,
-            "core_asset_identifier_in": asset_in,
-            "core_asset_identifier_out": asset_out,
-            "exact_amount_in": "1000",
-            "min_deadline_ms": 60_000,
-        },
-        context=WIRE,
-    )
+def quote_event(quote_id: str, asset_in: str = NEAR, asset_out: str = USDC) -> QuoteRequest:
+    return QuoteRequest(quote_id, asset_in, asset_out, True, 1000, 60_000)
 
 
 def offline_config(tmp_path: Path) -> BotConfig:
@@ -189,15 +179,15 @@ async def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path)
     recorder = Recorder(offline_config(tmp_path), tmp_path / "x.jsonl", queue_size=3,
                         clock=lambda: clock_ts)  # fmt: skip
     for i in range(10):
-        recorder.on_quote(quote_event(f"q{i}"), {"partner_id": "p"})
+        recorder.on_quote(quote_event(f"q{i}"))
     assert recorder.stats.requests == 3
     assert recorder.stats.dropped == 7
 
 
 async def test_assets_outside_the_config_are_skipped(tmp_path: Path) -> None:
     recorder = Recorder(offline_config(tmp_path), tmp_path / "x.jsonl")
-    recorder.on_quote(quote_event("a", asset_in="nep141:doge.near"), {})
-    recorder.on_quote(quote_event("b"), {})
+    recorder.on_quote(quote_event("a", asset_in="nep141:doge.near"))
+    recorder.on_quote(quote_event("b"))
     assert recorder.stats.unknown_asset == 1 and recorder.stats.requests == 1
 
 

@@ -15,8 +15,9 @@ from sandbox.server import Sandbox
 from solver.errors import RemoteError, TransportError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import BusWsClient
-from solver.protocol.bus import IntentStatus, PublishStatus, QuoteRequestEvent, QuoteStatusEvent
+from solver.protocol.bus import IntentStatus, PublishStatus, QuoteStatusEvent
 from solver.protocol.keys import SecretKey
+from solver.protocol.quote_request import QuoteRequest
 from tests.io.peers import wait_for
 from tests.sandbox.scripted import NEAR, USDC, ScriptedSolver, sandbox_config, user_item
 
@@ -31,17 +32,24 @@ class Bot:
 
     solver: ScriptedSolver
     tamper: Callable[[dict[str, Any]], None] | None = None
-    quotes: list[QuoteRequestEvent] = field(default_factory=list)
-    metadata: list[dict[str, Any]] = field(default_factory=list)
+    quotes: list[QuoteRequest] = field(default_factory=list)
     statuses: list[QuoteStatusEvent] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     responses: list[tuple[str, bool, str | None]] = field(default_factory=list)
     client: BusWsClient | None = None
 
-    async def on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
-        self.quotes.append(event)
-        self.metadata.append(metadata)
-        answer = self.solver.build_answer(event.model_dump(mode="json", exclude_none=True))
+    async def on_quote(self, request: QuoteRequest) -> None:
+        self.quotes.append(request)
+        side = "exact_amount_in" if request.exact_in else "exact_amount_out"
+        answer = self.solver.build_answer(
+            {
+                "quote_id": request.quote_id,
+                "core_asset_identifier_in": request.asset_in,
+                "core_asset_identifier_out": request.asset_out,
+                side: str(request.amount),
+                "min_deadline_ms": request.min_deadline_ms,
+            }
+        )
         if self.tamper is not None:
             self.tamper(answer)
         assert self.client is not None
@@ -97,8 +105,8 @@ async def test_quote_answered_published_and_status_delivered(sandbox: Sandbox) -
         (offer,) = await rpc.quote(QUOTE)
         assert offer.amount_in == 2 * E24 and offer.amount_out == 6 * E6
         (event,) = bot.quotes
-        assert event.exact_amount_in == 2 * E24 and event.min_deadline_ms == 30_000
-        assert bot.metadata == [{"partner_id": "sandbox"}]
+        assert event.exact_in and event.amount == 2 * E24 and event.min_deadline_ms == 30_000
+        assert event.partner_id == "sandbox"
         await wait_for(lambda: len(bot.responses) == 1)
         assert bot.responses == [(event.quote_id, True, None)]
 
@@ -190,4 +198,4 @@ async def test_bearer_key_and_asset_prefix(monkeypatch: pytest.MonkeyPatch) -> N
             await wait_for(lambda: bot.client is not None and bot.client.connected)
             (offer,) = await rpc.quote(QUOTE)
             assert offer.core_asset_identifier_in == NEAR and offer.amount_out == 6 * E6
-            assert bot.quotes[0].core_asset_identifier_out == USDC
+            assert bot.quotes[0].asset_out == USDC

@@ -19,7 +19,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from solver.errors import RemoteError
 from solver.io.bus_frames import Skip, parse_quote_event
 from solver.io.bus_ws import BusWsClient
-from solver.protocol.bus import QuoteRequestEvent, QuoteStatusEvent
+from solver.protocol.bus import QuoteStatusEvent
+from solver.protocol.quote_request import QuoteRequest
 from tests.io.peers import wait_for
 from tests.sandbox.scripted import NEAR, USDC
 
@@ -119,12 +120,12 @@ def expected_counts() -> dict[str, int]:
 
 class Sink:
     def __init__(self) -> None:
-        self.quotes: list[tuple[QuoteRequestEvent, dict[str, Any]]] = []
+        self.quotes: list[QuoteRequest] = []
         self.statuses: list[QuoteStatusEvent] = []
         self.responses: list[tuple[str, bool, str | None]] = []
 
-    def on_quote(self, event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
-        self.quotes.append((event, metadata))
+    def on_quote(self, request: QuoteRequest) -> None:
+        self.quotes.append(request)
 
     def on_response(self, quote_id: str, ok: bool, reason: str | None) -> None:
         self.responses.append((quote_id, ok, reason))
@@ -178,11 +179,11 @@ async def test_every_bad_frame_is_counted_and_the_good_ones_still_arrive() -> No
             await wait_for(lambda: len(sink.statuses) == 1)
         counters = client.counters
     assert counters.bad_frames == expected_counts()
-    assert [(e.quote_id, e.exact_amount_in) for e, _ in sink.quotes] == [
+    assert [(r.quote_id, r.amount) for r in sink.quotes] == [
         ("q-good", 1000),
         ("q-flat", 1000),
     ]
-    assert sink.quotes[0][1] == {"partner_id": "p", "traceparent": "t"}
+    assert sink.quotes[0].partner_id == "p"  # the relay's partner, from the metadata
     assert sink.statuses == [QuoteStatusEvent(quote_hash="qh", intent_hash="ih", tx_hash="tx")]
     assert counters.frames_in == len(BAD_FRAMES) + 2 + 3
     assert counters.connects == 1 and counters.reconnects == 0 and counters.disconnects == 1
@@ -230,7 +231,7 @@ async def test_replies_are_matched_and_lost_ones_reported() -> None:
     sink = Sink()
     clients: list[BusWsClient] = []
 
-    async def answer(event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
+    async def answer(request: QuoteRequest) -> None:
         for quote_id in ("a", "b", "c"):
             clients[0].send_quote_response({"quote_id": quote_id, "quote_output": {}})
 
@@ -282,8 +283,8 @@ async def test_callback_errors_are_contained() -> None:
 
     seen: list[str] = []
 
-    def explode(event: QuoteRequestEvent, metadata: dict[str, Any]) -> None:
-        seen.append(event.quote_id)
+    def explode(request: QuoteRequest) -> None:
+        seen.append(request.quote_id)
         raise RuntimeError("strategy bug")
 
     async with relay_peer(script) as url:
@@ -317,8 +318,8 @@ def test_parse_quote_event_names_the_reason(changes: dict[str, Any], reason: str
 def test_parse_quote_event_accepts_exact_out_and_extra_fields() -> None:
     data = quote(exact_amount_in=None, exact_amount_out=str((1 << 128) - 1), max_wait_ms=10)
     parsed = parse_quote_event(data)
-    assert isinstance(parsed, QuoteRequestEvent)
-    assert not parsed.is_exact_in and parsed.exact_amount == (1 << 128) - 1
+    assert isinstance(parsed, QuoteRequest)
+    assert not parsed.exact_in and parsed.amount == (1 << 128) - 1
 
 
 def test_handle_frame_needs_no_network() -> None:
@@ -326,7 +327,7 @@ def test_handle_frame_needs_no_network() -> None:
     client = client_for("ws://127.0.0.1:9/ws", sink)
     client.handle_frame(event(GOOD))
     client.handle_frame(b"nope")
-    assert [e.quote_id for e, _ in sink.quotes] == ["q-good"]
+    assert [r.quote_id for r in sink.quotes] == ["q-good"]
     assert client.counters.bad_frames == {"invalid_json": 1}
 
 

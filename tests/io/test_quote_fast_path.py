@@ -1,5 +1,6 @@
-"""The quote event's fast path accepts only what the full validation accepts, with the same
-values (solver/io/bus_frames.py ``_fast_quote_event``): a property test over hostile inputs."""
+"""The one quote-request parser (solver/protocol/quote_request.py) accepts exactly what the
+pydantic wire model accepts, with the same values, on its fast path and off it: a property test
+over hostile inputs."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from solver.io import bus_frames
 from solver.io.bus_frames import Skip, parse_quote_event
+from solver.protocol.amounts import WIRE
+from solver.protocol.bus import QuoteRequestEvent
+from solver.protocol.quote_request import QuoteRequest
 
 USDC, NEAR = "nep141:usdc.sandbox", "nep141:wrap.sandbox"
 
@@ -35,31 +39,36 @@ events = st.fixed_dictionaries(
 )
 
 
-def full(data: dict[str, Any]) -> object:
-    """What the full validation alone says (the fast path switched off)."""
-    saved = set(bus_frames._KNOWN_ASSETS)
-    bus_frames._KNOWN_ASSETS.clear()
+def wire_model(data: dict[str, Any]) -> QuoteRequest | None:
+    """What the pydantic wire model says of ``data``, as a request (None: refused)."""
     try:
-        return parse_quote_event(data)
-    finally:
-        bus_frames._KNOWN_ASSETS.update(saved)
+        event = QuoteRequestEvent.model_validate(data, context=WIRE)
+    except ValidationError:
+        return None
+    return QuoteRequest(
+        event.quote_id,
+        event.core_asset_identifier_in,
+        event.core_asset_identifier_out,
+        event.is_exact_in,
+        event.exact_amount,
+        event.min_deadline_ms,
+    )
 
 
 @settings(max_examples=3000)
 @given(events)
-def test_the_fast_path_agrees_with_the_full_validation(data: dict[str, Any]) -> None:
+def test_the_parser_accepts_exactly_what_the_wire_model_accepts(data: dict[str, Any]) -> None:
     data = {k: v for k, v in data.items() if v is not ...}
-    bus_frames._KNOWN_ASSETS.update({USDC, NEAR})
-    fast = bus_frames._fast_quote_event(data)
-    expected = full(data)
-    if fast is None:
-        return  # the full validation decides (and names the problem)
-    assert not isinstance(expected, Skip), (data, expected)
-    assert fast.model_dump() == expected.model_dump()  # type: ignore[attr-defined]
+    expected = wire_model(data)
+    for _ in range(2):  # the second time, its assets are known: the fast path
+        parsed = parse_quote_event(data)
+        if expected is None:
+            assert isinstance(parsed, Skip), (data, parsed)
+        else:
+            assert parsed == expected, (data, parsed)
 
 
-def test_a_well_formed_event_takes_the_fast_path() -> None:
-    bus_frames._KNOWN_ASSETS.update({USDC, NEAR})
+def test_extra_relay_fields_are_tolerated_and_leading_zeros_refused() -> None:
     data = {
         "quote_id": "q1",
         "core_asset_identifier_in": USDC,
@@ -68,9 +77,6 @@ def test_a_well_formed_event_takes_the_fast_path() -> None:
         "min_deadline_ms": 1000,
         "min_wait_ms": 100,  # an extra field real relays add
     }
-    fast = bus_frames._fast_quote_event(data)
-    assert fast is not None and fast.exact_amount == 2**100 and fast.is_exact_in
-    assert bus_frames._fast_quote_event({**data, "exact_amount_in": "007"}) is None
-    assert (
-        bus_frames._fast_quote_event({**data, "core_asset_identifier_in": "nep141:new.x"}) is None
-    )
+    parsed = parse_quote_event(data, "partner-1")
+    assert parsed == QuoteRequest("q1", USDC, NEAR, True, 2**100, 1000, "partner-1")
+    assert parse_quote_event({**data, "exact_amount_in": "007"}) == Skip("quote.amount")

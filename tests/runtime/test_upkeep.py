@@ -4,6 +4,7 @@ collector at the ticker's pace (issue 11: no event-loop stall over 5 ms)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import math
 import os
@@ -20,8 +21,8 @@ from solver.config import load_bot_config
 from solver.core import facts as f
 from solver.core.lifecycle import TrackedQuote
 from solver.io.store import retention
-from solver.protocol.bus import QuoteRequestEvent
 from solver.protocol.keys import SecretKey
+from solver.protocol.quote_request import QuoteRequest
 from solver.runtime import bot as live
 from solver.runtime import upkeep
 from solver.runtime.gc_pacer import GcPacer
@@ -155,17 +156,10 @@ def test_a_request_sample_the_store_refuses_is_counted_and_said(
         "CREATE TRIGGER refuse BEFORE INSERT ON requests BEGIN SELECT RAISE(ABORT, 'disk full'); END"
     )
     pair = config.pairs[0]
-    event = QuoteRequestEvent.model_validate(
-        {
-            "quote_id": "sampled-1",
-            "core_asset_identifier_in": pair.quote,
-            "core_asset_identifier_out": pair.base,
-            "exact_amount_in": "1000",
-        }
-    )
+    request = QuoteRequest("sampled-1", pair.quote, pair.base, True, 1000, 60_000)
     with caplog.at_level("WARNING", logger="solver.bot"):
-        bot._on_quote(event, {})
-        bot._on_quote(event.model_copy(update={"quote_id": "sampled-2"}), {})
+        bot._on_quote(request)
+        bot._on_quote(dataclasses.replace(request, quote_id="sampled-2"))
     assert bot.samples_lost == 2
     said = [r.getMessage() for r in caplog.records if "request sample not stored" in r.getMessage()]
     assert len(said) == 1 and "disk full" in said[0]

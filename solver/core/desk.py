@@ -126,7 +126,7 @@ class Desk(DeskRisk):
         fact = f.QuoteOpened(
             request.quote_id, event.quote_hash, request.asset_in, request.asset_out,
             quote.amount_in, quote.amount_out, quote.fee, quote.deadline, event.nonce, now,
-            request.exact_in, request.partner_id,
+            request.exact_in, request.partner_id, event.signed_data,
         )  # fmt: skip
         self.apply(fact)
         return [Record(fact)]

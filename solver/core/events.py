@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
@@ -33,6 +34,8 @@ class QuoteSigned:
     quote: Quote
     quote_hash: str
     nonce: bytes
+    signed_data: Mapping[str, Any] | None = None
+    """The answer as signed: it goes into the ``QuoteOpened`` fact (kept for disputes)."""
 
 
 @value

@@ -16,6 +16,7 @@ times as microseconds since the epoch, bytes as hex).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,6 +40,12 @@ class QuoteOpened:
     created_at: datetime
     exact_in: bool
     partner_id: str | None = None
+    signed_data: Mapping[str, Any] | None = dataclasses.field(
+        default=None, compare=False, hash=False, repr=False
+    )
+    """The answer as signed (kept for disputes): written with the fact, in the same journal
+    entry; not read back into the desk (:func:`decode` leaves it None: a restart needs none of
+    it, and the query tables take it from the entry itself)."""
 
 
 @value
@@ -223,6 +230,10 @@ def _encode_value(name: str, value: Any) -> Any:
     return value
 
 
+SIGNED_DATA = "signed_data"
+"""The key of a ``quote_opened`` entry's body that carries the signed answer."""
+
+
 def encode(fact: Fact) -> dict[str, Any]:
     """A fact as a JSON-able dict (amounts as strings: u128 does not fit a JSON number)."""
     if type(fact) is QuoteOpened:  # the quote path's fact: spelled out, 8x faster than the loop
@@ -239,6 +250,7 @@ def encode(fact: Fact) -> dict[str, Any]:
             "created_at": micros(fact.created_at),
             "exact_in": fact.exact_in,
             "partner_id": fact.partner_id,
+            SIGNED_DATA: fact.signed_data or {},
         }
     return {f.name: _encode_value(f.name, getattr(fact, f.name)) for f in dataclasses.fields(fact)}
 

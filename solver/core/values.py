@@ -16,13 +16,14 @@ frozen at run time: plugins are not type-checked here.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TypeVar, dataclass_transform
 
 T = TypeVar("T")
 
 
-@dataclass_transform(frozen_default=True)
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def value(cls: type[T]) -> type[T]:
     """``@dataclass(slots=True)``, hashed by value, read-only to the type checker."""
     return dataclass(slots=True, unsafe_hash=True)(cls)

@@ -162,11 +162,11 @@ class Executor:
         except SolverError as exc:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
             return
-        opened = self.desk.receive(ev.QuoteSigned(quote, signed.quote_hash, signed.nonce), now)
-        for record in opened:
+        signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
+        for record in self.desk.receive(signed_event, now):
             if type(record) is not Record:
                 continue
-            if type(record.fact) is QuoteOpened and not self._append(record.fact, signed):
+            if type(record.fact) is QuoteOpened and not self._append(record.fact):
                 return  # not recorded: never sent (the desk released and paused)
             for observer in self.observers:
                 observer(record.fact)
@@ -181,12 +181,12 @@ class Executor:
         for observer in self.observers:
             observer(fact)
 
-    def _append(self, fact: Fact, signed: SignedQuote | None = None) -> bool:
+    def _append(self, fact: Fact) -> bool:
         journal = self.ports.journal
         if journal is None:
             return True
         try:
-            journal.append(fact, None if signed is None else signed.signed_data)
+            journal.append(fact)
         except SolverError as exc:
             log.error("cannot record %s: %s; quoting paused", type(fact).__name__, exc)
             # Only an answer not recorded is never sent (and released); any other fact failing

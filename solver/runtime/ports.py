@@ -17,11 +17,11 @@ that refreshes an input (balances, salt) reports through the driver in the same 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from solver.core import events as ev
 from solver.core.actions import Alert, PauseChanged
@@ -59,7 +59,7 @@ class NonceSource(Protocol):
 class Journal(Protocol):
     """The desk's journal: facts appended, then made durable by one commit per loop turn."""
 
-    def append(self, fact: Fact, signed_data: Mapping[str, Any] | None = None) -> None:
+    def append(self, fact: Fact) -> None:
         """Add ``fact`` to the open transaction, or raise a ``SolverError``."""
 
     def commit(self) -> None:

@@ -108,9 +108,8 @@ def _store(path: Path) -> list[float]:
             store.journal.append(
                 f.QuoteOpened(
                     f"q{i}", signed.quote_hash, NEAR, USDC, E24, out, 0, deadline, signed.nonce,
-                    created, True,
-                ),
-                signed.signed_data,
+                    created, True, None, signed.signed_data,
+                )
             )  # fmt: skip
             for new in states:
                 fill = f.FillPrices(3.0, 1.0, 3.0 - out / E6) if new is QuoteState.SETTLED else None

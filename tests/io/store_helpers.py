@@ -76,17 +76,18 @@ def signed_quote(
 
 def opened(quote: Signed) -> f.QuoteOpened:
     """The fact the desk decides when ``quote`` is signed."""
-    t, _, request = quote
+    t, signed, request = quote
     return f.QuoteOpened(
         t.quote_id, t.quote_hash, t.asset_in, t.asset_out, t.amount_in, t.amount_out, t.fee,
         t.deadline, t.nonce, t.created_at, request.exact_in, request.partner_id,
+        signed.signed_data,
     )  # fmt: skip
 
 
 def append_quotes(store: Store, *quotes: Signed) -> None:
     """Append each quote's ``QuoteOpened`` with its signed data (not committed)."""
     for quote in quotes:
-        store.journal.append(opened(quote), quote[1].signed_data)
+        store.journal.append(opened(quote))
 
 
 def record(store: Store, *quotes: Signed) -> None:

@@ -3,6 +3,7 @@ number, snapshots, and a desk rebuilt from the journal equal to the one that wro
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -109,8 +110,11 @@ def test_load_returns_every_kind_of_fact_in_order(db: Path) -> None:
     assert [r[2] for r in rows] == [f.kind_of(fact) for fact in facts]
     bodies = [orjson.loads(r[3]) for r in rows]
     # A quote's entry also carries its signed answer (kept for disputes, projected to quotes).
-    assert bodies[0].pop("signed_data") == {}  # appended here without one
-    assert bodies[1].pop("signed_data") == {}
+    first = facts[0]
+    assert isinstance(first, f.QuoteOpened) and first.signed_data
+    assert bodies[0]["signed_data"] == first.signed_data
+    assert bodies[1]["signed_data"] == {}  # a fact without one
+    assert all(getattr(x, "signed_data", 0) is None for x in loaded[:2])  # the desk needs none
     assert bodies == [f.encode(fact) for fact in facts]
     assert rows[0][1] == f.micros(T0)  # a quote's entry is at its creation
     assert rows[9][1] == f.micros(T0 + timedelta(seconds=1))  # balances: when observed
@@ -221,12 +225,10 @@ class Recorder:
     def take(self, actions: list[Action]) -> list[Action]:
         for action in actions:
             if isinstance(action, Record):
-                signed = (
-                    {"payload": action.fact.quote_id}
-                    if type(action.fact) is f.QuoteOpened
-                    else None
-                )
-                self.store.journal.append(action.fact, signed)
+                fact = action.fact
+                if type(fact) is f.QuoteOpened:
+                    fact = dataclasses.replace(fact, signed_data={"payload": fact.quote_id})
+                self.store.journal.append(fact)
                 self.facts.append(action.fact)
         return actions
 
@@ -394,7 +396,7 @@ def test_rebuilt_reservations_are_the_outflow_plus_the_fee(store: Store) -> None
     a = signed_quote("a", amount_out=1_000, fee=3)
     b = signed_quote("b", amount_out=2_000, fee=5, asset_in=WNEAR, asset_out="nep141:eth")
     for quote in (a, b):
-        store.journal.append(opened(quote), quote[1].signed_data)
+        store.journal.append(opened(quote))
     store.journal.commit()
     desk = rebuilt_from(store, make_desk())
     assert desk.inventory.reserved == {WNEAR: 1_003, "nep141:eth": 2_005}

@@ -340,11 +340,12 @@ def test_the_old_store_takes_new_facts(old: Path) -> None:
             asset_out=NEAR,
             amount_out=quote.amount_out,
         )
-        (opened,) = desk.receive(ev.QuoteSigned(quote, signed.quote_hash, signed.nonce), now)
+        signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
+        (opened,) = desk.receive(signed_event, now)
         assert isinstance(opened, Record) and isinstance(opened.fact, f.QuoteOpened)
         for fact in facts:
             store.journal.append(fact)
-        store.journal.append(opened.fact, signed.signed_data)
+        store.journal.append(opened.fact)
         store.commit()
         assert store.project() == len(facts) + 1
         (row,) = store.quotes_since(now - timedelta(seconds=1))

@@ -61,15 +61,15 @@ class Recorder:
         self.corks: list[list[str]] = []  # the answers sent inside each ``corked`` block
         self._cork: list[str] | None = None
 
-    def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None:
+    def append(self, fact: f.Fact) -> None:
         if self.fail:
             raise StoreError("disk full")
         quote_id = getattr(fact, "quote_id", "-")
         self.events.append(f"record:{f.kind_of(fact)}:{quote_id}")
         self.facts.append(fact)
         self._txn.append(fact)
-        if signed_data is not None:
-            self.signed[quote_id] = signed_data
+        if type(fact) is f.QuoteOpened and fact.signed_data is not None:
+            self.signed[quote_id] = fact.signed_data
 
     def commit(self) -> None:
         if self.fail_commit:

@@ -24,7 +24,7 @@ import contextlib
 import sqlite3
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -32,18 +32,6 @@ from solver.core import facts as f
 from solver.io.store.schema import StoreError
 
 INSERT_ENTRY = "INSERT INTO journal (at, kind, body) VALUES (?, ?, ?)"
-SIGNED_DATA = "signed_data"
-"""The key of a ``quote_opened`` entry's body that carries the signed answer."""
-
-
-class Journal(Protocol):
-    """What the live driver needs of a journal."""
-
-    def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None: ...
-
-    def commit(self) -> None: ...
-
-    def rollback(self) -> None: ...
 
 
 class SqliteJournal:
@@ -57,17 +45,16 @@ class SqliteJournal:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, fact: f.Fact, signed_data: Mapping[str, Any] | None = None) -> None:
-        """Append ``fact`` to the open transaction; ``commit`` makes it durable.
-        ``signed_data``: the signed answer of a ``QuoteOpened`` (kept for disputes)."""
+    def append(self, fact: f.Fact) -> None:
+        """Append ``fact`` to the open transaction; ``commit`` makes it durable (a
+        ``QuoteOpened`` carries its signed answer, kept for disputes)."""
         cur = self._cur
         try:
             if not self._conn.in_transaction:
                 cur.execute("BEGIN")
             if type(fact) is f.QuoteOpened:
-                body = f.encode(fact)
-                body[SIGNED_DATA] = signed_data or {}
-                entry = (f.micros(fact.created_at), "quote_opened", orjson.dumps(body).decode())
+                body = orjson.dumps(f.encode(fact)).decode()
+                entry = (f.micros(fact.created_at), "quote_opened", body)
             else:
                 body_text = orjson.dumps(f.encode(fact)).decode()
                 entry = (f.micros(_at(fact)), f.kind_of(fact), body_text)

@@ -43,14 +43,7 @@ ALLOWED_CALLS = {
     ("solver/runtime/executor.py", "tick"),
     ("solver/runtime/bot.py", "apply"),  # LiveBot.recover: the desk rebuilt from the journal
 }
-KNOWN_PARTS_HANDED_OUT = {
-    # The rebalancer reserves, releases and pauses on its own (issue 22, item 2: its steps are
-    # to become desk facts). Listed so that the test fails when they are gone and the list is
-    # not emptied, and when anything else appears.
-    ("solver/runtime/bot.py", "inventory"),
-    ("solver/runtime/bot.py", "state"),
-    ("solver/runtime/bot.py", "pauses"),
-}
+KNOWN_PARTS_HANDED_OUT: set[tuple[str, str]] = set()
 
 
 def _chain(node: ast.AST) -> Iterator[str]:

@@ -85,6 +85,9 @@ class Desk(DeskRisk):
             ev.OperatorPause: self._operator_pause,
             ev.OperatorResume: self._operator_resume,
             ev.ShutdownStarted: self._shutdown,
+            ev.RebalanceStarting: self.rebalancing.starting,
+            ev.RebalanceDeposited: self.rebalancing.deposited,
+            ev.RebalanceEnding: self.rebalancing.ending,
         }
 
     # ------------------------------------------------------------------ the interface

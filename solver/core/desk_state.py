@@ -26,6 +26,7 @@ from solver.core.pauses import GLOBAL, Pause, Pauses
 from solver.core.pnl import MARKOUT_HORIZONS_S, FillValue, PnlBook, usd_value
 from solver.core.quoting import PipelineSettings, QuotePipeline, Route
 from solver.core.readable import Readable
+from solver.core.rebalancing import Rebalancing
 from solver.core.reconciliation import Reconciliation
 from solver.core.risk import RiskLimits
 from solver.core.state import MarketState
@@ -82,6 +83,7 @@ class DeskState:
         self.state = MarketState(decimals=dict(decimals), history_size=settings.history_size)
         self.inventory = Inventory(floors=dict(floors or {}))
         self.pauses = Pauses()
+        self.rebalancing = Rebalancing(self.inventory, self.pauses)
         self.pipeline = QuotePipeline(
             settings.pipeline, routes, self.inventory, self.state, self.pauses, timer=timer
         )
@@ -119,6 +121,9 @@ class DeskState:
             f.PauseSet: self._apply_pause_set,
             f.PauseCleared: self._apply_pause_cleared,
             f.BaselineAccepted: self._apply_baseline,
+            f.RebalanceStarted: self.rebalancing.apply_started,
+            f.RebalanceDeposited: self.rebalancing.apply_deposited,
+            f.RebalanceEnded: self.rebalancing.apply_ended,
         }
 
     # ------------------------------------------------------------------ facts

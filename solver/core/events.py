@@ -117,6 +117,35 @@ class PriceSeen:
 
 
 @value
+class RebalanceStarting:
+    """The rebalancer asks to start: hold ``amount_in`` of ``asset_in`` and stop quoting
+    ``route`` (``asset_in->asset_out``) until it ends (:mod:`solver.core.rebalancing`)."""
+
+    rebalance_id: str
+    route: str
+    asset_in: str
+    amount_in: int
+    asset_out: str
+    deadline: datetime
+
+
+@value
+class RebalanceDeposited:
+    """The rebalance's deposit executed: its input left the account."""
+
+    rebalance_id: str
+
+
+@value
+class RebalanceEnding:
+    """The rebalance ended (``outcome``: SUCCESS, REFUNDED, FAILED or ABANDONED)."""
+
+    rebalance_id: str
+    route: str
+    outcome: str
+
+
+@value
 class SaltSeen:
     salt: bytes
     observed: datetime
@@ -180,4 +209,7 @@ Event = (
     | OperatorPause
     | OperatorResume
     | ShutdownStarted
+    | RebalanceStarting
+    | RebalanceDeposited
+    | RebalanceEnding
 )

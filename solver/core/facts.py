@@ -161,6 +161,37 @@ class BaselineAccepted:
     equity_shift_usd: float  # taken out of the PnL baseline: a deposit is not a profit
 
 
+@value
+class RebalanceStarted:
+    """A rebalance holds ``amount_in`` of ``asset_in`` and pauses ``route``."""
+
+    rebalance_id: str
+    route: str
+    asset_in: str
+    amount_in: int
+    asset_out: str
+    deadline: datetime
+    at: datetime
+
+
+@value
+class RebalanceDeposited:
+    """The rebalance's deposit executed: its reservation is settled."""
+
+    rebalance_id: str
+    at: datetime
+
+
+@value
+class RebalanceEnded:
+    """The rebalance ended: its reservation released, its pause lifted."""
+
+    rebalance_id: str
+    route: str
+    outcome: str
+    at: datetime
+
+
 Fact = (
     QuoteOpened
     | QuoteMoved
@@ -174,6 +205,9 @@ Fact = (
     | PauseSet
     | PauseCleared
     | BaselineAccepted
+    | RebalanceStarted
+    | RebalanceDeposited
+    | RebalanceEnded
 )
 
 KINDS: dict[str, type[Any]] = {
@@ -189,6 +223,9 @@ KINDS: dict[str, type[Any]] = {
     "pause_set": PauseSet,
     "pause_cleared": PauseCleared,
     "baseline_accepted": BaselineAccepted,
+    "rebalance_started": RebalanceStarted,
+    "rebalance_deposited": RebalanceDeposited,
+    "rebalance_ended": RebalanceEnded,
 }
 KIND_OF: dict[type[Any], str] = {cls: kind for kind, cls in KINDS.items()}
 _INT_FIELDS = frozenset({"amount_in", "amount_out", "fee", "outflow"})

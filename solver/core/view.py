@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from solver.core.desk_state import DeskStats
+from solver.core.inventory import Reservation
 from solver.core.lifecycle import TrackedQuote
 from solver.core.pauses import Pause
 from solver.core.readable import Readable
@@ -32,6 +33,9 @@ class InventoryReading(Protocol):
 
     @property
     def reserved(self) -> Mapping[str, int]: ...
+
+    @property
+    def reservations(self) -> Mapping[str, Reservation]: ...
 
     @property
     def floors(self) -> Mapping[str, int]: ...
@@ -139,6 +143,10 @@ class DeskView:
     @property
     def readable(self) -> Readable:
         return self._desk.readable
+
+    def prices(self) -> dict[str, float]:
+        """Every asset's reference price in USD (a copy)."""
+        return {asset: ref.usd for asset, ref in self._desk.state.prices.items()}
 
     def price(self, asset: str) -> float | None:
         """The asset's reference price in USD, combined from every source (None: none yet)."""

@@ -10,9 +10,9 @@ each step written to the store (``rebalances`` / ``rebalance_steps``) before the
     PLANNED -> QUOTED -> DEPOSIT_SENT -> DEPOSITED -> SUBMITTED -> SUCCESS | REFUNDED | FAILED
        \\________\\____________\\___________________________________> ABANDONED (nothing paid)
 
-1. ``PLANNED``: the plan; the outflow is reserved in the inventory (the quoting engine cannot
-   promise it away) and the bot stops quoting the same direction (it would only buy back what
-   it is selling).
+1. ``PLANNED``: the plan; the desk reserves the outflow (the quote path cannot promise it away)
+   and stops quoting the same direction (it would only buy back what it is selling): desk facts
+   (:mod:`solver.core.rebalancing`), journaled, so a ``kill -9`` keeps both.
 2. ``QUOTED``: ``POST /v0/quote`` with ``INTENTS`` deposit, refund and recipient types (all to
    our own account), ``EXACT_INPUT``; the whole answer is kept, with the service's signature.
 3. ``DEPOSIT_SENT``: a ``transfer`` of the input to the deposit address, signed
@@ -46,9 +46,11 @@ from enum import StrEnum
 from typing import Any
 
 from solver.config import RebalanceSpec
-from solver.core.inventory import Inventory, Reservation
-from solver.core.pauses import Pause, Pauses
-from solver.core.state import MarketState
+from solver.core import events as ev
+from solver.core.actions import Action, OperatorReply
+from solver.core.inventory import Reservation
+from solver.core.rebalancing import reservation_id
+from solver.core.view import DeskView
 from solver.errors import ProtocolError, RemoteError, SolverError, TransportError
 from solver.io import ops_intents
 from solver.io.bus_rpc import BusRpcClient
@@ -77,7 +79,6 @@ from solver.rebalance.plan import (
     swap_request,
 )
 
-REBALANCING = "rebalancing"
 log = logging.getLogger("solver.rebalance.rebalancer")
 
 DEADLINE_GRACE_S = 5.0
@@ -121,10 +122,6 @@ FlowCallback = Callable[[str, str, int, str, int], None]
 reconciliation takes it (the desk's ``OwnFlowSettled`` event)."""
 
 
-def _reservation_id(record_id: str) -> str:
-    return f"rebalance:{record_id}"
-
-
 class Rebalancer:
     """Runs rebalances for one account; :meth:`tick` is its scheduled job."""
 
@@ -138,9 +135,8 @@ class Rebalancer:
         bus: BusRpcClient,
         ledger: LedgerClient,
         store: Store | None,
-        inventory: Inventory,
-        state: MarketState,
-        pauses: Pauses,
+        desk: DeskView,
+        feed: Callable[[ev.Event], list[Action]],
         clock: Callable[[], datetime],
         balance_max_age_s: float,
         nonce_layout: NonceLayout = "salted",
@@ -155,9 +151,8 @@ class Rebalancer:
         self.bus = bus
         self.ledger = ledger
         self.store = store
-        self.inventory = inventory
-        self.state = state
-        self.pauses = pauses
+        self.desk = desk  # read only: balances, free inventory, prices
+        self.feed = feed  # the desk's events: its reservation and pause are desk facts
         self.clock = clock
         self.balance_max_age_s = balance_max_age_s
         self.nonce_layout: NonceLayout = nonce_layout
@@ -202,7 +197,7 @@ class Rebalancer:
             await self._advance(started)
 
     def _inputs(self, now: datetime) -> Inputs:
-        inventory = self.inventory
+        inventory = self.desk.inventory
         assets = set(self.spec.bands)
         if self.spec.counter_asset is not None:
             assets.add(self.spec.counter_asset)
@@ -211,15 +206,15 @@ class Rebalancer:
             balances=dict(inventory.confirmed),
             balances_at=inventory.confirmed_at,
             free={asset: inventory.free(asset) for asset in assets},
-            prices={asset: ref.usd for asset, ref in self.state.prices.items()},
-            decimals=self.state.decimals,
+            prices=self.desk.prices(),
+            decimals=self.desk.decimals,
             last_started_at=self.last_started_at,
             last_finished_at=self.last_finished_at,
             in_flight=bool(self.in_flight),
         )
 
     def _describe(self, plan: Plan) -> str:
-        decimals = self.state.decimals
+        decimals = self.desk.decimals
         amount = format(Decimal(plan.amount_in).scaleb(-decimals[plan.asset_in]).normalize(), "f")
         return (
             f"{plan.side} {plan.asset}: pay {amount} {plan.asset_in} "
@@ -229,7 +224,7 @@ class Rebalancer:
     # ------------------------------------------------------------------ start and resume
 
     def start(self, plan: Plan, now: datetime) -> RebalanceRecord | None:
-        """Record ``plan`` as PLANNED, reserve its input and pause its direction."""
+        """Record ``plan`` as PLANNED; the desk reserves its input and pauses its direction."""
         assert self.store is not None
         record = RebalanceRecord(
             id=uuid.uuid4().hex,
@@ -243,24 +238,20 @@ class Rebalancer:
             plan=plan.to_json(),
             reason=plan.reason,
         )
-        reservation = Reservation(
-            _reservation_id(record.id),
-            plan.asset_in,
-            plan.amount_in,
-            plan.asset_out,
-            0,
-            now + timedelta(seconds=self.spec.swap_deadline_s),
+        deadline = now + timedelta(seconds=self.spec.swap_deadline_s)
+        starting = ev.RebalanceStarting(
+            record.id, _route(record), plan.asset_in, plan.amount_in, plan.asset_out, deadline
         )
-        if not self.inventory.reserve(reservation):
-            log.warning("rebalance not started: %s is no longer free", plan.asset_in)
+        reply = _reply(self.feed(starting))
+        if not reply.ok:
+            log.warning("rebalance not started: %s", reply.message)
             return None
         try:
             self.store.save_rebalance(record, self._describe(plan))
         except SolverError:
-            self.inventory.release(reservation.quote_id)
+            self.feed(ev.RebalanceEnding(record.id, _route(record), "ABANDONED"))
             raise
         self.in_flight[record.id] = record
-        self._pause(record)
         log.info("rebalance %s started: %s", record.id, self._describe(plan))
         return record
 
@@ -269,7 +260,9 @@ class Rebalancer:
 
         A rebalance stopped before its deposit was signed paid nothing and is ``ABANDONED``
         (the next tick plans afresh from fresh balances); a later one is followed from where it
-        stopped, its signed deposit re-published if the bus never got it.
+        stopped, its signed deposit re-published if the bus never got it. Its reservation and
+        pause came back with the desk from the journal; a store written before they were desk
+        facts gets them asked for again (a deposit not executed yet holds its input).
         """
         if self.store is None:
             return 0
@@ -279,7 +272,6 @@ class Rebalancer:
         resumed = 0
         for record in self.store.open_rebalances():
             self.in_flight[record.id] = record
-            self._pause(record)
             if record.state in (RebalanceState.PLANNED, RebalanceState.QUOTED):
                 self._finish(
                     record,
@@ -287,8 +279,15 @@ class Rebalancer:
                     "restarted before the deposit was signed: nothing was paid",
                 )
                 continue
-            if record.state == RebalanceState.DEPOSIT_SENT:
-                self.inventory.restore([self._outflow(record)])
+            held = reservation_id(record.id) in self.desk.inventory.reservations
+            if record.state == RebalanceState.DEPOSIT_SENT and not held:
+                outflow = self._outflow(record)
+                reply = _reply(self.feed(ev.RebalanceStarting(
+                    record.id, _route(record), record.asset_in, record.amount_in,
+                    record.asset_out, outflow.deadline,
+                )))  # fmt: skip
+                if not reply.ok:
+                    log.warning("rebalance %s: its input is not held: %s", record.id, reply.message)
             resumed += 1
             log.info("rebalance %s resumed at %s", record.id, record.state)
         return resumed
@@ -363,8 +362,8 @@ class Rebalancer:
         problem = check_quote(
             request,
             response,
-            prices={asset: ref.usd for asset, ref in self.state.prices.items()},
-            decimals=self.state.decimals,
+            prices=self.desk.prices(),
+            decimals=self.desk.decimals,
             max_cost_bps=self.spec.max_cost_bps,
             now=self.clock(),
         )
@@ -469,8 +468,8 @@ class Rebalancer:
 
     async def _deposited(self, record: RebalanceRecord, tx_hash: str | None) -> None:
         self._save(record, RebalanceState.DEPOSITED, tx_hash, deposit_tx_hash=tx_hash)
-        rid = _reservation_id(record.id)
-        self.inventory.settle(rid, self.clock())
+        rid = reservation_id(record.id)
+        self.feed(ev.RebalanceDeposited(record.id))
         self._flow(f"{rid}:deposit", record.asset_out, 0, record.asset_in, record.amount_in)
 
     async def _submit(self, record: RebalanceRecord) -> None:
@@ -526,7 +525,7 @@ class Rebalancer:
         refunded = details.refunded_amount
         if refunded is None and final is RebalanceState.REFUNDED:
             refunded = record.amount_in - (response.quote_response.quote.refund_fee or 0)
-        rid = _reservation_id(record.id)
+        rid = reservation_id(record.id)
         if received:
             self._flow(f"{rid}:out", record.asset_out, received, record.asset_in, 0)
         if refunded:
@@ -544,8 +543,7 @@ class Rebalancer:
         self._save(record, state, reason, reason=reason, **changes)
         self.in_flight.pop(record.id, None)
         self._bus_status.pop(record.id, None)
-        self.inventory.release(_reservation_id(record.id))
-        self._unpause(record)
+        self.feed(ev.RebalanceEnding(record.id, _route(record), state.value))
         self.last_finished_at = self.clock()
         if state is not RebalanceState.ABANDONED:
             self.last_moved_at = self.last_finished_at
@@ -567,7 +565,7 @@ class Rebalancer:
             seconds=self.spec.swap_deadline_s
         )
         return Reservation(
-            _reservation_id(record.id),
+            reservation_id(record.id),
             record.asset_in,
             record.amount_in,
             record.asset_out,
@@ -589,7 +587,7 @@ class Rebalancer:
             expected = max(record.amount_out or 0, record.min_amount_out or 0)
             flows.append(
                 Reservation(
-                    f"{_reservation_id(record.id)}:out",
+                    f"{reservation_id(record.id)}:out",
                     record.asset_out,
                     0,
                     record.asset_out,
@@ -599,7 +597,7 @@ class Rebalancer:
             )
             flows.append(
                 Reservation(
-                    f"{_reservation_id(record.id)}:refund",
+                    f"{reservation_id(record.id)}:refund",
                     record.asset_in,
                     0,
                     record.asset_in,
@@ -616,21 +614,18 @@ class Rebalancer:
         signed = (RebalanceState.PLANNED, RebalanceState.QUOTED)
         if any(RebalanceState(r.state) not in signed for r in self.in_flight.values()):
             return True
-        seen = self.inventory.confirmed_at
+        seen = self.desk.inventory.confirmed_at
         return self.last_moved_at is not None and (seen is None or seen <= self.last_moved_at)
 
-    def _route_key(self, record: RebalanceRecord) -> str:
-        return f"{record.asset_in}->{record.asset_out}"
 
-    def _pause(self, record: RebalanceRecord) -> None:
-        """The route the rebalance swaps is not quoted meanwhile. This pause is the
-        rebalancer's own (kind ``rebalancing``), not a desk fact: the rebalancer's persisted
-        steps bring it back after a restart (:meth:`resume`)."""
-        key = self._route_key(record)
-        self.pauses.add(Pause(key, REBALANCING, f"rebalancing ({record.id})", self.clock()))
+def _route(record: RebalanceRecord) -> str:
+    """The route a rebalance swaps, as the desk's pause scopes name routes."""
+    return f"{record.asset_in}->{record.asset_out}"
 
-    def _unpause(self, record: RebalanceRecord) -> None:
-        key = self._route_key(record)
-        held = self.pauses.get(key, REBALANCING)
-        if held is not None and held.reason == f"rebalancing ({record.id})":
-            self.pauses.remove(key, REBALANCING)
+
+def _reply(actions: list[Action]) -> OperatorReply:
+    """The desk's answer among ``actions``."""
+    for action in actions:
+        if type(action) is OperatorReply:
+            return action
+    return OperatorReply(False, "no answer from the desk")

@@ -26,10 +26,14 @@ import pytest
 
 from sandbox.server import Sandbox
 from solver.config import BandSpec, RebalanceSpec
-from solver.core.events import OwnFlowSettled
+from solver.core.actions import Action, Record
+from solver.core.desk import Desk, DeskSettings
+from solver.core.desk_snapshot import restore
+from solver.core.events import Event, OwnFlowSettled
 from solver.core.inventory import Inventory
 from solver.core.pauses import Pauses
 from solver.core.state import MarketState
+from solver.core.view import DeskView
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
 from solver.io.store.schema import RebalanceRecord
@@ -245,6 +249,11 @@ def test_quotes_that_must_not_be_paid() -> None:
 # ---------------------------------------------------------------------------------- executor
 
 
+def new_desk() -> Desk:
+    """A desk that quotes nothing: what the rebalancer shares with the quote path."""
+    return Desk(DeskSettings(), {}, DECIMALS, floors={NEAR: 100 * E24})
+
+
 @dataclass
 class World:
     """The sandbox (ledger, bus, swap API) with a market maker, and our account on it."""
@@ -254,9 +263,45 @@ class World:
     key: SecretKey = field(default_factory=SecretKey.generate)
     offset: timedelta = timedelta(0)
     flows: list[tuple[str, str, int, str, int]] = field(default_factory=list)
-    state: MarketState = field(default_factory=lambda: MarketState(decimals=DECIMALS))
-    inventory: Inventory = field(default_factory=lambda: Inventory(floors={NEAR: 100 * E24}))
-    pauses: Pauses = field(default_factory=Pauses)
+    desk: Desk = field(default_factory=new_desk)
+    journal: Store | None = None
+    """Where the desk's facts go (the executor's journal port, here the rebalancer's store)."""
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.desk.inventory
+
+    @property
+    def pauses(self) -> Pauses:
+        return self.desk.pauses
+
+    @property
+    def state(self) -> MarketState:
+        return self.desk.state
+
+    def feed(self, event: Event) -> list[Action]:
+        """What the executor does with the rebalancer's events: the desk decides, and what it
+        decides is journaled (committed at once here)."""
+        actions = self.desk.receive(event, self.clock())
+        if self.journal is not None:
+            for action in actions:
+                if isinstance(action, Record):
+                    self.journal.journal.append(action.fact)
+            self.journal.commit()
+        return actions
+
+    def restart(self, store: Store) -> None:
+        """A new process: its desk rebuilt from the journal alone (``LiveBot.recover``), then
+        the timers' first prices and balance snapshot."""
+        self.desk = new_desk()
+        doc, facts = store.journal.load()
+        if doc is not None:
+            restore(self.desk, doc)
+        for fact in facts:
+            self.desk.apply(fact)
+        for asset, usd in PRICES.items():
+            self.state.set_price(asset, usd, self.clock())
+        self.snapshot()
 
     @property
     def sandbox(self) -> Sandbox:
@@ -285,6 +330,7 @@ class World:
         swap_url: str | None = None,
         dry_run: bool | None = None,
     ) -> Rebalancer:
+        self.journal = store
         http = self.swaps.http
         urls = self.sandbox.urls()
         return Rebalancer(
@@ -295,9 +341,8 @@ class World:
             bus=BusRpcClient(bus_url or urls["relay_rpc"], client=http),
             ledger=LedgerClient(urls["chain_rpc"], self.sandbox.ledger.contract_id, client=http),
             store=store,
-            inventory=self.inventory,
-            state=self.state,
-            pauses=self.pauses,
+            desk=DeskView(self.desk),
+            feed=self.feed,
             clock=self.clock,
             balance_max_age_s=60,
             dry_run=dry_run,
@@ -403,17 +448,18 @@ async def test_a_restart_resumes_a_deposit_the_bus_never_got(tmp_path: Path) -> 
             flows = {r.quote_id: r for r in first.open_flows()}
             assert flows[f"rebalance:{record.id}"].amount_out == 5_000 * E24
             assert first.settling()
-            assert w.pauses.as_dict() == {
-                f"{NEAR}->{USDC}": f"rebalancing: rebalancing ({record.id})"
-            }
-        # The process dies; a new one takes the store up.
-        w.inventory = Inventory(floors={NEAR: 100 * E24})
-        w.pauses = Pauses()
-        w.snapshot()
+            held = {f"{NEAR}->{USDC}": f"rebalancing: rebalancing ({record.id})"}
+            assert w.pauses.as_dict() == held
+            assert w.inventory.reserved == {NEAR: 5_000 * E24}
+        # The process dies (kill -9: nothing but the store is left); a new one takes it up.
         with w.store() as store:
+            w.restart(store)
+            # The desk alone, from the journal: the input still held, the route still paused.
+            assert w.inventory.reserved == {NEAR: 5_000 * E24}
+            assert w.pauses.as_dict() == held
             second = w.rebalancer(store)
             assert await second.resume() == 1
-            assert w.inventory.reserved == {NEAR: 5_000 * E24}
+            assert w.inventory.reserved == {NEAR: 5_000 * E24}  # held once, not twice
             done = await until_finished(second, store)
             assert done.state == RebalanceState.SUCCESS, done.reason
             assert done.deposit_intent_hash == record.deposit_intent_hash  # the same item
@@ -556,10 +602,12 @@ async def test_a_restart_before_the_deposit_was_signed_abandons(tmp_path: Path) 
             decided = plan_rebalance(rebalancer.spec, inputs_now, balance_max_age_s=60)
             assert isinstance(decided, Plan)
             assert rebalancer.start(decided, w.clock()) is not None
-        w.inventory = Inventory()
         with w.store() as store:
+            w.restart(store)
+            assert w.inventory.reserved == {NEAR: 5_000 * E24}  # from the journal
             again = w.rebalancer(store)
             assert await again.resume() == 0
+            assert w.inventory.reserved == {} and w.pauses.as_dict() == {}  # released
             record = only(store)
             assert record.state == RebalanceState.ABANDONED
             assert "nothing was paid" in (record.reason or "")

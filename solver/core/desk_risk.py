@@ -1,45 +1,80 @@
-"""The desk's balance side and its guards: snapshots, own moves, market inputs, PnL marking,
-the kill switch, pauses and operator commands (DESIGN "Settlement"; docs/architecture.md).
+"""The desk's risk and pauses: balance snapshots and the reconciliation, the kill switch (daily
+loss, drawdown, stale inputs), every pause and the operator's commands (DESIGN "Settlement";
+docs/architecture.md).
 
-Decisions only: every change goes through a fact applied by
-:class:`~solver.core.desk_state.DeskState`.
+Decisions only: every change goes through a fact (:meth:`solver.core.desk.Desk.record`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Alert, OperatorReply, PauseChanged
-from solver.core.desk_state import DeskState
-from solver.core.pauses import GLOBAL, OPERATOR, SHUTTING_DOWN, Pause
+from solver.core.inventory import Reservation
+from solver.core.pauses import GLOBAL, OPERATOR, RISK_KINDS, SHUTTING_DOWN, Pause
 from solver.core.risk import Breach, check_mismatch, check_pnl, check_stale
+
+if TYPE_CHECKING:
+    from solver.core.desk import Desk
 
 RECONCILIATION, STALE_DATA = "reconciliation", "stale_data"
 
 
-class DeskRisk(DeskState):
-    def _mark(self, now: datetime, actions: list[Action]) -> None:
-        # Value in transit would mark a loss or gain that is not one: an own move half seen,
-        # or a settlement whose outflow the inventory has debited (on purpose, to never
-        # overstate what can be paid) while its inflow waits for the next snapshot. A
-        # rebalance's deposit of 5,000 wNEAR marked -15,000 USD and tripped the kill switch.
-        if not (self.balances.own_settling or self.inventory.unconfirmed_settlements):
-            pnl = self.pnl
-            changed = pnl.mark(now, self.inventory.confirmed, self.price)
-            last = self._pnl_recorded_at
-            if changed and (
-                last is None
-                or pnl.day != self._recorded_day
-                or (now - last).total_seconds() >= self.settings.pnl_record_every_s
-            ):
-                self._record_pnl(now, actions)
-            if pnl.pnl is not None and self.settings.kill_switch:
-                loss, drawdown = pnl.daily_loss_usd(), pnl.drawdown_usd()
-                for breach in check_pnl(self.limits, loss, drawdown, pnl.start_equity):
-                    self._breach(breach, now, actions, halt=True)
-        if self.settings.kill_switch:
+class RiskDesk:
+    def __init__(self, desk: Desk) -> None:
+        self.desk = desk
+        self.settings = desk.settings
+        self.limits = desk.limits
+        self.balances = desk.balances
+        self.inventory = desk.inventory
+        self.pauses = desk.pauses
+        self.pnl = desk.pnl
+        self.book = desk.book
+        self.state = desk.state
+        self.pipeline = desk.pipeline
+        self.readable = desk.readable
+        self.symbols = desk.symbols
+        self.record = desk.record
+        # Open alert-only incidents, so their recovery is told once (not journaled: a stale
+        # pause restored from the journal sets stale_open again through its PauseSet).
+        self.stale_open = False
+        self.mismatch_open = False
+
+    def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+        return {
+            ev.BalancesSeen: self._balances,
+            ev.OwnFlowSettled: self._own_flow,
+            ev.OperatorPause: self._operator_pause,
+            ev.OperatorResume: self._operator_resume,
+            ev.ShutdownStarted: self._shutdown,
+        }
+
+    def appliers(self) -> dict[type, Callable[[Any], None]]:
+        return {
+            f.BalancesReconciled: self._apply_balances,
+            f.OwnFlow: self._apply_own_flow,
+            f.PauseSet: self._apply_pause_set,
+            f.PauseCleared: self._apply_pause_cleared,
+            f.BaselineAccepted: self._apply_baseline,
+        }
+
+    def paused(self) -> bool:
+        """A risk pause holds (daily loss, drawdown, stale data, reconciliation)."""
+        return any(p.kind in RISK_KINDS for p in self.pauses)
+
+    def mark(self, now: datetime, actions: list[Action]) -> None:
+        """The clock's part: PnL marked, then the kill switch's limits and the inputs' ages."""
+        pnl = self.pnl
+        kill_switch = self.settings.kill_switch
+        if self.desk.pnl_marks.mark(now, actions) and pnl.pnl is not None and kill_switch:
+            loss, drawdown = pnl.daily_loss_usd(), pnl.drawdown_usd()
+            for breach in check_pnl(self.limits, loss, drawdown, pnl.start_equity):
+                self._breach(breach, now, actions, halt=True)
+        if kill_switch:
             ages = [p.age_s(now) for p in self.state.prices.values()]
             balance_age = self.inventory.balance_age_s(now)
             stale = check_stale(self.limits, balance_age, max(ages, default=None))
@@ -63,15 +98,6 @@ class DeskRisk(DeskState):
             )
             actions.append(Alert(STALE_DATA, detail, resolved=True))
 
-    def _record_pnl(self, now: datetime, actions: list[Action]) -> None:
-        pnl = self.pnl
-        if pnl.start_equity is None or pnl.day is None:
-            return
-        fact = f.PnlMarked(now, pnl.start_equity, pnl.peak_pnl, pnl.day, pnl.day_start_pnl)
-        self._fact(fact, actions)
-
-    # ------------------------------------------------------------------ balances
-
     def _balances(self, event: ev.BalancesSeen, now: datetime) -> list[Action]:
         if self.balances.snapshot_at is not None and event.observed < self.balances.snapshot_at:
             return []  # older than the last one taken in: tells nothing new
@@ -83,7 +109,7 @@ class DeskRisk(DeskState):
         fact = f.BalancesReconciled(
             event.observed, dict(event.balances), own, event.own_settling, dict(expected)
         )
-        self._fact(fact, actions)
+        self.record(fact, actions)
         breaches = check_mismatch(self.limits, self.balances.found, self.readable.amount)
         halt = self.limits.halt_on_mismatch
         for breach in breaches:
@@ -109,37 +135,21 @@ class DeskRisk(DeskState):
         actions: list[Action] = []
         e = event
         fact = f.OwnFlow(e.key, e.asset_in, e.amount_in, e.asset_out, e.outflow, now)
-        self._fact(fact, actions)
+        self.record(fact, actions)
         return actions
-
-    # ------------------------------------------------------------------ market inputs
-
-    def _price_seen(self, event: ev.PriceSeen, now: datetime) -> list[Action]:
-        self.state.set_price(event.asset, event.usd, event.observed, event.source)
-        return []
-
-    def _salt_seen(self, event: ev.SaltSeen, now: datetime) -> list[Action]:
-        self.state.set_salt(event.salt, event.observed)
-        return []
-
-    def _fee_seen(self, event: ev.FeeSeen, now: datetime) -> list[Action]:
-        self.state.fee_pips = event.fee_pips
-        return []
-
-    # ------------------------------------------------------------------ pauses and operators
 
     def _breach(self, breach: Breach, now: datetime, actions: list[Action], *, halt: bool) -> None:
         if halt:
-            self._pause(GLOBAL, breach.kind, breach.detail, now, actions)
+            self.pause(GLOBAL, breach.kind, breach.detail, now, actions)
         elif self.pauses.get(GLOBAL, breach.kind) is None:
             actions.append(Alert(breach.kind, breach.detail))
 
-    def _pause(
+    def pause(
         self, scope: str, kind: str, reason: str, now: datetime, actions: list[Action]
     ) -> None:
         if self.pauses.get(scope, kind) is not None:
             return
-        self._fact(f.PauseSet(scope, kind, reason, now), actions)
+        self.record(f.PauseSet(scope, kind, reason, now), actions)
         pause = self.pauses.get(scope, kind)
         assert pause is not None
         actions.append(PauseChanged(pause, active=True))
@@ -147,7 +157,7 @@ class DeskRisk(DeskState):
             actions.append(Alert(kind, reason))
 
     def _unpause(self, pause: Pause, now: datetime, actions: list[Action], by: str) -> None:
-        self._fact(f.PauseCleared(pause.scope, pause.kind, now, by), actions)
+        self.record(f.PauseCleared(pause.scope, pause.kind, now, by), actions)
         actions.append(PauseChanged(pause, active=False))
         if pause.kind != OPERATOR:
             actions.append(Alert(pause.kind, f"{by}: {pause.reason}", resolved=True))
@@ -176,7 +186,7 @@ class DeskRisk(DeskState):
             return [OperatorReply(False, str(exc))]
         actions: list[Action] = []
         for scope in scopes:
-            self._pause(scope, OPERATOR, event.reason or "paused by the operator", now, actions)
+            self.pause(scope, OPERATOR, event.reason or "paused by the operator", now, actions)
         actions.append(OperatorReply(True, f"paused {event.pair or 'everything'}"))
         return actions
 
@@ -198,8 +208,8 @@ class DeskRisk(DeskState):
             # The kill switch measures from here: the loss so far is acknowledged.
             self.pnl.peak_pnl = self.pnl.pnl
             self.pnl.day_start_pnl = self.pnl.pnl
-            self._record_pnl(now, actions)
-        self._mark(now, actions)  # a condition still in force pauses again at once
+            self.desk.pnl_marks.record(now, actions)
+        self.mark(now, actions)  # a condition still in force pauses again at once
         still = [p.describe() for p in self.pauses if p.scope in scopes or p.scope == GLOBAL]
         if still:
             message = "still paused: " + "; ".join(still)
@@ -223,12 +233,12 @@ class DeskRisk(DeskState):
         for asset, delta in difference.items():
             if not delta:
                 continue
-            price, scale = self.price(asset), self.state.decimals.get(asset)
+            price, scale = self.desk.price(asset), self.state.decimals.get(asset)
             if price is None or scale is None:
                 return f"no price for {asset}: cannot value the move to accept it"
             shift += delta * price / 10.0**scale
         fact = f.BaselineAccepted(now, dict(balances), difference, shift)
-        self._fact(fact, actions)
+        self.record(fact, actions)
         moved = {a: d for a, d in difference.items() if d}
         notes.append(f"accepted balances (moved: {moved or 'nothing'}, {shift:+.2f} USD)")
         return None
@@ -237,3 +247,31 @@ class DeskRisk(DeskState):
         # Not journaled: it ends with the process, and must not survive into the next one.
         self.pauses.add(Pause(GLOBAL, SHUTTING_DOWN, "the process is stopping", now))
         return []
+
+    def _apply_balances(self, fact: f.BalancesReconciled) -> None:
+        own = [Reservation(k, o, a, i, b, fact.observed) for k, o, a, i, b in fact.own_open]
+        book = self.book
+        totals = (book.open_outflow, book.open_inflow)
+        self.balances.reconcile(fact.balances, fact.observed, own, fact.own_settling, totals)
+        self.inventory.set_confirmed(fact.balances, fact.observed)
+
+    def _apply_own_flow(self, fact: f.OwnFlow) -> None:
+        self.balances.settled(
+            fact.key, fact.asset_in, fact.amount_in, fact.asset_out, fact.outflow, fact.at
+        )
+
+    def _apply_pause_set(self, fact: f.PauseSet) -> None:
+        self.pauses.add(Pause(fact.scope, fact.kind, fact.reason, fact.at))
+        if fact.scope == GLOBAL and fact.kind == "stale_data":
+            self.stale_open = True
+
+    def _apply_pause_cleared(self, fact: f.PauseCleared) -> None:
+        self.pauses.remove(fact.scope, fact.kind)
+        if fact.scope == GLOBAL and fact.kind == "stale_data":
+            self.stale_open = False  # its recovery was told by the pause lifted
+        if fact.scope == GLOBAL and fact.kind == "reconciliation":
+            self.balances.unresolved.clear()  # acknowledged: the next snapshot reports afresh
+
+    def _apply_baseline(self, fact: f.BaselineAccepted) -> None:
+        self.balances.accept(fact.balances)
+        self.pnl.shift_baseline(fact.equity_shift_usd)

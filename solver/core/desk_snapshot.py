@@ -106,8 +106,8 @@ def snapshot(desk: Desk) -> dict[str, Any]:
             "fills": pnl.fills,
             "markout_sum": {str(h): v for h, v in pnl.markout_sum.items()},
             "markout_n": {str(h): v for h, v in pnl.markout_n.items()},
-            "recorded_at": _t(desk._pnl_recorded_at),
-            "recorded_day": desk._recorded_day,
+            "recorded_at": _t(desk.pnl_marks.recorded_at),
+            "recorded_day": desk.pnl_marks.recorded_day,
         },
         "pauses": [
             [p.scope, p.kind, p.reason, micros(p.at)]
@@ -128,7 +128,7 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
             desk.book.add(quote)
             for claim in quote.claims.values():
                 if not claim.ended:
-                    desk._polling[claim.intent_hash] = quote.quote_id
+                    desk.quotes.polling[claim.intent_hash] = quote.quote_id
         inv, part = desk.inventory, doc["inventory"]
         inv.confirmed = _from_ints(part["confirmed"]) or {}
         inv.confirmed_at = _d(part["confirmed_at"])
@@ -156,11 +156,11 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
             pnl.markout_sum[int(h)] = float(v)
         for h, n in part["markout_n"].items():
             pnl.markout_n[int(h)] = int(n)
-        desk._pnl_recorded_at = _d(part["recorded_at"])
-        desk._recorded_day = part["recorded_day"]
+        desk.pnl_marks.recorded_at = _d(part["recorded_at"])
+        desk.pnl_marks.recorded_day = part["recorded_day"]
         for scope, kind, reason, at in doc["pauses"]:
             desk.pauses.add(Pause(scope, kind, reason, from_micros(at)))
             if scope == GLOBAL and kind == "stale_data":
-                desk.stale_open = True  # its recovery is still to be told
+                desk.risk.stale_open = True  # its recovery is still to be told
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"desk snapshot cannot be read: {type(exc).__name__}: {exc}") from None

@@ -19,7 +19,9 @@ The rebalancer's own steps (quotes, the signed deposit, the swap's status) stay 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from solver.core import events as ev
 from solver.core import facts as f
@@ -46,6 +48,20 @@ class Rebalancing:
     def __init__(self, inventory: Inventory, pauses: Pauses) -> None:
         self.inventory = inventory
         self.pauses = pauses
+
+    def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+        return {
+            ev.RebalanceStarting: self.starting,
+            ev.RebalanceDeposited: self.deposited,
+            ev.RebalanceEnding: self.ending,
+        }
+
+    def appliers(self) -> dict[type, Callable[[Any], None]]:
+        return {
+            f.RebalanceStarted: self.apply_started,
+            f.RebalanceDeposited: self.apply_deposited,
+            f.RebalanceEnded: self.apply_ended,
+        }
 
     # ------------------------------------------------------------------ deciding
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from solver.core.desk_state import DeskStats
+from solver.core.desk import DeskStats
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import TrackedQuote
 from solver.core.pauses import Pause
@@ -155,4 +155,4 @@ class DeskView:
     def scopes(self, pair: str | None) -> list[str]:
         """The pause scopes of ``BASE/QUOTE`` (``*`` for None); LookupError for a pair the
         bot does not trade."""
-        return self._desk.scopes(pair)
+        return self._desk.risk.scopes(pair)

@@ -14,7 +14,8 @@ from solver.core.actions import (
     RefreshBalances,
     SignAndSend,
 )
-from solver.core.desk import LOST_PER_FACT, Desk
+from solver.core.desk import Desk
+from solver.core.desk_quotes import LOST_PER_FACT
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import QuoteState
@@ -286,7 +287,7 @@ def _assert_same(a: Desk, b: Desk) -> None:
     assert {(p.scope, p.kind, p.reason) for p in a.pauses} == {
         (p.scope, p.kind, p.reason) for p in b.pauses
     }
-    assert set(a._polling) == set(b._polling)
+    assert set(a.quotes.polling) == set(b.quotes.polling)
 
 
 def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
@@ -306,6 +307,9 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
         f.PauseSet("*", "drawdown", "too much", when),
         f.PauseCleared("*", "drawdown", when, "operator"),
         f.BaselineAccepted(when, {USDC: 1}, {USDC: -5}, -5.0),
+        f.RebalanceStarted("r1", f"{NEAR}->{USDC}", NEAR, 2**128 - 1, USDC, when, when),
+        f.RebalanceDeposited("r1", when),
+        f.RebalanceEnded("r1", f"{NEAR}->{USDC}", "SUCCESS", when),
     ]
     assert {type(s) for s in samples} == set(f.KIND_OF)
     for fact in samples:

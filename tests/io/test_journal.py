@@ -76,6 +76,9 @@ def one_of_each_kind() -> list[f.Fact]:
         f.PauseSet(f"{USDC}->{WNEAR}", "operator", "watching", t),
         f.PauseCleared("*", "daily_loss", t, "operator"),
         f.BaselineAccepted(t, {USDC: 7, WNEAR: U128_MAX}, {USDC: -U128_MAX, WNEAR: 0}, -42.5),
+        f.RebalanceStarted("r1", f"{WNEAR}->{USDC}", WNEAR, U128_MAX, USDC, t, t),
+        f.RebalanceDeposited("r1", t),
+        f.RebalanceEnded("r1", f"{WNEAR}->{USDC}", "SUCCESS", t),
     ]
 
 
@@ -272,6 +275,10 @@ def trade_a_while(r: Recorder, *, snapshot_at: float | None = None) -> None:
     r.receive(ev.RelayReplied("q5", False, "quote expired"), at(1.5))  # REJECTED
     r.take(feed(desk, at(1.6), {USDC: BALANCES[USDC] + 100 * E6, NEAR: BALANCES[NEAR] - E24}))
     r.receive(ev.OwnFlowSettled("rebalance-1", USDC, 10 * E6, NEAR, E24), at(2))
+    route = f"{NEAR}->{USDC}"
+    r.receive(ev.RebalanceStarting("rb-1", route, NEAR, E24, USDC, at(60)), at(2.01))
+    r.receive(ev.RebalanceDeposited("rb-1"), at(2.02))
+    r.receive(ev.RebalanceEnding("rb-1", route, "SUCCESS"), at(2.03))
     r.receive(ev.OperatorPause("wNEAR/USDC", "watching"), at(2.1))
     r.receive(ev.OperatorPause(None, "maintenance"), at(2.2))
     r.receive(ev.OperatorResume("wNEAR/USDC"), at(2.3))  # still paused: maintenance
@@ -305,7 +312,7 @@ def state(desk: Desk) -> dict[str, Any]:
         "quotes": quotes,
         "by_hash": dict(desk.book.by_hash),
         "open_flows": (dict(desk.book.open_outflow), dict(desk.book.open_inflow)),
-        "polling": dict(desk._polling),
+        "polling": dict(desk.quotes.polling),
         "reserved": dict(inv.reserved),
         "reservations": dict(inv.reservations),
         "confirmed": (dict(inv.confirmed), inv.confirmed_at),
@@ -318,7 +325,7 @@ def state(desk: Desk) -> dict[str, Any]:
         "pnl": (pnl.start_equity, pnl.peak_pnl, pnl.day, pnl.day_start_pnl),
         "realized": (pnl.fills, pnl.realized_usd),
         "markouts": (dict(pnl.markout_sum), dict(pnl.markout_n)),
-        "pnl_recorded": (desk._pnl_recorded_at, desk._recorded_day),
+        "pnl_recorded": (desk.pnl_marks.recorded_at, desk.pnl_marks.recorded_day),
         "pauses": {(p.scope, p.kind): (p.reason, p.at) for p in desk.pauses},
     }
 

@@ -68,7 +68,6 @@ from backtest.ports import (
     LedgerNonceOracle,
     NoMetrics,
     Pending,
-    Refresh,
     SimulatedRelay,
     StandInSigner,
     seeded_sequence,
@@ -95,7 +94,7 @@ from solver.core.view import DeskView
 from solver.errors import ConfigError
 from solver.protocol.nonce import QuoteNonces
 from solver.runtime.executor import Executor
-from solver.runtime.ports import Ports
+from solver.runtime.ports import Ports, Refresh
 from solver.runtime.wiring import build_desk
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

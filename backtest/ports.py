@@ -94,13 +94,6 @@ class ImmediateLoop:
         callback()
 
 
-class Refresh:
-    """A refresher port over the driver's own step (balances from the ledger, now)."""
-
-    def __init__(self, step: Callable[[], None]) -> None:
-        self.refresh_now = step
-
-
 @dataclass(slots=True)
 class Pending:
     """An answer the relay holds until its outcome is due."""

@@ -94,13 +94,6 @@ class LedgerNonceOracle:
         reply(ev.NonceChecked(quote_id, used))
 
 
-class Refresh:
-    """A refresher port over the driver's own trigger (a balance snapshot, the salt, now)."""
-
-    def __init__(self, trigger: Callable[[], None]) -> None:
-        self.refresh_now = trigger
-
-
 class LoggedAlerts:
     """Alerts to the notifier (one message per incident, rate limited; it logs each message
     it sends), or to the log without one; pause changes to the log (a halt at ERROR)."""

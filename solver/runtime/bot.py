@@ -43,7 +43,6 @@ from solver.io.desk_ports import (
     BusStatusSource,
     LedgerNonceOracle,
     LoggedAlerts,
-    Refresh,
     RunningLoop,
     Tasks,
 )
@@ -62,7 +61,7 @@ from solver.rebalance.rebalancer import Rebalancer
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator
 from solver.runtime.paper import PaperBook
-from solver.runtime.ports import Ports
+from solver.runtime.ports import Ports, Refresh
 from solver.runtime.upkeep import Upkeep
 from solver.runtime.wiring import build_desk
 

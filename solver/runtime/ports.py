@@ -97,6 +97,16 @@ class Refresher(Protocol):
     def refresh_now(self) -> None: ...
 
 
+class Refresh:
+    """A :class:`Refresher` over a driver's own step (live: the balance job's trigger, the
+    salt's fetch; backtest: the ledger's balances and salt at simulated time)."""
+
+    __slots__ = ("refresh_now",)
+
+    def __init__(self, step: Callable[[], None]) -> None:
+        self.refresh_now = step
+
+
 class AlertSink(Protocol):
     """Telling people: alerts and pause changes."""
 

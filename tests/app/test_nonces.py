@@ -24,7 +24,6 @@ from solver.io.desk_ports import (
     BusStatusSource,
     LedgerNonceOracle,
     LoggedAlerts,
-    Refresh,
     RunningLoop,
     Tasks,
 )
@@ -35,7 +34,7 @@ from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceLayout, NonceSequence, QuoteNonces, new_nonce, parse_nonce
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote
 from solver.runtime.executor import Executor
-from solver.runtime.ports import Ports
+from solver.runtime.ports import Ports, Refresh
 from tests.app.harness import E6, E24, NEAR, USDC
 
 QUOTES = 100_000

@@ -25,7 +25,6 @@ from solver.io.desk_ports import (
     BusStatusSource,
     LedgerNonceOracle,
     LoggedAlerts,
-    Refresh,
     RunningLoop,
     Tasks,
 )
@@ -39,7 +38,7 @@ from solver.protocol.quote_signing import QuoteSigner, SignedQuote
 from solver.protocol.signing import parse_signed, verify_signed
 from solver.runtime import executor as executor_module
 from solver.runtime.executor import Executor
-from solver.runtime.ports import Ports
+from solver.runtime.ports import Ports, Refresh
 from tests.core.desk_helpers import E24, NEAR, at, make_desk, request, state_of
 
 ACCOUNT = "solver.sandbox"

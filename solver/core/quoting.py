@@ -240,7 +240,7 @@ class QuotePipeline:
             and self.inventory.reserved.get(request.asset_out, 0) + outflow > limit
         ):
             return Skip(PER_TOKEN_LIMIT)
-        if self._open_exposure_usd() + value_out > s.max_open_exposure_usd:
+        if self.open_exposure_usd() + value_out > s.max_open_exposure_usd:
             return Skip(EXPOSURE_LIMIT)
         if outflow > self.inventory.free(request.asset_out):
             return Skip(INSUFFICIENT_INVENTORY)
@@ -256,7 +256,9 @@ class QuotePipeline:
             return Skip(INSUFFICIENT_INVENTORY, "duplicate quote_id or inventory changed")
         return Quote(request, amount_in, amount_out, fee, deadline)
 
-    def _open_exposure_usd(self) -> float:
+    def open_exposure_usd(self) -> float:
+        """What the open reservations are worth at reference prices (the exposure limit's
+        measure, and the status page's)."""
         total = 0.0
         prices, unit = self.state.prices, self._unit
         for asset, amount in self.inventory.reserved.items():

@@ -148,6 +148,11 @@ class DeskView:
         """Every asset's reference price in USD (a copy)."""
         return {asset: ref.usd for asset, ref in self._desk.state.prices.items()}
 
+    def open_exposure_usd(self) -> float:
+        """What the open reservations are worth at reference prices (the exposure limit's
+        own measure)."""
+        return self._desk.pipeline.open_exposure_usd()
+
     def price(self, asset: str) -> float | None:
         """The asset's reference price in USD, combined from every source (None: none yet)."""
         return self._desk.price(asset)

@@ -74,15 +74,6 @@ class Operator:
             reasons.append("reconciliation mismatch")
         return (not reasons, reasons)
 
-    def _exposure_usd(self) -> float:
-        view = self.bot.view
-        total = 0.0
-        for asset, amount in view.inventory.reserved.items():
-            price = view.price(asset)
-            if price is not None:
-                total += usd_value(amount, view.decimals[asset], price)
-        return total
-
     def status(self) -> dict[str, Any]:
         bot, view = self.bot, self.bot.view
         now = bot.clock()
@@ -94,7 +85,7 @@ class Operator:
             "state": state,
             "paused": view.pauses.as_dict(),
             "open_quotes": len(view.open_quotes),
-            "open_exposure_usd": self._exposure_usd(),
+            "open_exposure_usd": view.open_exposure_usd(),
             "reserved": {a: str(v) for a, v in view.inventory.reserved.items()},
             "free": {a: str(view.inventory.free(a)) for a in bot.tokens},
             "pnl_usd": view.pnl.pnl,

@@ -66,7 +66,6 @@ from backtest.measure.measurements import FillRecord, Measurements
 from backtest.ports import (
     ImmediateLoop,
     LedgerNonceOracle,
-    NoMetrics,
     Pending,
     SimulatedRelay,
     StandInSigner,
@@ -196,12 +195,12 @@ class Replay:
                 balances=Refresh(self._balances),
                 salt=Refresh(self._salt),
                 alerts=self,
-                metrics=NoMetrics(),
+                metrics=None,
                 loop=ImmediateLoop(),
                 clock=self._now,
             ),
         )
-        self.executor.observers += [self._on_fact, self.relay.on_fact]
+        self.executor.observers.append(self._on_fact)
         self.relay.feed = self.executor.feed
         pipeline = self.desk.settings.pipeline
         shortest = min(
@@ -458,9 +457,12 @@ class Replay:
         self.relay.resolve(pending, at_us, at)
 
     def _on_fact(self, fact: f.Fact) -> None:
-        """Every fact the desk records: markouts are measured."""
+        """Every fact the desk records: markouts are measured, a fill's prices go to the
+        relay (one observer: it is called for every fact)."""
         if type(fact) is f.Markout:
             self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
+        elif type(fact) is f.QuoteMoved:
+            self.relay.moved(fact)
 
     # ------------------------------------------------------------------ the alert port
 

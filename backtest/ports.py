@@ -15,7 +15,7 @@
   source (:class:`~solver.protocol.nonce.QuoteNonces`, its sequence derived from the seed); off,
   a stand-in signature whose hash is the nonce.
 - **The loop**: a flush runs at once (one request at a time; nothing to group); **metrics**:
-  none (the replay measures itself, :mod:`backtest.measure`).
+  none, the port is left out (the replay measures itself, :mod:`backtest.measure`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -39,6 +39,8 @@ from solver.protocol.quote_signing import SignedQuote
 from solver.runtime.ports import Reply
 
 SETTLED, NOT_FOUND = "SETTLED", "NOT_FOUND_OR_NOT_VALID"
+_UNCORKED = contextlib.nullcontext()
+"""Answers leave one at a time: nothing to put together."""
 
 
 def seeded_sequence(seed: int) -> NonceSequence:
@@ -60,28 +62,6 @@ class StandInSigner:
         amount_out: int,
     ) -> SignedQuote:
         return SignedQuote({}, nonce.hex(), nonce, "")
-
-
-class NoMetrics:
-    """The live metrics' calls, counting nothing."""
-
-    def pair_label(self, asset_in: str, asset_out: str) -> str:
-        return ""
-
-    def inc_request(self, pair: str) -> None:
-        pass
-
-    def observe_decision(self, seconds: float) -> None:
-        pass
-
-    def inc_skip(self, reason: str, pair: str) -> None:
-        pass
-
-    def inc_quote(self, pair: str) -> None:
-        pass
-
-    def observe_response(self, seconds: float) -> None:
-        pass
 
 
 class ImmediateLoop:
@@ -136,6 +116,7 @@ class SimulatedRelay:
         self.fill_model = fill_model
         self.measures = measures
         self.desk = desk
+        self._prices = desk.reference_prices  # the desk's live mapping (read only)
         self.wait_ms = wait_ms
         self.delay_us = settlement_delay_ms * 1000
         self.observe = observe
@@ -161,10 +142,10 @@ class SimulatedRelay:
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
         assert self._ts is not None
         request = quote.request
-        price, scale = self.desk.price, self.measures.scale
+        prices, scale = self._prices, self.measures.scale
         asset_in, asset_out = request.asset_in, request.asset_out
-        v_in = _priced(price(asset_in)) / scale[asset_in]
-        v_out = _priced(price(asset_out)) / scale[asset_out]
+        v_in = prices[asset_in].usd / scale[asset_in]  # the desk quoted: it had both prices
+        v_out = prices[asset_out].usd / scale[asset_out]
         amount_in = quote.amount_in
         pending = Pending(
             quote,
@@ -178,9 +159,8 @@ class SimulatedRelay:
         else:
             self.resolves.append((self._t_us + self.delay_us, pending))
 
-    @contextlib.contextmanager
-    def corked(self) -> Iterator[None]:
-        yield
+    def corked(self) -> contextlib.AbstractContextManager[None]:
+        return _UNCORKED
 
     # ------------------------------------------------------------------ the status port
 
@@ -190,9 +170,9 @@ class SimulatedRelay:
     def competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
         self.competitors.add(quote_id, best_amount, t_us)
 
-    def on_fact(self, fact: f.Fact) -> None:
-        """Every fact the desk records (an executor observer): the fill's prices."""
-        if type(fact) is f.QuoteMoved and fact.new == SETTLED:
+    def moved(self, fact: f.QuoteMoved) -> None:
+        """A quote moved (the driver's fact observer): a settlement's fill prices."""
+        if fact.new == SETTLED:
             self._settled = fact.fill
 
     # ------------------------------------------------------------------ outcomes
@@ -257,11 +237,6 @@ class SimulatedRelay:
         )
         m.on_fill(record, at_us)
         m.on_balances(self.desk.inventory.confirmed, at_us / 1e6)
-
-
-def _priced(usd: float | None) -> float:
-    assert usd is not None  # the desk quoted: it had both prices
-    return usd
 
 
 def _unwired(event: ev.Event) -> object:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from solver.core.desk import DeskStats
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import TrackedQuote
+from solver.core.market import ReferencePrice
 from solver.core.pauses import Pause
 from solver.core.readable import Readable
 
@@ -143,6 +144,11 @@ class DeskView:
     @property
     def readable(self) -> Readable:
         return self._desk.readable
+
+    @property
+    def reference_prices(self) -> Mapping[str, ReferencePrice]:
+        """The combined reference price of each asset, with when it was observed (live)."""
+        return self._desk.state.prices
 
     def prices(self) -> dict[str, float]:
         """Every asset's reference price in USD (a copy)."""

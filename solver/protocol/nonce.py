@@ -153,7 +153,11 @@ class QuoteNonces:
         self.sequence = sequence
 
     def next(self, salt: bytes, deadline: datetime) -> bytes:
-        return new_nonce(self.layout, salt, deadline, self.sequence)
+        if self.layout == "versioned":
+            return versioned_nonce(salt, deadline, self.sequence.take(15))
+        if len(salt) != SALT_LEN:
+            raise ProtocolError("salt must be 4 bytes")
+        return salt + self.sequence.take(28)  # salted_nonce's layout (28 unique bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,7 +116,7 @@ class AlertSink(Protocol):
 
 
 class QuoteMetrics(Protocol):
-    """What the quote path counts (live: Prometheus; backtest: nothing, it measures itself)."""
+    """What the quote path counts and times (live: Prometheus)."""
 
     def pair_label(self, asset_in: str, asset_out: str) -> str: ...
 
@@ -154,7 +154,8 @@ class Ports:
     balances: Refresher
     salt: Refresher
     alerts: AlertSink
-    metrics: QuoteMetrics
+    metrics: QuoteMetrics | None
+    """None: nothing counted or timed (a backtest measures itself)."""
     loop: LoopTurn
     clock: Callable[[], datetime]
     shadow: Callable[[Quote, datetime], None] | None = None

@@ -1,11 +1,11 @@
-"""The replay: a recorded stream through the live bot's desk, on a simulated clock.
+"""The replay: a recorded stream through the live bot's desk and executor, on a simulated clock.
 
-The backtest is the desk's second driver (DESIGN "one desk, two drivers"): the very
+The backtest is the second driver of the one executor (DESIGN "The shape"): the very
 :class:`~solver.core.desk.Desk` the live bot runs, built by :func:`solver.runtime.wiring.build_desk`
-from the bot's own YAML — its quote pipeline (filters, strategies, limits, reservations), quote
-lifecycle, reconciliation, PnL and kill switch. The replay turns the stream into the desk's
-events, carries out the actions it returns against a sandbox ledger, and changes the desk's state
-in no other way. Around it:
+from the bot's own YAML, fed only through the live :class:`~solver.runtime.executor.Executor`,
+whose actions are carried out by simulated ports (:mod:`backtest.ports`): the relay with the fill
+and taker models, settlement on the sandbox ledger, statuses, nonce checks, balances and salt at
+simulated time. The replay keeps only the stream, the clock and the measurements. Around it:
 
 - **Clock**: the event timestamps. A request at ``ts`` reaches the desk as ``QuoteRequested`` at
   ``now = ts + latency`` (:class:`~backtest.fills.LatencyModel`); scheduled work (outcomes and
@@ -19,10 +19,11 @@ in no other way. Around it:
   (``PriceSeen``); the fee and the salt are the ledger's. ``ConnectionRestored`` once at the
   start: nothing is missed in a replay, so an answer past its deadline that nobody named ends
   LOST without a nonce check.
-- **Signing**: a ``SignAndSend`` is signed with the live :class:`QuoteSigner` when signing is on
-  (:mod:`backtest.settle`), else given a deterministic stand-in hash and nonce; the desk hears
-  ``QuoteSigned``.
-- **Outcomes**: an answer later than ``bus.wait_ms`` loses; otherwise the fill model decides at
+- **Signing**: the executor signs a ``SignAndSend`` as live — the live nonce source over a
+  sequence derived from the seed, and the live :class:`QuoteSigner` when signing is on (else a
+  stand-in signature whose hash is the nonce); the desk hears ``QuoteSigned``.
+- **Outcomes** (:class:`~backtest.ports.SimulatedRelay`): an answer later than ``bus.wait_ms``
+  loses; otherwise the fill model decides at
   ``ts + settlement_delay_ms`` (a ``competitor`` event for the request counts if it came before
   that). A won quote settles then on the sandbox ledger (:mod:`backtest.settle`: fees, balances,
   invariant — and with signing on, every verifier check), and the desk hears it as live:
@@ -34,15 +35,16 @@ in no other way. Around it:
   stays open with its reservation (someone else could still use it) until its deadline; then the
   desk asks ``CheckNonce``, answered from the ledger (unused), and the quote is LOST.
 - **Kill switch, PnL, markouts**: the desk's. A risk pause (daily loss, drawdown, stale data,
-  reconciliation) marks the replay halted (when, and the desk's reason); quoting stays paused for
-  the rest of the replay (nobody resumes it), settlement goes on.
-  :mod:`backtest.measure.measurements` only
-  observes (counts, fills with the desk's markouts, series sampled at ticks).
+  reconciliation) marks the replay halted (when, and the desk's reason; the replay is the
+  executor's alert port); quoting stays paused for the rest of the replay (nobody resumes it),
+  settlement goes on. :mod:`backtest.measure.measurements` only observes (counts, fills with the
+  desk's markouts, series sampled at ticks).
 
 What differs from live, on purpose: the strategy's wall-clock budget is not enforced (a timing
 would make runs differ; the bench measures speed instead), the response budget is not applied
-(the latency model and ``bus.wait_ms`` decide lateness), nothing is journaled (the ``Record``
-actions are read for measurements only), the desk ticks every :data:`TICK_S` of stream time
+(the latency model and ``bus.wait_ms`` decide lateness), nothing is journaled (the executor has
+no journal port; its fact observers feed the measurements), nothing is counted in metrics,
+the desk ticks every :data:`TICK_S` of stream time
 rather than every 100 ms, and balances are read from the ledger without delay.
 
 Deterministic: the same events, config and settings (seed included) give the same summary and

@@ -328,7 +328,7 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         assert health.status_code == 503 and "reconciliation mismatch" in health.json()["reasons"]
 
         quoted = app.executor.sent
-        assert await bot.quote(NEAR, USDC, exact_in=E24) == []
+        assert await bot.unanswered(NEAR, USDC, exact_in=E24) == []
         assert app.desk.stats.skipped[PAUSED] == 1 and app.executor.sent == quoted
 
         code = await asyncio.to_thread(main, ["resume", "--url", url])

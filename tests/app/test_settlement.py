@@ -3,6 +3,7 @@ and a salt rotation mid-run followed (item 4)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,9 @@ async def test_an_answer_refused_for_invalid_salt_refetches_the_salt_at_once(
         old = ledger.current_salt()
         new = ledger.rotate_salt()
         ledger.invalidate_salts([old])
-        assert await bot.quote(NEAR, USDC, exact_in=2 * E24) == []  # signed under the old salt
+        # Signed under the old salt. The relay refuses the answer and waits on for another, so
+        # the request runs on while the refusal is followed.
+        refused = asyncio.create_task(bot.quote(NEAR, USDC, exact_in=2 * E24))
         await eventually(lambda: app.desk.stats.outcomes["REJECTED"] == 1, "the refusal")
         assert bot.sandbox.bus.stats.quote_answers_rejected == {"simulation failed": 1}
         await eventually(lambda: app.desk.state.salt == bytes.fromhex(new), "the salt re-read")
@@ -137,3 +140,4 @@ async def test_an_answer_refused_for_invalid_salt_refetches_the_salt_at_once(
         assert parse_nonce(signed_diff(bot, offer["quote_hash"])[1]).salt.hex() == new
         assert app.desk.inventory.reserved == {}  # the refused quote's reservation was released
         assert app.desk.stats.outcomes["SETTLED"] == 1
+        assert await refused == []

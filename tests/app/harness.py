@@ -204,6 +204,22 @@ class LiveBot:
                            fact.intent_hash, fact.tx_hash)
             )  # fmt: skip
 
+    def diagnosis(self) -> dict[str, Any]:
+        """What the bot and the relay saw, for the message of an assertion about offers."""
+        app, bus = self.app, self.sandbox.bus
+        return {
+            "desk_requests": app.desk.stats.requests,
+            "skipped": dict(app.desk.stats.skipped),
+            "signed": app.desk.stats.signed,
+            "sent": app.executor.sent,
+            "send_failed": app.executor.send_failed,
+            "pauses": app.desk.pauses.as_dict(),
+            "connected": app.ws.connected,
+            "relay_requests": bus.stats.quote_requests,
+            "relay_ok": bus.stats.quote_answers_ok,
+            "relay_rejected": dict(bus.stats.quote_answers_rejected),
+        }
+
     def tick(self) -> None:
         """One desk tick now (risk, PnL, deadlines), carried out, and fresh gauges."""
         now = self.app.clock()

@@ -37,7 +37,7 @@ async def test_relay_drop_is_survived_and_every_later_request_answered(tmp_path:
         for _ in range(3):
             assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
         together = await asyncio.gather(*(bot.quote(NEAR, USDC, exact_in=E24) for _ in range(5)))
-        assert [len(offers) for offers in together] == [1] * 5
+        assert [len(offers) for offers in together] == [1] * 5, bot.diagnosis()
         assert app.executor.sent - sent_before == 8
         assert app.executor.send_failed == 0 and app.desk.stats.skipped == {}
 

@@ -34,7 +34,9 @@ async def trade(bot: LiveBot, asset_in: str, asset_out: str, **amount: int) -> d
     SETTLED. Returns the offer."""
     user = bot.new_user({asset_in: 10**30})
     done = settled(bot)
-    (offer,) = await bot.quote(asset_in, asset_out, **amount)
+    offers = await bot.quote(asset_in, asset_out, **amount)
+    assert len(offers) == 1, bot.diagnosis()
+    (offer,) = offers
     quote = bot.app.desk.book.find_hash(offer["quote_hash"])
     assert quote is not None and quote.state is QuoteState.OPEN
     assert (quote.amount_in, quote.amount_out) == (

@@ -12,7 +12,7 @@ Setup, all real and on 127.0.0.1:
   25 bps on wNEAR/USDC and ETH/USDC) **funded generously** and with exposure and rate limits out
   of the way, so inventory is never the binding constraint, and with ``storage.sample_requests``
   1.0 so its store keeps every request it saw with its outcome (next to every quote it signed),
-  and a strategy budget of 1 s instead of 5 ms (see below);
+  and the harness's strategy budget of 1 s instead of 5 ms (see below);
 - the sandbox's simulated takers (:class:`~sandbox.takers.TakerPopulation`, what
   ``Sandbox(run_takers=True)`` starts): ``REQUESTS`` of their requests (``draw`` and ``handle``)
   arrive at ``RATE_PER_S`` after the recorder and the bot are subscribed, and each runs to its
@@ -32,9 +32,10 @@ the same ``amount_in`` and ``amount_out`` exactly. Expected mismatches: none (th
 lists each with both sides and a likely cause). One kind is set apart: a live skip for
 ``strategy_slow`` or ``too_late`` is the wall clock, which the replay does not model on purpose.
 With the default 5 ms strategy budget a descheduled process or a garbage collection on a busy
-2-core machine made a few of them a run (3 in a loaded run), so the live bot here gets a 1 s
-budget: this test compares decisions, and the budget's own rule is tested in
-``tests/core/test_quoting.py``. At most 2 are allowed, each listed.
+2-core machine made a few of them a run (3 in a loaded run), so the live bot here has a 1 s
+budget (``quote.strategy_budget_ms``, as every live test): this test compares decisions, and
+the budget's own rule is tested in ``tests/core/test_quoting.py``. At most 2 are allowed, each
+listed.
 
 Fills, tolerance: without ``competitor`` events the competitor model wins every answer in time,
 so the replay's ``won`` is its number of quotes; a live quote settles when a taker took it. The
@@ -49,7 +50,6 @@ and won in the replay and settled live.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -172,10 +172,7 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
         await eventually(lambda: recorder.stats.connected, "the recorder to subscribe")
         async with live_bot(tmp_path, sandbox=sandbox, balances=BALANCES, overrides=LIMITS) as bot:
             config = bot.app.config
-            # Decisions, not the machine's speed: a strategy call descheduled for 5 ms on a busy
-            # machine must not become a live-only skip (the replay never times its strategy).
-            pipeline = bot.app.desk.pipeline
-            pipeline.settings = dataclasses.replace(pipeline.settings, strategy_budget_ms=1e3)
+            assert config.quote.strategy_budget_ms == 1000  # decisions, not the machine's speed
             takers = _takers(sandbox)
             takers.fund()
             await asyncio.wait_for(_flow(takers), 60)

@@ -183,6 +183,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         out["profile"] = analyse_profile(profiler, t.requests)
         out["read_only_cpu_s"] = _read_only(spec["stream"])
         out["decide_const_us"] = _decide_const_us(spec["strategy"], spec["stream"])
+        out["taker_limit_us"] = _taker_limit_us()
     return out
 
 
@@ -235,6 +236,20 @@ def _decide_const_us(strategy: str, path: str, n: int = 20_000) -> float:
             inventory.release(event.request.quote_id)
             count += 1
     return round(spent / max(count, 1) * 1e6, 2)
+
+
+def _taker_limit_us(n: int = 20_000) -> float:
+    """µs per ``TakerModel.accepts`` (the default lognormal users: a hash and an inverse normal
+    per answer), over ``n`` distinct quote ids. Was a unit test's bound (< 20 µs) until a busy
+    machine made it a coin toss; here it is a figure of the machine that ran it."""
+    from backtest.takers import TakerModel
+
+    takers = TakerModel(seed=0)
+    ids = [f"q{i}" for i in range(n)]
+    started = time.perf_counter()
+    for quote_id in ids:
+        takers.accepts(quote_id, -10.0)
+    return round((time.perf_counter() - started) / n * 1e6, 2)
 
 
 DECIDE = "decide (solver/core, without the strategy)"

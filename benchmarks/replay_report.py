@@ -108,7 +108,13 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
             f"the stream alone takes {prof['read_only_cpu_s']} s of CPU "
             f"({prof['read_only_cpu_s'] / reqs * 1e6:.1f} µs a request); "
             f"`QuotePipeline.decide` with a strategy that returns a constant costs "
-            f"{prof['decide_const_us']} µs a call (solver/core's own share).",
+            f"{prof['decide_const_us']} µs a call (solver/core's own share)"
+            + (
+                f"; a simulated user's price limit (`TakerModel.accepts`) "
+                f"{prof['taker_limit_us']} µs an answer."
+                if "taker_limit_us" in prof
+                else "."
+            ),
             "",
             md_table(
                 ["stage", "share", "µs/request (profiled)"],

@@ -334,6 +334,9 @@ class QuoteSpec(BaseModel):
     """Requests asking for a longer ``min_deadline_ms`` are skipped (too long an exposure)."""
     response_budget_ms: Annotated[int, Field(ge=1, le=3000)] = 2500
     """Answers ready later than this after receipt are skipped: too late for the bus wait."""
+    strategy_budget_ms: Annotated[float, Field(gt=0, le=3000)] = 5.0
+    """Wall-clock time one strategy call may take; a longer call is skipped
+    (``strategy_slow``)."""
     max_giveaway_bps: Bps = 300.0
     """Price guard: quotes giving away more than this (bps) vs reference prices are skipped
     (``price_guard``); a pair's own ``max_giveaway_bps`` overrides it."""

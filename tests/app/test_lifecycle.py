@@ -24,8 +24,8 @@ async def test_relay_drop_is_survived_and_every_later_request_answered(tmp_path:
         await sandbox.stop_service("relay")
         await eventually(lambda: not app.ws.connected, "the bot to see the drop")
         assert sandbox.bus.connections == {}
-        await asyncio.sleep(0.6)  # the bot retries against a closed port meanwhile
-        assert app.ws.counters.connect_failures >= 1
+        # The bot retries against the closed port meanwhile.
+        await eventually(lambda: app.ws.counters.connect_failures >= 1, "a refused retry")
         await sandbox.start_service("relay")
         await eventually(lambda: app.ws.connected, "the bot to reconnect by itself", 5)
         assert app.ws.counters.reconnects == 1 and app.ws.counters.disconnects == 1
@@ -37,7 +37,7 @@ async def test_relay_drop_is_survived_and_every_later_request_answered(tmp_path:
         for _ in range(3):
             assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
         together = await asyncio.gather(*(bot.quote(NEAR, USDC, exact_in=E24) for _ in range(5)))
-        assert [len(offers) for offers in together] == [1] * 5
+        assert [len(offers) for offers in together] == [1] * 5, bot.diagnosis()
         assert app.executor.sent - sent_before == 8
         assert app.executor.send_failed == 0 and app.desk.stats.skipped == {}
 
@@ -49,13 +49,13 @@ async def test_relay_drop_is_survived_and_every_later_request_answered(tmp_path:
 
 
 async def test_graceful_stop_lets_won_quotes_settle_and_returns_at_once(tmp_path: Path) -> None:
-    async with live_bot(tmp_path, shutdown_wait_s=10) as bot:
+    async with live_bot(tmp_path, shutdown_wait_s=60) as bot:
         app = bot.app
         (offer,) = await bot.quote(NEAR, USDC, exact_in=2 * E24)
         await bot.take(bot.new_user({NEAR: 10 * E24}), offer)
         elapsed = await bot.shutdown()  # the quote is still OPEN/WON here: settlement is 100 ms
-        # run() waited for the settlement, not for the whole 10 s shutdown wait.
-        assert elapsed < 5, elapsed
+        # run() waited for the settlement, not for the whole 60 s shutdown wait.
+        assert elapsed < 30, elapsed
         assert app.desk.stats.outcomes["SETTLED"] == 1
         assert app.desk.book.quotes == {} and app.desk.inventory.reserved == {}
         assert app.ws.state == STOPPED and not app.ws.connected
@@ -73,11 +73,12 @@ async def test_graceful_stop_reports_quotes_still_open_after_the_wait(
         started = time.monotonic()
         bot.stop.set()
         # While it drains, new requests are refused: nothing new is signed after stop.
-        assert await bot.quote(NEAR, USDC, exact_in=E24) == []
+        assert await bot.unanswered(NEAR, USDC, exact_in=E24) == []
         assert app.desk.stats.skipped == {PAUSED: 1}
-        await asyncio.wait_for(asyncio.shield(bot.task), 5)
+        await asyncio.wait_for(asyncio.shield(bot.task), 30)
         elapsed = time.monotonic() - started
-        assert 1.0 <= elapsed < 4, elapsed
+        # The whole 1 s wait, and then it stops: not at the quote's deadline, a minute away.
+        assert 1.0 <= elapsed < 30, elapsed
         # Nobody took it and its deadline is a minute away: still OPEN, and reported.
         assert quote.state is QuoteState.OPEN and app.desk.book.get(quote.quote_id) is quote
         assert app.desk.inventory.reserved == {USDC: int(offer["amount_out"])}

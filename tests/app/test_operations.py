@@ -90,8 +90,8 @@ async def test_control_api_and_metrics_end_to_end(
         reason = "widening spreads"
         assert await cli("pause", "--url", url, "--pair", "wNEAR/USDC", "--reason", reason) == 0
         assert capsys.readouterr().out.strip() == f"paused wNEAR/USDC: {reason}"
-        assert await bot.quote(NEAR, USDC, exact_in=2 * E24) == []
-        assert await bot.quote(USDC, NEAR, exact_in=10 * E6) == []
+        assert await bot.unanswered(NEAR, USDC, exact_in=2 * E24) == []
+        assert await bot.unanswered(USDC, NEAR, exact_in=10 * E6) == []
         assert len(await bot.quote(ETH, USDC, exact_in=E18 // 100)) == 1
         assert app.desk.stats.skipped == {PAUSED: 2}
         assert await cli("status", "--url", url, "--json") == 0
@@ -110,7 +110,7 @@ async def test_control_api_and_metrics_end_to_end(
         # Pausing everything (no pair) makes the bot PAUSED: every pair skips.
         assert await cli("pause", "--url", url) == 0
         assert app.desk.pauses.as_dict()[GLOBAL].startswith("operator:")
-        assert await bot.quote(ETH, USDC, exact_in=E18 // 100) == []
+        assert await bot.unanswered(ETH, USDC, exact_in=E18 // 100) == []
         assert await cli("resume", "--url", url) == 0
         assert GLOBAL not in app.desk.pauses.as_dict()
         capsys.readouterr()
@@ -142,9 +142,9 @@ async def test_shadow_mode_decides_but_never_answers_or_stores(tmp_path: Path) -
     async with live_bot(tmp_path, shadow=True) as bot:
         app = bot.app
         assert app.store is None
-        assert await bot.quote(NEAR, USDC, exact_in=2 * E24) == []
-        assert await bot.quote(ETH, USDC, exact_in=E18 // 100) == []
-        assert await bot.quote(NEAR, USDC, exact_in=E24 // 10) == []  # 0.30 USD < 1 USD min
+        assert await bot.unanswered(NEAR, USDC, exact_in=2 * E24) == []
+        assert await bot.unanswered(ETH, USDC, exact_in=E18 // 100) == []
+        assert await bot.unanswered(NEAR, USDC, exact_in=E24 // 10) == []  # 0.30 USD < 1 USD min
         stats = app.desk.stats
         assert (stats.requests, stats.shadow_quotes, app.executor.sent) == (3, 2, 0)
         assert stats.skipped == {BELOW_MIN_SIZE: 1}
@@ -203,7 +203,7 @@ async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself
         down_at = loop.time()
         await eventually(lambda: balance_age(bot) > 1.6, "the balances to go stale", 5)
         for asset_in, asset_out, amount in ((NEAR, USDC, E24), (ETH, USDC, E18 // 100)):
-            assert await bot.quote(asset_in, asset_out, exact_in=amount) == []
+            assert await bot.unanswered(asset_in, asset_out, exact_in=amount) == []
         assert app.desk.stats.skipped == {STALE_BALANCES: 2}
         assert app.executor.sent == quoted and quote_count(bot) == stored
         assert app.job_errors.get("balances", 0) >= 1
@@ -248,7 +248,7 @@ async def test_staleness_beyond_max_stale_s_trips_the_kill_switch_until_resumed(
 
         sandbox.rpc_faults.down = False
         await eventually(lambda: balance_age(bot) < 1.0, "a fresh snapshot", 5)
-        assert await bot.quote(NEAR, USDC, exact_in=E24) == []
+        assert await bot.unanswered(NEAR, USDC, exact_in=E24) == []
         assert app.desk.stats.skipped[PAUSED] == 1
         status = (await bot.http.get(f"{url}/control/status", headers=auth)).json()
         assert status["state"] == "PAUSED" and status["paused"][GLOBAL].startswith("stale_data")

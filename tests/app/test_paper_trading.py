@@ -47,7 +47,7 @@ async def test_shadow_mode_paper_trades_apart_from_the_real_books(
 
         # The user sells 10 wNEAR twice: nobody answers, two paper fills at 25 bp of spread.
         for _ in range(2):
-            assert await bot.quote(NEAR, USDC, exact_in=10 * E24) == []
+            assert await bot.unanswered(NEAR, USDC, exact_in=10 * E24) == []
         paper = app.paper
         assert (paper.quotes, paper.fills, dict(paper.lost)) == (2, 2, {})
         assert paper.flows == {NEAR: 20 * E24, USDC: -2 * 29_925_000}
@@ -110,7 +110,7 @@ async def test_a_taker_limit_tighter_than_the_spread_fills_nothing(
     """The same flow with users who accept at most 10 bp: the 25 bp answers are refused."""
     fill = {"model": "always", "taker": {"kind": "fixed", "tolerance_bps": 10}}
     async with live_bot(tmp_path, overrides=shadow_overrides(**fill), shadow=True) as bot:
-        assert await bot.quote(NEAR, USDC, exact_in=10 * E24) == []
+        assert await bot.unanswered(NEAR, USDC, exact_in=10 * E24) == []
         paper = bot.app.paper
         assert paper is not None
         assert (paper.quotes, paper.fills, dict(paper.lost)) == (1, 0, {"taker_limit": 1})

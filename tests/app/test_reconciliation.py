@@ -328,7 +328,7 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         assert health.status_code == 503 and "reconciliation mismatch" in health.json()["reasons"]
 
         quoted = app.executor.sent
-        assert await bot.quote(NEAR, USDC, exact_in=E24) == []
+        assert await bot.unanswered(NEAR, USDC, exact_in=E24) == []
         assert app.desk.stats.skipped[PAUSED] == 1 and app.executor.sent == quoted
 
         code = await asyncio.to_thread(main, ["resume", "--url", url])
@@ -342,23 +342,33 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         assert (await bot.http.get(f"{url}/healthz")).status_code == 200
 
 
-class SlowReturn:
-    """A TCP proxy in front of the ledger RPC node whose answers can be held back by
-    ``delay_s``: the node reads the ledger when the request arrives, the bot gets the answer
-    later — a slow network on the way back, as with a remote RPC node."""
+class HeldReturn:
+    """A TCP proxy in front of the ledger RPC node whose answers can be held back until the test
+    lets them go (:meth:`hold`, :meth:`release`): the node reads the ledger when the request
+    arrives, the bot gets the answer later — a slow network on the way back, as with a remote
+    RPC node. The test decides when the answers land, not a timer."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self.delay_s = 0.0
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.held = 0  # answers that arrived from the node while held
         self.url = ""
+
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def release(self) -> None:
+        self.flowing.set()
 
     async def _pipe(
         self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, hold: bool
     ) -> None:
         try:
             while data := await src.read(65536):
-                if hold and self.delay_s:
-                    await asyncio.sleep(self.delay_s)
+                if hold and not self.flowing.is_set():
+                    self.held += 1
+                    await self.flowing.wait()
                 dst.write(data)
                 await dst.drain()
         except ConnectionError:
@@ -377,7 +387,7 @@ class SlowReturn:
         )
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[SlowReturn]:
+    async def running(self) -> AsyncIterator[HeldReturn]:
         server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
         try:
@@ -391,40 +401,46 @@ class SlowReturn:
 async def test_a_snapshot_read_before_an_execution_but_landing_after_it_is_no_mismatch(
     tmp_path: Path,
 ) -> None:
-    """Balance answers take 1 s to come back (a slow return path from the node). A snapshot
-    the node reads just before a won quote executes lands after the bot heard SETTLED, when the
-    expected balances already include the trade. That is not a mismatch: a snapshot requested
-    before the settlement was heard may or may not include it."""
-    async with running_sandbox(tmp_path, settlement_delay_ms=1000) as sandbox:
-        proxy = SlowReturn(sandbox.services["chain_rpc"].port)
+    """Balance answers are held back on their way from the node (a slow return path). A
+    snapshot the node reads just before a won quote executes lands after the bot heard SETTLED,
+    when the expected balances already include the trade. That is not a mismatch: a snapshot
+    requested before the settlement was heard may or may not include it.
+
+    The race is made, not waited for: the answers are held from the broadcast until the bot has
+    heard SETTLED, and the node reads the ledger well before the execution (broadcast at 1.5 s,
+    executed at 3 s)."""
+    async with running_sandbox(tmp_path, settlement_delay_ms=3000) as sandbox:
+        proxy = HeldReturn(sandbox.services["chain_rpc"].port)
+        overrides = {
+            "chain.balance_max_age_ms": 15_000,  # no staleness skip while answers are held
+            "chain.timeout_ms": 15_000,  # a held answer is late, not failed
+        }
         async with (
             proxy.running(),
             live_bot(
                 tmp_path,
                 sandbox=sandbox,
-                overrides={"chain.rpc_url": proxy.url, "chain.balance_max_age_ms": 5000},
+                overrides={**overrides, "chain.rpc_url": proxy.url},
             ) as bot,
         ):
             app, store = bot.app, store_of(bot)
             before = bot.balances()
             user = bot.new_user({NEAR: 10 * E24})
             offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24)
-            proxy.delay_s = 1.0
             intent_hash = await bot.take(user, offer)
             intent = sandbox.bus.intents[intent_hash]
-            # Broadcast at 0.5 s, executed at 1.0 s; the bot polls get_status at ~0.5, ~0.7,
-            # ~1.1 s, so it hears SETTLED at ~1.1 s. A refresh requested at 0.8 s is read
-            # before the execution and lands at ~1.8 s.
             await eventually(
-                lambda: intent.status is IntentStatus.TX_BROADCASTED, "the broadcast", 5
+                lambda: intent.status is IntentStatus.TX_BROADCASTED, "the broadcast", 10
             )
-            await asyncio.sleep(0.3)
-            assert intent.status is IntentStatus.TX_BROADCASTED
+            proxy.hold()
             refresh = asyncio.create_task(app.refresh_balances())
-            await eventually(lambda: outcome(bot, QuoteState.SETTLED) == 1, "the settlement", 5)
+            # The node has answered the refresh (read the ledger) before the execution.
+            await eventually(lambda: proxy.held >= 1, "the node's answer", 10)
+            assert intent.status is IntentStatus.TX_BROADCASTED
+            await eventually(lambda: outcome(bot, QuoteState.SETTLED) == 1, "the settlement", 10)
             assert not refresh.done()  # heard of the settlement before the snapshot landed
-            await asyncio.wait_for(refresh, 5)
-            proxy.delay_s = 0.0
+            proxy.release()
+            await asyncio.wait_for(refresh, 10)
             (settled,) = [t for t in bot.transitions if t.new is QuoteState.SETTLED]
             await eventually(
                 lambda: (

@@ -3,6 +3,7 @@ and a salt rotation mid-run followed (item 4)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ async def trade(bot: LiveBot, asset_in: str, asset_out: str, **amount: int) -> d
     SETTLED. Returns the offer."""
     user = bot.new_user({asset_in: 10**30})
     done = settled(bot)
-    (offer,) = await bot.quote(asset_in, asset_out, **amount)
+    offers = await bot.quote(asset_in, asset_out, **amount)
+    assert len(offers) == 1, bot.diagnosis()
+    (offer,) = offers
     quote = bot.app.desk.book.find_hash(offer["quote_hash"])
     assert quote is not None and quote.state is QuoteState.OPEN
     assert (quote.amount_in, quote.amount_out) == (
@@ -129,7 +132,9 @@ async def test_an_answer_refused_for_invalid_salt_refetches_the_salt_at_once(
         old = ledger.current_salt()
         new = ledger.rotate_salt()
         ledger.invalidate_salts([old])
-        assert await bot.quote(NEAR, USDC, exact_in=2 * E24) == []  # signed under the old salt
+        # Signed under the old salt. The relay refuses the answer and waits on for another, so
+        # the request runs on while the refusal is followed.
+        refused = asyncio.create_task(bot.quote(NEAR, USDC, exact_in=2 * E24))
         await eventually(lambda: app.desk.stats.outcomes["REJECTED"] == 1, "the refusal")
         assert bot.sandbox.bus.stats.quote_answers_rejected == {"simulation failed": 1}
         await eventually(lambda: app.desk.state.salt == bytes.fromhex(new), "the salt re-read")
@@ -137,3 +142,4 @@ async def test_an_answer_refused_for_invalid_salt_refetches_the_salt_at_once(
         assert parse_nonce(signed_diff(bot, offer["quote_hash"])[1]).salt.hex() == new
         assert app.desk.inventory.reserved == {}  # the refused quote's reservation was released
         assert app.desk.stats.outcomes["SETTLED"] == 1
+        assert await refused == []

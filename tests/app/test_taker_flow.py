@@ -10,9 +10,9 @@ from sandbox.config import PairSpec, TakersSpec
 from sandbox.takers import TakerPopulation
 from solver.core.lifecycle import QuoteState
 from solver.protocol.bus import IntentStatus
-from tests.app.harness import ETH, NEAR, TOKENS, USDC, eventually, live_bot
+from tests.app.harness import ETH, NEAR, SOLVER_WAIT_MS, TOKENS, USDC, eventually, live_bot
 
-FLOW_S = 3.0
+TAKES = 12  # the flow runs until this many takes were published, however long that is
 
 
 async def test_taker_flow_settles_exactly_the_signed_diffs(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ async def test_taker_flow_settles_exactly_the_signed_diffs(tmp_path: Path) -> No
                 requests_per_s=12,
                 size_usd_median=40,
                 tolerance_bps=60,  # the bot's 25 bp spread is inside it
-                wait_ms=500,
+                wait_ms=SOLVER_WAIT_MS,  # the relay ends it when the bot answered
                 pairs=[PairSpec(base=NEAR, quote=USDC), PairSpec(base=ETH, quote=USDC)],
             ),
             dict(sandbox.config.tokens),
@@ -37,7 +37,7 @@ async def test_taker_flow_settles_exactly_the_signed_diffs(tmp_path: Path) -> No
         start = bot.balances()
         stop_takers = asyncio.Event()
         flow = asyncio.create_task(takers.run(stop_takers))
-        await asyncio.sleep(FLOW_S)
+        await eventually(lambda: takers.stats.published_ok >= TAKES, "the takes", 60)
         stop_takers.set()
         await asyncio.wait_for(flow, 10)
 
@@ -56,7 +56,7 @@ async def test_taker_flow_settles_exactly_the_signed_diffs(tmp_path: Path) -> No
             for quote_hash in record.quote_hashes
         }
         # (A publish cancelled by the takers' stop may still settle: hence <=.)
-        assert 3 <= takers.stats.published_ok <= len(settled), takers.stats.as_dict()
+        assert TAKES <= takers.stats.published_ok <= len(settled), takers.stats.as_dict()
         assert takers.stats.publish_failed == {} and bus.stats.settlement_failed == {}
 
         # The ledger moved by exactly the diffs the bot signed in the settled quotes.

@@ -135,6 +135,7 @@ def test_minimal_config_takes_the_defaults() -> None:
     assert config.quote.deadline_margin_ms == 5000
     assert config.quote.max_min_deadline_ms == 120_000
     assert config.quote.response_budget_ms == 2500
+    assert config.quote.strategy_budget_ms == 5.0
     assert str(config.storage.path) == "var/solver.sqlite"
     assert config.metrics.listen == "127.0.0.1:9464"
     assert (config.log.level, config.log.format, config.log.summary_every_s) == ("INFO", "text", 10)

@@ -171,7 +171,7 @@ try {
           defuse_asset_identifier_in: WNEAR,
           defuse_asset_identifier_out: USDC,
           min_deadline_ms: 60_000,
-          wait_ms: 1_000,
+          wait_ms: 3_000, // the longest; the relay ends it once the bot has answered
           ...side,
         },
         config: { baseURL: relay },

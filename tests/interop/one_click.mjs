@@ -29,7 +29,9 @@ function request(overrides = {}) {
     recipient: "bob.sandbox",
     recipientType: QuoteRequest.recipientType.INTENTS,
     deadline: new Date(Date.now() + 10 * 60_000).toISOString(),
-    quoteWaitingTimeMs: 1000,
+    // The longest wait: the bus ends it as soon as the bot (its one solver) has answered, so a
+    // busy machine makes a quote slower, never NO_QUOTE.
+    quoteWaitingTimeMs: 3000,
     ...overrides,
   };
 }

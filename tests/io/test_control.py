@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-import time
+import socket
 from collections.abc import AsyncIterator
 
 import httpx
@@ -279,13 +279,17 @@ async def test_token_env_name_is_configurable(
         await server.stop()
 
 
-async def test_responses_do_not_stall(client: httpx.AsyncClient) -> None:
-    """TCP_NODELAY on the accepted sockets: no ~40 ms Nagle / delayed-ACK stall per request."""
-    await client.get("/healthz")
-    started = time.perf_counter()
-    for _ in range(10):
-        await client.get("/metrics")
-    assert (time.perf_counter() - started) / 10 < 0.03
+async def test_responses_do_not_stall(server: ControlServer, client: httpx.AsyncClient) -> None:
+    """TCP_NODELAY on the accepted sockets: no ~40 ms Nagle / delayed-ACK stall per request.
+
+    The option itself is read, not the time a request takes (a busy machine makes that slow
+    for other reasons): uvicorn's connections carry the socket asyncio accepted."""
+    assert (await client.get("/metrics")).status_code == 200
+    connections = server.server.server_state.connections
+    assert len(connections) == 1  # the client's keep-alive connection
+    for connection in connections:
+        sock = connection.transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
 
 
 async def test_stop_closes_the_port(server: ControlServer) -> None:

@@ -52,13 +52,19 @@ async def link_to(script: Script) -> AsyncIterator[QuoteLink]:
 
 
 async def test_messages_before_the_handler_are_delivered_first_in_order() -> None:
+    sent = asyncio.Event()
+
     async def script(ws: ServerConnection) -> None:
         for n in range(3):
             await ws.send(f'{{"n":{n}}}')
+        sent.set()
 
     got: list[bytes] = []
     async with link_to(script) as link:
-        await asyncio.sleep(0.05)  # the three arrive while nothing is attached
+        # The three arrive while nothing is attached: the pong to a ping sent after them comes
+        # behind them on the socket, so once it is in, so are they (no wall-clock wait).
+        await sent.wait()
+        await asyncio.wait_for(await link.ping(), 10)
         link.attach(got.append)
         assert got == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
 
@@ -116,11 +122,17 @@ async def test_an_answer_is_refused_once_the_relay_stops_reading(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ws_link, "UNSENT_LIMIT", 256 << 10)
-    stalled = asyncio.Event()
+    stalled, release = asyncio.Event(), asyncio.Event()
 
     async def script(ws: ServerConnection) -> None:
         ws.transport.pause_reading()  # the relay takes nothing more from its socket
         stalled.set()
+        await release.wait()
+        # It reads again and takes everything, so the closing handshake gets through instead
+        # of waiting out the 10 s close timeouts on both sides.
+        ws.transport.resume_reading()
+        async for _ in ws:
+            pass
 
     async with link_to(script) as link:
         await stalled.wait()
@@ -136,6 +148,7 @@ async def test_an_answer_is_refused_once_the_relay_stops_reading(
             link.send_text_now(frame)
         assert link.transport.get_write_buffer_size() == before  # refused, not queued
         assert written < 10_000
+        release.set()
 
 
 async def test_sending_on_a_closed_link_is_refused() -> None:
@@ -193,7 +206,10 @@ async def test_corked_bytes_count_against_the_unread_limit(
     monkeypatch.setattr(ws_link, "UNSENT_LIMIT", 64 << 10)
 
     async def script(ws: ServerConnection) -> None:
-        return None
+        # The relay takes what arrives: 60-odd messages left in its queue would stop its reads
+        # and the closing handshake would wait out its 10 s timeout.
+        async for _ in ws:
+            pass
 
     async with link_to(script) as link:
         frame = b'"' + b"y" * 1022 + b'"'

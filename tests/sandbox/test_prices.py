@@ -157,10 +157,11 @@ async def test_run_ticks_until_stopped() -> None:
     proc = PriceProcess(TOKENS, seed=1, spec=PricesSpec(tick_ms=10))
     stop = asyncio.Event()
     task = asyncio.create_task(proc.run(stop))
-    await asyncio.sleep(0.1)
+    async with asyncio.timeout(10):  # three ticks of 10 ms, however busy the machine
+        while proc.steps < 3:
+            await asyncio.sleep(0.01)
     stop.set()
-    await asyncio.wait_for(task, timeout=1.0)
-    assert proc.steps >= 3
+    await asyncio.wait_for(task, timeout=10.0)
     steps = proc.steps
     await asyncio.sleep(0.03)
     assert proc.steps == steps

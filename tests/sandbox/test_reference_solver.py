@@ -43,7 +43,9 @@ def config(tmp_path: Path, *, nonces: str, takers: bool) -> SandboxConfig:
             },
             "bus": {
                 "asset_field_prefix": "defuse",
-                "solver_wait_ms": 800,
+                # The longest wait: it ends when the one solver answered, so a busy machine
+                # delays an answer but does not turn it into a late one.
+                "solver_wait_ms": 3000,
                 "settlement_delay_ms": 100,
             },
             "prices": {"tick_ms": 100},
@@ -54,7 +56,7 @@ def config(tmp_path: Path, *, nonces: str, takers: bool) -> SandboxConfig:
                 "size_usd_median": 40.0,
                 "size_usd_sigma": 0.5,
                 "tolerance_bps": 60.0,
-                "wait_ms": 800,
+                "wait_ms": 3000,
                 "funding_usd": 10_000.0,
                 "pairs": [{"base": NEAR, "quote": USDC}],
             },

@@ -4,7 +4,6 @@ validation and error bodies, deposit submission and status."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +15,15 @@ from solver.protocol.history import HistoryStatus
 from solver.protocol.keys import PublicKey, parse_signature
 from solver.protocol.swap import DepositSubmitResponse, QuoteResponse, from_wire
 from tests.sandbox.scripted import NEAR, USDC
-from tests.sandbox.test_swap_harness import E6, E24, SwapWorld, future, quote_body, swap_world
+from tests.sandbox.test_swap_harness import (
+    E6,
+    E24,
+    SwapWorld,
+    future,
+    quote_body,
+    swap_config,
+    swap_world,
+)
 
 ERROR_KEYS = {"error", "message"}
 
@@ -141,16 +148,26 @@ async def test_no_solver_means_no_quote(world: SwapWorld) -> None:
     assert_error(await world.quote(), 400, "NO_QUOTE")
 
 
-async def test_quote_waiting_time_bounds_the_wait(world: SwapWorld) -> None:
-    await world.add_solver(rate_num=31 * E6, rate_den=10 * E24, delay_s=0.3)  # better, slower
-    started = time.perf_counter()
-    first = (await world.ok_quote(world.auth, dry=True, quoteWaitingTimeMs=0))["quote"]
-    fastest = time.perf_counter() - started
-    assert first["amountOut"] == str(6 * E6) and fastest < 0.25
-    short = (await world.ok_quote(world.auth, dry=True, quoteWaitingTimeMs=100))["quote"]
-    assert short["amountOut"] == str(6 * E6)
-    best = (await world.ok_quote(world.auth, dry=True))["quote"]
-    assert best["amountOut"] == str(62 * E6 // 10)
+async def test_quote_waiting_time_bounds_the_wait() -> None:
+    """Load-proof margins: the slower solver cannot answer before 1.5 s (it sleeps first), the
+    fast one has 1 s for the short wait, and the relay waits up to 3 s (it ends when both
+    answered) for the best offer."""
+    config = swap_config()
+    config = config.model_copy(
+        update={"bus": config.bus.model_copy(update={"solver_wait_ms": 3000})}
+    )
+    async with swap_world(config) as world:
+        slow = await world.add_solver(rate_num=31 * E6, rate_den=10 * E24, delay_s=1.5)  # better
+        try:
+            first = (await world.ok_quote(world.auth, dry=True, quoteWaitingTimeMs=0))["quote"]
+            assert first["amountOut"] == str(6 * E6)
+            assert slow.signed == {}  # 0: the first answer, not waiting for the slower solver
+            short = (await world.ok_quote(world.auth, dry=True, quoteWaitingTimeMs=1000))["quote"]
+            assert short["amountOut"] == str(6 * E6)
+            best = (await world.ok_quote(world.auth, dry=True))["quote"]
+            assert best["amountOut"] == str(62 * E6 // 10)
+        finally:
+            await slow.stop()
 
 
 # ---------------------------------------------------------------------------------- validation

@@ -262,9 +262,8 @@ class Replay:
 
     def run_records(self, batches: Iterable[Sequence[Record]], header: Header) -> ReplayResult:
         """:meth:`run` on compact records (:mod:`backtest.stream.prefetch`: a stream parsed in
-        another
-        process), in batches; the same decisions and results as :meth:`run` on the events the
-        records were made from. Once per Replay.
+        another process), in batches; the same decisions and results as :meth:`run` on the
+        events the records were made from. Once per Replay.
 
         A record is ``(kind, t_us, ...)`` with ``t_us`` the event time in µs since the epoch:
         ``(REC_REQUEST, t_us, quote_id, asset_in, asset_out, exact_in, amount, min_deadline_ms,

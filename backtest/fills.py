@@ -17,10 +17,9 @@ model decides that, in two steps:
 - ``logistic``: win with probability ``1 / (1 + exp(-(a + b * edge_bps)))``, where ``edge_bps`` is
   what the user gains against the reference price (negative when we charge a spread). ``a`` and
   ``b`` come from ``solver backtest calibrate`` (:mod:`backtest.calibration.calibrate`). The draws
-  come from a
-  numpy ``Generator`` seeded with ``--seed``, one per answer in request order (drawn even when
-  the taker refuses, so the taker's settings never shift other answers' draws), so a run is
-  reproducible.
+  come from a numpy ``Generator`` seeded with ``--seed``, one per answer in request order (drawn
+  even when the taker refuses, so the taker's settings never shift other answers' draws), so a
+  run is reproducible.
 
 The latency model sets when our answer is ready (``request ts + latency``); an answer later than
 the bus wait (``bus.wait_ms``) loses whatever the fill model says.

@@ -3,10 +3,9 @@
 Every measured run is its own process (``python -m benchmarks.replay --child SPEC``), so its
 peak memory (``resource.getrusage``: max RSS) is its own:
 
-- **streams**: synthetic (``backtest.synth.generate``, seed 7, wNEAR/USDC and ETH/USDC, 50
-requests/s
-  on average with bursts, prices every second, competitors for 85 %), cut at exactly 1,000,000
-  and 100,000 requests; generated once into ``scratch.tmp/replay/`` and reused;
+- **streams**: synthetic (``backtest.synth.generate``, seed 7, wNEAR/USDC and ETH/USDC,
+  50 requests/s on average with bursts, prices every second, competitors for 85 %), cut at
+  exactly 1,000,000 and 100,000 requests; generated once into ``scratch.tmp/replay/`` and reused;
 - **config**: ``config/default.yaml`` with ``amm`` (30 bps margin) or ``spread`` (25 bps) on
   both pairs and the limits out of the way (exposure, rate, notional, kill switch), so every
   request goes through the whole pipeline; the ``competitor`` fill model; 10 M USD per token;

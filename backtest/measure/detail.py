@@ -2,9 +2,8 @@
 over time, and the dates of the largest drawdown.
 
 :class:`~backtest.measure.measurements.Measurements` feeds these; they only observe, and each is
-bounded in
-memory whatever the stream's length (a fixed set of pairs, one entry per day, latency in 1 ms
-bins up to :data:`LATENCY_CAP_MS`, at most ``2 * max_buckets`` time buckets). They exist
+bounded in memory whatever the stream's length (a fixed set of pairs, one entry per day, latency in
+1 ms bins up to :data:`LATENCY_CAP_MS`, at most ``2 * max_buckets`` time buckets). They exist
 because a whole-run total hides what a person needs to act on: which pair loses, which day,
 when the bot stopped quoting and why.
 

@@ -2,8 +2,7 @@
 
 Each function reads a finished :class:`~backtest.engine.ReplayResult` (the desk's books and
 :mod:`backtest.measure.measurements`'s breakdowns) and returns JSON-ready values: USD rounded to
-1e-6, bps to
-1e-4, times as ISO 8601 UTC, nothing from the wall clock, so ``summary.json`` stays
+1e-6, bps to 1e-4, times as ISO 8601 UTC, nothing from the wall clock, so ``summary.json`` stays
 byte-identical between identical runs.
 
 - **PnL split**: *spread earned* is the realized edge of every fill at its fill time (the desk's

@@ -285,11 +285,6 @@ class Executor:
             metrics.inc_quote(pair)
             metrics.observe_response(elapsed)
 
-    def flush_now(self) -> None:
-        """Run a scheduled flush at once (a driver whose loop turn has ended)."""
-        if self._flush_scheduled:
-            self._flush()
-
     @property
     def idle(self) -> bool:
         """No answer waits to be committed and sent."""

@@ -11,8 +11,7 @@ for disputes). Its nonce needs no row of its own: quote nonces are unique by con
 (:class:`~solver.protocol.nonce.NonceSequence`, a prefix the store registers per start). The
 tables people query — quotes, transitions, fills, balance snapshots, alerts — are derived from
 the journal in batches, off the quote path (:mod:`solver.io.store.projection`), a tick behind at
-most
-while the bot runs.
+most while the bot runs.
 
 The interface is small (append, commit, rollback, load, snapshot) so that a shared PostgreSQL
 journal for several instances can stand beside this one later.

@@ -12,9 +12,10 @@ with the fixed side exact, and the solver can afford it (``simulate_intents``) �
 a JSON-RPC error carrying the reason otherwise.
 
 Publish flow: the user's item and the quoted solver items run as one batch. It is simulated at
-once (a failure answers ``FAILED`` with the verifier's reason), then it moves PENDING →
-TX_BROADCASTED (``quote_status`` goes to each solver whose quote was used) → executed on the
-ledger → SETTLED, or NOT_FOUND_OR_NOT_VALID if execution fails by then.
+once (a failure answers ``FAILED`` with the verifier's reason), then :mod:`sandbox.settlement`
+moves it PENDING → TX_BROADCASTED → executed on the ledger → SETTLED, and only then sends
+``quote_status`` to each solver whose quote was used (NOT_FOUND_OR_NOT_VALID and no
+notification if execution fails).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from pydantic import ValidationError
 from sandbox.chain import SandboxChain
 from sandbox.ledger import ERR_INVARIANT, LedgerError
 from sandbox.ledger_journal import deltas_json
+from sandbox.notify_faults import NotifyFaults
+from sandbox.settlement import Settlement
 from solver.errors import ProtocolError, SignatureError
 from solver.protocol import bus as wire
 from solver.protocol.amounts import WIRE
@@ -123,6 +126,7 @@ class BusStats:
     settlement_failed: dict[str, int] = field(default_factory=dict)
     quote_status_sent: int = 0
     quote_status_undeliverable: int = 0
+    quote_status_dropped: int = 0
 
     def count(self, table: dict[str, int], reason: str) -> None:
         key = reason.split(":", maxsplit=1)[0][:60]
@@ -150,6 +154,15 @@ class MessageBus:
         self.stats = BusStats()
         self._sub_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.notify_faults = NotifyFaults()
+        self.settlement = Settlement(
+            chain,
+            self.stats,
+            self.connections.get,
+            self._spawn,
+            settlement_delay_ms / 1000,
+            self.notify_faults,
+        )
 
     # ------------------------------------------------------------------ connections
 
@@ -423,9 +436,7 @@ class MessageBus:
         for record in records:  # a solver may also follow its own quote hash
             self._store_intent(record.quote_hash, intent_records[0])
         self.stats.published += 1
-        task = asyncio.get_running_loop().create_task(self._settle(batch, records, intent_records))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self.settlement.settle(batch, records, intent_records))
         return {"status": "OK", "intent_hashes": user_hashes}
 
     def _check_publish(self, quote_hashes: list[str], user_hashes: list[str]) -> str | None:
@@ -444,50 +455,6 @@ class MessageBus:
         if len(set(quote_hashes)) != len(quote_hashes):
             return "duplicate quote hash"
         return None
-
-    async def _settle(
-        self, batch: list[dict[str, Any]], quotes: list[QuoteRecord], intents: list[IntentRecord]
-    ) -> None:
-        await asyncio.sleep(self.settlement_delay_s / 2)
-        tx_hash = self.chain.next_tx_hash()
-        for rec in intents:
-            rec.status, rec.tx_hash = wire.IntentStatus.TX_BROADCASTED, tx_hash
-        for quote in quotes:
-            self._send_quote_status(quote, intents[0].intent_hash, tx_hash)
-        await asyncio.sleep(self.settlement_delay_s / 2)
-        try:
-            self.chain.execute(batch)
-        except LedgerError as exc:
-            for rec in intents:
-                rec.status, rec.reason = wire.IntentStatus.NOT_FOUND_OR_NOT_VALID, exc.text
-            self.stats.count(self.stats.settlement_failed, exc.text)
-            log.info("settlement of %s failed: %s", intents[0].intent_hash, exc.text)
-            return
-        for rec in intents:
-            rec.status = wire.IntentStatus.SETTLED
-        self.stats.settled += 1
-
-    def _send_quote_status(self, quote: QuoteRecord, user_hash: str, tx_hash: str) -> None:
-        conn = self.connections.get(quote.conn_id)
-        sub_id = conn.subscription_for("quote_status") if conn else None
-        if conn is None or sub_id is None:
-            self.stats.quote_status_undeliverable += 1
-            return
-        frame = {
-            "jsonrpc": "2.0",
-            "method": "event",
-            "params": {
-                "subscription": sub_id,
-                "data": {
-                    "quote_hash": quote.quote_hash,
-                    "intent_hash": user_hash,
-                    "tx_hash": tx_hash,
-                },
-                "metadata": {},
-            },
-        }
-        conn.push(_dump(frame))
-        self.stats.quote_status_sent += 1
 
     def _store_intent(self, key: str, record: IntentRecord) -> None:
         self.intents[key] = record
@@ -528,6 +495,11 @@ class MessageBus:
         if handler is None:
             raise BusRpcError(wire.METHOD_NOT_FOUND, f"method {method!r} not found")
         return await handler(param)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
         for task in list(self._tasks):

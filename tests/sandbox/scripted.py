@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -72,6 +72,8 @@ class ScriptedSolver:
         self._ws: ClientConnection | None = None
         self._subscribed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Awaited in the reader the moment a quote_status arrives (before the next frame).
+        self.on_status: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
     async def start(self, headers: dict[str, str] | None = None) -> None:
         self._ws = await connect(self.url, additional_headers=headers)
@@ -109,6 +111,8 @@ class ScriptedSolver:
                     asyncio.get_running_loop().create_task(self._answer(data))
                 else:
                     self.statuses.append(data)
+                    if self.on_status is not None:
+                        await self.on_status(data)
             else:
                 self.replies[frame.get("id") if isinstance(frame.get("id"), int) else -1] = frame
                 if 1 in self.replies and 2 in self.replies:

@@ -9,9 +9,15 @@ Written from the protocol notes and the public behaviour of that solver (no thir
   ``optimistic``), minus a margin in percent, and re-reads the reserves on ``quote_status``;
 - signs a NEP-413 ``token_diff`` whose message is ``JSON.stringify({signer_id, deadline,
   intents})`` (that key order, ``toISOString()`` deadline, positive amounts without a sign),
-  deadline ``min_deadline_ms`` plus an extra, under a **legacy nonce**: 32 random bytes, no salt
-  (the reference solver's ``generateRandomNonce``; its deterministic variant, a sha256 of the
-  reserves, repeats a nonce until the reserves change and is not used here).
+  deadline ``min_deadline_ms`` plus an extra, under a **legacy nonce** (no salt) derived from
+  its reserves as the reference solver's quoter does: the sha256 of ``reserves:<r1>:<r2>…``,
+  computed when the reserves are read and **reused until they change**;
+- re-reads its reserves when a ``quote_status`` arrives and on a timer (15 s, the reference
+  solver's cron), never two reads at once (a read in flight is joined, not repeated).
+
+That nonce is why the order of the relay's events matters: a solver notified before its quote
+executed reads unmoved reserves, keeps a nonce the batch then uses up, and has every answer
+refused (``nonce was already used``) until its timer fires (issue 23).
 
 Legacy nonces are accepted only by a sandbox with ``nonces: deployed``; under ``spec`` every
 answer is refused with ``invalid salt``, which :attr:`ReferenceStyleSolver.errors` records.
@@ -22,9 +28,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import itertools
 import json
-import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,6 +55,7 @@ class ReferenceStyleSolver:
         tokens: list[str],
         *,
         margin_percent: float = 0.3,
+        reserves_period_s: float = 15.0,
     ) -> None:
         self.relay_ws, self.chain_rpc, self.contract = relay_ws, chain_rpc, contract
         self.key = key
@@ -56,6 +63,10 @@ class ReferenceStyleSolver:
         self.tokens = tokens
         self.margin_bips = int(margin_percent * 100)
         self.reserves: dict[str, int] = {}
+        self.nonce = b""
+        self.reserves_period_s = reserves_period_s
+        self.reserve_reads = 0
+        self._reading: asyncio.Task[None] | None = None
         self.answered = 0
         self.accepted = 0
         self.errors: list[str] = []
@@ -73,13 +84,15 @@ class ReferenceStyleSolver:
         await self.update_reserves()
         self._ws = await connect(self.relay_ws)
         self._reader = asyncio.create_task(self._read())
+        self._spawn(self._reserves_timer())
         for kind in ("quote", "quote_status"):
             sub_id = await self._request("subscribe", [kind])
             assert isinstance(sub_id, str), sub_id
             self._subs[sub_id] = kind
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *([self._reader] if self._reader else [])]:
+        extra = [t for t in (self._reader, self._reading) if t is not None]
+        for task in [*self._tasks, *extra]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -87,6 +100,17 @@ class ReferenceStyleSolver:
             await self._ws.close()
 
     async def update_reserves(self) -> None:
+        """Re-read the reserves; a read already in flight is joined rather than repeated."""
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.create_task(self._read_reserves())
+        await asyncio.shield(self._reading)
+
+    async def _reserves_timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.reserves_period_s)
+            await self.update_reserves()
+
+    async def _read_reserves(self) -> None:
         args = {"account_id": self.account, "token_ids": self.tokens}
         body = {
             "jsonrpc": "2.0",
@@ -103,7 +127,12 @@ class ReferenceStyleSolver:
         async with httpx.AsyncClient(timeout=5) as http:
             answer = (await http.post(self.chain_rpc, json=body)).json()
         balances = json.loads(bytes(answer["result"]["result"]))
-        self.reserves = {t: int(b) for t, b in zip(self.tokens, balances, strict=True)}
+        self.reserve_reads += 1
+        reserves = {t: int(b) for t, b in zip(self.tokens, balances, strict=True)}
+        if reserves != self.reserves:
+            self.reserves = reserves
+            seed = "reserves:" + ":".join(str(reserves[t]) for t in self.tokens)
+            self.nonce = hashlib.sha256(seed.encode()).digest()
 
     # ------------------------------------------------------------------ frames
 
@@ -189,8 +218,7 @@ class ReferenceStyleSolver:
             },
             separators=(",", ":"),
         )
-        nonce = os.urandom(32)  # a legacy nonce: no salt
-        signed = sign_nep413_message(self.key, message, nonce, self.contract)
+        signed = sign_nep413_message(self.key, message, self.nonce, self.contract)
         output = (
             {"amount_out": str(amount_out)}
             if "exact_amount_in" in event

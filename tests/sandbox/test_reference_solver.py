@@ -1,16 +1,23 @@
-"""The reference solver's quickstart settings against the sandbox (issue 13 acceptance).
+"""The reference solver's quickstart settings against the sandbox (issues 13 and 23).
 
-A solver that signs like the reference TypeScript AMM solver (legacy nonces, the ``defuse_``
-field prefix; :mod:`tests.sandbox.reference_solver`) answers the simulated takers of a sandbox
-with ``nonces: deployed`` and ``bus.asset_field_prefix: defuse``: its answers are accepted,
-takers publish against them and the batches settle on the ledger. Under the default
-``nonces: spec`` the same answers are refused with ``invalid salt``.
+A solver that signs like the reference TypeScript AMM solver (a legacy nonce derived from its
+reserves and reused until they change, reserves re-read on ``quote_status`` and every 15 s, the
+``defuse_`` field prefix; :mod:`tests.sandbox.reference_solver`) answers the simulated takers of
+a sandbox with ``nonces: deployed``, ``bus.asset_field_prefix: defuse`` and the default
+settlement delay: at least 80 % of its answers are accepted, because ``quote_status`` arrives
+after the batch executed and the re-read reserves give a fresh nonce. With the relay's old
+order (notify at broadcast, execute after) about 9 % were. Under the default ``nonces: spec``
+the same answers are refused with ``invalid salt``.
+
+The run lasts ``REFERENCE_SOLVER_SECONDS`` (default 20 s: past the first 15 s reserves timer,
+which is what let the old order settle at all; the issue's figure is for 60 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -46,13 +53,13 @@ def config(tmp_path: Path, *, nonces: str, takers: bool) -> SandboxConfig:
                 # The longest wait: it ends when the one solver answered, so a busy machine
                 # delays an answer but does not turn it into a late one.
                 "solver_wait_ms": 3000,
-                "settlement_delay_ms": 100,
+                "settlement_delay_ms": 300,  # the sandbox's default
             },
             "prices": {"tick_ms": 100},
             "takers": {
                 "enabled": takers,
                 "count": 4,
-                "requests_per_s": 12.0,
+                "requests_per_s": 4.0,
                 "size_usd_median": 40.0,
                 "size_usd_sigma": 0.5,
                 "tolerance_bps": 60.0,
@@ -91,19 +98,30 @@ async def eventually(predicate: Callable[[], bool], what: str, timeout_s: float)
         await asyncio.sleep(0.05)
 
 
-async def test_reference_quickstart_settles_with_deployed_nonces_and_takers_on(
+RUN_SECONDS = float(os.environ.get("REFERENCE_SOLVER_SECONDS", "20"))
+
+
+async def test_reference_quickstart_answers_are_accepted_and_settle_with_takers_on(
     tmp_path: Path,
 ) -> None:
     async with reference_solver_on(tmp_path, nonces="deployed", takers=True) as (sb, solver):
-        await eventually(lambda: sb.bus.stats.settled >= 3, "three settled batches", 30)
+        await asyncio.sleep(RUN_SECONDS)  # a soak of fixed length: the figure is per run time
         assert sb.takers is not None
         stats = sb.takers.stats
+        accepted_share = solver.accepted / max(solver.answered, 1)
+        summary = (
+            f"{solver.accepted} of {solver.answered} answers accepted in {RUN_SECONDS:.0f} s, "
+            f"{sb.bus.stats.settled} settled; refusals {sorted(set(solver.errors))}"
+        )
+        print(summary)
+        assert solver.answered >= 10, summary
+        assert accepted_share >= 0.8, summary
+        assert sb.bus.stats.settled >= 5, summary
         # The takers read offers in the bus's own (defuse_) spelling: none is thrown away.
         assert "quote:bad_offer" not in stats.errors, stats.as_dict()
-        assert stats.published_ok >= 3, stats.as_dict()
-        assert solver.accepted >= 3 and not [e for e in solver.errors if "salt" in e]
-        # Its quote_status events arrived and the solver re-read its reserves from the RPC.
-        await eventually(lambda: len(solver.statuses) >= 3, "quote_status events", 5)
+        assert not [e for e in solver.errors if "salt" in e]
+        # Its quote_status events arrived and it re-read its reserves from the RPC each time.
+        assert len(solver.statuses) >= 5 and solver.reserve_reads > len(solver.statuses) // 2
         balances = sb.ledger.mt_batch_balance_of(solver.account, [USDC, NEAR])
         assert balances != [RESERVES[USDC], RESERVES[NEAR]]
 

@@ -318,13 +318,11 @@ def _opened(facts: Iterable[f.Fact]) -> dict[str, tuple[object, ...]]:
 
 
 def _moves(facts: Iterable[f.Fact]) -> dict[str, list[str]]:
-    """Per quote, the states it moved through. ``SETTLING`` is set aside: the sandbox sends
-    ``quote_status`` before it executes the batch, so the live bot's first ``get_status`` sees
-    ``TX_BROADCASTED``; the real relay notifies once the intent was executed (issue 23), as the
-    replay's relay does, so its first answer is ``SETTLED``."""
+    """Per quote, the states it moved through. The sandbox notifies once the batch executed,
+    as the real relay and the replay's relay do, so no state is set aside (issue 23)."""
     moves: dict[str, list[str]] = {}
     for x in facts:
-        if type(x) is f.QuoteMoved and x.new != "SETTLING":
+        if type(x) is f.QuoteMoved:
             moves.setdefault(x.quote_id, []).append(str(x.new))
         elif type(x) is f.QuotesLost:
             for quote_id in x.quote_ids:

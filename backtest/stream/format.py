@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from solver.errors import SolverError
-from solver.protocol.amounts import U128_MAX
+from solver.protocol.amounts import decimal_u128
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 MAX_MALFORMED_KEPT: Final = 1000
@@ -27,7 +27,6 @@ KINDS: Final = ("quote_request", "price", "competitor", "quote_status")
 PathLike = str | os.PathLike[str]
 
 USD_RE = re.compile(r"(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
-U128_DIGITS = 39
 
 
 class StreamError(SolverError):
@@ -79,22 +78,11 @@ def parse_ts(value: Any) -> datetime:
 
 
 def u128_field(value: Any, name: str) -> int:
-    """A u128 decimal string (the rule of ``solver.protocol.amounts.parse_u128``)."""
-    if type(value) is not str:
-        what = "a JSON number" if type(value) in (int, float) else type(value).__name__
-        raise Malformed(f"{name} must be a decimal string, got {what}")
-    if (
-        not value
-        or len(value) > U128_DIGITS
-        or not value.isascii()
-        or not value.isdigit()
-        or (value[0] == "0" and len(value) > 1)
-    ):
-        raise Malformed(f"{name} {value[:50]!r} is not an unsigned decimal integer")
-    number = int(value)
-    if number > U128_MAX:
-        raise Malformed(f"{name} {value} exceeds u128")
-    return number
+    """A u128 decimal string (:func:`~solver.protocol.amounts.decimal_u128`), as Malformed."""
+    try:
+        return decimal_u128(value, name)
+    except ValueError as exc:
+        raise Malformed(str(exc)) from None
 
 
 def text_field(data: Mapping[str, Any], name: str, *, max_len: int = 1024) -> str:

@@ -18,13 +18,12 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from solver.protocol.amounts import U128_MAX
+from solver.protocol.amounts import U128_DIGITS, U128_MAX, decimal_u128
 from solver.protocol.errors import ProtocolError
 from solver.protocol.ids import validate_asset_id
 
 MAX_QUOTE_ID_LEN: Final = 256
 MAX_MIN_DEADLINE_MS: Final = 86_400_000
-U128_DIGITS: Final = 39
 KNOWN_ASSETS_MAX: Final = 4096
 """Well-formed asset ids remembered for the fast path (the bus: any id; bounded)."""
 
@@ -167,19 +166,7 @@ class QuoteRequestParser:
 
 
 def _u128(value: Any, name: str) -> int:
-    """A u128 decimal string (the rule of :func:`solver.protocol.amounts.parse_u128`)."""
-    if type(value) is not str:
-        what = "a JSON number" if type(value) in (int, float) else type(value).__name__
-        raise BadQuoteRequest("amount", f"{name} must be a decimal string, got {what}")
-    if (
-        not value
-        or len(value) > U128_DIGITS
-        or not value.isascii()
-        or not value.isdigit()
-        or (value[0] == "0" and len(value) > 1)
-    ):
-        raise BadQuoteRequest("amount", f"{name} {value[:50]!r} is not an unsigned decimal integer")
-    number = int(value)
-    if number > U128_MAX:
-        raise BadQuoteRequest("amount", f"{name} {value} exceeds u128")
-    return number
+    try:
+        return decimal_u128(value, name)
+    except ValueError as exc:
+        raise BadQuoteRequest("amount", str(exc)) from None

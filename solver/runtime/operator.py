@@ -80,7 +80,8 @@ class OperatorPorts:
     assets: list[str]
     """The configured asset ids, sorted."""
     store: Store | None
-    """The query tables (windows, fills, gauges); None: no store (shadow mode)."""
+    """The query tables (windows, fills, gauges); None: no store (shadow mode, or none asked
+    for)."""
     paper: PaperBook | None
     """Shadow mode's paper book; None: live."""
     executor: OperatorDoor

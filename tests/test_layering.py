@@ -1,6 +1,8 @@
 """The dependency direction of DESIGN.md ("Packages"), checked on the source: ``protocol`` is the
 bottom layer and imports nothing of ours from above it; ``core`` (the desk) imports only itself,
-``protocol``, the standard library and numpy.
+``protocol``, the standard library and numpy. Inside ``runtime``, only the live driver
+(``bot.py``) and the wiring know the :class:`~solver.runtime.bot.LiveBot`: the operator, the
+upkeep and the status are handed what they use (issue 22, "Reaching in").
 
 Every ``import`` / ``from ... import`` of every module is read with :mod:`ast`, including those
 inside functions and under ``TYPE_CHECKING``: a lazy import is still a dependency.
@@ -28,18 +30,22 @@ def module_name(path: Path) -> str:
 
 def imported_modules(source: str, module: str, *, is_package: bool = False) -> Iterator[str]:
     """The absolute name of every module ``source`` (the text of ``module``) imports from."""
-    package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: resolve against the importing package
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                yield ".".join([*base, node.module] if node.module else base)
-            else:
-                assert node.module is not None
-                yield node.module
+            yield from_module(node, module, is_package=is_package)
+
+
+def from_module(node: ast.ImportFrom, module: str, *, is_package: bool = False) -> str:
+    """The absolute name of the module a ``from ... import`` in ``module`` imports from."""
+    if not node.level:
+        assert node.module is not None
+        return node.module
+    package = module if is_package else module.rpartition(".")[0]
+    base = package.split(".")  # relative: resolved against the importing package
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 def within(name: str, package: str) -> bool:
@@ -58,6 +64,23 @@ def violations(package: str, allowed: object) -> list[str]:
         for name in imported_modules(source, module, is_package=path.name == "__init__.py"):
             if not allowed(name):
                 found.append(f"{module}: {name}")
+    return found
+
+
+def bot_imports(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """Each import in ``source`` (the text of ``module``) that reaches the live bot: its module
+    ``solver.runtime.bot`` (however spelled), or a name ``LiveBot`` from anywhere."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if within(a.name, "solver.runtime.bot")]
+        elif isinstance(node, ast.ImportFrom):
+            base = from_module(node, module, is_package=is_package)
+            for alias in node.names:
+                # ``from solver.runtime import bot`` names the bot module itself.
+                name = f"{base}.{alias.name}"
+                if within(name, "solver.runtime.bot") or alias.name == "LiveBot":
+                    found.append(name)
     return found
 
 
@@ -83,6 +106,44 @@ def test_protocol_imports_nothing_from_above_it() -> None:
 
 def test_core_imports_only_core_protocol_stdlib_and_numpy() -> None:
     assert violations("solver.core", core_allows) == []
+
+
+def test_only_the_driver_and_the_wiring_import_the_live_bot() -> None:
+    """The operator, the upkeep, the status and the executor take narrow ports, never the bot."""
+    allowed = {"solver/runtime/bot.py", "solver/runtime/wiring.py"}
+    found = []
+    for path in sorted((ROOT / "solver" / "runtime").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in allowed:
+            continue
+        source = path.read_text(encoding="utf-8")
+        module = module_name(path)
+        is_package = path.name == "__init__.py"
+        found += [f"{rel}: {name}" for name in bot_imports(source, module, is_package=is_package)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from solver.runtime.bot import LiveBot",
+        "if TYPE_CHECKING:\n    from solver.runtime.bot import LiveBot\n",
+        "def f():\n    from solver.runtime.bot import utc_now\n",
+        "import solver.runtime.bot",
+        "from solver.runtime import bot",
+        "from . import bot",
+        "from .bot import LiveBot as Bot",
+        "from tests.app.harness import LiveBot",
+    ],
+)
+def test_the_bot_check_sees_every_form(source: str) -> None:
+    """The check above can fail: each way of reaching the bot is reported."""
+    assert len(bot_imports(source, "solver.runtime.operator")) == 1
+
+
+def test_the_bot_check_lets_other_runtime_imports_pass() -> None:
+    source = "from solver.runtime import executor\nfrom .ports import Ports\nimport solver.runtime"
+    assert bot_imports(source, "solver.runtime.operator") == []
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from solver.core.desk import DeskStats
+from solver.core.desk_snapshot import snapshot
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import TrackedQuote
 from solver.core.market import ReferencePrice
@@ -162,6 +163,12 @@ class DeskView:
     def price(self, asset: str) -> float | None:
         """The asset's reference price in USD, combined from every source (None: none yet)."""
         return self._desk.price(asset)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The desk's snapshot document (:func:`~solver.core.desk_snapshot.snapshot`), what a
+        restart restores before the facts after it: a driver's upkeep writes one through the
+        view, without holding the desk."""
+        return snapshot(self._desk)
 
     def scopes(self, pair: str | None) -> list[str]:
         """The pause scopes of ``BASE/QUOTE`` (``*`` for None); LookupError for a pair the

@@ -59,10 +59,10 @@ from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance.rebalancer import Rebalancer
 from solver.runtime.executor import Executor
-from solver.runtime.operator import Operator
+from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.paper import PaperBook
 from solver.runtime.ports import Ports, Refresh
-from solver.runtime.upkeep import Upkeep
+from solver.runtime.upkeep import Upkeep, UpkeepPorts
 from solver.runtime.wiring import build_desk
 
 log = logging.getLogger("solver.bot")
@@ -193,9 +193,37 @@ class LiveBot:
         self._jobs: set[asyncio.Task[Any]] = set()
         self._jobs_running = 0
         self._stopping = False
-        self.upkeep = Upkeep(self)
+        self.operator = Operator(
+            OperatorPorts(
+                account=self.account,
+                shadow=shadow,
+                view=self.view,
+                tokens=config.tokens,
+                pairs=config.pairs,
+                assets=self.tokens,
+                store=self.store,
+                paper=self.paper,
+                executor=self.executor,
+                bus=self.ws,
+                notifier=self.notifier,
+                metrics=self.metrics,
+                refresh_balances=self.refresh_balances,
+                clock=clock,
+            )
+        )
+        self.upkeep = Upkeep(
+            UpkeepPorts(
+                view=self.view,
+                executor=self.executor,
+                store=self.store,
+                retain_days=config.storage.retain_days,
+                bus_watch=self.bus_watch,
+                refresh_gauges=self._refresh_gauges,
+                observe_loop_lag=self.metrics.observe_loop_lag,
+                clock=clock,
+            )
+        )
         self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
-        self.operator = Operator(self)
 
     def _rebalancer(self, key: SecretKey) -> Rebalancer:
         """The rebalancer (docs/rebalance.md); dry in shadow mode, whatever the config says."""
@@ -251,6 +279,11 @@ class LiveBot:
                 fill.quote_id, fill.amount_in, fill.asset_in, fill.amount_out, fill.asset_out,
                 fill.edge_bps, fill.realized_usd,
             )  # fmt: skip
+
+    def _refresh_gauges(self) -> None:
+        """The upkeep's gauges: the operator's, then the paper book's."""
+        self.operator.refresh_metrics()
+        self.refresh_paper_metrics()
 
     def refresh_paper_metrics(self) -> None:
         if self.paper is None or self.paper_metrics is None:

@@ -4,37 +4,103 @@
 Everything is read from the desk; pause and resume are desk events, and the desk's
 :class:`~solver.core.actions.OperatorReply` is the answer: ``resume`` never reports success
 while the bot stays paused — it says which pauses still hold and why.
+
+The operator is given :class:`OperatorPorts` — exactly what it reads and the one door it acts
+through — rather than the bot: its types give it no way to the signer, the sender or the desk
+itself, and it can be built (and tested) from a desk, an executor and a config alone.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from solver.core import events as ev
-from solver.core.actions import OperatorReply
+from solver.core.actions import Action, OperatorReply
 from solver.core.pnl import usd_value
 from solver.errors import SolverError
 from solver.io.metrics import MetricsSnapshot
 from solver.runtime.status_extra import merge_pair_rows, status_extra
 
 if TYPE_CHECKING:
-    from solver.runtime.bot import LiveBot
+    from solver.config import PairSpec, TokenSpec
+    from solver.core.view import DeskView
+    from solver.io.bus_ws import WsCounters
+    from solver.io.metrics import Metrics
+    from solver.io.notify import Notifier
+    from solver.io.store.sqlite_store import Store
+    from solver.runtime.paper import PaperBook
 
 log = logging.getLogger("solver.bot")
 T = TypeVar("T")
 
 
+class OperatorDoor(Protocol):
+    """The executor as the operator needs it: the door for a pause or a resume (the desk's
+    answer lands in ``replies``), and what it counted of the answers sent (the summary)."""
+
+    @property
+    def replies(self) -> list[OperatorReply]: ...
+
+    @property
+    def sent(self) -> int: ...
+
+    @property
+    def response_us(self) -> Sequence[float]: ...
+
+    def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]: ...
+
+
+class BusLink(Protocol):
+    """What the operator reads of the bus websocket (live: the ``BusWsClient``)."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def counters(self) -> WsCounters: ...
+
+
+@dataclass(frozen=True)
+class OperatorPorts:
+    """Everything the :class:`Operator` uses; it is also the status page's
+    :class:`~solver.runtime.status_extra.StatusSources`."""
+
+    account: str
+    shadow: bool
+    view: DeskView
+    tokens: Mapping[str, TokenSpec]
+    """``config.tokens``: symbol and decimals by asset id."""
+    pairs: Sequence[PairSpec]
+    """``config.pairs``."""
+    assets: list[str]
+    """The configured asset ids, sorted."""
+    store: Store | None
+    """The query tables (windows, fills, gauges); None: no store (shadow mode, or none asked
+    for)."""
+    paper: PaperBook | None
+    """Shadow mode's paper book; None: live."""
+    executor: OperatorDoor
+    bus: BusLink
+    notifier: Notifier
+    metrics: Metrics
+    refresh_balances: Callable[[], Awaitable[None]]
+    """A balance snapshot now (``resume --accept-balances`` takes one before the baseline)."""
+    clock: Callable[[], datetime]
+
+
 class Operator:
-    def __init__(self, bot: LiveBot) -> None:
-        self.bot = bot
+    def __init__(self, ports: OperatorPorts) -> None:
+        self.ports = ports
         self.started = time.monotonic()
         self._store_errors: dict[str, str] = {}  # the gauges' store reads failing, said once
 
     def _reply(self, event: ev.OperatorPause | ev.OperatorResume) -> OperatorReply:
-        executor = self.bot.executor
+        executor = self.ports.executor
         executor.replies.clear()
         executor.feed(event)
         replies = list(executor.replies)
@@ -52,18 +118,18 @@ class Operator:
     async def resume(self, pair: str | None, accept_balances: bool = False) -> dict[str, Any]:
         """Resume; ``accept_balances`` first takes a fresh snapshot, then makes it the new
         reconciliation baseline (a deliberate move is neither a mismatch nor a loss)."""
-        bot = self.bot
+        ports = self.ports
         if pair is not None:
-            bot.view.scopes(pair)  # LookupError (404) for a pair the bot does not trade
+            ports.view.scopes(pair)  # LookupError (404) for a pair the bot does not trade
         if accept_balances:
-            await bot.refresh_balances()
+            await ports.refresh_balances()
         reply = self._reply(ev.OperatorResume(pair, accept_balances))
         return {"ok": reply.ok, "message": reply.message, "still_paused": list(reply.still_paused)}
 
     def health(self) -> tuple[bool, list[str]]:
-        bot, view = self.bot, self.bot.view
+        view = self.ports.view
         reasons = []
-        if not bot.ws.connected:
+        if not self.ports.bus.connected:
             reasons.append("not connected to the bus")
         if view.salt is None:
             reasons.append("no salt")
@@ -75,37 +141,37 @@ class Operator:
         return (not reasons, reasons)
 
     def status(self) -> dict[str, Any]:
-        bot, view = self.bot, self.bot.view
-        now = bot.clock()
+        ports, view = self.ports, self.ports.view
+        now = ports.clock()
         state = "PAUSED" if view.pauses.globally_paused() else "RUNNING"
         doc: dict[str, Any] = {
-            "account": bot.account,
-            "connected": bot.ws.connected,
-            "mode": "SHADOW" if bot.shadow else "LIVE",
+            "account": ports.account,
+            "connected": ports.bus.connected,
+            "mode": "SHADOW" if ports.shadow else "LIVE",
             "state": state,
             "paused": view.pauses.as_dict(),
             "open_quotes": len(view.open_quotes),
             "open_exposure_usd": view.open_exposure_usd(),
             "reserved": {a: str(v) for a, v in view.inventory.reserved.items()},
-            "free": {a: str(view.inventory.free(a)) for a in bot.tokens},
+            "free": {a: str(view.inventory.free(a)) for a in ports.assets},
             "pnl_usd": view.pnl.pnl,
             "realized_pnl_usd": view.pnl.realized_usd,
             "last_reconciliation": view.reconciliation.report,
             "pairs": self.pairs(),
             "tokens": {
                 asset: {"symbol": token.symbol, "decimals": token.decimals}
-                for asset, token in bot.config.tokens.items()
+                for asset, token in ports.tokens.items()
             },
             "alerts": {
-                "open": bot.notifier.tracker.open_incidents(),
-                **bot.notifier.stats.as_dict(),
+                "open": ports.notifier.tracker.open_incidents(),
+                **ports.notifier.stats.as_dict(),
             },
             "uptime_s": time.monotonic() - self.started,
         }
-        if bot.store is not None:
+        if ports.store is not None:
             windows = {}
             for name, seconds in (("1h", 3600.0), ("24h", 86400.0)):
-                stats = bot.store.stats(seconds, now)
+                stats = ports.store.stats(seconds, now)
                 windows[name] = {
                     "quotes": stats["quotes"],
                     "won": stats["won"],
@@ -113,14 +179,14 @@ class Operator:
                     "volume_usd": self._volume_usd(stats["volume_in"]),
                 }
             doc["windows"] = windows
-        doc.update(status_extra(bot, now))  # decimals, symbols, recent_fills, paper
-        merge_pair_rows(doc["pairs"], bot, now)  # state, strategy, 24 h fills, paper per pair
+        doc.update(status_extra(ports))  # decimals, symbols, recent_fills, paper
+        merge_pair_rows(doc["pairs"], ports, now)  # state, strategy, 24 h fills, paper per pair
         return doc
 
     def pairs(self) -> dict[str, dict[str, Any]]:
         """Per configured pair (``wNEAR/USDC``): the desk's counters since start, plus the
         quotes open now and the USD value of the outflow they hold (None: no price)."""
-        view = self.bot.view
+        view = self.ports.view
         doc: dict[str, dict[str, Any]] = {}
         for label, stats in view.stats.pairs.items():
             doc[label] = stats.as_dict() | {"open_quotes": 0, "open_exposure_usd": 0.0}
@@ -138,7 +204,7 @@ class Operator:
         return doc
 
     def _volume_usd(self, volume_in: Mapping[str, str]) -> float | None:
-        view = self.bot.view
+        view = self.ports.view
         total = 0.0
         for asset, amount in volume_in.items():
             price = view.price(asset)
@@ -150,28 +216,28 @@ class Operator:
     def sync_pair_metrics(self, *, baseline: bool = False) -> None:
         """Outcomes and volume per pair, from the desk's per-pair stats (``baseline``: at
         start, after the journal was replayed: those happened before this process)."""
-        view, metrics = self.bot.view, self.bot.metrics
+        view, metrics = self.ports.view, self.ports.metrics
         metrics.sync_outcomes(view.pairs.outcome_totals(), baseline=baseline)
         volume = {label: s.volume_usd for label, s in view.stats.pairs.items()}
         metrics.sync_volume(volume, baseline=baseline)
 
     def refresh_metrics(self) -> None:
-        bot, view = self.bot, self.bot.view
-        metrics = bot.metrics
-        metrics.sync_bad_frames(bot.ws.counters.bad_frames)
-        metrics.sync_notifications(bot.notifier.stats.as_dict())
+        ports, view = self.ports, self.ports.view
+        metrics = ports.metrics
+        metrics.sync_bad_frames(ports.bus.counters.bad_frames)
+        metrics.sync_notifications(ports.notifier.stats.as_dict())
         self.sync_pair_metrics()
         metrics.refresh_gauges(
             MetricsSnapshot(
-                free={a: view.inventory.free(a) for a in bot.tokens},
-                reserved={a: view.inventory.reserved.get(a, 0) for a in bot.tokens},
+                free={a: view.inventory.free(a) for a in ports.assets},
+                reserved={a: view.inventory.reserved.get(a, 0) for a in ports.assets},
                 decimals=dict(view.decimals),
                 pnl_marked_usd=view.pnl.pnl,
                 pnl_realized_usd=view.pnl.realized_usd,
                 mismatch=dict(view.reconciliation.found) | dict(view.reconciliation.unresolved),
-                connected=bot.ws.connected,
+                connected=ports.bus.connected,
                 paused=view.pauses.globally_paused(),
-                shadow=bot.shadow,
+                shadow=ports.shadow,
                 open_quotes=len(view.open_quotes),
                 query_tables_behind=self._query_tables_behind(),
                 **self._disk_usage(),
@@ -179,7 +245,7 @@ class Operator:
         )
 
     def _disk_usage(self) -> dict[str, int | None]:
-        store = self.bot.store
+        store = self.ports.store
         if store is None:
             return {}
         usage = self._read_store("disk", store.disk_usage)
@@ -189,7 +255,7 @@ class Operator:
         return {"store_bytes": size, "store_disk_free_bytes": free}
 
     def _query_tables_behind(self) -> int:
-        store = self.bot.store
+        store = self.ports.store
         if store is None:
             return 0
         return self._read_store("behind", store.unprojected) or 0
@@ -208,14 +274,14 @@ class Operator:
         return value
 
     def summary(self) -> str:
-        bot, view = self.bot, self.bot.view
+        ports, view = self.ports, self.ports.view
         s = view.stats
-        ordered = sorted(bot.executor.response_us)
+        ordered = sorted(ports.executor.response_us)
         p50 = ordered[len(ordered) // 2] if ordered else 0.0
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
         skipped = ",".join(f"{k}={v}" for k, v in s.skipped.most_common(6)) or "-"
         readable = view.readable
-        free = ", ".join(readable.amount(a, view.inventory.free(a)) for a in bot.tokens)
+        free = ", ".join(readable.amount(a, view.inventory.free(a)) for a in ports.assets)
         pnl = view.pnl.pnl
         marked = "unknown" if pnl is None else f"{pnl:+,.2f} USD"
         pairs = "; ".join(
@@ -223,9 +289,9 @@ class Operator:
             for label, p in s.pairs.items()
         )
         return (
-            f"requests={s.requests} quoted={bot.executor.sent} skipped[{skipped}] "
+            f"requests={s.requests} quoted={ports.executor.sent} skipped[{skipped}] "
             f"outcomes={dict(s.outcomes)} response_us p50={p50:.0f} p99={p99:.0f} "
-            f"open={len(view.open_quotes)} connected={bot.ws.connected} "
+            f"open={len(view.open_quotes)} connected={ports.bus.connected} "
             f"pnl={marked} realized={view.pnl.realized_usd:+,.2f} USD pairs[{pairs}] "
             f"free: {free}"
         )

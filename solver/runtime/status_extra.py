@@ -15,31 +15,64 @@ document; every one is additive (``solver status`` shows unknown keys raw):
     The store's last :data:`RECENT_FILLS` fills, newest first (amounts as strings).
 ``paper``
     Shadow mode only: the paper book (:meth:`solver.runtime.paper.PaperBook.doc`).
+
+They are read from :class:`StatusSources`, not from the bot: the operator's ports
+(:class:`~solver.runtime.operator.OperatorPorts`) carry exactly these, so a test builds the
+status from a desk, a config and a store without starting a bot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from solver.config import PairSpec, TokenSpec
+    from solver.core.view import DeskView
     from solver.io.store.sqlite_store import Store
-    from solver.runtime.bot import LiveBot
+    from solver.runtime.paper import PaperBook
 
 RECENT_FILLS = 20
 _DAY = timedelta(hours=24)
 
 
-def status_extra(bot: LiveBot, now: datetime) -> dict[str, Any]:
-    view = bot.view
+class StatusSources(Protocol):
+    """What the extra keys are read from: the desk's view, the configured tokens and pairs,
+    the store's fills (None: no store) and shadow mode's paper book (None: live)."""
+
+    @property
+    def view(self) -> DeskView: ...
+
+    @property
+    def tokens(self) -> Mapping[str, TokenSpec]:
+        """``config.tokens``: symbol and decimals by asset id."""
+
+    @property
+    def pairs(self) -> Sequence[PairSpec]:
+        """``config.pairs``."""
+
+    @property
+    def assets(self) -> list[str]:
+        """The configured asset ids, sorted (the paper book's rows)."""
+
+    @property
+    def store(self) -> Store | None: ...
+
+    @property
+    def paper(self) -> PaperBook | None: ...
+
+
+def status_extra(sources: StatusSources) -> dict[str, Any]:
+    view, tokens = sources.view, sources.tokens
     doc: dict[str, Any] = {
-        "decimals": {a: t.decimals for a, t in bot.config.tokens.items()},
-        "symbols": {a: t.symbol for a, t in bot.config.tokens.items()},
+        "decimals": {a: t.decimals for a, t in tokens.items()},
+        "symbols": {a: t.symbol for a, t in tokens.items()},
     }
-    if bot.store is not None:
-        doc["recent_fills"] = recent_fills(bot.store)
-    if bot.paper is not None:
-        doc["paper"] = bot.paper.doc(bot.tokens, view.inventory.confirmed, view.price)
+    if sources.store is not None:
+        doc["recent_fills"] = recent_fills(sources.store)
+    if sources.paper is not None:
+        doc["paper"] = sources.paper.doc(sources.assets, view.inventory.confirmed, view.price)
     return doc
 
 
@@ -63,30 +96,32 @@ def recent_fills(store: Store, limit: int = RECENT_FILLS) -> list[dict[str, Any]
     ]
 
 
-def merge_pair_rows(pairs: dict[str, dict[str, Any]], bot: LiveBot, now: datetime) -> None:
+def merge_pair_rows(
+    pairs: dict[str, dict[str, Any]], sources: StatusSources, now: datetime
+) -> None:
     """Add each configured pair's state, strategy, 24 h fills and paper figures to the desk's
     per-pair counters (``Operator.pairs``), keyed the same way (``wNEAR/USDC``)."""
-    for row in pair_rows(bot, now):
+    for row in pair_rows(sources, now):
         label = row.pop("pair")
         pairs.setdefault(label, {}).update(row)
 
 
-def pair_rows(bot: LiveBot, now: datetime) -> list[dict[str, Any]]:
-    view, tokens = bot.view, bot.config.tokens
+def pair_rows(sources: StatusSources, now: datetime) -> list[dict[str, Any]]:
+    view, tokens, store, paper_book = sources.view, sources.tokens, sources.store, sources.paper
     totals: dict[frozenset[str], tuple[int, float]] = {}
-    if bot.store is not None:
-        for asset_in, asset_out, count, realized in bot.store.fill_totals(now - _DAY):
+    if store is not None:
+        for asset_in, asset_out, count, realized in store.fill_totals(now - _DAY):
             _add(totals, frozenset((asset_in, asset_out)), count, realized)
     paper: dict[frozenset[str], tuple[int, float]] = {}
-    if bot.paper is not None:
-        for (asset_in, asset_out), (count, realized) in bot.paper.by_direction.items():
+    if paper_book is not None:
+        for (asset_in, asset_out), (count, realized) in paper_book.by_direction.items():
             _add(paper, frozenset((asset_in, asset_out)), count, realized)
     open_quotes: dict[frozenset[str], int] = {}
     for quote in view.open_quotes.values():
         key = frozenset((quote.asset_in, quote.asset_out))
         open_quotes[key] = open_quotes.get(key, 0) + 1
     rows = []
-    for pair in bot.config.pairs:
+    for pair in sources.pairs:
         key = frozenset((pair.base, pair.quote))
         paused = view.pauses.reason(f"{pair.base}->{pair.quote}") or view.pauses.reason(
             f"{pair.quote}->{pair.base}"
@@ -105,7 +140,7 @@ def pair_rows(bot: LiveBot, now: datetime) -> list[dict[str, Any]]:
             "fills_24h": fills,
             "realized_pnl_usd_24h": realized,
         }
-        if bot.paper is not None:
+        if paper_book is not None:
             row["paper_fills"], row["paper_realized_pnl_usd"] = paper.get(key, (0, 0.0))
         rows.append(row)
     return rows

@@ -15,6 +15,9 @@ collections (4–30 ms). Here every piece of work is cut small or moved to a qui
 - the collector runs at the ticker's pace (:mod:`solver.runtime.gc_pacer`);
 - what the store may forget after ``storage.retain_days`` is deleted every
   :data:`PRUNE_EVERY_S`, a couple of milliseconds a tick until done, never while saturated.
+
+The upkeep is given :class:`UpkeepPorts` — the store, the executor's ticking door, the desk's
+view and a few callables — rather than the bot, so what it may touch is written in one place.
 """
 
 from __future__ import annotations
@@ -25,16 +28,19 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from solver.core.desk_snapshot import snapshot
 from solver.errors import SolverError
 from solver.io.store.retention import Pruned
 from solver.runtime.gc_pacer import GcPacer
 
 if TYPE_CHECKING:
-    from solver.runtime.bot import LiveBot
+    from solver.core.actions import Action
+    from solver.core.view import DeskView
+    from solver.io.alert_policy import BusWatch
+    from solver.io.store.sqlite_store import Store
 
 log = logging.getLogger("solver.bot")
 TICK_S = 0.02
@@ -74,11 +80,39 @@ PRUNE_BUDGET_S = 0.002
 """The pass's share of a tick; it goes on at the next tick until done."""
 
 
+class TickDoor(Protocol):
+    """The executor as the ticker needs it: what is due now, and the bus outage's alerts
+    carried out like the desk's."""
+
+    def tick(self, now: datetime) -> list[Action]: ...
+
+    def carry_out(self, actions: list[Action], now: datetime) -> None: ...
+
+
+@dataclass(frozen=True)
+class UpkeepPorts:
+    """Everything the :class:`Upkeep` uses."""
+
+    view: DeskView
+    """The open quotes (a snapshot waits for a quiet book) and the desk's snapshot."""
+    executor: TickDoor
+    store: Store | None
+    """Projected, pruned, its WAL restarted and snapshots written; None: no store."""
+    retain_days: float | None
+    """``storage.retain_days`` (None: the store forgets nothing)."""
+    bus_watch: BusWatch
+    refresh_gauges: Callable[[], None]
+    """The operator's gauges and the paper book's metrics."""
+    observe_loop_lag: Callable[[float], None]
+    """Where the ticker's late wake-ups go (the loop-lag histogram)."""
+    clock: Callable[[], datetime]
+
+
 class Upkeep:
     """The bot's periodic work; :meth:`run` is one of the bot's tasks."""
 
-    def __init__(self, bot: LiveBot) -> None:
-        self.bot = bot
+    def __init__(self, ports: UpkeepPorts) -> None:
+        self.ports = ports
         self.gc_pacer = GcPacer()
         self._stopping = False
         self._cpu_mark = (time.monotonic(), time.process_time())
@@ -91,7 +125,7 @@ class Upkeep:
     def start(self) -> None:
         """Right before quoting: the WAL's restart signal, then the collector's pacing
         (everything built so far — the control API included — is frozen)."""
-        store = self.bot.store
+        store = self.ports.store
         if store is not None:
             loop = asyncio.get_running_loop()
             store.on_wal_past_limit = functools.partial(
@@ -104,13 +138,13 @@ class Upkeep:
         in slices and the WAL is left to the close."""
         self._stopping = True
         self.gc_pacer.stop()
-        if self.bot.store is not None:
-            self.bot.store.on_wal_past_limit = None
+        if self.ports.store is not None:
+            self.ports.store.on_wal_past_limit = None
 
     def close(self, now: datetime) -> None:
         """At shutdown: a snapshot, and as much projection as :data:`SHUTDOWN_PROJECT_S`
         allows (the rest at the next start)."""
-        store = self.bot.store
+        store = self.ports.store
         if store is None:
             return
         self.maybe_snapshot(now, force=True)
@@ -123,22 +157,21 @@ class Upkeep:
         """``desk.tick`` every :data:`TICK_S`: polls, deadlines, markouts, PnL, kill switch;
         then a slice of projection and the collector. Gauges every
         :data:`GAUGES_EVERY_TICKS`, a snapshot check every second."""
-        bot = self.bot
+        ports = self.ports
         snapshot_every = max(1, round(1 / TICK_S))
         count = 0
         while not stop.is_set():
-            now = bot.clock()
-            bot.executor.tick(now)
-            outage = bot.bus_watch.tick(now)
+            now = ports.clock()
+            ports.executor.tick(now)
+            outage = ports.bus_watch.tick(now)
             if outage:
-                bot.executor.carry_out(list(outage), now)
+                ports.executor.carry_out(list(outage), now)
             self.measure_cpu()
             self.project()
             self.gc_pacer.tick()
             count += 1
             if count % GAUGES_EVERY_TICKS == 0:
-                bot.operator.refresh_metrics()
-                bot.refresh_paper_metrics()
+                ports.refresh_gauges()
             if count % snapshot_every == 0:
                 self.maybe_snapshot(now)
             self.maybe_prune(now)
@@ -148,7 +181,7 @@ class Upkeep:
             await asyncio.sleep(TICK_S)
             # How late the wake-up came is how long other work held the loop (or the core
             # was taken): the operator's measure of stalls, requests flowing or not.
-            bot.metrics.observe_loop_lag(max(0.0, time.perf_counter() - due))
+            ports.observe_loop_lag(max(0.0, time.perf_counter() - due))
 
     def project(self, slices: int = 1) -> None:
         """The query tables follow the journal in slices of :data:`PROJECT_BUDGET_S`, so the
@@ -159,7 +192,7 @@ class Upkeep:
         waiting I/O so that requests are answered between them. Under load the projection
         waits (the journal holds everything; memory does not grow): catching up at 2,000
         answers/s took the CPU the answers needed (p50 0.7 → 3 ms, measured)."""
-        store = self.bot.store
+        store = self.ports.store
         if store is None or self._stopping:
             return
         if slices == 1 and self._cpu_share >= PROJECT_SATURATED_CPU:
@@ -183,7 +216,7 @@ class Upkeep:
         """Go on with the store's pass over what it may forget (:meth:`Store.prune`), if one
         is due: :data:`PRUNE_BUDGET_S` a tick, none while the process is saturated; said in
         one line when the pass is done, if it deleted anything."""
-        store, days = self.bot.store, self.bot.config.storage.retain_days
+        store, days = self.ports.store, self.ports.retain_days
         if store is None or days is None or self._stopping:
             return
         if self._prune_due is not None and now < self._prune_due:
@@ -220,7 +253,7 @@ class Upkeep:
 
     def restart_wal(self) -> None:
         """Restart the WAL when the store's checkpointer says it is the cheap moment."""
-        store = self.bot.store
+        store = self.ports.store
         if store is None or self._stopping:
             return
         try:
@@ -229,7 +262,7 @@ class Upkeep:
             log.warning("%s", exc)
 
     def maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
-        store = self.bot.store
+        store = self.ports.store
         if store is None:
             return
         journal = store.journal
@@ -238,11 +271,11 @@ class Upkeep:
         # checkpointer wait 30 s after a snapshot: the WAL grew to 437 MB, not ~275).
         facts = journal.appended - self._snapshot_mark
         due = facts >= SNAPSHOT_DUE_FACTS
-        quiet = len(self.bot.view.open_quotes) <= SNAPSHOT_QUIET_QUOTES
+        quiet = len(self.ports.view.open_quotes) <= SNAPSHOT_QUIET_QUOTES
         if not (force or (due and quiet) or facts >= SNAPSHOT_FORCED_FACTS):
             return
         try:
-            journal.write_snapshot(snapshot(self.bot.desk), now)
+            journal.write_snapshot(self.ports.view.snapshot(), now)
             self._snapshot_mark = journal.appended
         except SolverError as exc:
             log.warning("cannot write a desk snapshot: %s", exc)

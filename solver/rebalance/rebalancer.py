@@ -265,7 +265,9 @@ class Rebalancer:
                 if not reply.ok:
                     log.warning("rebalance %s: its input is not held: %s", record.id, reply.message)
             resumed += 1
-            log.info("rebalance %s resumed at %s", record.id, record.state)
+            hold = self.desk.inventory.reservations.get(reservation_id(record.id))
+            held_now = f"holding {hold.amount_out} {hold.asset_out}" if hold else "input settled"
+            log.info("rebalance %s resumed at %s, %s", record.id, record.state, held_now)
         return resumed
 
     # ------------------------------------------------------------------ the state machine

@@ -128,7 +128,6 @@ async def test_acceptance_a_rebalance_in_flight_survives_kill_9(tmp_path: Path) 
                 )
                 before = await status(http, base)
                 assert before is not None
-                assert before["paused"] == {ROUTE: before["paused"][ROUTE]}
                 assert before["paused"][ROUTE].startswith("rebalancing:")
                 assert before["reserved"] == {NEAR: str(5_000 * E24)}
                 await sigkill(child)
@@ -144,7 +143,7 @@ async def test_acceptance_a_rebalance_in_flight_survives_kill_9(tmp_path: Path) 
                 # Before anything ran: the desk from the journal, with the pause and the hold.
                 assert re.search(r"desk rebuilt from the journal: .*rebalancing", text), text
                 assert re.search(r"rebalance \w+ resumed at DEPOSIT_SENT, holding ", text), text
-                assert after["paused"] == before["paused"]
+                assert after["paused"][ROUTE] == before["paused"][ROUTE]
                 await eventually(functools.partial(finished, db), "the swap to finish", 30)
                 await sigkill(child)
 

@@ -11,10 +11,16 @@ collections (4–30 ms). Here every piece of work is cut small or moved to a qui
 - the projection takes more slices only while behind *and* the process has CPU to spare, and
   fewer while the process is saturated;
 - a snapshot waits for a quiet book, unless too many facts would have to be replayed;
-- the WAL is restarted when the store's checkpointer thread says it has just caught up;
+- the WAL is checkpointed from the store's own connection when enough was written (the store
+  is opened in exclusive locking mode: no second connection, no thread, issue 24);
 - the collector runs at the ticker's pace (:mod:`solver.runtime.gc_pacer`);
 - what the store may forget after ``storage.retain_days`` is deleted every
   :data:`PRUNE_EVERY_S`, a couple of milliseconds a tick until done, never while saturated.
+
+A store that fails (a full disk, a volume gone read-only) never stops the ticker: the first
+failure of a streak pauses quoting with ``store_error`` (an alert, like a journal the executor
+cannot write) and is said once; repeats are counted (:class:`~solver.runtime.repeats.Repeats`),
+and the line that says the store works again carries the count.
 
 The upkeep is given :class:`UpkeepPorts` — the store, the executor's ticking door, the desk's
 view and a few callables — rather than the bot, so what it may touch is written in one place.
@@ -23,8 +29,6 @@ view and a few callables — rather than the bot, so what it may touch is writte
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -32,9 +36,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
+from solver.core import events as ev
 from solver.errors import SolverError
 from solver.io.store.retention import Pruned
 from solver.runtime.gc_pacer import GcPacer
+from solver.runtime.repeats import Repeats
 
 if TYPE_CHECKING:
     from solver.core.actions import Action
@@ -81,12 +87,14 @@ PRUNE_BUDGET_S = 0.002
 
 
 class TickDoor(Protocol):
-    """The executor as the ticker needs it: what is due now, and the bus outage's alerts
-    carried out like the desk's."""
+    """The executor as the ticker needs it: what is due now, the bus outage's alerts carried
+    out like the desk's, and a failing store told to the desk (the ``store_error`` pause)."""
 
     def tick(self, now: datetime) -> list[Action]: ...
 
     def carry_out(self, actions: list[Action], now: datetime) -> None: ...
+
+    def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]: ...
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,7 @@ class UpkeepPorts:
     """The open quotes (a snapshot waits for a quiet book) and the desk's snapshot."""
     executor: TickDoor
     store: Store | None
-    """Projected, pruned, its WAL restarted and snapshots written; None: no store."""
+    """Projected, pruned, checkpointed and snapshots written; None: no store."""
     retain_days: float | None
     """``storage.retain_days`` (None: the store forgets nothing)."""
     bus_watch: BusWatch
@@ -121,16 +129,12 @@ class Upkeep:
         self._prune_due: datetime | None = None  # None: at the first tick
         self._snapshot_mark = 0  # the journal's count of facts at the last snapshot
         self._pruned = Pruned()
+        self.store_failing = Repeats(log, "the store (projection, checkpoint, snapshot, pruning)")
+        self.tick_failing = Repeats(log, "the upkeep's tick", logging.ERROR)
 
     def start(self) -> None:
-        """Right before quoting: the WAL's restart signal, then the collector's pacing
-        (everything built so far — the control API included — is frozen)."""
-        store = self.ports.store
-        if store is not None:
-            loop = asyncio.get_running_loop()
-            store.on_wal_past_limit = functools.partial(
-                _call_soon_threadsafe, loop, self.restart_wal
-            )
+        """Right before quoting: the collector's pacing (everything built so far — the control
+        API included — is frozen)."""
         self.gc_pacer.start()
 
     def stop(self) -> None:
@@ -138,8 +142,18 @@ class Upkeep:
         in slices and the WAL is left to the close."""
         self._stopping = True
         self.gc_pacer.stop()
-        if self.ports.store is not None:
-            self.ports.store.on_wal_past_limit = None
+
+    def store_failed(self, exc: SolverError) -> None:
+        """A store operation failed: said once a streak (then counted), and the first of a
+        streak pauses quoting with ``store_error`` (the desk's alert): every failure of the
+        store is that pause, wherever it shows first."""
+        if self.store_failing.failed(exc, time.monotonic()):
+            self.ports.executor.feed(
+                ev.QuoteNotSent("", f"store failing: {exc}", store_error=True), self.ports.clock()
+            )
+
+    def store_worked(self) -> None:
+        self.store_failing.worked()
 
     def close(self, now: datetime) -> None:
         """At shutdown: a snapshot, and as much projection as :data:`SHUTDOWN_PROJECT_S`
@@ -153,28 +167,49 @@ class Upkeep:
         except SolverError as exc:
             log.warning("the query tables are behind the journal: %s", exc)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """``desk.tick`` every :data:`TICK_S`: polls, deadlines, markouts, PnL, kill switch;
-        then a slice of projection and the collector. Gauges every
-        :data:`GAUGES_EVERY_TICKS`, a snapshot check every second."""
+    def tick(self, count: int) -> None:
+        """One tick's work. Nothing here may end the ticker: an unexpected error is logged
+        (once a streak, then counted) and the next tick runs."""
         ports = self.ports
-        snapshot_every = max(1, round(1 / TICK_S))
-        count = 0
-        while not stop.is_set():
-            now = ports.clock()
+        now = ports.clock()
+        try:
             ports.executor.tick(now)
             outage = ports.bus_watch.tick(now)
             if outage:
                 ports.executor.carry_out(list(outage), now)
             self.measure_cpu()
             self.project()
+            self.checkpoint()
             self.gc_pacer.tick()
-            count += 1
             if count % GAUGES_EVERY_TICKS == 0:
                 ports.refresh_gauges()
-            if count % snapshot_every == 0:
+            if count % round(1 / TICK_S) == 0:
                 self.maybe_snapshot(now)
             self.maybe_prune(now)
+        except Exception as exc:  # the ticker is what follows every quote: it must go on
+            self.tick_failing.failed(f"{type(exc).__name__}: {exc}", time.monotonic())
+            return
+        self.tick_failing.worked()
+
+    def checkpoint(self) -> None:
+        """The store's own checkpoint pass when one is due (:meth:`Store.checkpoint_if_due`)."""
+        store = self.ports.store
+        if store is None or self._stopping:
+            return
+        try:
+            store.checkpoint_if_due()
+        except SolverError as exc:
+            self.store_failed(exc)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """``desk.tick`` every :data:`TICK_S`: polls, deadlines, markouts, PnL, kill switch;
+        then a slice of projection and the collector. Gauges every
+        :data:`GAUGES_EVERY_TICKS`, a snapshot check every second."""
+        ports = self.ports
+        count = 0
+        while not stop.is_set():
+            count += 1
+            self.tick(count)
             # A plain sleep, not wait_for(stop.wait()): that made a task and a timer a tick,
             # ~35 µs of CPU more each time (measured under uvloop); a stop waits ≤ one tick.
             due = time.perf_counter() + TICK_S
@@ -202,7 +237,9 @@ class Upkeep:
         self._saturated_ticks = 0
         try:
             if not store.project(PROJECT_BUDGET_S):
+                self.store_worked()
                 return  # caught up
+            self.store_worked()
             behind = store.unprojected()
             spare = self._cpu_share < PROJECT_SPARE_CPU
             if slices == 1 and spare and behind > PROJECT_BEHIND_ENTRIES:
@@ -210,7 +247,7 @@ class Upkeep:
             if slices > 1 and behind:
                 asyncio.get_running_loop().call_soon(self.project, slices - 1)
         except SolverError as exc:
-            log.warning("the query tables are behind the journal: %s", exc)
+            self.store_failed(exc)
 
     def maybe_prune(self, now: datetime) -> None:
         """Go on with the store's pass over what it may forget (:meth:`Store.prune`), if one
@@ -226,7 +263,7 @@ class Upkeep:
         try:
             step = store.prune(now - timedelta(days=days), PRUNE_BUDGET_S)
         except SolverError as exc:
-            log.warning("%s; tried again in %.0f s", exc, PRUNE_EVERY_S)
+            self.store_failed(exc)
             self._prune_due = now + timedelta(seconds=PRUNE_EVERY_S)
             return
         total = self._pruned
@@ -251,16 +288,6 @@ class Upkeep:
             self._cpu_share = (cpu - last_cpu) / (wall - last_wall)
         self._cpu_mark = (wall, cpu)
 
-    def restart_wal(self) -> None:
-        """Restart the WAL when the store's checkpointer says it is the cheap moment."""
-        store = self.ports.store
-        if store is None or self._stopping:
-            return
-        try:
-            store.restart_wal()
-        except SolverError as exc:
-            log.warning("%s", exc)
-
     def maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
         store = self.ports.store
         if store is None:
@@ -278,10 +305,4 @@ class Upkeep:
             journal.write_snapshot(self.ports.view.snapshot(), now)
             self._snapshot_mark = journal.appended
         except SolverError as exc:
-            log.warning("cannot write a desk snapshot: %s", exc)
-
-
-def _call_soon_threadsafe(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
-    """From another thread (the store's checkpointer); a loop already closed ignores it."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn)
+            self.store_failed(exc)

@@ -54,7 +54,7 @@ from tests.app.harness import (
     running_sandbox,
 )
 from tests.app.test_cli_run import write_config
-from tests.io.store_helpers import OPEN_STATES_SQL
+from tests.io.store_helpers import OPEN_STATES_SQL, committed_view
 from tests.sandbox.scripted import rpc, user_item
 
 KEY_ENV = "SOLVER_APP_TEST_RESTART_KEY"
@@ -124,12 +124,18 @@ async def sigkill(sandbox: Sandbox, child: Child) -> None:
 
 
 def read(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Read the bot's store from outside, as ``solver history`` would (WAL: no blocking)."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return list(conn.execute(sql, params))
-    finally:
-        conn.close()
+    """Read the bot's store from outside. A running bot holds it alone (issue 24), so this
+    reads a copy of the files made by ``cp`` in a child process (what a crash would leave:
+    SQLite recovers the committed frames); a copy torn by a checkpoint running meanwhile is
+    made again."""
+    for attempt in range(5):
+        try:
+            with committed_view(db) as conn:
+                return list(conn.execute(sql, params))
+        except sqlite3.DatabaseError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
 
 
 def open_count(db: Path) -> int:

@@ -3,6 +3,7 @@ trade leave its store while it goes on quoting, and the trade of a month ago sta
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,8 +15,12 @@ from tests.app.harness import E24, NEAR, USDC, eventually, live_bot
 from tests.io.store_helpers import append_quotes, move, signed_quote
 
 
-def _quote_ids(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
+def _quote_ids(path: Path, running: Store | None = None) -> set[str]:
+    """The store's quotes: through the running bot's own connection while it holds the store
+    (alone, issue 24), else from the file."""
+    if running is not None:
+        return {row[0] for row in running._conn.execute("SELECT quote_id FROM quotes")}
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         return {row[0] for row in conn.execute("SELECT quote_id FROM quotes")}
 
 
@@ -36,6 +41,9 @@ async def test_a_running_bot_forgets_old_quotes_never_traded_and_keeps_quoting(
     assert len(_quote_ids(path)) == 301 and won[0].quote_id == "old-trade"
 
     async with live_bot(tmp_path) as bot:
-        await eventually(lambda: _quote_ids(path) == {"old-trade"}, "the old lost quotes to go")
+        running = bot.app.store
+        await eventually(
+            lambda: _quote_ids(path, running) == {"old-trade"}, "the old lost quotes to go"
+        )
         assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1  # quoting all along
-        await eventually(lambda: len(_quote_ids(path)) == 2, "the new quote in the store")
+        await eventually(lambda: len(_quote_ids(path, running)) == 2, "the new quote in the store")

@@ -3,7 +3,13 @@ facts that record them (the only way the store is written now)."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from solver.core import facts as f
 from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
@@ -120,3 +126,24 @@ def step(store: Store, record: RebalanceRecord, detail: str | None = None) -> No
     store.journal.append(f.RebalanceStepped(record, detail))
     store.commit()
     store.project()
+
+
+@contextlib.contextmanager
+def committed_view(db: Path) -> Iterator[sqlite3.Connection]:
+    """A connection to what another process would find in ``db`` if its writer died now: the
+    database and its WAL as they are on disk, copied by ``cp`` in a child process, then
+    opened here (SQLite recovers the committed frames, as after a crash).
+
+    The store is held by one connection at a time (exclusive locking, issue 24), so a test
+    cannot open a second one beside it; and it must not open and close the file itself
+    either: closing any descriptor of a file drops every POSIX lock this process holds on
+    it, the writer's included."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / db.name
+        script = 'cp "$1" "$2" && if [ -e "$1-wal" ]; then cp "$1-wal" "$2-wal"; fi'
+        subprocess.run(["sh", "-c", script, "sh", str(db), str(copy)], check=True, timeout=60)
+        conn = sqlite3.connect(copy)
+        try:
+            yield conn
+        finally:
+            conn.close()

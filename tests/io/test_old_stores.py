@@ -19,6 +19,7 @@ desk; ``expected.json`` is never regenerated with newer code.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 from datetime import datetime, timedelta
@@ -297,7 +298,8 @@ def test_the_old_journal_projects_as_087e129_projected_it(
     old: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Today's projection of 087e129's journal entries gives 087e129's query tables."""
-    with sqlite3.connect(old / "store.sqlite") as conn:
+    # Closed before the store opens: the bot holds its store alone (exclusive locking).
+    with contextlib.closing(sqlite3.connect(old / "store.sqlite")) as conn, conn:
         for table in PROJECTED:
             conn.execute(f"DELETE FROM {table}")
         conn.execute("UPDATE projection SET seq = 0")
@@ -378,7 +380,8 @@ def test_a_rebalance_087e129_left_unfinished_is_carried_into_the_journal(old: Pa
     row carried into the journal by migration 10: the desk rebuilt from the journal holds it,
     the query tables keep their rows (no step repeated), and the rebalancer's hold is taken
     again as today's resume asks for it."""
-    with sqlite3.connect(old / "store.sqlite") as conn:
+    # Closed before the store opens: the bot holds its store alone (exclusive locking).
+    with contextlib.closing(sqlite3.connect(old / "store.sqlite")) as conn, conn:
         conn.execute(
             "UPDATE rebalances SET state = 'DEPOSIT_SENT', finished_at = NULL, swap_status = NULL, "
             'deposit_signed = \'{"standard":"nep413"}\', deposit_deadline = updated_at '

@@ -12,8 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -47,6 +45,7 @@ from tests.io.store_helpers import (
     USDC,
     WNEAR,
     append_quotes,
+    committed_view,
     move,
     opened,
     record,
@@ -75,12 +74,9 @@ def open_quotes(store: Store) -> list[TrackedQuote]:
 
 
 def count(db: Path, table: str) -> int:
-    """Rows of ``table`` another connection sees (what is committed)."""
-    conn = sqlite3.connect(db)
-    try:
+    """Rows of ``table`` another process would find (what is committed)."""
+    with committed_view(db) as conn:
         value: int = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-    finally:
-        conn.close()
     return value
 
 
@@ -426,8 +422,9 @@ def test_request_sampling_is_deterministic_and_near_the_fraction(db: Path) -> No
     with Store(db, sample_requests=0.1) as second:
         assert [i for i in ids if second.sampled(i)] == picked
     assert 1_800 <= len(picked) <= 2_200  # 2,000 expected; sd ~42
-    with Store(db, sample_requests=0.0) as none, Store(db, sample_requests=1.0) as every:
+    with Store(db, sample_requests=0.0) as none:
         assert not any(none.sampled(i) for i in ids[:1000])
+    with Store(db, sample_requests=1.0) as every:
         assert all(every.sampled(i) for i in ids[:1000])
 
 
@@ -819,20 +816,16 @@ def test_everything_committed_survives_kill_9_of_the_writer(db: Path, batch: int
     ]
 
 
-def test_the_background_checkpointer_folds_the_wal_into_the_database(db: Path) -> None:
-    with Store(db, checkpoint_every_s=0.01, checkpoint_min_entries=1, account=ACCOUNT) as store:
+def test_the_writer_folds_the_wal_into_the_database_when_a_pass_is_due(db: Path) -> None:
+    with Store(db, checkpoint_every_s=0.0, checkpoint_min_entries=1, account=ACCOUNT) as store:
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         empty = db.stat().st_size
         record(store, *(signed_quote(f"q{i}") for i in range(50)))
-        deadline = time.monotonic() + 10
-        while db.stat().st_size == empty and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert db.stat().st_size > empty  # pages reached the database file: a checkpoint ran
-        checkpointer = store._checkpointer
-        assert checkpointer is not None and checkpointer.is_alive()
-    assert not checkpointer.is_alive()
+        assert store.checkpoint_if_due()
+        assert db.stat().st_size > empty  # pages reached the database file: a pass ran
     with Store(db, checkpoint_every_s=None) as store:
-        assert store._checkpointer is None
+        assert store.checkpoints is None
+        assert not store.checkpoint_if_due()
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
         assert len(open_quotes(store)) == 50
 
@@ -850,21 +843,24 @@ def test_checkpoint_passes_wait_for_enough_new_entries_or_long_enough() -> None:
 
 
 def test_a_quiet_writer_is_not_checkpointed_at_every_look(tmp_path: Path) -> None:
-    """The thread looks every 10 ms, but the database file receives pages only once enough
-    journal entries are new (the pass that catches up would make the next commit sync the
-    WAL's header on the event loop)."""
+    """The ticker asks every 20 ms, but the writer looks at most every ``checkpoint_every_s``
+    and the database file receives pages only once enough journal entries are new (the pass
+    that catches up makes the next commit sync the WAL's header on the event loop)."""
     db = tmp_path / "quiet.sqlite"
     Store(db, account=ACCOUNT, checkpoint_every_s=None).close()  # schema in the file, no WAL
-    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=200) as store:
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=200) as store:
         folded = db.stat().st_size
         record(store, *(signed_quote(f"a{i}") for i in range(50)))
-        time.sleep(0.3)  # some 30 looks
+        assert not any(store.checkpoint_if_due() for _ in range(30))
         assert db.stat().st_size == folded
         record(store, *(signed_quote(f"b{i}") for i in range(200)))
-        deadline = time.monotonic() + 10
-        while db.stat().st_size == folded and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert store.checkpoint_if_due()
         assert db.stat().st_size > folded  # a pass copied pages into the database file
+    with Store(db, account=ACCOUNT, checkpoint_every_s=60.0, checkpoint_min_entries=1) as store:
+        record(store, signed_quote("c"))
+        assert store.checkpoint_if_due()  # the first look
+        record(store, signed_quote("d"))
+        assert not store.checkpoint_if_due()  # the next look is a minute away
 
 
 def test_the_store_journal_is_a_journal(store: Store) -> None:
@@ -881,18 +877,25 @@ def test_the_store_journal_is_a_journal(store: Store) -> None:
     assert [f.kind_of(fact) for fact in store.journal.load()[1]] == ["quote_opened", "quote_moved"]
 
 
-def test_readers_in_other_processes_see_what_is_committed(db: Path) -> None:
+def test_another_process_reads_the_store_once_the_writer_is_gone(db: Path) -> None:
+    """The writer holds its store alone (issue 24): another process is refused while it
+    runs, and finds everything committed once it closed."""
     reader = textwrap.dedent(
         """
         import sys
-        from solver.io.store.sqlite_store import Store
-        with Store(sys.argv[1], create=False, checkpoint_every_s=None) as store:
+        from solver.io.store.sqlite_store import Store, StoreError
+        try:
+            store = Store(sys.argv[1], create=False, checkpoint_every_s=None, busy_timeout_ms=50)
+        except StoreError as exc:
+            print("refused:", exc)
+            sys.exit(0)
+        with store:
             print(",".join(sorted(q.quote_id for q in store.quotes_since())))
             print(len(store.journal.load()[1]))
         """
     )
 
-    def read() -> list[str]:
+    def read() -> str:
         result = subprocess.run(
             [sys.executable, "-c", reader, str(db)],
             cwd=REPO,
@@ -901,28 +904,14 @@ def test_readers_in_other_processes_see_what_is_committed(db: Path) -> None:
             timeout=60,
             check=True,
         )
-        return result.stdout.split()
+        return result.stdout
 
     with Store(db, account=ACCOUNT) as writer:
         record(writer, signed_quote("q1"))
-        append_quotes(writer, signed_quote("q2"))  # not committed yet
-        assert read() == ["q1", "1"]
-        writer.project()
-        assert read() == ["q1,q2", "2"]
-
-
-def test_a_store_is_readable_while_another_connection_writes(db: Path) -> None:
-    with (
-        Store(db, account=ACCOUNT) as writer,
-        Store(db, create=False, checkpoint_every_s=None) as reader,
-    ):
-        record(writer, signed_quote("q1"))
-        assert [q.quote_id for q in reader.quotes_since()] == ["q1"]
         append_quotes(writer, signed_quote("q2"))
-        assert [q.quote_id for q in reader.quotes_since()] == ["q1"]  # not committed yet
+        assert read().startswith("refused: the store")
         writer.project()
-        assert {q.quote_id for q in open_quotes(reader)} == {"q1", "q2"}
-        assert len(reader.journal.load()[1]) == 2
+    assert read().split() == ["q1,q2", "2"]
 
 
 def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> None:
@@ -942,7 +931,7 @@ def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> 
         move(store, "g1", S.WON, T0, intent_hash="I")
         store.journal.append(f.PauseSet("*", "stale_data", "old prices", T0))
         store.project()
-        with sqlite3.connect(db) as other:
+        with committed_view(db) as other:
             ids = [r[0] for r in other.execute("SELECT quote_id FROM quotes ORDER BY quote_id")]
             kinds = [r[0] for r in other.execute("SELECT kind FROM journal ORDER BY seq")]
         assert ids == ["g1", "g3"]
@@ -1030,93 +1019,16 @@ def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
 
 
 def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
-    """Background checkpoints alone seldom restart a WAL that keeps receiving commits (a
-    restart needs the checkpointer to have caught up at the moment a commit begins: a
-    10-minute soak grew it to 10 GB); the writer's own RESTART, when the checkpointer says the
-    WAL is past its limit (as the live bot does), keeps the file small (soak benchmark)."""
-    limit = 1 << 19
-    told = threading.Event()
-    restarts = 0
-    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=1) as store:
-        store.wal_limit_bytes = limit
-        store.on_wal_past_limit = told.set
-        sizes = []
-        batches = 0
-        # At least 40 batches (some 4 MB of WAL for a limit of 512 KiB: crossed again and
-        # again), and on until the writer was told twice: the checkpointer syncs both files
-        # before it tells, which takes longer on a busy disk.
-        while batches < 40 or (restarts < 2 and batches < 400):
-            record(store, *(signed_quote(f"w{batches}-{j}") for j in range(50)))
-            batches += 1
-            if told.is_set():  # the loop's turn: the writer restarts it between commits
-                told.clear()
-                restarts += store.restart_wal()
+    """Under a steady flow of commits the writer's own passes copy the whole WAL each time
+    (no other connection reads), so the next commit writes the file from its start again:
+    it stays the size of what a pass period writes (a 10-minute soak once grew it to 10 GB
+    when a background thread checkpointed)."""
+    sizes = []
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=100) as store:
+        for batch in range(60):
+            record(store, *(signed_quote(f"w{batch}-{j}") for j in range(50)))
+            store.checkpoint_if_due()
             sizes.append(Path(f"{db}-wal").stat().st_size)
-            time.sleep(0.005)
-        assert max(sizes[5:]) < 4 * limit, sizes
-        assert len(store.journal.load()[1]) == batches * 50  # nothing lost to the restarts
-    # The writer restarted the file each time it was told to.
-    assert restarts >= 2, (restarts, batches)
-
-
-def test_the_checkpointer_syncs_both_files_before_it_tells_the_writer_to_restart(
-    db: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The writer's RESTART fsyncs the database and the WAL on the event loop's thread; the
-    checkpointer flushes both from its own thread first, so that sync finds little left."""
-    events: list[str] = []
-    real_sync = os.fdatasync
-
-    def recording_sync(fd: int) -> None:
-        events.append("sync " + Path(os.readlink(f"/proc/self/fd/{fd}")).name)
-        real_sync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", recording_sync)
-    told = threading.Event()
-
-    def tell() -> None:
-        events.append("told")
-        told.set()
-
-    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=1) as store:
-        store.wal_limit_bytes = 64 << 10
-        store.on_wal_past_limit = tell
-        batch = 0
-        while not told.is_set() and batch < 400:
-            record(store, *(signed_quote(f"s{batch}-{j}") for j in range(20)))
-            batch += 1
-            time.sleep(0.002)
-        store.on_wal_past_limit = None
-    assert "told" in events, "the checkpointer never said the WAL was past its limit"
-    before = events[: events.index("told")]
-    assert {f"sync {db.name}", f"sync {db.name}-wal"} <= set(before), events
-
-
-def test_the_checkpointer_says_when_to_restart_the_wal_and_a_restarted_wal_is_reused(
-    db: Path,
-) -> None:
-    """Past the limit in use, the background checkpointer catches up and calls
-    ``on_wal_past_limit`` (from its thread); the writer's RESTART then makes the next commits
-    write from the start of the file again: it stops growing, and nothing is lost."""
-    limit = 256 << 10
-    told = threading.Event()
-    with Store(db, account=ACCOUNT, checkpoint_every_s=0.01, checkpoint_min_entries=1) as store:
-        store.wal_limit_bytes = limit
-        store.on_wal_past_limit = told.set
-        batch = 0
-        while not told.is_set() and batch < 400:
-            record(store, *(signed_quote(f"r{batch}-{j}") for j in range(20)))
-            batch += 1
-            time.sleep(0.002)
-        assert told.is_set(), "the checkpointer never said the WAL was past its limit"
-        store.on_wal_past_limit = None
-        for _ in range(50):  # the checkpointer may hold its lock for a moment: try again
-            if store.restart_wal():
-                break
-            time.sleep(0.01)
-        else:
-            pytest.fail("the WAL was never restarted")
-        size = Path(f"{db}-wal").stat().st_size
-        record(store, *(signed_quote(f"after-{j}") for j in range(20)))
-        assert Path(f"{db}-wal").stat().st_size <= size  # written over, not appended to
-        assert len(store.journal.load()[1]) == batch * 20 + 20
+        assert store.checkpoints is not None and store.checkpoints.passes >= 20
+        assert max(sizes[5:]) <= 2 * max(sizes[:5]), sizes
+        assert len(store.journal.load()[1]) == 60 * 50  # nothing lost to the passes

@@ -12,7 +12,6 @@ import pytest
 from solver.io.store.checks import check_usable, open_error
 from solver.io.store.sqlite_store import Store, StoreError
 from tests.io.store_files import KINDS, WORDS, good_store, unusable_store
-from tests.io.store_helpers import append_quotes, signed_quote
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -26,16 +25,6 @@ def test_an_unusable_store_is_refused_naming_the_file_and_the_problem(
         assert message.startswith(f"the store {path} {WORDS[kind]}"), message
         with pytest.raises(StoreError, match=WORDS[kind].split(" (")[0]):
             Store(path, create=False, checkpoint_every_s=None)  # the readers' way in too
-
-
-def test_a_reader_opens_while_the_writer_holds_its_transaction(tmp_path: Path) -> None:
-    """The writer's group transaction is open (appended, not committed): a reader opens at
-    once, without waiting for the write lock, and sees only what was committed."""
-    path = good_store(tmp_path / "busy.db", quotes=3)
-    with Store(path, checkpoint_every_s=None) as writer:
-        append_quotes(writer, signed_quote("uncommitted"))
-        with Store(path, create=False, checkpoint_every_s=None, busy_timeout_ms=100) as reader:
-            assert len(reader.quotes_since()) == 3
 
 
 def test_a_good_store_opens_and_a_new_one_is_created(tmp_path: Path) -> None:

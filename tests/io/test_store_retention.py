@@ -4,7 +4,6 @@ no longer needs them, so a restart rebuilds the same desk; the work stops at its
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -134,16 +133,17 @@ def test_a_store_that_refuses_the_deletes_says_so_and_rolls_back(store: Store) -
     record(store, signed_quote("x"))
     lose(store, "x")
     store.project()
-    other = sqlite3.connect(store.path, isolation_level=None, timeout=0)
-    store._conn.execute("PRAGMA busy_timeout = 0")
-    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    # The store refuses the deletes (a trigger here; a full or failing disk for real).
+    store._conn.execute(
+        "CREATE TEMP TRIGGER refuse_deletes BEFORE DELETE ON quotes "
+        "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+    )
     try:
         with pytest.raises(Exception, match="cannot delete old rows from the store"):
             store.prune(CUT)
         assert not store._conn.in_transaction
     finally:
-        other.execute("ROLLBACK")
-        other.close()
+        store._conn.execute("DROP TRIGGER temp.refuse_deletes")
     assert store.prune(CUT).quotes == 1
 
 

@@ -8,7 +8,6 @@ import dataclasses
 import gc
 import math
 import os
-import sqlite3
 import time
 import weakref
 from collections.abc import Iterator
@@ -59,8 +58,8 @@ def _open_quotes(bot: live.LiveBot, count: int) -> None:
 
 def _snapshots(bot: live.LiveBot) -> int:
     assert bot.store is not None
-    with sqlite3.connect(bot.store.path) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM desk_snapshots").fetchone()[0])
+    # The bot's own connection: it holds the store alone (issue 24).
+    return int(bot.store._conn.execute("SELECT COUNT(*) FROM desk_snapshots").fetchone()[0])
 
 
 def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:

@@ -1,26 +1,23 @@
-"""The store's background checkpointer (the "Checkpoints" part of
-:mod:`solver.io.store.sqlite_store`'s
-docstring): ``wal_checkpoint(PASSIVE)`` from its own thread and connection, paced by what was
-written (:class:`Pacing`), and the moment it tells the writer to restart the WAL, with both
-files synced first."""
+"""The store's checkpoints, from the writer's own connection (the "Checkpoints" part of
+:mod:`solver.io.store.sqlite_store`'s docstring): ``wal_checkpoint(PASSIVE)`` paced by what was
+written (:class:`Pacing`).
+
+Until issue 24 a background thread checkpointed on a connection of its own, so that copying
+the WAL into the database never held the event loop. The store is now opened in exclusive
+locking mode (one connection per database, no memory-mapped ``-shm``), so that thread cannot
+open it: the owner calls :meth:`Checkpoints.maybe` between two of its commits (the bot's
+ticker, every 20 ms) and the same pacing decides when a pass is worth its cost. With no other
+connection reading, each pass copies every frame, so the next commit writes the WAL from its
+start again: the file never grows past what a pass period writes, and the writer's separate
+RESTART (and the thread's signal for it) went away with the thread.
+"""
 
 from __future__ import annotations
 
-import logging
-import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
-log = logging.getLogger("solver.store")
-
-WAL_FRAME_HEADER = 24
-CATCH_UP_PASSES = 2
-"""Quick checkpoint passes after the one that found the WAL past its limit, before the writer
-is told to restart it."""
 CHECKPOINT_MIN_ENTRIES = 512
 """A pass once the journal has this many new entries since the last pass (a few MB of WAL)..."""
 CHECKPOINT_MAX_WAIT_S = 30.0
@@ -41,7 +38,7 @@ class Pacing:
 
     last_at: float
     """Monotonic time of the last pass, or of the store's opening (everything appended since
-    counts, so a pass never waits for entries written before the thread first looked)."""
+    counts, so a pass never waits for entries written before the first look)."""
     last_entries: int = 0
     min_entries: int = CHECKPOINT_MIN_ENTRIES
     max_wait_s: float = CHECKPOINT_MAX_WAIT_S
@@ -55,75 +52,30 @@ class Pacing:
         return True
 
 
-class Checkpointer(threading.Thread):
-    """Runs ``wal_checkpoint(PASSIVE)`` on its own connection: it never waits for the writer,
-    and the writer never waits for it (sqlite3 releases the GIL while SQLite works). It looks
-    every ``every_s`` and makes a pass when ``pacing`` says one is due; ``appended`` reads the
-    writer's count of journal entries (an int, read under the GIL)."""
+@dataclass(slots=True)
+class Checkpoints:
+    """The writer's checkpoints: it looks at most every ``every_s`` (the old thread's period)
+    whether :class:`Pacing` says a pass is due, and makes it on its own connection."""
 
-    def __init__(
-        self,
-        path: Path,
-        every_s: float,
-        busy_timeout_ms: int,
-        past_limit: Callable[[], tuple[int, Callable[[], None] | None]],
-        appended: Callable[[], int],
-        pacing: Pacing,
-    ) -> None:
-        super().__init__(name=f"store-checkpoint:{path.name}", daemon=True)
-        self._path = path
-        self._every_s = every_s
-        self._busy_timeout_ms = busy_timeout_ms
-        self._past_limit = past_limit
-        self._appended = appended
-        self._pacing = pacing
-        self._stopping = threading.Event()
+    every_s: float
+    pacing: Pacing
+    next_look: float = 0.0
+    passes: int = 0
+    last_pass_s: float = 0.0
+    """How long the last pass held the caller (seconds), for people and tests."""
+    longest_pass_s: float = field(default=0.0)
 
-    def run(self) -> None:
-        try:
-            timeout_s = self._busy_timeout_ms / 1000
-            conn = sqlite3.connect(self._path, timeout=timeout_s, isolation_level=None)
-        except sqlite3.Error as exc:
-            log.warning("store checkpointer cannot open %s: %s", self._path, exc)
-            return
-        try:
-            page = int(conn.execute("PRAGMA page_size").fetchone()[0]) + WAL_FRAME_HEADER
-            while not self._stopping.wait(self._every_s):
-                if not self._pacing.due(self._appended(), time.monotonic()):
-                    continue
-                try:
-                    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    limit, notify = self._past_limit()
-                    # Frames in use, not the file's size: a restarted WAL keeps its size.
-                    if notify is not None and frames * page > limit:
-                        # Catch up with what was committed during the pass (each pass is
-                        # shorter than the one before), then let the writer restart it.
-                        for _ in range(CATCH_UP_PASSES):
-                            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                        self.sync_files()
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                        notify()
-                except sqlite3.Error as exc:
-                    log.warning("store checkpoint of %s failed: %s", self._path, exc)
-        finally:
-            conn.close()
-
-    def sync_files(self) -> None:
-        """Flush the database and its WAL to disk from this thread, just before the writer's
-        RESTART: that checkpoint fsyncs both files on the event loop's thread, and what it
-        waited for was the data written since the last sync, the pages the passes copied in
-        (10–65 ms under load). Synced here first, it finds a few pages left: ~1 ms at 2,000
-        answers/s (measured in the running bot). An extra sync never weakens durability."""
-        for name in (str(self._path), f"{self._path}-wal"):
-            try:
-                fd = os.open(name, os.O_RDONLY)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                log.warning("cannot sync %s to disk before the WAL restart: %s", name, exc)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.join()
+    def maybe(self, conn: sqlite3.Connection, appended: int, now: float) -> bool:
+        """A pass if one is due (the caller committed first); True if it made one. Raises
+        :class:`sqlite3.Error`."""
+        if now < self.next_look:
+            return False
+        self.next_look = now + self.every_s
+        if not self.pacing.due(appended, now):
+            return False
+        started = time.perf_counter()
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self.last_pass_s = time.perf_counter() - started
+        self.longest_pass_s = max(self.longest_pass_s, self.last_pass_s)
+        self.passes += 1
+        return True

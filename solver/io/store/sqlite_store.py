@@ -17,39 +17,45 @@ disk flush on the hot path. Hot-path writes are plain prepared statements (sqlit
 by SQL text) in one group transaction per turn of the event loop; no ORM.
 
 Checkpoints. SQLite's own auto-checkpoint runs inside whichever commit crosses 1000 WAL pages,
-stalling that commit for several milliseconds every ~130 quotes. Here it is switched off on the
-writing connection and a background thread checkpoints instead, on its own connection, in
-PASSIVE mode: it never blocks the writer. It looks every 0.25 s (``checkpoint_every_s``) and
-makes a pass once 512 journal entries are new, or 30 s after its last pass
-(:class:`~solver.io.store.checkpoint.Pacing`: a pass that catches up makes the next commit sync
-the reused WAL's header on the event loop, which a quiet bot paid several times a second).
-Checkpoints keep the WAL short (each page read searches the WAL index), and
-``journal_size_limit`` truncates the file after a burst. Under a steady flow of commits those
-never restart the WAL, so the bot also restarts it from its own connection once it has 256 MiB
-in use (:meth:`Store.restart_wal`): the next commit writes from the start of the file again,
-which never grows past 512 MiB (``journal_size_limit``). When is the cheap moment: right after
-the background thread has caught up (it then makes two more quick passes for what was committed
-meanwhile, flushes both files to disk, makes one more pass and calls
-:attr:`Store.on_wal_past_limit`), so the writer's checkpoint copies a few pages and syncs little.
-RESTART, not TRUNCATE: cutting the file to zero cost 20–60 ms of the quote path (page cache
-release, measured), and a restarted file is simply written over. The checkpoint's own fsyncs
-stay (an unsynced checkpoint can corrupt the database on power loss); they used to wait for
-everything written since the last sync, 10–65 ms on the writer under load, and wait for ~1 ms
-now that the checkpointer's thread syncs the files just before (:mod:`solver.io.store.checkpoint`,
-measured at 2,000 answers/s); the next commit then syncs the WAL's new header, as SQLite does
-whenever a WAL is reused (not timed by itself: the one first write after a restart that was
-timed took 20 ms, on a busy disk). A large limit also
-makes the restart rare (about every 20 s at 1,000 answers/s: the writer thread wrote ~13 MB a
-second, socket included, measured from /proc; ~23 MB of WAL and every 11 s while each quote
-nonce still wrote its own row).
+stalling that commit for several milliseconds every ~130 quotes. Here it is switched off and
+the writer checkpoints itself between two of its commits, in PASSIVE mode, when the bot's
+ticker asks (:meth:`Store.checkpoint_if_due`, every 20 ms): it looks every 0.25 s
+(``checkpoint_every_s``) and makes a pass once 512 journal entries are new, or 30 s after its
+last pass (:class:`~solver.io.store.checkpoint.Pacing`: a pass that catches up makes the next
+commit sync the reused WAL's header on the event loop, which a quiet bot paid several times a
+second). Checkpoints keep the WAL short (each page read searches the WAL index), and
+``journal_size_limit`` truncates the file after a burst.
 
-One connection per ``Store``, used from the thread that opened it (the event loop's). Readers in
-other processes (``solver history``) do not block the writer under WAL.
+What changed with issue 24, and why. Until then a background thread checkpointed on a
+connection of its own, off the event loop, and the writer restarted the WAL once 256 MiB of it
+were in use (under a steady flow the thread's passes never caught the last frame, so SQLite
+never started the file over). Two findings of a chaos run ended that: a second bot on the same
+store quoted beside the first (both wrote the same quotes; fills ended ``LOST``), and with the
+store made immutable (``chattr +i``) the process died of ``SIGBUS`` writing to the
+memory-mapped ``-shm`` WAL index. The store is now opened with ``locking_mode=EXCLUSIVE``
+before its first access: SQLite keeps the WAL index in the process's heap (no ``-shm`` file,
+nothing mapped) and holds a lock on the database file until the connection closes, so a second
+opener is refused (:mod:`solver.io.store.owner` names the holder). Exclusive means one
+connection, so the thread could not open the store any more: its passes now run on the
+writer's connection with the same pacing, and hold the event loop while they copy (a pass
+every 512 entries copies a few MB; its time is in ``Checkpoints.last_pass_s``, figures in
+docs/operations.md). With no other connection reading, every pass copies the whole WAL, so the
+next commit starts the file over by itself: the separate RESTART went away with the thread.
+Pages already synced are not synced again: the checkpoint's fsyncs stay (an unsynced
+checkpoint can corrupt the database on power loss).
+
+Readers in other processes (``solver history``, exports) cannot open a store the bot holds:
+they go through the bot's control API while it runs (it reads its own store, and backs it up
+with SQLite's online backup API, :meth:`Store.backup`), and open the file only while it is
+stopped.
+
+One connection per ``Store``, used from the thread that opened it (the event loop's).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -58,17 +64,19 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, ParamSpec, TextIO, TypeVar
 
 import orjson
 
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.core.rebalance_record import RebalanceRecord
-from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpointer, Pacing
+from solver.io.store.backup import backup_to
+from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpoints, Pacing
 from solver.io.store.checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store.journal import SqliteJournal
 from solver.io.store.migrations import SCHEMA_VERSION, migrate, schema_version
+from solver.io.store.owner import Holder, busy_error, me, remove_holder, take_over, write_holder
 from solver.io.store.projection import pending, project
 from solver.io.store.retention import Pruned, Pruner
 from solver.io.store.schema import (
@@ -111,13 +119,30 @@ log = logging.getLogger("solver.store")
 
 Synchronous = Literal["normal", "full"]
 WAL_LIMIT_BYTES = 256 << 20
-"""Past this in use, the writer restarts the WAL itself (:meth:`Store.restart_wal`)."""
+"""After a burst, the WAL file is cut back to twice this (``journal_size_limit``)."""
 ExportFormat = Literal["csv", "jsonl"]
 Pair = tuple[str, str]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _WON_STATES = frozenset(
     {QuoteState.WON, QuoteState.SETTLING, QuoteState.SETTLED, QuoteState.FAILED}
 )
+
+
+def _reads(method: Callable[P, R]) -> Callable[P, R]:
+    """A query of the store: SQLite's error becomes a :class:`StoreError` naming the query
+    (the status page and the gauges read through these, and must keep answering while the
+    store fails: issue 24)."""
+
+    @functools.wraps(method)
+    def read(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the store ({method.__name__}): {exc}") from None
+
+    return read
 
 
 class Store:
@@ -137,16 +162,19 @@ class Store:
     ) -> None:
         """Open (``create``: or create, with its parent directory) and migrate the database.
 
-        ``create`` is the writer's way in (the bot): SQLite itself must accept a write. Readers
-        (``solver history``, ``solver store export``) pass ``create=False``: they never take
-        the write lock to probe it, so they never wait for a running bot's transaction. (A
-        store in WAL mode needs its ``-shm`` file writable even to be read, so a read-only
-        file or directory is refused for readers too.)
+        ``create`` is the writer's way in (the bot): SQLite itself must accept a write, and the
+        writer says who it is in ``<store>.lock`` (:mod:`solver.io.store.owner`). Readers
+        (``solver history``, ``solver store export``, a stopped bot's) pass ``create=False``.
+        Either holds the store alone until it closes (exclusive locking): a store another
+        process holds is refused after ``busy_timeout_ms`` with :class:`StoreBusyError`, naming
+        the holder. (A read-only file or directory is refused for readers too: SQLite writes
+        the WAL even to open it.)
 
         ``sample_requests`` is the fraction of quote requests :meth:`record_request` keeps.
-        ``checkpoint_every_s``: copy the WAL into the database from a background thread at this
-        period, off the hot path; ``None`` leaves it to SQLite, which checkpoints inside the
-        commit that crosses 1000 pages and stalls that commit for milliseconds;
+        ``checkpoint_every_s``: the owner checkpoints the WAL itself between its commits
+        (:meth:`checkpoint_if_due`, looking at most this often); ``None`` leaves it to SQLite,
+        which checkpoints inside the commit that crosses 1000 pages and stalls that commit for
+        milliseconds;
         ``checkpoint_min_entries``: a pass once this many journal entries are new
         (:class:`~solver.io.store.checkpoint.Pacing`; tests pass 1). ``account``:
         the bot's signing account, whose nonce prefixes :meth:`claim_nonce_prefix` registers.
@@ -169,6 +197,9 @@ class Store:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
         try:
+            # Before anything touches the file: no -shm is mapped, and the first access takes
+            # the lock this connection keeps until it closes (the module's docstring).
+            self._conn.execute("PRAGMA locking_mode = EXCLUSIVE")
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             check_usable(self._conn, self.path, writable=create)
             mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -181,10 +212,22 @@ class Store:
                 self._conn.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.Error as exc:
             self._conn.close()
+            if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
+                raise busy_error(self.path) from None
             raise open_error(self.path, exc) from None
         except BaseException:
             self._conn.close()
             raise
+        self.holder: Holder | None = None
+        """What ``<store>.lock`` says of this process (the writer only)."""
+        if create:
+            try:
+                holder = me()
+                take_over(self.path, holder)
+            except StoreError:
+                self._conn.close()
+                raise
+            self.holder = holder
         self._cur = self._conn.cursor()
         self._pruner = Pruner()
         self.journal = SqliteJournal(self._conn)
@@ -193,39 +236,63 @@ class Store:
         self._projected_at: int | None = None  # journal.appended when nothing was left
         if create:  # the writer: what a killed run appended but did not project yet
             self.project()
-        self.wal_limit_bytes = WAL_LIMIT_BYTES
-        self.on_wal_past_limit: Callable[[], None] | None = None
-        """Called from the checkpointer's thread when the WAL is past :data:`WAL_LIMIT_BYTES`
-        and the thread has just caught up: the writer should call :meth:`restart_wal` now (the
-        live bot schedules it on its event loop)."""
-        self._checkpointer: Checkpointer | None = None
+        self.checkpoints: Checkpoints | None = None
         if checkpoint_every_s is not None:
-            self._checkpointer = Checkpointer(
-                self.path,
-                checkpoint_every_s,
-                busy_timeout_ms,
-                self._wal_past_limit,
-                self._appended,
-                Pacing(time.monotonic(), min_entries=checkpoint_min_entries),
-            )
-            self._checkpointer.start()
-
-    def _appended(self) -> int:
-        return self.journal.appended
-
-    def _wal_past_limit(self) -> tuple[int, Callable[[], None] | None]:
-        return self.wal_limit_bytes, self.on_wal_past_limit
+            pacing = Pacing(time.monotonic(), min_entries=checkpoint_min_entries)
+            self.checkpoints = Checkpoints(checkpoint_every_s, pacing)
 
     def close(self) -> None:
-        self.commit()
-        self._close()
+        try:
+            self.commit()
+        finally:
+            self._close()
 
     def _close(self) -> None:
-        """Stop the checkpointer and close; the last connection out folds the WAL back in."""
-        if self._checkpointer is not None:
-            self._checkpointer.stop()
-            self._checkpointer = None
-        self._conn.close()
+        """Close (SQLite folds the WAL back in and removes it), then the lock file: the lock
+        is free from here."""
+        try:
+            self._conn.close()
+        finally:
+            if self.holder is not None:
+                remove_holder(self.path, self.holder.pid)
+                self.holder = None
+
+    def note_control(self, url: str) -> None:
+        """Say in ``<store>.lock`` where this owner's control API answers (the CLI reads the
+        store through it while the bot runs). A failure is logged: only the hint is lost."""
+        if self.holder is None:
+            return
+        holder = Holder(self.holder.pid, self.holder.host, self.holder.started_at, url)
+        try:
+            write_holder(self.path, holder)
+        except StoreError as exc:
+            log.warning("%s", exc)
+            return
+        self.holder = holder
+
+    def checkpoint_if_due(self) -> bool:
+        """Copy the WAL into the database if :class:`~solver.io.store.checkpoint.Pacing` says
+        a pass is due (the owner's ticker calls this between its commits); True if it made
+        one. Raises :class:`StoreError`."""
+        checkpoints = self.checkpoints
+        if checkpoints is None:
+            return False
+        now = time.monotonic()
+        if now < checkpoints.next_look:
+            return False
+        try:
+            self.commit()
+            return checkpoints.maybe(self._conn, self.journal.appended, now)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
+
+    def backup(self, dest: str | Path) -> int:
+        """A consistent copy of the whole store at ``dest`` (a new file), made with SQLite's
+        online backup API from this connection, after committing what was appended; returns
+        its size in bytes (:func:`solver.io.store.backup.backup_to`). Raises
+        :class:`StoreError`."""
+        self.commit()
+        return backup_to(self._conn, self.path, Path(dest))
 
     def __enter__(self) -> Store:
         return self
@@ -251,31 +318,6 @@ class Store:
         """The writer's own reads (status windows, exports) see everything it journaled."""
         if self._writer:
             self.project()
-
-    def restart_wal(self) -> bool:
-        """Checkpoint on the writer's connection so that its next commit starts the WAL over;
-        True when it did (False: a reader still uses the WAL, try again later).
-
-        The background checkpointer copies the WAL into the database, but under a steady flow
-        of commits (a thousand a second) a checkpoint never catches the last frame, so SQLite
-        never starts the WAL over and the file grows without end (10 GB in ten minutes, seen
-        in the soak benchmark) — and so do its ``-shm`` index and the bot's memory. From the
-        writer itself, between two of its own commits, ``RESTART`` only has the frames since
-        the last background checkpoint left to copy: a few pages when called as
-        :attr:`on_wal_past_limit` asks."""
-        self.commit()
-        # Never wait on the quote path: while the background checkpointer holds its lock the
-        # checkpoint is busy at once and is tried again at the next call (the soak benchmark
-        # stalled the loop for seconds a time waiting out the usual busy timeout).
-        conn = self._conn
-        try:
-            conn.execute("PRAGMA busy_timeout = 0")
-            (busy, _, _), *_ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-        return not busy
 
     def unprojected(self) -> int:
         """Journal entries the query tables do not show yet."""
@@ -361,6 +403,7 @@ class Store:
 
     # ------------------------------------------------------------------ records
 
+    @_reads
     def open_alerts(self) -> list[Alert]:
         self._fresh()
         rows = self._conn.execute(
@@ -382,17 +425,20 @@ class Store:
                 return prefix
         raise StoreError(f"cannot claim a fresh nonce prefix in {self.path}")
 
+    @_reads
     def nonce_prefixes(self, account: str) -> set[bytes]:
         """Every nonce-sequence prefix claimed for ``account``."""
         sql = "SELECT prefix FROM nonce_prefixes WHERE account = ?"
         return {bytes(row[0]) for row in self._conn.execute(sql, (account,))}
 
+    @_reads
     def nonce_used_before(self, account: str, nonce: bytes) -> bool:
         """Whether ``nonce`` is recorded as signed by ``account`` (rebalance deposits, and quotes
         signed before schema 8); a quote nonce is unique by its claimed prefix instead."""
         sql = "SELECT 1 FROM nonces WHERE account = ? AND nonce = ?"
         return self._conn.execute(sql, (account, nonce.hex())).fetchone() is not None
 
+    @_reads
     def signed_data(self, quote_id: str) -> dict[str, Any] | None:
         """The signed item exactly as it was sent (for disputes), or None."""
         self._fresh()
@@ -406,6 +452,7 @@ class Store:
 
     # ------------------------------------------------------------------ queries
 
+    @_reads
     def quotes_since(
         self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
     ) -> list[TrackedQuote]:
@@ -414,6 +461,7 @@ class Store:
         params = query_params(since, pair, limit)
         return [tracked_row(row) for row in self._conn.execute(SELECT_QUOTES, params)]
 
+    @_reads
     def fills_since(
         self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
     ) -> list[Fill]:
@@ -422,6 +470,7 @@ class Store:
         params = query_params(since, pair, limit)
         return [fill_row(row) for row in self._conn.execute(SELECT_FILLS, params)]
 
+    @_reads
     def fill_totals(self, since: datetime) -> list[tuple[str, str, int, float]]:
         """``(asset_in, asset_out, fills, realized PnL USD)`` per direction since ``since``: one
         grouped query (the status page asks every few seconds). The PnL is a float sum, for
@@ -435,6 +484,7 @@ class Store:
             for asset_in, asset_out, count, total in self._conn.execute(sql, (ts(since),))
         ]
 
+    @_reads
     def pair_totals(
         self,
         since: datetime | None = None,
@@ -444,6 +494,7 @@ class Store:
         """Quotes, wins, fills, volume and realized PnL per pair (:mod:`store_totals`)."""
         return pair_totals(self._conn, "" if since is None else ts(since), pair, decimals)
 
+    @_reads
     def stats(self, window_s: float, now: datetime) -> dict[str, Any]:
         """Counts of the quotes created in the last ``window_s`` and the volume they settled."""
         self._fresh()
@@ -475,6 +526,7 @@ class Store:
             "volume_out": {a: str(v) for a, v in sorted(volume_out.items())},
         }
 
+    @_reads
     def last_balance_snapshot(self) -> BalanceSnapshot | None:
         self._fresh()
         row = self._conn.execute("SELECT MAX(at) FROM balance_snapshots").fetchone()
@@ -505,17 +557,20 @@ class Store:
                 ) from None
             raise
 
+    @_reads
     def open_rebalances(self) -> list[RebalanceRecord]:
         """Rebalances not finished yet, oldest first, as projected from the journal (the
         rebalancer takes them up from the desk, not from here)."""
         sql = REBALANCE_COLUMNS + "WHERE finished_at IS NULL ORDER BY created_at"
         return [rebalance_row(row) for row in self._conn.execute(sql)]
 
+    @_reads
     def rebalances(self, limit: int = 100) -> list[RebalanceRecord]:
         """The latest rebalances, newest first."""
         sql = REBALANCE_COLUMNS + "ORDER BY created_at DESC LIMIT ?"
         return [rebalance_row(row) for row in self._conn.execute(sql, (limit,))]
 
+    @_reads
     def rebalance_steps(self, rebalance_id: str) -> list[tuple[datetime, str, str | None]]:
         """``(at, state, detail)`` of every step of one rebalance, in order."""
         sql = "SELECT at, state, detail FROM rebalance_steps WHERE rebalance_id = ? ORDER BY id"
@@ -523,6 +578,7 @@ class Store:
 
     # ------------------------------------------------------------------ export
 
+    @_reads
     def export(self, table: str, fmt: ExportFormat, out: TextIO) -> int:
         """Stream every row of ``table`` to ``out`` as CSV (with a header) or JSON Lines.
 

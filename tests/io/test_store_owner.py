@@ -1,0 +1,162 @@
+"""The store has one owner (issue 24): exclusive locking, a lock file naming the holder, a
+stale holder taken over, no memory-mapped ``-shm``, the writer's own checkpoints, and a
+consistent backup made by the owner. Real files and real processes: a second process opens
+the store while this one holds it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from solver.io.store.owner import StoreBusyError, lock_path, read_holder
+from solver.io.store.sqlite_store import Store, StoreError
+from tests.io.store_helpers import ACCOUNT, append_quotes, signed_quote
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _open_elsewhere(path: Path, *, create: bool) -> subprocess.CompletedProcess[str]:
+    """Open the store from another process, as a second bot (or a reader) would."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from solver.io.store.sqlite_store import Store, StoreError
+        try:
+            Store(sys.argv[1], create=sys.argv[2] == "1", busy_timeout_ms=100).close()
+        except StoreError as exc:
+            print(exc)
+            sys.exit(2)
+        print("opened")
+        """
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path), "1" if create else "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_second_opener_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT) as store:
+        append_quotes(store, signed_quote("q1"))
+        store.commit()
+        holder = read_holder(db)
+        assert holder is not None and holder.pid == os.getpid()
+        assert holder.host == socket.gethostname()
+        mode = stat.S_IMODE(lock_path(db).stat().st_mode)
+        assert mode == 0o600, oct(mode)
+        for create in (True, False):  # a second bot, and a reader
+            done = _open_elsewhere(db, create=create)
+            assert done.returncode == 2, done.stdout + done.stderr
+            assert f"in use by a running bot: pid {os.getpid()} on {holder.host}" in done.stdout
+        # No shared-memory WAL index beside the store: nothing is memory-mapped (SIGBUS).
+        assert not Path(f"{db}-shm").exists()
+    assert not lock_path(db).exists()  # a clean close removes it
+    assert _open_elsewhere(db, create=False).stdout.strip() == "opened"
+
+
+def test_a_stale_holder_after_kill_9_is_taken_over(tmp_path: Path) -> None:
+    db = tmp_path / "bot.sqlite"
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(db)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "holding"
+            with pytest.raises(StoreBusyError, match=f"pid {child.pid}"):
+                Store(db, account=ACCOUNT, busy_timeout_ms=100)
+            child.kill()
+            child.wait(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    stale = read_holder(db)
+    assert stale is not None and stale.pid == child.pid and stale.alive() is False
+    with Store(db, account=ACCOUNT) as store:  # the lock is free: taken over
+        holder = read_holder(db)
+        assert holder is not None and holder.pid == os.getpid()
+        assert [q.quote_id for q in store.quotes_since()] == ["k1"]
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from solver.io.store.sqlite_store import Store
+    from tests.io.store_helpers import ACCOUNT, append_quotes, signed_quote
+    store = Store(sys.argv[1], account=ACCOUNT)
+    append_quotes(store, signed_quote("k1"))
+    store.commit()
+    print("holding", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_lock_held_by_another_program_is_said_so(tmp_path: Path) -> None:
+    """The lock file names a process that is gone, but the lock is held (here: a plain
+    SQLite connection in exclusive mode): not taken over, and the message says why."""
+    db = tmp_path / "bot.sqlite"
+    Store(db, account=ACCOUNT).close()
+    lock_path(db).write_bytes(
+        orjson.dumps({"pid": 2**22 + 7, "host": socket.gethostname(), "started_at": "x"})
+    )
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        other.execute("PRAGMA locking_mode = EXCLUSIVE")
+        other.execute("SELECT COUNT(*) FROM journal").fetchone()
+        with pytest.raises(StoreBusyError, match=r"another program.*not running"):
+            Store(db, account=ACCOUNT, busy_timeout_ms=50)
+    finally:
+        other.close()
+
+
+def test_the_writer_checkpoints_itself_when_enough_was_written(tmp_path: Path) -> None:
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=50) as store:
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        append_quotes(store, *(signed_quote(f"a{i}") for i in range(20)))
+        assert not store.checkpoint_if_due()  # 20 new entries: not yet
+        append_quotes(store, *(signed_quote(f"b{i}") for i in range(40)))
+        size = db.stat().st_size
+        assert store.checkpoint_if_due()
+        assert db.stat().st_size > size  # pages reached the database file
+        wal = Path(f"{db}-wal").stat().st_size
+        append_quotes(store, signed_quote("c"))
+        store.commit()
+        assert Path(f"{db}-wal").stat().st_size <= wal  # written from its start again
+        assert store.checkpoints is not None and store.checkpoints.passes == 1
+
+
+def test_a_backup_while_the_store_is_held_is_a_consistent_database(tmp_path: Path) -> None:
+    db = tmp_path / "bot.sqlite"
+    copy = tmp_path / "copies" / "bot.bak"
+    copy.parent.mkdir()
+    with Store(db, account=ACCOUNT) as store:
+        append_quotes(store, *(signed_quote(f"q{i}") for i in range(30)))
+        store.commit()
+        append_quotes(store, signed_quote("uncommitted-yet"))  # committed by the backup
+        started = time.perf_counter()
+        size = store.backup(copy)
+        assert time.perf_counter() - started < 10
+        assert size == copy.stat().st_size
+        with pytest.raises(StoreError, match="exists already"):
+            store.backup(copy)
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["bot.bak"]  # no -wal, no leftovers
+    with Store(copy, create=False) as opened:
+        assert len(opened.journal.load()[1]) == 31
+    with Store(copy) as restored:  # as a bot started on it: it projects the journal
+        assert len(restored.quotes_since(limit=100)) == 31

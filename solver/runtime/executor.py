@@ -51,6 +51,7 @@ from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
 from solver.protocol.quote_signing import SignedQuote
 from solver.runtime.ports import Ports
+from solver.runtime.repeats import Repeats
 
 log = logging.getLogger("solver.executor")
 OTHER = "other"
@@ -81,6 +82,8 @@ class Executor:
         # the journal does not hold yet: a failed commit or append must not lose them.
         self._uncommitted: list[Fact] = []
         self._unjournaled: list[Fact] = []
+        # A journal that fails, fails for every fact of every tick: said once, then counted.
+        self.journal_failing = Repeats(log, "the journal", logging.ERROR)
         self._handlers: dict[type, Handler] = {
             SignAndSend: self._sign_and_queue,
             Record: self._record,
@@ -199,7 +202,8 @@ class Executor:
         try:
             journal.append(fact)
         except SolverError as exc:
-            log.error("cannot record %s: %s; quoting paused", type(fact).__name__, exc)
+            why = f"cannot record {type(fact).__name__}: {exc}; quoting paused"
+            self.journal_failing.failed(why, time.monotonic())
             # Only an answer not recorded is never sent (and released); any other fact failing
             # (a claim, a settlement) must not end the quote it names: the desk pauses, the
             # fact is kept and appended again at the next flush, and the operator looks at
@@ -226,10 +230,12 @@ class Executor:
         journal = self.ports.journal
         if journal is not None:
             self._append_again()
+            written = bool(batch or self._uncommitted)
             try:
                 journal.commit()  # the durable point: nothing below runs before it
             except SolverError as exc:
-                log.error("cannot commit the journal: %s; %d answer(s) not sent", exc, len(batch))
+                why = f"cannot commit the journal: {exc}; {len(batch)} answer(s) not sent"
+                self.journal_failing.failed(why, time.monotonic())
                 # The desk has applied every fact of the lost transaction: the ones that are
                 # not answers go back to the journal first, before anything decided later.
                 self._unjournaled[:0] = self._uncommitted
@@ -243,6 +249,8 @@ class Executor:
                     self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
                 return
             self._uncommitted = []
+            if written:
+                self.journal_failing.worked()
         if batch:
             self._send(batch)
 

@@ -169,19 +169,26 @@ class Operator:
             "uptime_s": time.monotonic() - self.started,
         }
         if ports.store is not None:
-            windows = {}
-            for name, seconds in (("1h", 3600.0), ("24h", 86400.0)):
-                stats = ports.store.stats(seconds, now)
-                windows[name] = {
-                    "quotes": stats["quotes"],
-                    "won": stats["won"],
-                    "win_rate": stats["win_rate"],
-                    "volume_usd": self._volume_usd(stats["volume_in"]),
-                }
-            doc["windows"] = windows
-        doc.update(status_extra(ports))  # decimals, symbols, recent_fills, paper
+            try:
+                doc["windows"] = self._windows(ports.store, now)
+            except SolverError as exc:
+                # The rest comes from memory: the status answers while the store fails.
+                doc["store_error"] = str(exc)
+        doc.update(status_extra(ports))  # decimals, symbols, recent_fills, paper (, store_error)
         merge_pair_rows(doc["pairs"], ports, now)  # state, strategy, 24 h fills, paper per pair
         return doc
+
+    def _windows(self, store: Store, now: datetime) -> dict[str, Any]:
+        windows = {}
+        for name, seconds in (("1h", 3600.0), ("24h", 86400.0)):
+            stats = store.stats(seconds, now)
+            windows[name] = {
+                "quotes": stats["quotes"],
+                "won": stats["won"],
+                "win_rate": stats["win_rate"],
+                "volume_usd": self._volume_usd(stats["volume_in"]),
+            }
+        return windows
 
     def pairs(self) -> dict[str, dict[str, Any]]:
         """Per configured pair (``wNEAR/USDC``): the desk's counters since start, plus the

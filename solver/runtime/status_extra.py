@@ -15,6 +15,10 @@ document; every one is additive (``solver status`` shows unknown keys raw):
     The store's last :data:`RECENT_FILLS` fills, newest first (amounts as strings).
 ``paper``
     Shadow mode only: the paper book (:meth:`solver.runtime.paper.PaperBook.doc`).
+``store_error``
+    Only while the store cannot be read: its error. The rest of the status still comes from
+    memory (issue 24: a failing store made ``/control/status`` answer HTTP 500); the fills of
+    the pair rows are then null (unknown).
 
 They are read from :class:`StatusSources`, not from the bot: the operator's ports
 (:class:`~solver.runtime.operator.OperatorPorts`) carry exactly these, so a test builds the
@@ -26,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
+
+from solver.errors import SolverError
 
 if TYPE_CHECKING:
     from solver.config import PairSpec, TokenSpec
@@ -70,7 +76,10 @@ def status_extra(sources: StatusSources) -> dict[str, Any]:
         "symbols": {a: t.symbol for a, t in tokens.items()},
     }
     if sources.store is not None:
-        doc["recent_fills"] = recent_fills(sources.store)
+        try:
+            doc["recent_fills"] = recent_fills(sources.store)
+        except SolverError as exc:
+            doc["store_error"] = str(exc)
     if sources.paper is not None:
         doc["paper"] = sources.paper.doc(sources.assets, view.inventory.confirmed, view.price)
     return doc
@@ -109,9 +118,13 @@ def merge_pair_rows(
 def pair_rows(sources: StatusSources, now: datetime) -> list[dict[str, Any]]:
     view, tokens, store, paper_book = sources.view, sources.tokens, sources.store, sources.paper
     totals: dict[frozenset[str], tuple[int, float]] = {}
+    known = True
     if store is not None:
-        for asset_in, asset_out, count, realized in store.fill_totals(now - _DAY):
-            _add(totals, frozenset((asset_in, asset_out)), count, realized)
+        try:
+            for asset_in, asset_out, count, realized in store.fill_totals(now - _DAY):
+                _add(totals, frozenset((asset_in, asset_out)), count, realized)
+        except SolverError:
+            known = False  # status_extra says why (store_error)
     paper: dict[frozenset[str], tuple[int, float]] = {}
     if paper_book is not None:
         for (asset_in, asset_out), (count, realized) in paper_book.by_direction.items():
@@ -127,7 +140,8 @@ def pair_rows(sources: StatusSources, now: datetime) -> list[dict[str, Any]]:
             f"{pair.quote}->{pair.base}"
         )
         state = "DISABLED" if not pair.enabled else "PAUSED" if paused else "RUNNING"
-        fills, realized = totals.get(key, (0, 0.0))
+        # Unknown (null) while the store cannot be read.
+        fills_24h, realized_24h = totals.get(key, (0, 0.0)) if known else (None, None)
         row: dict[str, Any] = {
             "pair": f"{tokens[pair.base].symbol}/{tokens[pair.quote].symbol}",
             "base": pair.base,
@@ -137,8 +151,8 @@ def pair_rows(sources: StatusSources, now: datetime) -> list[dict[str, Any]]:
             "state": state,
             "paused": paused,
             "open_quotes": open_quotes.get(key, 0),
-            "fills_24h": fills,
-            "realized_pnl_usd_24h": realized,
+            "fills_24h": fills_24h,
+            "realized_pnl_usd_24h": realized_24h,
         }
         if paper_book is not None:
             row["paper_fills"], row["paper_realized_pnl_usd"] = paper.get(key, (0, 0.0))

@@ -20,7 +20,8 @@ import pytest
 
 from solver.io.store.owner import StoreBusyError, lock_path, read_holder
 from solver.io.store.sqlite_store import Store, StoreError
-from tests.io.store_helpers import ACCOUNT, append_quotes, signed_quote
+from tests.chattr import immutable, require_chattr, store_paths
+from tests.io.store_helpers import ACCOUNT, append_quotes, record, signed_quote
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,7 +73,11 @@ def test_a_second_opener_is_refused_naming_the_holder(tmp_path: Path) -> None:
 def test_a_stale_holder_after_kill_9_is_taken_over(tmp_path: Path) -> None:
     db = tmp_path / "bot.sqlite"
     with subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(db)], cwd=REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _HOLDER, str(db)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        stderr=subprocess.STDOUT,
     ) as child:
         try:
             assert child.stdout is not None
@@ -160,3 +165,21 @@ def test_a_backup_while_the_store_is_held_is_a_consistent_database(tmp_path: Pat
         assert len(opened.journal.load()[1]) == 31
     with Store(copy) as restored:  # as a bot started on it: it projects the journal
         assert len(restored.quotes_since(limit=100)) == 31
+
+
+def test_a_failed_store_commit_fails_the_journals_next_commit(tmp_path: Path) -> None:
+    """The store committed the driver's open transaction for its own reasons (the projection,
+    a status read) and that commit failed: what the driver appended was rolled back, so the
+    driver's own commit must fail too — else it sends answers that are not in the journal."""
+    db = tmp_path / "store" / "bot.sqlite"
+    db.parent.mkdir()
+    require_chattr(db.parent)
+    with Store(db, account=ACCOUNT) as store:
+        record(store, signed_quote("q1"))
+        append_quotes(store, signed_quote("q2"))  # appended, not committed
+        with immutable(store_paths(db)), pytest.raises(StoreError):
+            store.project()
+        with pytest.raises(StoreError, match="cannot commit the journal"):
+            store.journal.commit()
+        store.journal.commit()  # said once: the store works again
+        assert [type(x).__name__ for x in store.journal.load()[1]] == ["QuoteOpened"]

@@ -38,6 +38,11 @@ class SqliteJournal:
         self._conn = conn
         self._cur = conn.cursor()
         self.appended = 0
+        self.lost: str | None = None
+        """Set when the store committed the open transaction for another reason (projection,
+        a status read, a write of its own) and that commit failed: what the driver appended
+        was rolled back with it, so its own next :meth:`commit` must fail too, or it would
+        send answers that are not in the journal (issue 24)."""
         """Facts appended since this journal was opened; it only ever grows (a rollback does
         not take it back). Read by the snapshots' pacing, the store's checkpointer and its
         projection, each against its own mark."""
@@ -63,13 +68,18 @@ class SqliteJournal:
         self.appended += 1
 
     def commit(self) -> None:
-        """Make everything appended so far durable (the group commit)."""
+        """Make everything appended so far durable (the group commit). Raises
+        :class:`StoreError` when it fails, or when the store's own commit of what was
+        appended failed since the last call (:attr:`lost`)."""
+        lost, self.lost = self.lost, None
         if self._conn.in_transaction:
             try:
                 self._cur.execute("COMMIT")
             except sqlite3.Error as exc:
                 self.rollback()
                 raise StoreError(f"cannot commit the journal: {exc}") from None
+        if lost is not None:
+            raise StoreError(f"cannot commit the journal: {lost}")
 
     def rollback(self) -> None:
         if self._conn.in_transaction:

@@ -305,13 +305,16 @@ class Store:
         return schema_version(self._conn)
 
     def commit(self) -> None:
-        """Commit what the journal and :meth:`record_request` appended (the group commit)."""
+        """Commit what the journal and :meth:`record_request` appended (the group commit). A
+        failure rolls all of it back, and the journal's own next commit fails too
+        (:attr:`SqliteJournal.lost`): the driver then sends none of the answers it held."""
         if self._conn.in_transaction:
             try:
                 self._cur.execute("COMMIT")
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     self._cur.execute("ROLLBACK")
+                self.journal.lost = str(exc)
                 raise StoreError(f"cannot commit recorded quotes: {exc}") from None
 
     def _fresh(self) -> None:

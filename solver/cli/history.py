@@ -10,7 +10,10 @@ amounts in the smallest unit, as strings.
 
 ``solver store export`` streams a whole table as CSV or JSON Lines, values as stored.
 
-Both read a store the bot may be writing at the same time: WAL readers do not block it.
+``solver store backup`` makes a consistent copy (:mod:`solver.cli.store_access`).
+
+The running bot holds its store alone: while it runs, all three ask it through its control API
+(it reads its own store); while it is stopped they open the file (:mod:`solver.cli.store_access`).
 """
 
 from __future__ import annotations
@@ -23,15 +26,18 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from solver.cli import EXIT_OK, print_json
-from solver.config import TokenSpec, load_bot_config
+from solver.cli.store_access import add_store_arguments, open_or_bot, register_backup, target
+from solver.config import TokenSpec
 from solver.core.lifecycle import TrackedQuote
 from solver.errors import ConfigError
+from solver.io.store.records import fill_record, quote_record, totals_from_doc
 from solver.io.store.schema import TABLES
 from solver.io.store.sqlite_store import Fill, Store
 from solver.io.store.totals import PairTotals
@@ -50,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "config's storage.path, or --db. The signing key is not needed."
         ),
     )
-    _add_store_arguments(history)
+    add_store_arguments(history)
     history.add_argument(
         "--since",
         metavar="WHEN",
@@ -97,16 +103,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "amounts as decimal strings, times in ISO 8601 UTC, nonces in hex."
         ),
     )
-    _add_store_arguments(export)
+    add_store_arguments(export)
     export.add_argument("--table", choices=TABLES, required=True)
     export.add_argument("--format", choices=("csv", "jsonl"), required=True)
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
     export.set_defaults(handler=cmd_export)
-
-
-def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", help="the bot's YAML config (storage.path)")
-    parser.add_argument("--db", metavar="PATH", help="the store's file (overrides the config)")
+    register_backup(commands)
 
 
 def _positive_int(text: str) -> int:
@@ -154,68 +156,7 @@ def parse_pair(text: str, tokens: dict[str, TokenSpec]) -> tuple[str, str]:
     return resolve(base_text) or base_text, resolve(quote_text) or quote_text
 
 
-def _open_store(args: argparse.Namespace) -> tuple[Store, dict[str, TokenSpec]]:
-    store, tokens, _ = _open_store_and_pairs(args)
-    return store, tokens
-
-
-def _open_store_and_pairs(
-    args: argparse.Namespace,
-) -> tuple[Store, dict[str, TokenSpec], list[tuple[str, str]]]:
-    tokens: dict[str, TokenSpec] = {}
-    pairs: list[tuple[str, str]] = []
-    path: Path | None = Path(args.db) if args.db else None
-    if args.config:
-        config = load_bot_config(args.config)  # validates the file; the key is not loaded
-        tokens = dict(config.tokens)
-        pairs = [(p.base, p.quote) for p in config.pairs]
-        path = path or config.storage.path
-    if path is None:
-        raise ConfigError("give --config FILE (its storage.path) or --db PATH")
-    return Store(path, create=False, checkpoint_every_s=None), tokens, pairs
-
-
 # ---------------------------------------------------------------------------------- rows
-
-
-def quote_record(q: TrackedQuote) -> dict[str, Any]:
-    return {
-        "created_at": q.created_at.isoformat(),
-        "quote_id": q.quote_id,
-        "state": q.state.value,
-        "asset_in": q.asset_in,
-        "amount_in": str(q.amount_in),
-        "asset_out": q.asset_out,
-        "amount_out": str(q.amount_out),
-        "fee": str(q.fee),
-        "deadline": q.deadline.isoformat(),
-        "quote_hash": q.quote_hash,
-        "intent_hash": q.intent_hash,
-        "tx_hash": q.tx_hash,
-        "reason": q.reason,
-    }
-
-
-def fill_record(f: Fill) -> dict[str, Any]:
-    def text(value: object) -> str | None:
-        return None if value is None else str(value)
-
-    return {
-        "at": f.at.isoformat(),
-        "quote_id": f.quote_id,
-        "asset_in": f.asset_in,
-        "amount_in": str(f.amount_in),
-        "asset_out": f.asset_out,
-        "amount_out": str(f.amount_out),
-        "fee": str(f.fee),
-        "price_in_usd": text(f.price_in_usd),
-        "price_out_usd": text(f.price_out_usd),
-        "realized_pnl_usd": text(f.realized_pnl_usd),
-        "markouts": dict(f.markouts),
-        "quote_hash": f.quote_hash,
-        "intent_hash": f.intent_hash,
-        "tx_hash": f.tx_hash,
-    }
 
 
 def format_amount(amount: str, asset: str, tokens: dict[str, TokenSpec]) -> str:
@@ -264,20 +205,33 @@ def totals_record(
 
 def cmd_history(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
-    store, tokens, pairs = _open_store_and_pairs(args)
-    with store:
-        since = parse_since(args.since, now) if args.since else None
-        pair = parse_pair(args.pair, tokens) if args.pair else None
-        decimals = {asset: spec.decimals for asset, spec in tokens.items()}
-        totals = [
-            totals_record(row, pairs, tokens) for row in store.pair_totals(since, pair, decimals)
-        ]
-        if args.kind == "fills":
-            rows = [fill_record(f) for f in store.fills_since(since, pair, args.limit)]
-        elif args.kind == "quotes":
-            rows = [quote_record(q) for q in store.quotes_since(since, pair, args.limit)]
-        else:
-            rows = totals
+    where = target(args)
+    tokens, pairs = where.tokens, where.pairs
+    since = parse_since(args.since, now) if args.since else None
+    pair = parse_pair(args.pair, tokens) if args.pair else None
+    source = open_or_bot(args, where)
+    if isinstance(source, Store):
+        with source:
+            decimals = {asset: spec.decimals for asset, spec in tokens.items()}
+            sums = source.pair_totals(since, pair, decimals)
+            if args.kind == "fills":
+                rows = [fill_record(f) for f in source.fills_since(since, pair, args.limit)]
+            elif args.kind == "quotes":
+                rows = [quote_record(q) for q in source.quotes_since(since, pair, args.limit)]
+            else:
+                rows = []
+    else:  # the running bot reads its own store
+        query: dict[str, str | int] = {"kind": args.kind, "limit": args.limit}
+        if since is not None:
+            query["since"] = since.isoformat()
+        if pair is not None:
+            query["base"], query["quote"] = pair
+        doc = source.request("GET", "/control/store/history?" + urlencode(query))
+        rows = list(doc["rows"])
+        sums = [totals_from_doc(t) for t in doc["totals"]]
+    totals = [totals_record(row, pairs, tokens) for row in sums]
+    if args.kind == "pairs":
+        rows = totals
     if args.format == "json":
         print_json(rows)
     elif args.format == "csv":
@@ -379,15 +333,27 @@ def _print_totals(
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    store, _ = _open_store(args)
-    with store:
-        if args.out is None:
-            store.export(args.table, args.format, sys.stdout)
-            sys.stdout.flush()
-            return EXIT_OK
-        try:
-            with open(args.out, "w", encoding="utf-8", newline="") as out:
-                store.export(args.table, args.format, out)
-        except OSError as exc:
-            raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
+    source = open_or_bot(args, target(args))
+    if isinstance(source, Store):
+        with source:
+            if args.out is None:
+                source.export(args.table, args.format, sys.stdout)
+                sys.stdout.flush()
+                return EXIT_OK
+            try:
+                with open(args.out, "w", encoding="utf-8", newline="") as out:
+                    source.export(args.table, args.format, out)
+            except OSError as exc:
+                raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
+        return EXIT_OK
+    query = urlencode({"table": args.table, "format": args.format})
+    text = str(source.request("GET", "/control/store/export?" + query)["text"])
+    if args.out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return EXIT_OK
+    try:
+        Path(args.out).write_text(text, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
     return EXIT_OK

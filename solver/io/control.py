@@ -23,6 +23,9 @@ One FastAPI app, served by uvicorn inside the bot's own event loop on ``metrics.
     :meth:`ControlTarget.resume` (token): ``200`` with ``ok: true`` once nothing holds the
     scope any more; ``409`` with ``ok: false``, the ``message`` and ``still_paused`` when a
     pause still holds (a kill-switch condition still in force, another pause).
+``/control/store/...``
+    History, export and backup of the bot's store while it holds it (token;
+    :mod:`solver.io.control_store`), when the app is given the store.
 
 Access: the control endpoints need ``Authorization: Bearer <token>`` where the token is read,
 when the app is built, from an environment variable (``SOLVER_CONTROL_TOKEN`` unless told
@@ -46,11 +49,11 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Annotated, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -59,6 +62,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from solver.errors import ConfigError
 from solver.io.metrics import CONTENT_TYPE, Metrics
+
+if TYPE_CHECKING:
+    from solver.io.store.sqlite_store import Store
 
 log = logging.getLogger("solver.control")
 
@@ -85,6 +91,14 @@ class ControlTarget(Protocol):
         ...
 
     def health(self) -> tuple[bool, list[str]]: ...
+
+
+@dataclass(frozen=True)
+class StoreRoutes:
+    """What the ``/control/store/`` routes read: the bot's store and its tokens' decimals."""
+
+    store: Store
+    decimals: Mapping[str, int]
 
 
 class WindowDoc(TypedDict, total=False):
@@ -157,8 +171,10 @@ def create_control_app(
     metrics: Metrics,
     *,
     token_env: str = DEFAULT_TOKEN_ENV,
+    store: StoreRoutes | None = None,
 ) -> FastAPI:
-    """The metrics / health / control app. The token is read from ``token_env`` now, once."""
+    """The metrics / health / control app. The token is read from ``token_env`` now, once.
+    ``store``: the bot's store and its token decimals, served under ``/control/store/``."""
     token = os.environ.get(token_env) or None
     expected = token.encode("utf-8") if token is not None else None
     if expected is None:
@@ -203,6 +219,11 @@ def create_control_app(
     @app.get("/control/status", dependencies=guarded)
     async def status() -> JSONResponse:
         return JSONResponse(target.status())
+
+    if store is not None:
+        from solver.io.control_store import add_store_routes
+
+        add_store_routes(app, store.store, guarded, store.decimals)
 
     @app.post("/control/pause", dependencies=guarded)
     async def pause(body: PauseBody) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from solver.errors import SolverError
 from solver.io.alert_policy import BusWatch
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import CONNECTED, BusWsClient
-from solver.io.control import ControlServer, create_control_app, serve_control
+from solver.io.control import ControlServer, StoreRoutes, create_control_app, serve_control
 from solver.io.desk_ports import (
     BusStatusSource,
     LedgerNonceOracle,
@@ -507,9 +507,16 @@ class LiveBot:
                 "are not followed (see solver swap status)"
             )
         if self.config.metrics.listen:
-            self.control = await serve_control(
-                create_control_app(self.operator, self.metrics), self.config.metrics.listen
+            store = self.store
+            routes = (
+                StoreRoutes(store, {a: t.decimals for a, t in self.config.tokens.items()})
+                if store is not None
+                else None
             )
+            app = create_control_app(self.operator, self.metrics, store=routes)
+            self.control = await serve_control(app, self.config.metrics.listen)
+            if store is not None:  # where `solver history` finds the bot that holds the store
+                store.note_control(self.control.url)
         self._schedule()
         self.scheduler.start()
         self.upkeep.start()  # last: what was built so far is frozen for the collector

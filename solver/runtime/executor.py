@@ -234,7 +234,7 @@ class Executor:
             try:
                 journal.commit()  # the durable point: nothing below runs before it
             except SolverError as exc:
-                why = f"cannot commit the journal: {exc}; {len(batch)} answer(s) not sent"
+                why = f"{exc}; {len(batch)} answer(s) not sent"
                 self.journal_failing.failed(why, time.monotonic())
                 # The desk has applied every fact of the lost transaction: the ones that are
                 # not answers go back to the journal first, before anything decided later.

@@ -197,7 +197,8 @@ class Upkeep:
         if store is None or self._stopping:
             return
         try:
-            store.checkpoint_if_due()
+            if store.checkpoint_if_due():
+                self.store_worked()
         except SolverError as exc:
             self.store_failed(exc)
 
@@ -237,9 +238,8 @@ class Upkeep:
         self._saturated_ticks = 0
         try:
             if not store.project(PROJECT_BUDGET_S):
-                self.store_worked()
-                return  # caught up
-            self.store_worked()
+                return  # caught up (perhaps without a word to SQLite: not a sign of health)
+            self.store_worked()  # a slice committed
             behind = store.unprojected()
             spare = self._cpu_share < PROJECT_SPARE_CPU
             if slices == 1 and spare and behind > PROJECT_BEHIND_ENTRIES:

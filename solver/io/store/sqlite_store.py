@@ -55,22 +55,17 @@ One connection per ``Store``, used from the thread that opened it (the event loo
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, ParamSpec, TextIO, TypeVar
+from typing import Any, Literal
 
-import orjson
-
-from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
-from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.backup import backup_to
 from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpoints, Pacing
 from solver.io.store.checks import check_usable, open_error, refuse_unusable_file
@@ -78,27 +73,18 @@ from solver.io.store.journal import SqliteJournal
 from solver.io.store.migrations import SCHEMA_VERSION, migrate, schema_version
 from solver.io.store.owner import Holder, busy_error, me, remove_holder, take_over, write_holder
 from solver.io.store.projection import pending, project
+from solver.io.store.queries import StoreQueries, reads
 from solver.io.store.retention import Pruned, Pruner
 from solver.io.store.schema import (
     INSERT_NONCE,
     INSERT_REQUEST,
-    REBALANCE_COLUMNS,
-    SELECT_FILLS,
-    SELECT_QUOTES,
     Alert,
     BalanceSnapshot,
     Fill,
     NonceReusedError,
     StoreError,
-    export_rows,
-    fill_row,
-    from_ts,
-    query_params,
-    rebalance_row,
-    tracked_row,
     ts,
 )
-from solver.io.store.totals import PairTotals, pair_totals
 from solver.protocol.nonce import PREFIX_LEN
 
 INSERT_NONCE_PREFIX = (
@@ -120,32 +106,9 @@ log = logging.getLogger("solver.store")
 Synchronous = Literal["normal", "full"]
 WAL_LIMIT_BYTES = 256 << 20
 """After a burst, the WAL file is cut back to twice this (``journal_size_limit``)."""
-ExportFormat = Literal["csv", "jsonl"]
-Pair = tuple[str, str]
-P = ParamSpec("P")
-R = TypeVar("R")
-
-_WON_STATES = frozenset(
-    {QuoteState.WON, QuoteState.SETTLING, QuoteState.SETTLED, QuoteState.FAILED}
-)
 
 
-def _reads(method: Callable[P, R]) -> Callable[P, R]:
-    """A query of the store: SQLite's error becomes a :class:`StoreError` naming the query
-    (the status page and the gauges read through these, and must keep answering while the
-    store fails: issue 24)."""
-
-    @functools.wraps(method)
-    def read(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the store ({method.__name__}): {exc}") from None
-
-    return read
-
-
-class Store:
+class Store(StoreQueries):
     """The bot's SQLite database: the desk's journal, quotes, fills, balances, alerts, nonces."""
 
     def __init__(
@@ -404,16 +367,6 @@ class Store:
             raise StoreError(f"cannot record request {r.quote_id}: {exc}") from None
         return True
 
-    # ------------------------------------------------------------------ records
-
-    @_reads
-    def open_alerts(self) -> list[Alert]:
-        self._fresh()
-        rows = self._conn.execute(
-            "SELECT id, at, kind, detail FROM alerts WHERE resolved_at IS NULL ORDER BY id"
-        )
-        return [Alert(row[0], from_ts(row[1]), row[2], row[3]) for row in rows]
-
     # ------------------------------------------------------------------ restart
 
     def claim_nonce_prefix(self, at: datetime) -> bytes:
@@ -428,121 +381,18 @@ class Store:
                 return prefix
         raise StoreError(f"cannot claim a fresh nonce prefix in {self.path}")
 
-    @_reads
+    @reads
     def nonce_prefixes(self, account: str) -> set[bytes]:
         """Every nonce-sequence prefix claimed for ``account``."""
         sql = "SELECT prefix FROM nonce_prefixes WHERE account = ?"
         return {bytes(row[0]) for row in self._conn.execute(sql, (account,))}
 
-    @_reads
+    @reads
     def nonce_used_before(self, account: str, nonce: bytes) -> bool:
         """Whether ``nonce`` is recorded as signed by ``account`` (rebalance deposits, and quotes
         signed before schema 8); a quote nonce is unique by its claimed prefix instead."""
         sql = "SELECT 1 FROM nonces WHERE account = ? AND nonce = ?"
         return self._conn.execute(sql, (account, nonce.hex())).fetchone() is not None
-
-    @_reads
-    def signed_data(self, quote_id: str) -> dict[str, Any] | None:
-        """The signed item exactly as it was sent (for disputes), or None."""
-        self._fresh()
-        row = self._conn.execute(
-            "SELECT signed_data FROM quotes WHERE quote_id = ?", (quote_id,)
-        ).fetchone()
-        if row is None:
-            return None
-        value: dict[str, Any] = orjson.loads(row[0])
-        return value
-
-    # ------------------------------------------------------------------ queries
-
-    @_reads
-    def quotes_since(
-        self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
-    ) -> list[TrackedQuote]:
-        """Newest first; ``pair`` matches both directions."""
-        self._fresh()
-        params = query_params(since, pair, limit)
-        return [tracked_row(row) for row in self._conn.execute(SELECT_QUOTES, params)]
-
-    @_reads
-    def fills_since(
-        self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
-    ) -> list[Fill]:
-        """Newest first; ``pair`` matches both directions."""
-        self._fresh()
-        params = query_params(since, pair, limit)
-        return [fill_row(row) for row in self._conn.execute(SELECT_FILLS, params)]
-
-    @_reads
-    def fill_totals(self, since: datetime) -> list[tuple[str, str, int, float]]:
-        """``(asset_in, asset_out, fills, realized PnL USD)`` per direction since ``since``: one
-        grouped query (the status page asks every few seconds). The PnL is a float sum, for
-        people; a fill without prices counts 0."""
-        sql = (
-            "SELECT asset_in, asset_out, COUNT(*), TOTAL(CAST(realized_pnl_usd AS REAL)) "
-            "FROM fills WHERE at >= ? GROUP BY asset_in, asset_out ORDER BY asset_in, asset_out"
-        )
-        return [
-            (asset_in, asset_out, int(count), float(total))
-            for asset_in, asset_out, count, total in self._conn.execute(sql, (ts(since),))
-        ]
-
-    @_reads
-    def pair_totals(
-        self,
-        since: datetime | None = None,
-        pair: Pair | None = None,
-        decimals: Mapping[str, int] | None = None,
-    ) -> list[PairTotals]:
-        """Quotes, wins, fills, volume and realized PnL per pair (:mod:`store_totals`)."""
-        return pair_totals(self._conn, "" if since is None else ts(since), pair, decimals)
-
-    @_reads
-    def stats(self, window_s: float, now: datetime) -> dict[str, Any]:
-        """Counts of the quotes created in the last ``window_s`` and the volume they settled."""
-        self._fresh()
-        since = ts(now - timedelta(seconds=window_s))
-        counts: dict[str, int] = {}
-        volume_in: dict[str, int] = {}
-        volume_out: dict[str, int] = {}
-        sql = "SELECT state, COUNT(*) FROM quotes WHERE created_at >= ? GROUP BY state"
-        for state, count in self._conn.execute(sql, (since,)):
-            counts[state] = count
-        sql = (
-            "SELECT asset_in, amount_in, asset_out, amount_out FROM quotes "
-            "WHERE created_at >= ? AND state = 'SETTLED'"
-        )
-        for asset_in, amount_in, asset_out, amount_out in self._conn.execute(sql, (since,)):
-            volume_in[asset_in] = volume_in.get(asset_in, 0) + int(amount_in)
-            volume_out[asset_out] = volume_out.get(asset_out, 0) + int(amount_out)
-        quotes = sum(counts.values())
-        won = sum(n for s, n in counts.items() if s in _WON_STATES)
-        return {
-            "window_s": window_s,
-            "since": since,
-            "quotes": quotes,
-            "won": won,
-            "settled": counts.get(QuoteState.SETTLED, 0),
-            "states": counts,
-            "win_rate": won / quotes if quotes else None,
-            "volume_in": {a: str(v) for a, v in sorted(volume_in.items())},
-            "volume_out": {a: str(v) for a, v in sorted(volume_out.items())},
-        }
-
-    @_reads
-    def last_balance_snapshot(self) -> BalanceSnapshot | None:
-        self._fresh()
-        row = self._conn.execute("SELECT MAX(at) FROM balance_snapshots").fetchone()
-        if row is None or row[0] is None:
-            return None
-        balances: dict[str, int] = {}
-        expected: dict[str, int] = {}
-        sql = "SELECT asset, amount, expected FROM balance_snapshots WHERE at = ? ORDER BY id"
-        for asset, amount, want in self._conn.execute(sql, (row[0],)):
-            balances[asset] = int(amount)
-            if want is not None:
-                expected[asset] = int(want)
-        return BalanceSnapshot(from_ts(row[0]), balances, expected or None)
 
     # ------------------------------------------------------------------ rebalances
 
@@ -559,34 +409,3 @@ class Store:
                     f"nonce {nonce.hex()} of {account} was signed before: not signed again"
                 ) from None
             raise
-
-    @_reads
-    def open_rebalances(self) -> list[RebalanceRecord]:
-        """Rebalances not finished yet, oldest first, as projected from the journal (the
-        rebalancer takes them up from the desk, not from here)."""
-        sql = REBALANCE_COLUMNS + "WHERE finished_at IS NULL ORDER BY created_at"
-        return [rebalance_row(row) for row in self._conn.execute(sql)]
-
-    @_reads
-    def rebalances(self, limit: int = 100) -> list[RebalanceRecord]:
-        """The latest rebalances, newest first."""
-        sql = REBALANCE_COLUMNS + "ORDER BY created_at DESC LIMIT ?"
-        return [rebalance_row(row) for row in self._conn.execute(sql, (limit,))]
-
-    @_reads
-    def rebalance_steps(self, rebalance_id: str) -> list[tuple[datetime, str, str | None]]:
-        """``(at, state, detail)`` of every step of one rebalance, in order."""
-        sql = "SELECT at, state, detail FROM rebalance_steps WHERE rebalance_id = ? ORDER BY id"
-        return [(from_ts(a), s, d) for a, s, d in self._conn.execute(sql, (rebalance_id,))]
-
-    # ------------------------------------------------------------------ export
-
-    @_reads
-    def export(self, table: str, fmt: ExportFormat, out: TextIO) -> int:
-        """Stream every row of ``table`` to ``out`` as CSV (with a header) or JSON Lines.
-
-        Values are as stored (amounts as decimal strings, times ISO, nonces hex); JSON Lines
-        embeds the JSON columns (``signed_data``, ``markouts``) as values. Returns the row count.
-        """
-        self._fresh()
-        return export_rows(self._conn, table, fmt, out)

@@ -7,6 +7,7 @@ import contextlib
 import sqlite3
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -147,3 +148,14 @@ def committed_view(db: Path) -> Iterator[sqlite3.Connection]:
             yield conn
         finally:
             conn.close()
+
+
+def checkpointed(store: Store, timeout_s: float = 10.0) -> bool:
+    """Ask for a checkpoint pass until it runs (a due pass waits for the WAL's flush on the
+    store's sync thread first) — True once it ran, False if it never did."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if store.checkpoint_if_due():
+            return True
+        time.sleep(0.002)
+    return False

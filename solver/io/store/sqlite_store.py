@@ -67,7 +67,7 @@ from typing import Any, Literal
 
 from solver.core.market import QuoteRequest
 from solver.io.store.backup import backup_to
-from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpoints, Pacing
+from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpoints, Pacing, WalSyncer
 from solver.io.store.checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store.journal import SqliteJournal
 from solver.io.store.migrations import SCHEMA_VERSION, migrate, schema_version
@@ -200,9 +200,13 @@ class Store(StoreQueries):
         if create:  # the writer: what a killed run appended but did not project yet
             self.project()
         self.checkpoints: Checkpoints | None = None
+        self._syncer: WalSyncer | None = None
         if checkpoint_every_s is not None:
             pacing = Pacing(time.monotonic(), min_entries=checkpoint_min_entries)
-            self.checkpoints = Checkpoints(checkpoint_every_s, pacing)
+            if create:
+                self._syncer = WalSyncer(Path(f"{self.path}-wal"))
+                self._syncer.start()
+            self.checkpoints = Checkpoints(checkpoint_every_s, pacing, self._syncer)
 
     def close(self) -> None:
         try:
@@ -216,6 +220,9 @@ class Store(StoreQueries):
         try:
             self._conn.close()
         finally:
+            if self._syncer is not None:  # after the connection: see WalSyncer
+                self._syncer.stop()
+                self._syncer = None
             if self.holder is not None:
                 remove_holder(self.path, self.holder.pid)
                 self.holder = None
@@ -241,8 +248,8 @@ class Store(StoreQueries):
         if checkpoints is None:
             return False
         now = time.monotonic()
-        if now < checkpoints.next_look:
-            return False
+        if not checkpoints.pending and now < checkpoints.next_look:
+            return False  # no SQL at all: the ticker asks 50 times a second
         try:
             self.commit()
             return checkpoints.maybe(self._conn, self.journal.appended, now)

@@ -132,6 +132,7 @@ class StoreQueries:
         decimals: Mapping[str, int] | None = None,
     ) -> list[PairTotals]:
         """Quotes, wins, fills, volume and realized PnL per pair (:mod:`store_totals`)."""
+        self._fresh()  # the same rows as the lists beside it (solver history through the bot)
         return pair_totals(self._conn, "" if since is None else ts(since), pair, decimals)
 
     @reads

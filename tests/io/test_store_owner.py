@@ -183,3 +183,15 @@ def test_a_failed_store_commit_fails_the_journals_next_commit(tmp_path: Path) ->
             store.journal.commit()
         store.journal.commit()  # said once: the store works again
         assert [type(x).__name__ for x in store.journal.load()[1]] == ["QuoteOpened"]
+
+
+def test_the_wal_flush_ahead_of_a_pass_keeps_the_lock(tmp_path: Path) -> None:
+    """The WAL is flushed from a thread on a descriptor of its own (the database's own file is
+    never opened beside SQLite: closing such a descriptor drops the process's lock)."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1) as store:
+        for i in range(3):
+            record(store, signed_quote(f"q{i}"))
+            assert checkpointed(store)
+        done = _open_elsewhere(db, create=False)
+        assert done.returncode == 2 and "in use by a running bot" in done.stdout, done.stdout

@@ -37,12 +37,13 @@ before its first access: SQLite keeps the WAL index in the process's heap (no ``
 nothing mapped) and holds a lock on the database file until the connection closes, so a second
 opener is refused (:mod:`solver.io.store.owner` names the holder). Exclusive means one
 connection, so the thread could not open the store any more: its passes now run on the
-writer's connection with the same pacing, and hold the event loop while they copy (a pass
-every 512 entries copies a few MB; its time is in ``Checkpoints.last_pass_s``, figures in
-docs/operations.md). With no other connection reading, every pass copies the whole WAL, so the
-next commit starts the file over by itself: the separate RESTART went away with the thread.
-Pages already synced are not synced again: the checkpoint's fsyncs stay (an unsynced
-checkpoint can corrupt the database on power loss).
+writer's connection with the same pacing, and hold the event loop while they copy and sync (a
+pass every 512 entries copies a few MB: ~10 ms here, ~4–7 ms since a small thread flushes the
+WAL ahead of it, :class:`~solver.io.store.checkpoint.WalSyncer`; the pass's time is in
+``Checkpoints.last_pass_s``, figures in docs/operations.md). With no other connection reading,
+every pass copies the whole WAL, so the next commit starts the file over by itself (and syncs
+its header, as before, now once a pass): the separate RESTART went away with the thread. The
+checkpoint's own fsyncs stay (an unsynced checkpoint can corrupt the database on power loss).
 
 Readers in other processes (``solver history``, exports) cannot open a store the bot holds:
 they go through the bot's control API while it runs (it reads its own store, and backs it up

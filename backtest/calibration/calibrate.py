@@ -182,7 +182,10 @@ def observations_from_store(
                 won,
             )
     except sqlite3.Error as exc:
-        raise ConfigError(f"cannot read the store {db}: {exc}") from None
+        hint = ""
+        if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
+            hint = " (a running bot holds its store: calibrate on a copy, solver store backup)"
+        raise ConfigError(f"cannot read the store {db}: {exc}{hint}") from None
     finally:
         conn.close()
     return obs

@@ -11,7 +11,9 @@
   ``GET /sandbox/service-key`` (the public key that signs quotes).
 
 Request bodies are read raw and validated with ``model_validate_json``: a JSON number where the
-spec has an amount string is refused, as is a snake_case field name. OpenAPI: ``/openapi.json``.
+spec has an amount string is refused, as is a snake_case field name. Bad input of any route is a
+400 whose ``message`` names the field, the official ``BadRequestResponse`` (protocol-notes 7); a
+method a path does not serve is a 405 with ``Allow``. OpenAPI: ``/openapi.json``.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def _responses(model: Any, *codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def parse_body(model: type[M], body: bytes) -> tuple[M, dict[str, Any]]:
-    """The validated model and the decoded object; 422 naming the first bad field."""
+    """The validated model and the decoded object; 400 naming the first bad field."""
     try:
         parsed = model.model_validate_json(body)
     except ValidationError as exc:
@@ -137,7 +139,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
         "/v0/quote",
         response_model=None,
         summary="Request a quote (2.1 → 2.2)",
-        responses=_responses(ClientQuoteResponse, 400, 401, 413, 422),
+        responses=_responses(ClientQuoteResponse, 400, 401, 413),
         openapi_extra={**json_body(ClientQuoteRequest), "security": OPTIONAL_AUTH},
     )
     async def quote(request: Request) -> JSONResponse:
@@ -173,7 +175,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
         "/v0/deposit/submit",
         response_model=None,
         summary="Report a deposit transaction (2.4 → 2.5)",
-        responses=_responses(DepositSubmitResponse, 401, 404, 413, 422),
+        responses=_responses(DepositSubmitResponse, 400, 401, 404, 413),
         openapi_extra={**json_body(DepositSubmitRequest), "security": OPTIONAL_AUTH},
     )
     async def submit(request: Request) -> JSONResponse:
@@ -201,7 +203,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
         response_model=None,
         tags=["sandbox"],
         summary="Sandbox only: simulate a deposit of a chosen amount",
-        responses=_responses(DepositSubmitResponse, 404, 413, 422),
+        responses=_responses(DepositSubmitResponse, 400, 404, 413),
         openapi_extra=json_body(SandboxDepositRequest),
     )
     async def sandbox_deposit(request: Request) -> JSONResponse:

@@ -80,11 +80,11 @@ async def test_optional_client_fields_are_accepted_and_echoed(
         ({"recipientType": "CONFIDENTIAL_INTENTS"}, "recipientType", ""),
     ],
 )
-async def test_bad_client_fields_are_422_naming_the_field(
+async def test_bad_client_fields_are_400_naming_the_field(
     world: SwapWorld, extra: dict[str, Any], field: str, text: str
 ) -> None:
     response = await world.quote(dry=True, **extra)
-    assert_error(response, 422, "INVALID_BODY", field)
+    assert_error(response, 400, "INVALID_BODY", field)
     assert text in response.json()["message"]
 
 
@@ -145,4 +145,5 @@ async def test_unserved_paths_are_json_404s_naming_them(
 async def test_wrong_method_names_the_path(world: SwapWorld) -> None:
     response = await world.client.delete(world.base + "/v0/tokens")
     assert_error(response, 405, "METHOD_NOT_ALLOWED")
-    assert response.json()["message"] == "DELETE is not allowed on /v0/tokens"
+    assert response.headers["allow"] == "GET"
+    assert response.json()["message"] == "DELETE is not allowed on /v0/tokens (allowed: GET)"

@@ -30,6 +30,8 @@ from starlette.routing import Match, Route
 JWT_ALGORITHMS = ["HS256"]
 REF_TEMPLATE = "#/components/schemas/{model}"
 BEARER_SCHEME = "bearerAuth"
+API_KEY_SCHEME = "apiKeyAuth"
+API_KEY_HEADER = "X-API-Key"
 
 
 class ApiError(Exception):
@@ -176,6 +178,13 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
+def api_key_token(request: Request) -> str | None:
+    """The token of an ``X-API-Key`` header, the official 1Click API's other credential carrier
+    (security ``X-API-Key`` or ``JWT-auth``, protocol-notes 7); None without the header. The
+    sandbox takes the same JWT there: an empty or invalid one is a 401 like a bad bearer."""
+    return request.headers.get(API_KEY_HEADER)
+
+
 def verify_jwt(token: str, secret: bytes) -> dict[str, Any]:
     """Claims of a valid HS256 token (``exp`` / ``nbf`` checked when present); 401 otherwise."""
     try:
@@ -290,8 +299,11 @@ def install_openapi(
     app: FastAPI,
     models: tuple[type[BaseModel], ...],
     describe: Callable[[], str],
+    *,
+    api_key: bool = False,
 ) -> None:
-    """Generate the document once, adding request-body models and the bearer scheme."""
+    """Generate the document once, adding request-body models and the bearer scheme (and the
+    ``X-API-Key`` scheme when the API takes that carrier too: ``api_key``)."""
 
     def build() -> dict[str, Any]:
         if app.openapi_schema:
@@ -309,9 +321,12 @@ def install_openapi(
             schema, defs = model_schema(model)
             schemas.update(defs)
             schemas[model.__name__] = schema
-        components["securitySchemes"] = {
+        schemes: dict[str, Any] = {
             BEARER_SCHEME: {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
         }
+        if api_key:
+            schemes[API_KEY_SCHEME] = {"type": "apiKey", "in": "header", "name": API_KEY_HEADER}
+        components["securitySchemes"] = schemes
         app.openapi_schema = doc
         return doc
 

@@ -86,6 +86,23 @@ async def test_invalid_or_expired_token_is_401(world: SwapWorld) -> None:
     assert_error(await world.quote({"Authorization": f"Bearer {expired}"}), 401, "UNAUTHORIZED")
 
 
+async def test_x_api_key_carries_the_token_too(world: SwapWorld) -> None:
+    """The official schema's quote security is ``X-API-Key`` or ``JWT-auth`` (protocol-notes 7):
+    the same token in either header is a partner's; a bad one in either is a 401, never an
+    anonymous quote, also beside a valid bearer."""
+    anonymous = (await world.ok_quote(dry=True))["quote"]
+    by_key = (await world.ok_quote({"X-API-Key": world.token}, dry=True))["quote"]
+    by_bearer = (await world.ok_quote(world.auth, dry=True))["quote"]
+    assert int(anonymous["amountOut"]) < int(by_key["amountOut"]) == int(by_bearer["amountOut"])
+    for headers in ({"X-API-Key": "nope"}, {"X-API-Key": ""}, {**world.auth, "X-API-Key": "x"}):
+        assert_error(await world.quote(headers), 401, "UNAUTHORIZED")
+    status = world.base + "/v0/status"
+    response = await world.client.get(
+        status, params={"depositAddress": "a"}, headers={"X-API-Key": "x"}
+    )
+    assert_error(response, 401, "UNAUTHORIZED")
+
+
 async def test_app_fees_are_taken_from_the_input_and_paid_out(world: SwapWorld) -> None:
     fees = [{"recipient": "app.near", "fee": 50}, {"recipient": "ref.near", "fee": 12.5}]
     quote = (await world.ok_quote(appFees=fees))["quote"]

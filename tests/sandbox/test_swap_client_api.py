@@ -1,6 +1,7 @@
 """What the official 1Click client calls beyond the spec (issue 13; sandbox/swap/client_api.py):
 ``GET /v0/tokens``, ``GET /v0/any-input/withdrawals``, the optional quote fields
-``confidentiality`` / ``rebates``, and JSON 404s naming the paths the sandbox does not serve.
+``confidentiality`` / ``rebates`` / ``insured``, and JSON 404s naming the paths the sandbox does
+not serve.
 The interop suite runs the official client itself against the same endpoints."""
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ async def test_tokens_lists_every_sandbox_token(world: SwapWorld) -> None:
     [
         {"confidentiality": "public"},
         {"confidentiality": "advanced"},
+        {"insured": False},
         {"rebates": [{"recipient": "rebate.near", "share": 100}]},
         {
             "rebates": [
@@ -66,6 +68,8 @@ async def test_optional_client_fields_are_accepted_and_echoed(
     ("extra", "field", "text"),
     [
         ({"confidentiality": "secret"}, "confidentiality", "Input should be"),
+        ({"insured": True}, "insured", "no swap insurance"),
+        ({"insured": "false"}, "insured", "valid boolean"),
         ({"rebates": []}, "rebates", "at least 1"),
         ({"rebates": [{"recipient": "a.near", "share": 60}]}, "rebates", "add up to 100"),
         (

@@ -76,9 +76,13 @@ def check_quote_request(
         )
     withdraws = req.recipient_type is RecipientType.DESTINATION_CHAIN
     if withdraws and not req.destination_asset.startswith("nep141:"):
-        raise invalid_body("DESTINATION_CHAIN needs a nep141 destinationAsset", "recipientType")
+        raise invalid_body(
+            "recipientType: DESTINATION_CHAIN needs a nep141 destinationAsset", "recipientType"
+        )
     if req.refund_type is RefundType.ORIGIN_CHAIN and not req.origin_asset.startswith("nep141:"):
-        raise invalid_body("ORIGIN_CHAIN refunds need a nep141 originAsset", "refundType")
+        raise invalid_body(
+            "refundType: ORIGIN_CHAIN refunds need a nep141 originAsset", "refundType"
+        )
     for field, value in (
         ("virtualChainRecipient", req.virtual_chain_recipient),
         ("virtualChainRefundRecipient", req.virtual_chain_refund_recipient),

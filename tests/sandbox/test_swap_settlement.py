@@ -252,3 +252,4 @@ async def test_a_deposit_that_would_overflow_is_refused(world: SwapWorld) -> Non
     assert first.status_code == 200
     second = await world.client.post(world.base + "/sandbox/deposit", json=body)
     assert second.status_code == 400 and second.json()["field"] == "amount"
+    assert second.json()["message"].startswith("amount: ")  # names the field (protocol-notes 7)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from solver.cli import EXIT_OK, print_json, warn
+from solver.cli import EXIT_OK, note, print_json, warn
 from solver.cli.backtest.streams import backtest_group
 from solver.cli.config import add_set_argument, describe_overrides, overrides_of
 from solver.config import load_bot_config
@@ -193,8 +193,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     overrides = overrides_of(args)
     config = load_bot_config(args.config, overrides=overrides or None)
-    # The start-up line (stderr: stdout is the JSON result).
-    warn(f"backtest of {args.stream} with {args.config}, {describe_overrides(overrides)}")
+    if overrides:  # said once, on stderr (stdout is the JSON result); nothing to say without
+        note(f"backtest of {args.stream} with {args.config}, {describe_overrides(overrides)}")
     settings = load_settings(
         args.backtest_config,
         fill_model=args.fill_model,
@@ -262,9 +262,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         first = stats.malformed[0] if stats.malformed else None
         where = f" (first: line {first[0]}: {first[1]})" if first else ""
         warn(f"{stats.malformed_total} malformed stream lines skipped{where}")
-    note = halted_note(figures)
-    if note is not None:
-        warn(f"replay {note}")
+    halted = halted_note(figures)
+    if halted is not None:
+        warn(f"replay {halted}")
     print_json(
         {
             "out": str(out),

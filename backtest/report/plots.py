@@ -102,7 +102,7 @@ def pnl_and_inventory(
             _dates([halted_at])[0], 0.02, " kill switch", rotation=90, fontsize=8,
             va="bottom", transform=ax.get_xaxis_transform(),
         )  # fmt: skip
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower left", fontsize=7, ncol=2)
     lines[-1].xaxis_date(UTC)
     fig.autofmt_xdate()
     return _png(fig)

@@ -73,8 +73,9 @@ def ratios(
         "withheld": None,
     }
     if spanned < min_days or n < 2:
+        have = f"{spanned:.1f} days" if spanned >= 2 else f"{spanned * 24:.1f} hours"
         out["withheld"] = _withheld(
-            "Sharpe, Sortino and Calmar", f"{spanned:.1f} days of data", f"{min_days} days"
+            "Sharpe, Sortino and Calmar", f"{have} of data", f"{min_days} days"
         )
         return out
     mean = sum(daily_pnl) / n

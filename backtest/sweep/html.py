@@ -205,7 +205,8 @@ def _candidates(result: SweepResult) -> str:
     walk = bool(result.splits)
     head = ["rank", "candidate", *keys, "objective (full)"]
     head += ["in-sample mean", "out-of-sample mean"] if walk else []
-    head += ["PnL USD", "max drawdown USD", "won", "win rate", "halted", "error"]
+    head += ["PnL USD", "hold USD", "PnL over hold USD", "max drawdown USD", "won", "win rate"]
+    head += ["halted", "error"]
     rows = []
     for rank, c in enumerate(result.ranking()[:MAX_ROWS], start=1):
         full = result.results.get((c.index, 0))
@@ -217,6 +218,8 @@ def _candidates(result: SweepResult) -> str:
             row += [_n(result.mean_over(c.index, False)), _n(result.mean_over(c.index, True))]
         row += [
             _n(m.get("pnl_usd")),
+            _n(m.get("hold_pnl_usd")),
+            _n(m.get("pnl_over_hold_usd")),
             _n(m.get("max_drawdown_usd")),
             str(m.get("won", "")),
             f"{100 * m['win_rate']:.1f} %" if "win_rate" in m else "",

@@ -18,6 +18,7 @@ from backtest.sweep.html import _levels, short
 from backtest.sweep.outputs import summary_json
 from backtest.sweep.run import run_sweep
 from backtest.sweep.spec import validate_sweep
+from backtest.sweep.tasks import TaskResult
 from backtest.sweep.verdict import EXIT_NO_WINNER, judge
 from solver.cli import main
 from tests.backtest.replay_helpers import (
@@ -109,6 +110,7 @@ def test_a_sweep_that_loses_to_holding_says_no_winner_and_writes_no_best_config(
     ]  # fmt: skip
     assert 'alt="objective against pairs.0.params.spread_bps"' in page
     assert '<div class="wide"><table>' in page
+    assert "<th>PnL over hold USD</th>" in page
     # Asked for anyway: written, still exit 3, and the file says why.
     code, out = _cli(tmp_path, falling(), "--write-best-anyway")
     assert code == 3
@@ -171,3 +173,18 @@ def test_heatmap_bins_read_as_numbers() -> None:
     labels, level = _levels([8_000.0 + 137.3 * i for i in range(13)])
     assert labels[0] == "8,000–8,210" and all("e+" not in label for label in labels)
     assert level(8_000.0) == 0 and level(8_000.0 + 137.3 * 12) == 7
+
+
+def test_a_leader_whose_interval_reaches_zero_is_inconclusive() -> None:
+    scores = {(i, s): 1.0 + i for i in range(3) for s in range(4)}
+    result = _fake_result(scores, 3)
+    noisy = (10.0, -9.0) * 12  # +12 USD a window, from blocks of ±10
+    for (i, s), task in list(result.results.items()):
+        result.results[(i, s)] = TaskResult(i, s, task.metrics, blocks=noisy)
+    verdict = judge(result)
+    assert verdict.verdict == "inconclusive" and verdict.candidate == 2
+    assert verdict.interval is not None and verdict.interval["low"] < 0 < verdict.interval["high"]
+    assert verdict.interval["estimate"] == 12.0
+    assert "reaches zero" in verdict.reason
+    # Three identical candidates: the best is exactly what luck gives.
+    assert verdict.reality_check is not None and verdict.reality_check["p_value"] > 0.05

@@ -260,7 +260,7 @@ def _verdict(verdict: Verdict) -> list[str]:
         rows.append(
             [
                 f"winner's PnL over hold, {i['on'].replace('_', ' ')}",
-                f"{_n(i['estimate'])} USD, {i['level']:.0%} interval {_n(i['low'])} to "
+                f"{_n(i['estimate'])} USD, {i['level'] * 100:.0f} % interval {_n(i['low'])} to "
                 f"{_n(i['high'])} (bootstrap of {i['blocks']} time blocks)",
             ]
         )

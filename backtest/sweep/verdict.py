@@ -164,10 +164,11 @@ def judge(result: SweepResult) -> Verdict:
     blocks = _blocks(result, best.index, segments)
     if blocks is not None:
         verdict.interval = interval(blocks, on)
-        if verdict.interval["low"] <= 0:
+        low, high = verdict.interval["low"], verdict.interval["high"]
+        if low <= 0:
             doubts.append(
-                f"its {LEVEL:.0%} interval of PnL over hold, {verdict.interval['low']:,.2f} to "
-                f"{verdict.interval['high']:,.2f} USD, reaches zero"
+                f"its {LEVEL * 100:.0f} % interval of PnL over hold, {low:,.2f} to "
+                f"{high:,.2f} USD, reaches zero"
             )
     valid = [b for c in result.candidates if (b := _blocks(result, c.index, segments)) is not None]
     if len(valid) >= 2:
@@ -184,7 +185,7 @@ def judge(result: SweepResult) -> Verdict:
     else:
         verdict.reason = f"candidate {best.index}: {where} {kind} {score:,.2f} USD" + (
             "" if verdict.interval is None else (
-                f", {LEVEL:.0%} interval {verdict.interval['low']:,.2f} to "
+                f", {LEVEL * 100:.0f} % interval {verdict.interval['low']:,.2f} to "
                 f"{verdict.interval['high']:,.2f} USD"
             )
         )  # fmt: skip

@@ -58,7 +58,10 @@ def register_sweep(group: Group) -> None:
             "walk-forward splits), replay every candidate on the stream in parallel, and write "
             "leaderboard.csv, sweep.json, sweep.html, best_config.yaml, best_backtest.yaml and "
             "timing.json "
-            "into --out. The format is in docs/backtest.md (Sweeps)."
+            "into --out, with a verdict (winner, inconclusive, no winner). Exits 3 when no "
+            "candidate's score is above zero (with the default objective: none beats holding "
+            "the starting inventory), and then writes no best_config.yaml unless "
+            "--write-best-anyway. The format is in docs/backtest.md (Sweeps)."
         ),
     )
     parser.add_argument(

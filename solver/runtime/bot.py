@@ -36,6 +36,7 @@ from solver.core.quoting import Quote
 from solver.core.view import DeskView
 from solver.errors import SolverError
 from solver.io.alert_policy import BusWatch
+from solver.io.alert_spool import AlertSpool, spool_path
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import CONNECTED, BusWsClient
 from solver.io.control import ControlServer, create_control_app, serve_control
@@ -58,6 +59,7 @@ from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance.rebalancer import Rebalancer
+from solver.runtime.durable_alerts import DurableAlerts
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.paper import PaperBook
@@ -152,6 +154,20 @@ class LiveBot:
         # is missing stops the start here.
         self.notifier = Notifier.from_config(config.alerts, clock=clock)
         self.bus_watch = BusWatch(config.alerts.bus_down_after_s)
+        # Incidents outlive the process in a spool beside the store (issue 24); a bot without
+        # a store (shadow mode) keeps them in memory.
+        self.durable = (
+            DurableAlerts(
+                self.notifier,
+                AlertSpool(spool_path(self.store.path)),
+                view=self.view,
+                store=self.store,
+                bus_watch=self.bus_watch,
+                registry=self.metrics.registry,
+            )
+            if self.store is not None
+            else None
+        )
         self.tasks = Tasks()
         self.executor = Executor(
             self.desk,
@@ -284,6 +300,8 @@ class LiveBot:
         """The upkeep's gauges: the operator's, then the paper book's."""
         self.operator.refresh_metrics()
         self.refresh_paper_metrics()
+        if self.durable is not None:
+            self.durable.beat(self.clock())
 
     def refresh_paper_metrics(self) -> None:
         if self.paper is None or self.paper_metrics is None:
@@ -489,6 +507,8 @@ class LiveBot:
         """Quote until ``stop`` is set, then stop quoting and return (``grace_s``: first let
         open quotes settle for at most that long; the journal makes it unnecessary)."""
         self.notifier.start()  # alerts raised from here on are delivered
+        if self.durable is not None:
+            self.durable.start(self.clock())  # the previous run's incidents, before any new
         self.recover()
         if self.shadow:
             log.warning(
@@ -498,6 +518,8 @@ class LiveBot:
             )
         self.operator.sync_pair_metrics(baseline=True)
         await self.warm_up()
+        if self.durable is not None:
+            self.durable.settle(self.clock())  # the desk and its inputs say what still holds
         if self.rebalancer is not None:
             await self.rebalancer.resume()
         elif self.store is not None and self.store.open_rebalances():
@@ -565,6 +587,8 @@ class LiveBot:
             self.upkeep.close(self.clock())
             self.store.close()
         await self.notifier.aclose(NOTIFIER_CLOSE_S)
+        if self.durable is not None:
+            self.durable.stop()  # what was not delivered stays in the spool, untold
         log.info("stopped: %s", self.summary())
 
 

@@ -1,0 +1,159 @@
+"""Alerts outlive the process (issue 24, part 7): ``solver run`` as a child process, killed
+with real signals, delivering through Apprise's ``json://`` plugin to a real HTTP sink.
+
+- an incident open when the bot dies (``kill -9``) gets its current state after the restart:
+  RESOLVED when it no longer holds, or a reminder while it does;
+- the restart after a ``kill -9`` says so (``unclean_restart``, naming the dead pid); a
+  restart after SIGTERM does not;
+- a change folded by the rate limit (not yet sent) is sent by the next run, not dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.server import Sandbox
+from solver.protocol.keys import SecretKey
+from tests.app.harness import (
+    DEFAULT_BALANCES,
+    E6,
+    USDC,
+    bot_overrides,
+    eventually,
+    fund,
+    running_sandbox,
+)
+from tests.app.test_cli_run import write_config
+from tests.app.test_restart import Child, bot_process, sigkill
+from tests.io.http_sink import HttpSink
+
+KEY_ENV = "SOLVER_APP_TEST_DURABLE_ALERTS_KEY"
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[HttpSink]:
+    server = await HttpSink().start()
+    yield server
+    await server.stop()
+
+
+def titles(sink: HttpSink) -> list[str]:
+    return [m["title"] for m in sink.messages()]
+
+
+async def told(sink: HttpSink, title: str, child: Child, after: int = 0) -> dict[str, Any]:
+    """The first message titled ``title`` among those after the first ``after``."""
+
+    def found() -> bool:
+        return any(m["title"] == title for m in sink.messages()[after:])
+
+    await eventually(found, f"{title!r} in {titles(sink)}\n{child.output()[-3000:]}", 20)
+    return next(m for m in sink.messages()[after:] if m["title"] == title)
+
+
+@contextlib.asynccontextmanager
+async def setup(
+    tmp_path: Path, sink: HttpSink, overrides: dict[str, Any]
+) -> AsyncIterator[tuple[Sandbox, Path, dict[str, str], str]]:
+    async with running_sandbox(tmp_path) as sandbox:
+        key = SecretKey.generate()
+        account = key.public_key.implicit_account_id()
+        fund(sandbox, account, DEFAULT_BALANCES)
+        base = bot_overrides(sandbox, account, KEY_ENV, tmp_path / "solver.sqlite")
+        config = write_config(tmp_path / "bot.yaml", {**base, **overrides})
+        env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+        env[KEY_ENV] = key.to_text()
+        env["SOLVER_ALERT_URLS"] = sink.url()
+        yield sandbox, config, env, account
+
+
+async def sigterm(child: Child) -> None:
+    child.process.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(child.process.wait(), 15) == 0, child.output()
+
+
+NO_HALT = {
+    "risk.halt_on_mismatch": False,
+    "alerts.name": "bot-d",
+    "alerts.retry_delays_s": [0.2],
+    "log.level": "INFO",
+}
+
+
+async def test_an_incident_open_at_kill_9_is_resolved_after_the_restart(
+    tmp_path: Path, sink: HttpSink
+) -> None:
+    async with setup(tmp_path, sink, NO_HALT) as (sandbox, config, env, account):
+        async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
+            sandbox.ledger.balances[account][USDC] -= 7 * E6  # behind the bot's back
+            await told(sink, "[bot-d] ALERT: reconciliation", first)
+            dead_pid = first.process.pid
+            await sigkill(sandbox, first)
+        mode = os.stat(f"{tmp_path / 'solver.sqlite'}.alerts.json").st_mode
+        assert mode & 0o077 == 0, oct(mode)  # the spool beside the store is owner-only
+        sandbox.ledger.balances[account][USDC] += 7 * E6  # put back while it was down
+        seen = len(sink.messages())
+        async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
+            unclean = await told(sink, "[bot-d] ALERT: unclean_restart", second, seen)
+            assert f"pid {dead_pid}" in unclean["message"], unclean
+            assert "last seen alive at" in unclean["message"], unclean
+            resolved = await told(sink, "[bot-d] RESOLVED: reconciliation", second, seen)
+            # The opening was carried over the restart: it says how long it was open.
+            assert "open for" in resolved["message"], resolved
+            await sigterm(second)
+        seen = len(sink.messages())
+        async with bot_process(sandbox, config, env, tmp_path / "run3.log") as third:
+            await asyncio.sleep(1.0)  # a clean stop before: nothing to say at this start
+            assert titles(sink)[seen:] == [], third.output()[-3000:]
+            await sigterm(third)
+
+
+async def test_an_incident_still_holding_gets_a_reminder_after_kill_9(
+    tmp_path: Path, sink: HttpSink
+) -> None:
+    """``risk.halt_on_mismatch`` (the default): the pause is in the journal, so after the
+    restart the incident still holds: a reminder, not a silence."""
+    overrides = {**NO_HALT, "risk.halt_on_mismatch": True}
+    async with setup(tmp_path, sink, overrides) as (sandbox, config, env, account):
+        async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
+            sandbox.ledger.balances[account][USDC] -= 7 * E6
+            await told(sink, "[bot-d] ALERT: reconciliation", first)
+            await sigkill(sandbox, first)
+        seen = len(sink.messages())
+        async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
+            reminder = await told(sink, "[bot-d] ALERT: reconciliation", second, seen)
+            assert "still open after a restart" in reminder["message"], reminder
+            await asyncio.sleep(1.0)
+            assert "[bot-d] RESOLVED: reconciliation" not in titles(sink)[seen:]
+            await sigterm(second)
+
+
+async def test_a_change_folded_by_the_rate_limit_is_sent_by_the_next_run(
+    tmp_path: Path, sink: HttpSink
+) -> None:
+    """``burst: 1``: the recovery right after the opening waits for a token (an hour away);
+    a stop before then used to drop it ("rate-limited change(s) never sent")."""
+    overrides = {**NO_HALT, "alerts.burst": 1, "alerts.per_hour": 1}
+    async with setup(tmp_path, sink, overrides) as (sandbox, config, env, account):
+        async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
+            sandbox.ledger.balances[account][USDC] -= 7 * E6
+            await told(sink, "[bot-d] ALERT: reconciliation", first)
+            sandbox.ledger.balances[account][USDC] += 7 * E6  # reconciles: rate limited
+            await eventually(
+                lambda: "rate limited" in first.output(), "the recovery to be held back", 10
+            )
+            assert "[bot-d] RESOLVED: reconciliation" not in titles(sink)
+            await sigterm(first)
+        seen = len(sink.messages())
+        async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
+            resolved = await told(sink, "[bot-d] RESOLVED: reconciliation", second, seen)
+            assert "resolved at" in resolved["message"], resolved
+            await sigterm(second)

@@ -14,10 +14,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from sandbox.server import Sandbox
@@ -25,6 +27,8 @@ from solver.protocol.keys import SecretKey
 from tests.app.harness import (
     DEFAULT_BALANCES,
     E6,
+    E24,
+    NEAR,
     USDC,
     bot_overrides,
     eventually,
@@ -32,8 +36,9 @@ from tests.app.harness import (
     running_sandbox,
 )
 from tests.app.test_cli_run import write_config
-from tests.app.test_restart import Child, bot_process, sigkill
+from tests.app.test_restart import Child, bot_process, read, sigkill
 from tests.io.http_sink import HttpSink
+from tests.sandbox.scripted import rpc
 
 KEY_ENV = "SOLVER_APP_TEST_DURABLE_ALERTS_KEY"
 
@@ -156,4 +161,37 @@ async def test_a_change_folded_by_the_rate_limit_is_sent_by_the_next_run(
         async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
             resolved = await told(sink, "[bot-d] RESOLVED: reconciliation", second, seen)
             assert "resolved at" in resolved["message"], resolved
+            await sigterm(second)
+
+
+async def test_a_store_error_the_store_could_not_record_reaches_the_alerts_table(
+    tmp_path: Path, sink: HttpSink
+) -> None:
+    """The store refuses writes (another process holds its write lock past the busy timeout):
+    the ``store_error`` pause cannot be journaled, so before the spool it was in no table
+    after the bot died. Now the next start records it in ``alerts`` and resolves it."""
+    async with setup(tmp_path, sink, NO_HALT) as (sandbox, config, env, _):
+        db = tmp_path / "solver.sqlite"
+        async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
+            blocker = sqlite3.connect(db, timeout=1, isolation_level=None)
+            try:
+                blocker.execute("BEGIN IMMEDIATE")  # the bot's next write waits, then fails
+                async with httpx.AsyncClient(timeout=30) as http:
+                    await rpc(http, sandbox.urls()["relay_rpc"], "quote", {
+                        "core_asset_identifier_in": NEAR, "core_asset_identifier_out": USDC,
+                        "exact_amount_in": str(E24), "min_deadline_ms": 60_000, "wait_ms": 300,
+                    })  # fmt: skip
+                await told(sink, "[bot-d] ALERT: store_error", first)
+                await sigkill(sandbox, first)
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
+        assert read(db, "SELECT kind FROM alerts WHERE kind = 'store_error'") == []
+        seen = len(sink.messages())
+        async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
+            resolved = await told(sink, "[bot-d] RESOLVED: store_error", second, seen)
+            assert "no longer holds after a restart" in resolved["message"], resolved
+            rows = read(db, "SELECT detail, resolved_at FROM alerts WHERE kind = 'store_error'")
+            assert len(rows) == 1 and rows[0][1] is not None, rows
+            assert "not recorded" in rows[0][0], rows
             await sigterm(second)

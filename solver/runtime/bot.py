@@ -163,7 +163,7 @@ class LiveBot:
                 view=self.view,
                 store=self.store,
                 bus_watch=self.bus_watch,
-                registry=self.metrics.registry,
+                metrics=self.metrics,
             )
             if self.store is not None
             else None

@@ -23,13 +23,12 @@ import os
 from dataclasses import replace
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Gauge
-
 from solver.core.pauses import STORE_ERROR
 from solver.core.view import DeskView
 from solver.errors import SolverError
 from solver.io.alert_policy import BUS_DISCONNECTED, IncidentState, OutageWatch
 from solver.io.alert_spool import HEARTBEAT_EVERY_S, AlertSpool, RunMark
+from solver.io.metrics import Metrics
 from solver.io.notify import Notifier
 from solver.io.store.sqlite_store import Store
 
@@ -49,18 +48,14 @@ class DurableAlerts:
         view: DeskView,
         store: Store | None,
         bus_watch: OutageWatch,
-        registry: CollectorRegistry,
+        metrics: Metrics,
     ) -> None:
         self.notifier = notifier
         self.spool = spool
         self.view = view
         self.store = store
         self.bus_watch = bus_watch
-        self.heartbeat = Gauge(
-            "solver_heartbeat_timestamp_seconds",
-            "Unix time of the bot's last heartbeat (its ticker, every 100 ms).",
-            registry=registry,
-        )
+        self.metrics = metrics
         self._store_errors: list[IncidentState] = []
         self._written_at: datetime | None = None
 
@@ -87,7 +82,7 @@ class DurableAlerts:
             notifier.announce(UNCLEAN_RESTART, detail, now)
         self.spool.running = RunMark(os.getpid(), now, now)
         self._written_at = now
-        self.heartbeat.set(now.timestamp())
+        self.metrics.heartbeat(now.timestamp())
         notifier.save()
 
     def holds(self, kind: str, key: str) -> bool:
@@ -113,7 +108,7 @@ class DurableAlerts:
 
     def beat(self, now: datetime) -> None:
         """The heartbeat: the gauge every call, the spool's mark every HEARTBEAT_EVERY_S."""
-        self.heartbeat.set(now.timestamp())
+        self.metrics.heartbeat(now.timestamp())
         mark, written = self.spool.running, self._written_at
         if mark is None or written is None:
             return

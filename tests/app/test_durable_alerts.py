@@ -11,36 +11,20 @@ with real signals, delivering through Apprise's ``json://`` plugin to a real HTT
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from sandbox.server import Sandbox
-from solver.protocol.keys import SecretKey
-from tests.app.harness import (
-    DEFAULT_BALANCES,
-    E6,
-    E24,
-    NEAR,
-    USDC,
-    bot_overrides,
-    eventually,
-    fund,
-    running_sandbox,
-)
-from tests.app.test_cli_run import write_config
+from tests.app.alert_helpers import child_setup, titles, told
+from tests.app.harness import E6, E24, NEAR, USDC, eventually
 from tests.app.test_restart import Child, bot_process, read, sigkill
 from tests.io.http_sink import HttpSink
 from tests.sandbox.scripted import rpc
-
-KEY_ENV = "SOLVER_APP_TEST_DURABLE_ALERTS_KEY"
 
 
 @pytest.fixture
@@ -48,36 +32,6 @@ async def sink() -> AsyncIterator[HttpSink]:
     server = await HttpSink().start()
     yield server
     await server.stop()
-
-
-def titles(sink: HttpSink) -> list[str]:
-    return [m["title"] for m in sink.messages()]
-
-
-async def told(sink: HttpSink, title: str, child: Child, after: int = 0) -> dict[str, Any]:
-    """The first message titled ``title`` among those after the first ``after``."""
-
-    def found() -> bool:
-        return any(m["title"] == title for m in sink.messages()[after:])
-
-    await eventually(found, f"{title!r} in {titles(sink)}\n{child.output()[-3000:]}", 20)
-    return next(m for m in sink.messages()[after:] if m["title"] == title)
-
-
-@contextlib.asynccontextmanager
-async def setup(
-    tmp_path: Path, sink: HttpSink, overrides: dict[str, Any]
-) -> AsyncIterator[tuple[Sandbox, Path, dict[str, str], str]]:
-    async with running_sandbox(tmp_path) as sandbox:
-        key = SecretKey.generate()
-        account = key.public_key.implicit_account_id()
-        fund(sandbox, account, DEFAULT_BALANCES)
-        base = bot_overrides(sandbox, account, KEY_ENV, tmp_path / "solver.sqlite")
-        config = write_config(tmp_path / "bot.yaml", {**base, **overrides})
-        env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
-        env[KEY_ENV] = key.to_text()
-        env["SOLVER_ALERT_URLS"] = sink.url()
-        yield sandbox, config, env, account
 
 
 async def sigterm(child: Child) -> None:
@@ -96,10 +50,10 @@ NO_HALT = {
 async def test_an_incident_open_at_kill_9_is_resolved_after_the_restart(
     tmp_path: Path, sink: HttpSink
 ) -> None:
-    async with setup(tmp_path, sink, NO_HALT) as (sandbox, config, env, account):
+    async with child_setup(tmp_path, sink, NO_HALT) as (sandbox, config, env, account):
         async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
             sandbox.ledger.balances[account][USDC] -= 7 * E6  # behind the bot's back
-            await told(sink, "[bot-d] ALERT: reconciliation", first)
+            await told(sink, "[bot-d] ALERT: reconciliation", child=first.output)
             dead_pid = first.process.pid
             await sigkill(sandbox, first)
         mode = os.stat(f"{tmp_path / 'solver.sqlite'}.alerts.json").st_mode
@@ -107,10 +61,10 @@ async def test_an_incident_open_at_kill_9_is_resolved_after_the_restart(
         sandbox.ledger.balances[account][USDC] += 7 * E6  # put back while it was down
         seen = len(sink.messages())
         async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
-            unclean = await told(sink, "[bot-d] ALERT: unclean_restart", second, seen)
+            unclean = await told(sink, "[bot-d] ALERT: unclean_restart", seen, second.output)
             assert f"pid {dead_pid}" in unclean["message"], unclean
             assert "last seen alive at" in unclean["message"], unclean
-            resolved = await told(sink, "[bot-d] RESOLVED: reconciliation", second, seen)
+            resolved = await told(sink, "[bot-d] RESOLVED: reconciliation", seen, second.output)
             # The opening was carried over the restart: it says how long it was open.
             assert "open for" in resolved["message"], resolved
             await sigterm(second)
@@ -127,14 +81,14 @@ async def test_an_incident_still_holding_gets_a_reminder_after_kill_9(
     """``risk.halt_on_mismatch`` (the default): the pause is in the journal, so after the
     restart the incident still holds: a reminder, not a silence."""
     overrides = {**NO_HALT, "risk.halt_on_mismatch": True}
-    async with setup(tmp_path, sink, overrides) as (sandbox, config, env, account):
+    async with child_setup(tmp_path, sink, overrides) as (sandbox, config, env, account):
         async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
             sandbox.ledger.balances[account][USDC] -= 7 * E6
-            await told(sink, "[bot-d] ALERT: reconciliation", first)
+            await told(sink, "[bot-d] ALERT: reconciliation", child=first.output)
             await sigkill(sandbox, first)
         seen = len(sink.messages())
         async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
-            reminder = await told(sink, "[bot-d] ALERT: reconciliation", second, seen)
+            reminder = await told(sink, "[bot-d] ALERT: reconciliation", seen, second.output)
             assert "still open after a restart" in reminder["message"], reminder
             await asyncio.sleep(1.0)
             assert "[bot-d] RESOLVED: reconciliation" not in titles(sink)[seen:]
@@ -147,10 +101,10 @@ async def test_a_change_folded_by_the_rate_limit_is_sent_by_the_next_run(
     """``burst: 1``: the recovery right after the opening waits for a token (an hour away);
     a stop before then used to drop it ("rate-limited change(s) never sent")."""
     overrides = {**NO_HALT, "alerts.burst": 1, "alerts.per_hour": 1}
-    async with setup(tmp_path, sink, overrides) as (sandbox, config, env, account):
+    async with child_setup(tmp_path, sink, overrides) as (sandbox, config, env, account):
         async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
             sandbox.ledger.balances[account][USDC] -= 7 * E6
-            await told(sink, "[bot-d] ALERT: reconciliation", first)
+            await told(sink, "[bot-d] ALERT: reconciliation", child=first.output)
             sandbox.ledger.balances[account][USDC] += 7 * E6  # reconciles: rate limited
             await eventually(
                 lambda: "rate limited" in first.output(), "the recovery to be held back", 10
@@ -159,7 +113,7 @@ async def test_a_change_folded_by_the_rate_limit_is_sent_by_the_next_run(
             await sigterm(first)
         seen = len(sink.messages())
         async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
-            resolved = await told(sink, "[bot-d] RESOLVED: reconciliation", second, seen)
+            resolved = await told(sink, "[bot-d] RESOLVED: reconciliation", seen, second.output)
             assert "resolved at" in resolved["message"], resolved
             await sigterm(second)
 
@@ -170,7 +124,7 @@ async def test_a_store_error_the_store_could_not_record_reaches_the_alerts_table
     """The store refuses writes (another process holds its write lock past the busy timeout):
     the ``store_error`` pause cannot be journaled, so before the spool it was in no table
     after the bot died. Now the next start records it in ``alerts`` and resolves it."""
-    async with setup(tmp_path, sink, NO_HALT) as (sandbox, config, env, _):
+    async with child_setup(tmp_path, sink, NO_HALT) as (sandbox, config, env, _):
         db = tmp_path / "solver.sqlite"
         async with bot_process(sandbox, config, env, tmp_path / "run1.log") as first:
             blocker = sqlite3.connect(db, timeout=1, isolation_level=None)
@@ -181,7 +135,7 @@ async def test_a_store_error_the_store_could_not_record_reaches_the_alerts_table
                         "core_asset_identifier_in": NEAR, "core_asset_identifier_out": USDC,
                         "exact_amount_in": str(E24), "min_deadline_ms": 60_000, "wait_ms": 300,
                     })  # fmt: skip
-                await told(sink, "[bot-d] ALERT: store_error", first)
+                await told(sink, "[bot-d] ALERT: store_error", child=first.output)
                 await sigkill(sandbox, first)
             finally:
                 blocker.execute("ROLLBACK")
@@ -189,7 +143,7 @@ async def test_a_store_error_the_store_could_not_record_reaches_the_alerts_table
         assert read(db, "SELECT kind FROM alerts WHERE kind = 'store_error'") == []
         seen = len(sink.messages())
         async with bot_process(sandbox, config, env, tmp_path / "run2.log") as second:
-            resolved = await told(sink, "[bot-d] RESOLVED: store_error", second, seen)
+            resolved = await told(sink, "[bot-d] RESOLVED: store_error", seen, second.output)
             assert "no longer holds after a restart" in resolved["message"], resolved
             rows = read(db, "SELECT detail, resolved_at FROM alerts WHERE kind = 'store_error'")
             assert len(rows) == 1 and rows[0][1] is not None, rows

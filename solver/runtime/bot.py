@@ -168,7 +168,6 @@ class LiveBot:
                 view=self.view,
                 store=self.store,
                 bus_watch=self.bus_watch,
-                metrics=self.metrics,
             )
             if self.store is not None
             else None
@@ -305,8 +304,10 @@ class LiveBot:
         """The upkeep's gauges: the operator's, then the paper book's."""
         self.operator.refresh_metrics()
         self.refresh_paper_metrics()
+        now = self.clock()
+        self.metrics.heartbeat(now.timestamp())  # SolverHeartbeatStale; shadow mode too
         if self.durable is not None:
-            self.durable.beat(self.clock())
+            self.durable.beat(now)
 
     def refresh_paper_metrics(self) -> None:
         if self.paper is None or self.paper_metrics is None:
@@ -543,6 +544,7 @@ class LiveBot:
                 "the store holds unfinished rebalances but rebalance.enabled is false: they "
                 "are not followed (see solver swap status)"
             )
+        self.metrics.heartbeat(self.clock().timestamp())  # alive from the first scrape on
         if self.config.metrics.listen:
             self.control = await serve_control(
                 create_control_app(self.operator, self.metrics), self.config.metrics.listen

@@ -10,9 +10,9 @@ does four things the notifier cannot do alone, because they need the desk:
   open its state now (:meth:`DurableAlerts.settle`): a reminder while its pause (or its
   reconciliation gap) still holds, its recovery when it does not. A ``store_error`` that
   the previous run could not journal goes into the store's ``alerts`` table here;
-- keep a heartbeat (:meth:`DurableAlerts.beat`): the ``solver_heartbeat_timestamp_seconds``
-  gauge, which ``SolverHeartbeatStale`` in ``deploy/prometheus/alerts.yml`` watches, and the
-  spool's mark, which the next start reads to say when this run was last alive;
+- keep the spool's mark fresh (:meth:`DurableAlerts.beat`, beside the driver's
+  ``solver_heartbeat_timestamp_seconds`` gauge that ``SolverHeartbeatStale`` watches): the next
+  start reads it to say when this run was last alive;
 - at a clean stop, clear the mark (:meth:`DurableAlerts.stop`).
 """
 
@@ -28,7 +28,6 @@ from solver.core.view import DeskView
 from solver.errors import SolverError
 from solver.io.alert_policy import BUS_DISCONNECTED, IncidentState, OutageWatch
 from solver.io.alert_spool import HEARTBEAT_EVERY_S, AlertSpool, RunMark
-from solver.io.metrics import Metrics
 from solver.io.notify import Notifier
 from solver.io.store.sqlite_store import Store
 
@@ -48,14 +47,12 @@ class DurableAlerts:
         view: DeskView,
         store: Store | None,
         bus_watch: OutageWatch,
-        metrics: Metrics,
     ) -> None:
         self.notifier = notifier
         self.spool = spool
         self.view = view
         self.store = store
         self.bus_watch = bus_watch
-        self.metrics = metrics
         self._store_errors: list[IncidentState] = []
         self._written_at: datetime | None = None
 
@@ -82,7 +79,6 @@ class DurableAlerts:
             notifier.announce(UNCLEAN_RESTART, detail, now)
         self.spool.running = RunMark(os.getpid(), now, now)
         self._written_at = now
-        self.metrics.heartbeat(now.timestamp())
         notifier.save()
 
     def holds(self, kind: str, key: str) -> bool:
@@ -107,8 +103,7 @@ class DurableAlerts:
         self.notifier.settle(self.holds, now)
 
     def beat(self, now: datetime) -> None:
-        """The heartbeat: the gauge every call, the spool's mark every HEARTBEAT_EVERY_S."""
-        self.metrics.heartbeat(now.timestamp())
+        """The spool's mark says ``now`` (written every HEARTBEAT_EVERY_S)."""
         mark, written = self.spool.running, self._written_at
         if mark is None or written is None:
             return

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import httpx
 import pytest
 
 from tests.app.alert_helpers import child_setup, titles, told
-from tests.app.harness import E6, E24, NEAR, USDC, eventually
+from tests.app.harness import E6, E24, NEAR, USDC, LiveBot, eventually, live_bot
 from tests.app.test_restart import Child, bot_process, read, sigkill
 from tests.io.http_sink import HttpSink
 from tests.sandbox.scripted import rpc
@@ -149,3 +151,27 @@ async def test_a_store_error_the_store_could_not_record_reaches_the_alerts_table
             assert len(rows) == 1 and rows[0][1] is not None, rows
             assert "not recorded" in rows[0][0], rows
             await sigterm(second)
+
+
+async def heartbeat(bot: LiveBot) -> float:
+    control = bot.app.control
+    assert control is not None
+    body = (await bot.http.get(f"{control.url}/metrics")).text
+    found = re.search(r"^solver_heartbeat_timestamp_seconds ([0-9.e+]+)$", body, re.M)
+    assert found is not None, body
+    return float(found[1])
+
+
+@pytest.mark.parametrize("shadow", [False, True], ids=["live", "shadow"])
+async def test_the_heartbeat_metric_follows_the_ticker(tmp_path: Path, shadow: bool) -> None:
+    """What ``SolverHeartbeatStale`` watches: near the wall clock, and moving (shadow mode,
+    which has no store and no spool, too)."""
+    overrides = {"metrics.listen": "127.0.0.1:0"}
+    async with live_bot(tmp_path, overrides=overrides, shadow=shadow) as bot:
+        first = await heartbeat(bot)
+        assert abs(first - time.time()) < 30, first
+        deadline = time.monotonic() + 5
+        while (latest := await heartbeat(bot)) <= first:
+            assert time.monotonic() < deadline, "the heartbeat does not move"
+            await asyncio.sleep(0.05)
+        assert latest > first

@@ -32,7 +32,7 @@ async def told(
         return any(m["title"] == title for m in sink.messages()[after:])
 
     try:
-        await eventually(found, f"{title!r} in {titles(sink)}", 20)
+        await eventually(found, f"{title!r} in {titles(sink)}", 30)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{child()[-3000:] if child else ''}") from None
     return next(m for m in sink.messages()[after:] if m["title"] == title)

@@ -38,7 +38,7 @@ async def sink() -> AsyncIterator[HttpSink]:
 
 async def sigterm(child: Child) -> None:
     child.process.send_signal(signal.SIGTERM)
-    assert await asyncio.wait_for(child.process.wait(), 15) == 0, child.output()
+    assert await asyncio.wait_for(child.process.wait(), 30) == 0, child.output()
 
 
 NO_HALT = {

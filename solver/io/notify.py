@@ -269,6 +269,9 @@ class Notifier:
         if len(self._queue) >= self.queue_size:
             self.stats.dropped += 1
             log.error("alerts: queue full, dropped: %s", message.title(self.name))
+            # Never delivered: the spool keeps it untold, so the next start tells it.
+            self._unsent[message.kind, message.key] += 1
+            self.save()
             return
         self._queue.append(message)
         self._unsent[message.kind, message.key] += 1

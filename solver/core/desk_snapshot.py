@@ -3,9 +3,11 @@ restart fast: it applies only the journal's facts after the latest snapshot).
 
 Everything the journal's facts build is here: open quotes with their claims, reservations,
 confirmed balances and the settlements a snapshot may lack, the reconciliation, the PnL
-references and sums, and every pause. Not kept, on purpose: market inputs (fetched at start),
-markouts still due at the moment of the snapshot (they are dropped, as a markout whose price
-is missing is), and the request counters of the run.
+references and sums, every pause, and the rebalances not finished yet (a snapshot written
+before they were desk facts has none: its version stays 1, the key is optional). Not kept, on
+purpose: market inputs (fetched at start), markouts still due at the moment of the snapshot
+(they are dropped, as a markout whose price is missing is), and the request counters of the
+run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from solver.core.facts import from_micros, micros
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, Pause
+from solver.core.rebalance_record import record_doc, record_from_doc
 
 if TYPE_CHECKING:
     from solver.core.desk import Desk
@@ -114,6 +117,7 @@ def snapshot(desk: Desk) -> dict[str, Any]:
             for p in desk.pauses
             if p.kind != "shutting_down"
         ],
+        "rebalances": [record_doc(r) for r in desk.rebalancing.open.values()],
     }
 
 
@@ -162,5 +166,8 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
             desk.pauses.add(Pause(scope, kind, reason, from_micros(at)))
             if scope == GLOBAL and kind == "stale_data":
                 desk.risk.stale_open = True  # its recovery is still to be told
+        for value in doc.get("rebalances", ()):
+            record = record_from_doc(value)
+            desk.rebalancing.open[record.id] = record
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"desk snapshot cannot be read: {type(exc).__name__}: {exc}") from None

@@ -8,6 +8,7 @@ live bot does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
+from solver.core.rebalance_record import RebalanceRecord
 from solver.core.values import value
 
 
@@ -118,31 +120,22 @@ class PriceSeen:
 
 @value
 class RebalanceStarting:
-    """The rebalancer asks to start: hold ``amount_in`` of ``asset_in`` and stop quoting
-    ``route`` (``asset_in->asset_out``) until it ends (:mod:`solver.core.rebalancing`)."""
+    """The rebalancer asks to start ``record`` (PLANNED): hold its input and stop quoting its
+    route until it ends (:mod:`solver.core.rebalancing`); ``detail`` describes the plan.
+    Also how a deposit in flight from a store older than these facts gets its input held."""
 
-    rebalance_id: str
-    route: str
-    asset_in: str
-    amount_in: int
-    asset_out: str
+    record: RebalanceRecord = dataclasses.field(hash=False)
     deadline: datetime
+    detail: str | None = None
 
 
 @value
-class RebalanceDeposited:
-    """The rebalance's deposit executed: its input left the account."""
+class RebalanceStepping:
+    """A rebalance took a step: ``record`` as it is now (its deposit executed: DEPOSITED; it
+    ended: a terminal state), ``detail`` what the step did."""
 
-    rebalance_id: str
-
-
-@value
-class RebalanceEnding:
-    """The rebalance ended (``outcome``: SUCCESS, REFUNDED, FAILED or ABANDONED)."""
-
-    rebalance_id: str
-    route: str
-    outcome: str
+    record: RebalanceRecord = dataclasses.field(hash=False)
+    detail: str | None = None
 
 
 @value
@@ -210,6 +203,5 @@ Event = (
     | OperatorResume
     | ShutdownStarted
     | RebalanceStarting
-    | RebalanceDeposited
-    | RebalanceEnding
+    | RebalanceStepping
 )

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from solver.core.rebalance_record import RebalanceRecord, record_doc, record_from_doc
 from solver.core.values import value
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -192,6 +193,22 @@ class RebalanceEnded:
     at: datetime
 
 
+@value
+class RebalanceStepped:
+    """A rebalance took a step: ``record`` as it is now, ``detail`` what the step did (the
+    ``rebalance_steps`` row). The desk holds the records not finished yet, so a restart takes
+    them up from the journal. ``carried``: an older store's unfinished row, brought into the
+    journal by migration 10 (its step row exists already: the projection adds none)."""
+
+    record: RebalanceRecord = dataclasses.field(hash=False)
+    detail: str | None = None
+    carried: bool = False
+
+    @property
+    def at(self) -> datetime:
+        return self.record.updated_at
+
+
 Fact = (
     QuoteOpened
     | QuoteMoved
@@ -208,6 +225,7 @@ Fact = (
     | RebalanceStarted
     | RebalanceDeposited
     | RebalanceEnded
+    | RebalanceStepped
 )
 
 KINDS: dict[str, type[Any]] = {
@@ -226,6 +244,7 @@ KINDS: dict[str, type[Any]] = {
     "rebalance_started": RebalanceStarted,
     "rebalance_deposited": RebalanceDeposited,
     "rebalance_ended": RebalanceEnded,
+    "rebalance_stepped": RebalanceStepped,
 }
 KIND_OF: dict[type[Any], str] = {cls: kind for kind, cls in KINDS.items()}
 _INT_FIELDS = frozenset({"amount_in", "amount_out", "fee", "outflow"})
@@ -289,6 +308,8 @@ def encode(fact: Fact) -> dict[str, Any]:
             "partner_id": fact.partner_id,
             SIGNED_DATA: fact.signed_data or {},
         }
+    if type(fact) is RebalanceStepped:
+        return {"record": record_doc(fact.record), "detail": fact.detail, "carried": fact.carried}
     return {f.name: _encode_value(f.name, getattr(fact, f.name)) for f in dataclasses.fields(fact)}
 
 
@@ -299,6 +320,8 @@ def decode(kind: str, body: dict[str, Any]) -> Fact:
         raise FactError(f"unknown journal entry kind {kind!r}")
     if cls is QuoteOpened:
         return _decode_opened(body)
+    if cls is RebalanceStepped:
+        return _decode_stepped(body)
     values: dict[str, Any] = {}
     try:
         for f in dataclasses.fields(cls):
@@ -337,6 +360,16 @@ def _decode_opened(body: dict[str, Any]) -> QuoteOpened:
         raise FactError(f"quote_opened: missing field {exc.args[0]!r}") from None
     except (TypeError, ValueError, OverflowError) as exc:
         raise FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
+
+
+def _decode_stepped(body: dict[str, Any]) -> RebalanceStepped:
+    try:
+        record = record_from_doc(body["record"])
+        return RebalanceStepped(record, body.get("detail"), bool(body.get("carried", False)))
+    except KeyError as exc:
+        raise FactError(f"rebalance_stepped: missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise FactError(f"rebalance_stepped: {type(exc).__name__}: {exc}") from None
 
 
 def _decode_value(cls: type[Any], name: str, annotation: str, raw: Any) -> Any:

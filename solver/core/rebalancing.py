@@ -1,20 +1,20 @@
-"""The rebalancer's hold on the desk, as desk facts (docs/rebalance.md; issue 22).
+"""Rebalances as desk facts: the hold on the desk and every step (docs/rebalance.md; issue 22).
 
 A rebalance pays its input out of the inventory the quote path also promises from, and the bot
 must not quote the route it is swapping meanwhile. So the desk, not the rebalancer, decides and
-keeps both: the rebalancer asks with events, the desk answers with facts, and the journal brings
-them back after a ``kill -9`` like every other fact.
+keeps both, and it keeps each step too: the rebalancer tells it with events, the desk records
+facts, and the journal brings them back after a ``kill -9`` like every other fact.
 
 - ``RebalanceStarting`` → the desk reserves the input if it is free (never what an open quote
-  holds) and pauses the route (kind ``rebalancing``): fact ``RebalanceStarted``; the reply says
-  whether it started.
-- ``RebalanceDeposited`` → the deposit executed: the reservation is settled (the balance
-  snapshot will show the input gone): fact ``RebalanceDeposited``.
-- ``RebalanceEnding`` → it ended (success, refund, failure or abandoned): the reservation is
-  released and the route's pause lifted: fact ``RebalanceEnded``.
+  holds) and pauses the route (kind ``rebalancing``): facts ``RebalanceStarted`` and the
+  ``PLANNED`` step; the reply says whether it started.
+- ``RebalanceStepping`` → fact ``RebalanceStepped`` with the record after the step; when the
+  deposit executed (``DEPOSITED``) the reservation is settled (``RebalanceDeposited``: the
+  balance snapshot will show the input gone); when it ended (success, refund, failure or
+  abandoned) the reservation is released and the route's pause lifted (``RebalanceEnded``).
 
-The rebalancer's own steps (quotes, the signed deposit, the swap's status) stay in the store's
-``rebalances`` tables; this part holds only what the desk must own.
+The open records (:attr:`Rebalancing.open`) are what the rebalancer takes up after a restart;
+the ``rebalances`` / ``rebalance_steps`` tables are projected from the step facts.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from solver.core import facts as f
 from solver.core.actions import Action, OperatorReply, Record
 from solver.core.inventory import Inventory, Reservation
 from solver.core.pauses import Pause, Pauses
+from solver.core.rebalance_record import TERMINAL, RebalanceRecord, RebalanceState
 
 REBALANCING = "rebalancing"
 
@@ -43,53 +44,62 @@ def pause_reason(rebalance_id: str) -> str:
 
 class Rebalancing:
     """The desk's part for rebalances: decides and applies their facts over the inventory and
-    the pauses it shares with the rest of the desk."""
+    the pauses it shares with the rest of the desk, and holds the records not finished yet."""
 
     def __init__(self, inventory: Inventory, pauses: Pauses) -> None:
         self.inventory = inventory
         self.pauses = pauses
+        self.open: dict[str, RebalanceRecord] = {}
+        """The rebalances not finished yet, by id: what the rebalancer takes up."""
+        self._appliers = self.appliers()
 
     def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
-        return {
-            ev.RebalanceStarting: self.starting,
-            ev.RebalanceDeposited: self.deposited,
-            ev.RebalanceEnding: self.ending,
-        }
+        return {ev.RebalanceStarting: self.starting, ev.RebalanceStepping: self.stepping}
 
     def appliers(self) -> dict[type, Callable[[Any], None]]:
         return {
             f.RebalanceStarted: self.apply_started,
             f.RebalanceDeposited: self.apply_deposited,
             f.RebalanceEnded: self.apply_ended,
+            f.RebalanceStepped: self.apply_stepped,
         }
 
     # ------------------------------------------------------------------ deciding
 
     def starting(self, event: ev.RebalanceStarting, now: datetime) -> list[Action]:
-        rid = reservation_id(event.rebalance_id)
+        record = event.record
+        rid = reservation_id(record.id)
         if rid in self.inventory.reservations:
-            return [OperatorReply(False, f"rebalance {event.rebalance_id} holds its input already")]
-        free = self.inventory.free(event.asset_in)
-        if event.amount_in > free:
-            return [OperatorReply(False, f"{event.asset_in} is no longer free ({free} free)")]
-        fact = f.RebalanceStarted(
-            event.rebalance_id, event.route, event.asset_in, event.amount_in, event.asset_out,
+            return [OperatorReply(False, f"rebalance {record.id} holds its input already")]
+        free = self.inventory.free(record.asset_in)
+        if record.amount_in > free:
+            return [OperatorReply(False, f"{record.asset_in} is no longer free ({free} free)")]
+        actions: list[Action] = []
+        started = f.RebalanceStarted(
+            record.id, record.route, record.asset_in, record.amount_in, record.asset_out,
             event.deadline, now,
         )  # fmt: skip
-        self.apply_started(fact)
-        return [Record(fact), OperatorReply(True, f"rebalance {event.rebalance_id} started")]
+        self._record(started, actions)
+        if record.id not in self.open:  # a new one (else a deposit of an older store, held)
+            self._record(f.RebalanceStepped(record, event.detail), actions)
+        actions.append(OperatorReply(True, f"rebalance {record.id} started"))
+        return actions
 
-    def deposited(self, event: ev.RebalanceDeposited, now: datetime) -> list[Action]:
-        if reservation_id(event.rebalance_id) not in self.inventory.reservations:
-            return []  # not ours (ended already, or started by older code and not restored)
-        fact = f.RebalanceDeposited(event.rebalance_id, now)
-        self.apply_deposited(fact)
-        return [Record(fact)]
+    def stepping(self, event: ev.RebalanceStepping, now: datetime) -> list[Action]:
+        record = event.record
+        actions: list[Action] = []
+        self._record(f.RebalanceStepped(record, event.detail), actions)
+        held = reservation_id(record.id) in self.inventory.reservations
+        if record.state == RebalanceState.DEPOSITED and held:
+            self._record(f.RebalanceDeposited(record.id, now), actions)
+        if record.state in TERMINAL:
+            outcome = str(record.state)
+            self._record(f.RebalanceEnded(record.id, record.route, outcome, now), actions)
+        return actions
 
-    def ending(self, event: ev.RebalanceEnding, now: datetime) -> list[Action]:
-        fact = f.RebalanceEnded(event.rebalance_id, event.route, event.outcome, now)
-        self.apply_ended(fact)
-        return [Record(fact)]
+    def _record(self, fact: f.Fact, actions: list[Action]) -> None:
+        self._appliers[type(fact)](fact)
+        actions.append(Record(fact))
 
     # ------------------------------------------------------------------ applying
 
@@ -108,3 +118,10 @@ class Rebalancing:
         held = self.pauses.get(fact.route, REBALANCING)
         if held is not None and held.reason == pause_reason(fact.rebalance_id):
             self.pauses.remove(fact.route, REBALANCING)
+
+    def apply_stepped(self, fact: f.RebalanceStepped) -> None:
+        record = fact.record
+        if record.finished_at is None:
+            self.open[record.id] = record
+        else:
+            self.open.pop(record.id, None)

@@ -21,6 +21,7 @@ from solver.core.lifecycle import TrackedQuote
 from solver.core.market import ReferencePrice
 from solver.core.pauses import Pause
 from solver.core.readable import Readable
+from solver.core.rebalance_record import RebalanceRecord
 
 if TYPE_CHECKING:
     from solver.core.desk import Desk
@@ -108,6 +109,11 @@ class DeskView:
     def quote_hashes(self) -> Collection[str]:
         """The hashes of the open quotes (a bus price probe leaves our own answers out)."""
         return self._desk.book.by_hash.keys()
+
+    @property
+    def rebalances(self) -> Mapping[str, RebalanceRecord]:
+        """The rebalances not finished yet, by id (each a frozen record: the latest step)."""
+        return self._desk.rebalancing.open
 
     @property
     def inventory(self) -> InventoryReading:

@@ -29,6 +29,7 @@ import asyncio
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -253,14 +254,22 @@ async def sign_operation(
     deadline_s: float = DEFAULT_DEADLINE_S,
     layout: NonceLayout = "salted",
     now: datetime | None = None,
+    register: Callable[[str, bytes, datetime], None] | None = None,
 ) -> SignedOperation:
-    """Sign ``intents`` for ``signer_id`` (nep413) with the ledger's current salt (spec 5.3)."""
+    """Sign ``intents`` for ``signer_id`` (nep413) with the ledger's current salt (spec 5.3).
+
+    ``register(signer_id, nonce, now)``: record the nonce durably before it is signed, and
+    raise if it was recorded before (the rebalancer's deposits:
+    :meth:`solver.io.store.sqlite_store.Store.register_nonce`): a nonce is never signed twice,
+    whatever the random source does."""
     if not 0 < deadline_s <= MAX_DEADLINE_S:
         raise ConfigError(f"deadline must be within (0, {MAX_DEADLINE_S:g}] seconds")
     salt = await ledger.current_salt()
     moment = (now or datetime.now(UTC)) + timedelta(seconds=deadline_s)
     deadline = moment.replace(microsecond=moment.microsecond // 1000 * 1000)  # the signed ms
     nonce = new_nonce(layout, salt, deadline)
+    if register is not None:
+        register(signer_id, nonce, now or datetime.now(UTC))
     item = sign_nep413(
         key,
         signer_id=signer_id,

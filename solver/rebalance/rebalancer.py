@@ -5,19 +5,22 @@ plan, a hold with its reason, or nothing to do; ``check_quote`` is the last look
 moves.
 
 **Executing.** :class:`Rebalancer` runs one rebalance as a state machine, one step per change,
-each step written to the store (``rebalances`` / ``rebalance_steps``) before the next begins::
+each step a desk fact (``RebalanceStepped``, :mod:`solver.core.rebalancing`) carrying the whole
+record, journaled before the next begins; the desk holds the open records and the store's
+``rebalances`` / ``rebalance_steps`` tables are projected from the facts::
 
     PLANNED -> QUOTED -> DEPOSIT_SENT -> DEPOSITED -> SUBMITTED -> SUCCESS | REFUNDED | FAILED
        \\________\\____________\\___________________________________> ABANDONED (nothing paid)
 
 1. ``PLANNED``: the plan; the desk reserves the outflow (the quote path cannot promise it away)
-   and stops quoting the same direction (it would only buy back what it is selling): desk facts
-   (:mod:`solver.core.rebalancing`), journaled, so a ``kill -9`` keeps both.
+   and stops quoting the same direction (it would only buy back what it is selling): desk facts,
+   journaled, so a ``kill -9`` keeps both, and the step itself.
 2. ``QUOTED``: ``POST /v0/quote`` with ``INTENTS`` deposit, refund and recipient types (all to
    our own account), ``EXACT_INPUT``; the whole answer is kept, with the service's signature.
-3. ``DEPOSIT_SENT``: a ``transfer`` of the input to the deposit address, signed
-   (:mod:`solver.io.ops_intents`) and stored — item, nonce, deadline, intent hash — *before* it is
-   published, so a restart can follow or re-publish that very item and never signs a second.
+3. ``DEPOSIT_SENT``: a ``transfer`` of the input to the deposit address, its nonce registered in
+   the store before it is signed (never signed twice), signed (:mod:`solver.io.ops_intents`) and
+   journaled — item, nonce, deadline, intent hash — and committed *before* it is published, so
+   a restart can follow or re-publish that very item and never signs a second.
 4. ``DEPOSITED``: the ledger executed the transfer (the nonce is used).
 5. ``SUBMITTED``: ``POST /v0/deposit/submit`` reported it; ``GET /v0/status`` is then polled
    every tick until ``SUCCESS``, ``REFUNDED`` or ``FAILED``.
@@ -31,7 +34,7 @@ settled amounts are reported as they become known (``on_flow``), so a rebalance 
 for an unexplained balance change.
 
 ``dry_run`` only logs each plan (at most every ``min_interval_s``): nothing is quoted, signed
-or stored.
+or journaled.
 """
 
 from __future__ import annotations
@@ -39,23 +42,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
-from enum import StrEnum
 from typing import Any
 
 from solver.config import RebalanceSpec
 from solver.core import events as ev
 from solver.core.actions import Action, OperatorReply
 from solver.core.inventory import Reservation
+from solver.core.rebalance_record import TERMINAL, RebalanceRecord, RebalanceState
 from solver.core.rebalancing import reservation_id
 from solver.core.view import DeskView
 from solver.errors import ProtocolError, RemoteError, SolverError, TransportError
 from solver.io import ops_intents
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
-from solver.io.store.schema import RebalanceRecord
 from solver.io.store.sqlite_store import Store
 from solver.io.swap_client import SwapApiClient
 from solver.protocol.bus import IntentStatus
@@ -87,26 +89,6 @@ INFLOW_BOUND = 2
 """Reconciliation: a swap in flight may bring up to this many times its quoted output."""
 
 
-class RebalanceState(StrEnum):
-    PLANNED = "PLANNED"
-    QUOTED = "QUOTED"
-    DEPOSIT_SENT = "DEPOSIT_SENT"
-    DEPOSITED = "DEPOSITED"
-    SUBMITTED = "SUBMITTED"
-    SUCCESS = "SUCCESS"
-    REFUNDED = "REFUNDED"
-    FAILED = "FAILED"
-    ABANDONED = "ABANDONED"
-
-
-TERMINAL = frozenset(
-    {
-        RebalanceState.SUCCESS,
-        RebalanceState.REFUNDED,
-        RebalanceState.FAILED,
-        RebalanceState.ABANDONED,
-    }
-)
 BUS_HAS_IT = frozenset({IntentStatus.PENDING.value, IntentStatus.TX_BROADCASTED.value})
 SWAP_TERMINAL = {
     SwapStatus.SUCCESS: RebalanceState.SUCCESS,
@@ -137,6 +119,7 @@ class Rebalancer:
         store: Store | None,
         desk: DeskView,
         feed: Callable[[ev.Event], list[Action]],
+        durable: Callable[[], bool],
         clock: Callable[[], datetime],
         balance_max_age_s: float,
         nonce_layout: NonceLayout = "salted",
@@ -150,21 +133,26 @@ class Rebalancer:
         self.swap = swap
         self.bus = bus
         self.ledger = ledger
-        self.store = store
-        self.desk = desk  # read only: balances, free inventory, prices
-        self.feed = feed  # the desk's events: its reservation and pause are desk facts
+        self.store = store  # read only, but for the deposit nonces registered before signing
+        self.desk = desk  # read only: balances, free inventory, prices, the open rebalances
+        self.feed = feed  # the desk's events: every step, its reservation and pause are facts
+        self.durable = durable  # whether every fact fed so far is committed to the journal
         self.clock = clock
         self.balance_max_age_s = balance_max_age_s
         self.nonce_layout: NonceLayout = nonce_layout
         self.dry_run = spec.dry_run if dry_run is None else dry_run
         self.on_flow = on_flow
         self.on_balance_change = on_balance_change
-        self.in_flight: dict[str, RebalanceRecord] = {}
         self.last_started_at: datetime | None = None
         self.last_finished_at: datetime | None = None
         self.last_moved_at: datetime | None = None  # end of the last rebalance that moved funds
         self._bus_status: dict[str, str] = {}  # last status of each deposit published here
         self._last_hold: str | None = None
+
+    @property
+    def in_flight(self) -> Mapping[str, RebalanceRecord]:
+        """The rebalances not finished yet: the desk's, as its latest step left each."""
+        return self.desk.rebalances
 
     # ------------------------------------------------------------------ the job
 
@@ -190,7 +178,7 @@ class Rebalancer:
             log.info("rebalance plan (dry run, nothing done): %s", self._describe(decision))
             return
         if self.store is None:
-            log.warning("rebalance not started: no store to persist its steps in")
+            log.warning("rebalance not started: no store to journal its steps in")
             return
         started = self.start(decision, now)
         if started is not None:
@@ -224,8 +212,8 @@ class Rebalancer:
     # ------------------------------------------------------------------ start and resume
 
     def start(self, plan: Plan, now: datetime) -> RebalanceRecord | None:
-        """Record ``plan`` as PLANNED; the desk reserves its input and pauses its direction."""
-        assert self.store is not None
+        """Start ``plan`` as PLANNED: the desk reserves its input, pauses its direction and
+        records the step, or refuses (its input is no longer free)."""
         record = RebalanceRecord(
             id=uuid.uuid4().hex,
             created_at=now,
@@ -239,39 +227,30 @@ class Rebalancer:
             reason=plan.reason,
         )
         deadline = now + timedelta(seconds=self.spec.swap_deadline_s)
-        starting = ev.RebalanceStarting(
-            record.id, _route(record), plan.asset_in, plan.amount_in, plan.asset_out, deadline
-        )
+        starting = ev.RebalanceStarting(record, deadline, self._describe(plan))
         reply = _reply(self.feed(starting))
         if not reply.ok:
             log.warning("rebalance not started: %s", reply.message)
             return None
-        try:
-            self.store.save_rebalance(record, self._describe(plan))
-        except SolverError:
-            self.feed(ev.RebalanceEnding(record.id, _route(record), "ABANDONED"))
-            raise
-        self.in_flight[record.id] = record
         log.info("rebalance %s started: %s", record.id, self._describe(plan))
         return record
 
     async def resume(self) -> int:
-        """After a restart: take up the unfinished rebalances of the store; how many.
+        """After a restart: take up the unfinished rebalances the desk holds; how many.
 
-        A rebalance stopped before its deposit was signed paid nothing and is ``ABANDONED``
-        (the next tick plans afresh from fresh balances); a later one is followed from where it
-        stopped, its signed deposit re-published if the bus never got it. Its reservation and
-        pause came back with the desk from the journal; a store written before they were desk
-        facts gets them asked for again (a deposit not executed yet holds its input).
+        They came back with the desk from the journal, with their reservation and pause. A
+        rebalance stopped before its deposit was signed paid nothing and is ``ABANDONED`` (the
+        next tick plans afresh from fresh balances); a later one is followed from where it
+        stopped, its signed deposit re-published if the bus never got it. A rebalance of a
+        store written before the reservation was a desk fact (carried into the journal by
+        migration 10) gets it asked for again: a deposit not executed yet holds its input.
         """
-        if self.store is None:
-            return 0
-        latest = self.store.rebalances(limit=1)
-        if latest:
-            self.last_started_at = latest[0].created_at
+        if self.store is not None:
+            latest = self.store.rebalances(limit=1)  # the query table: the interval's start
+            if latest:
+                self.last_started_at = latest[0].created_at
         resumed = 0
-        for record in self.store.open_rebalances():
-            self.in_flight[record.id] = record
+        for record in list(self.in_flight.values()):
             if record.state in (RebalanceState.PLANNED, RebalanceState.QUOTED):
                 self._finish(
                     record,
@@ -282,14 +261,13 @@ class Rebalancer:
             held = reservation_id(record.id) in self.desk.inventory.reservations
             if record.state == RebalanceState.DEPOSIT_SENT and not held:
                 outflow = self._outflow(record)
-                reply = _reply(self.feed(ev.RebalanceStarting(
-                    record.id, _route(record), record.asset_in, record.amount_in,
-                    record.asset_out, outflow.deadline,
-                )))  # fmt: skip
+                reply = _reply(self.feed(ev.RebalanceStarting(record, outflow.deadline)))
                 if not reply.ok:
                     log.warning("rebalance %s: its input is not held: %s", record.id, reply.message)
             resumed += 1
-            log.info("rebalance %s resumed at %s", record.id, record.state)
+            hold = self.desk.inventory.reservations.get(reservation_id(record.id))
+            held_now = f"holding {hold.amount_out} {hold.asset_out}" if hold else "input settled"
+            log.info("rebalance %s resumed at %s, %s", record.id, record.state, held_now)
         return resumed
 
     # ------------------------------------------------------------------ the state machine
@@ -318,21 +296,17 @@ class Rebalancer:
         record: RebalanceRecord,
         state: RebalanceState | None = None,
         detail: str | None = None,
-        *,
-        nonce_of: str | None = None,
         **changes: Any,
     ) -> RebalanceRecord:
-        """Persist the next version of ``record``; only then does it replace the one in memory."""
+        """The next version of ``record``, told to the desk as a step (it records the fact, holds
+        the record while it is open, and settles or releases its input on the way)."""
         now = self.clock()
         updated = dataclasses.replace(
             record, state=state or record.state, updated_at=now, **changes
         )
         if state is not None and state in TERMINAL:
             updated = dataclasses.replace(updated, finished_at=now)
-        if self.store is not None:
-            self.store.save_rebalance(updated, detail, nonce_of=nonce_of)
-        if updated.finished_at is None:
-            self.in_flight[record.id] = updated
+        self.feed(ev.RebalanceStepping(updated, detail))
         return updated
 
     async def _quote(self, record: RebalanceRecord) -> None:
@@ -401,6 +375,7 @@ class Rebalancer:
                 deadline_s=self.spec.deposit_deadline_s,
                 layout=self.nonce_layout,
                 now=now,
+                register=None if self.store is None else self.store.register_nonce,
             )
         except (TransportError, RemoteError, ProtocolError) as exc:
             log.warning("rebalance %s: cannot sign the deposit yet: %s", record.id, exc)
@@ -409,7 +384,6 @@ class Rebalancer:
             record,
             RebalanceState.DEPOSIT_SENT,
             f"transfer {op.intent_hash}",
-            nonce_of=self.account,
             deposit_intent_hash=op.intent_hash,
             deposit_signed=op.wire(),
             deposit_nonce=op.nonce,
@@ -443,6 +417,8 @@ class Rebalancer:
             return
         if self._bus_status.get(record.id) in BUS_HAS_IT:
             return  # the bus holds it: the ledger is asked again next tick
+        if not self.durable():
+            return  # the signed item is not in the journal yet: published once it is
         # Never published here, lost, or refused: (re-)publish the same signed item. Its nonce
         # lets it execute at most once, however often it is sent.
         result = await ops_intents.publish_operation(
@@ -469,7 +445,6 @@ class Rebalancer:
     async def _deposited(self, record: RebalanceRecord, tx_hash: str | None) -> None:
         self._save(record, RebalanceState.DEPOSITED, tx_hash, deposit_tx_hash=tx_hash)
         rid = reservation_id(record.id)
-        self.feed(ev.RebalanceDeposited(record.id))
         self._flow(f"{rid}:deposit", record.asset_out, 0, record.asset_in, record.amount_in)
 
     async def _submit(self, record: RebalanceRecord) -> None:
@@ -541,9 +516,7 @@ class Rebalancer:
         self, record: RebalanceRecord, state: RebalanceState, reason: str, **changes: Any
     ) -> None:
         self._save(record, state, reason, reason=reason, **changes)
-        self.in_flight.pop(record.id, None)
         self._bus_status.pop(record.id, None)
-        self.feed(ev.RebalanceEnding(record.id, _route(record), state.value))
         self.last_finished_at = self.clock()
         if state is not RebalanceState.ABANDONED:
             self.last_moved_at = self.last_finished_at
@@ -616,11 +589,6 @@ class Rebalancer:
             return True
         seen = self.desk.inventory.confirmed_at
         return self.last_moved_at is not None and (seen is None or seen <= self.last_moved_at)
-
-
-def _route(record: RebalanceRecord) -> str:
-    """The route a rebalance swaps, as the desk's pause scopes name routes."""
-    return f"{record.asset_in}->{record.asset_out}"
 
 
 def _reply(actions: list[Action]) -> OperatorReply:

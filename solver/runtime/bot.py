@@ -262,6 +262,7 @@ class LiveBot:
             store=self.store,
             desk=self.view,
             feed=self.executor.feed,
+            durable=lambda: self.executor.durable,
             clock=self.clock,
             balance_max_age_s=self.config.chain.balance_max_age_ms / 1000,
             nonce_layout=self.config.nonce.layout,
@@ -539,9 +540,9 @@ class LiveBot:
             self.durable.settle(self.clock())  # the desk and its inputs say what still holds
         if self.rebalancer is not None:
             await self.rebalancer.resume()
-        elif self.store is not None and self.store.open_rebalances():
+        elif self.view.rebalances:
             log.warning(
-                "the store holds unfinished rebalances but rebalance.enabled is false: they "
+                "the journal holds unfinished rebalances but rebalance.enabled is false: they "
                 "are not followed (see solver swap status)"
             )
         self.metrics.heartbeat(self.clock().timestamp())  # alive from the first scrape on

@@ -286,6 +286,12 @@ class Executor:
             metrics.observe_response(elapsed)
 
     @property
+    def durable(self) -> bool:
+        """Every fact recorded so far is committed to the journal (the rebalancer publishes a
+        signed deposit only then: a restart must find the item it may have sent)."""
+        return not (self._flush_scheduled or self._uncommitted or self._unjournaled)
+
+    @property
     def idle(self) -> bool:
         """No answer waits to be committed and sent."""
         return not (self._outbox or self._flush_scheduled)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,13 +32,14 @@ from solver.core.desk_snapshot import restore
 from solver.core.events import Event, OwnFlowSettled
 from solver.core.inventory import Inventory
 from solver.core.pauses import Pauses
+from solver.core.rebalance_record import RebalanceRecord, RebalanceState
 from solver.core.state import MarketState
 from solver.core.view import DeskView
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
-from solver.io.store.schema import RebalanceRecord
-from solver.io.store.sqlite_store import Store
+from solver.io.store.sqlite_store import NonceReusedError, Store
 from solver.io.swap_client import SwapApiClient
+from solver.protocol import nonce as nonce_module
 from solver.protocol.intents import Transfer
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
@@ -56,7 +57,7 @@ from solver.rebalance.plan import (
     units_of,
     usd_of,
 )
-from solver.rebalance.rebalancer import Rebalancer, RebalanceState
+from solver.rebalance.rebalancer import Rebalancer
 from tests.app.harness import E6, E18, E24, ETH, NEAR, USDC, eventually, fund, live_bot
 from tests.io.peers import http_peer
 from tests.io.swap_sandbox import DECIMALS, PRICES, SwapSandbox, swap_sandbox
@@ -281,13 +282,15 @@ class World:
 
     def feed(self, event: Event) -> list[Action]:
         """What the executor does with the rebalancer's events: the desk decides, and what it
-        decides is journaled (committed at once here)."""
+        decides is journaled (committed at once here) and projected into the query tables
+        (the live bot's ticker does it a tick later)."""
         actions = self.desk.receive(event, self.clock())
         if self.journal is not None:
             for action in actions:
                 if isinstance(action, Record):
                     self.journal.journal.append(action.fact)
             self.journal.commit()
+            self.journal.project()
         return actions
 
     def restart(self, store: Store) -> None:
@@ -329,6 +332,7 @@ class World:
         bus_url: str | None = None,
         swap_url: str | None = None,
         dry_run: bool | None = None,
+        durable: Callable[[], bool] = lambda: True,  # ``feed`` commits at once
     ) -> Rebalancer:
         self.journal = store
         http = self.swaps.http
@@ -343,6 +347,7 @@ class World:
             store=store,
             desk=DeskView(self.desk),
             feed=self.feed,
+            durable=durable,
             clock=self.clock,
             balance_max_age_s=60,
             dry_run=dry_run,
@@ -504,6 +509,52 @@ async def test_a_deposit_never_executed_by_its_deadline_is_abandoned(tmp_path: P
             assert w.balances()[NEAR] == 10_000 * E24
             assert w.inventory.reserved == {} and w.pauses.as_dict() == {} and w.flows == []
             assert not rebalancer.settling()
+
+
+async def test_a_deposit_nonce_signed_before_is_never_signed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nonce is registered in the store before the deposit is signed: one registered
+    before (here the random source repeats one) is refused, nothing is signed or published,
+    and the next tick signs under a fresh nonce."""
+    async with world(tmp_path) as w:
+        with w.store() as store:
+            repeated = b"\x07" * 28
+            salt = bytes.fromhex(w.sandbox.ledger.current_salt())
+            store.register_nonce(w.account, salt + repeated, w.clock())  # signed before
+            real = nonce_module.salted_nonce
+            monkeypatch.setattr(nonce_module, "salted_nonce", lambda s, u=None: s + repeated)
+            rebalancer = w.rebalancer(store)
+            with pytest.raises(NonceReusedError):
+                await rebalancer.tick()
+            (record,) = rebalancer.in_flight.values()
+            assert record.state == RebalanceState.QUOTED and record.deposit_nonce is None
+            assert w.sandbox.bus.intents == {} and w.balances()[NEAR] == 10_000 * E24
+            monkeypatch.setattr(nonce_module, "salted_nonce", real)
+            done = await until_finished(rebalancer, store)
+            assert done.state == RebalanceState.SUCCESS, done.reason
+            assert done.deposit_nonce is not None and done.deposit_nonce != salt + repeated
+            assert store.nonce_used_before(w.account, done.deposit_nonce)
+
+
+async def test_a_signed_deposit_is_published_only_once_it_is_in_the_journal(
+    tmp_path: Path,
+) -> None:
+    """A restart must find any deposit that may have left: while the journal has not committed
+    the DEPOSIT_SENT step, the signed item waits."""
+    async with world(tmp_path) as w:
+        with w.store() as store:
+            committed = False
+            rebalancer = w.rebalancer(store, durable=lambda: committed)
+            await rebalancer.tick()
+            await rebalancer.tick()
+            (record,) = rebalancer.in_flight.values()
+            assert record.state == RebalanceState.DEPOSIT_SENT
+            assert w.sandbox.bus.intents == {} and w.balances()[NEAR] == 10_000 * E24
+            committed = True
+            done = await until_finished(rebalancer, store)
+            assert done.state == RebalanceState.SUCCESS, done.reason
+            assert done.deposit_intent_hash == record.deposit_intent_hash
 
 
 async def test_a_costly_quote_is_refused_and_nothing_is_paid(tmp_path: Path) -> None:
@@ -670,8 +721,8 @@ async def test_acceptance_the_bot_moves_a_skewed_inventory_back_into_its_band(
             app, rebalancer, store = bot.app, bot.app.rebalancer, bot.app.store
             assert rebalancer is not None and store is not None
             await eventually(
-                lambda: bool(store.rebalances()) and not rebalancer.in_flight,
-                "a rebalance to start and end",
+                lambda: [r.finished_at is None for r in store.rebalances()] == [False],
+                "a rebalance to start and end (its row projected from the journal)",
                 30,
             )
             assert [r.state for r in store.rebalances()] == ["SUCCESS"]

@@ -21,12 +21,13 @@ from backtest.stream.history_import import implied_price, import_records, infer_
 from backtest.stream.read import read_stream
 from solver.cli import main
 from solver.config import apply_overrides
-from solver.io.store.schema import RebalanceRecord
+from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.sqlite_store import Store
 from solver.protocol.history import TransactionRecord
 from solver.protocol.keys import SecretKey
 from tests.app.harness import E6, E24, NEAR, USDC, fund
 from tests.cli.helpers import assert_one_line_error
+from tests.io.store_helpers import step
 from tests.io.swap_sandbox import SwapSandbox, swap_sandbox
 
 DEFAULT_YAML = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
@@ -230,9 +231,9 @@ def test_rebalances_lists_the_store(tmp_path: Path, capsys: pytest.CaptureFixtur
                 amount_in=5 * E24,
                 plan={"reason": "above max"},
             )
-            store.save_rebalance(record, "planned")
+            step(store, record, "planned")
             finished = t0 if state == "SUCCESS" else None
-            store.save_rebalance(replace(record, state=state, finished_at=finished), state)
+            step(store, replace(record, state=state, finished_at=finished), state)
     assert main(["swap", "rebalances", "--db", str(db)]) == 0
     lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["id"], r["state"]) for r in lines] == [("r1", "SUBMITTED"), ("r0", "SUCCESS")]

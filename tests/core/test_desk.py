@@ -20,6 +20,7 @@ from solver.core.desk_snapshot import restore, snapshot
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import QuoteState
 from solver.core.quoting import Skip
+from solver.core.rebalance_record import RebalanceRecord
 from solver.core.risk import RiskLimits
 from tests.core.desk_helpers import (
     BALANCES,
@@ -310,7 +311,18 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
         f.RebalanceStarted("r1", f"{NEAR}->{USDC}", NEAR, 2**128 - 1, USDC, when, when),
         f.RebalanceDeposited("r1", when),
         f.RebalanceEnded("r1", f"{NEAR}->{USDC}", "SUCCESS", when),
-    ]
+        f.RebalanceStepped(
+            RebalanceRecord(
+                "r1", when, when, "SUCCESS", NEAR, NEAR, USDC, 2**128 - 1, {"side": "sell"},
+                "received", {"amount": "1"}, {"quote": {"amountOut": "5"}}, "ed25519:s", "dep",
+                "memo", 2**128 - 1, 4, "hash", {"standard": "nep413"}, b"\x03" * 32, when,
+                "tx", "SUCCESS", {"status": "SUCCESS"}, when,
+            ),
+            "received 5",
+        ),
+        f.RebalanceStepped(RebalanceRecord("r2", when, when, "PLANNED", NEAR, NEAR, USDC, 1, {}),
+                           None, carried=True),
+    ]  # fmt: skip
     assert {type(s) for s in samples} == set(f.KIND_OF)
     for fact in samples:
         assert f.decode(f.kind_of(fact), _json(f.encode(fact))) == fact

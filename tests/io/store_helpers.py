@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from solver.core import facts as f
 from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
+from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.schema import QUOTE_COLUMNS
 from solver.io.store.sqlite_store import Store
 from solver.protocol.keys import SecretKey
@@ -112,3 +113,10 @@ def move(
     fact = f.QuoteMoved(quote_id, new.value, at, reason, intent_hash, tx_hash, fill)
     store.journal.append(fact)
     return fact
+
+
+def step(store: Store, record: RebalanceRecord, detail: str | None = None) -> None:
+    """A rebalance step as the desk journals it, committed and projected into the tables."""
+    store.journal.append(f.RebalanceStepped(record, detail))
+    store.commit()
+    store.project()

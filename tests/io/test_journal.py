@@ -18,6 +18,7 @@ from solver.core import facts as f
 from solver.core.actions import Action, Record
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
+from solver.core.rebalance_record import RebalanceRecord
 from solver.core.risk import RiskLimits
 from solver.io.store.sqlite_store import Store, StoreError
 from tests.core.desk_helpers import (
@@ -46,6 +47,13 @@ def db(tmp_path: Path) -> Path:
 def store(db: Path) -> Iterator[Store]:
     with Store(db, account=ACCOUNT) as opened_store:
         yield opened_store
+
+
+STEPPED = RebalanceRecord(
+    "r1", T0, T0, "DEPOSIT_SENT", WNEAR, WNEAR, USDC, U128_MAX, {"side": "sell"},
+    quote_response={"quote": {"amountOut": "5"}}, deposit_nonce=bytes(32), deposit_deadline=T0,
+    min_amount_out=U128_MAX,
+)  # fmt: skip
 
 
 def one_of_each_kind() -> list[f.Fact]:
@@ -79,6 +87,7 @@ def one_of_each_kind() -> list[f.Fact]:
         f.RebalanceStarted("r1", f"{WNEAR}->{USDC}", WNEAR, U128_MAX, USDC, t, t),
         f.RebalanceDeposited("r1", t),
         f.RebalanceEnded("r1", f"{WNEAR}->{USDC}", "SUCCESS", t),
+        f.RebalanceStepped(STEPPED, "transfer h"),
     ]
 
 
@@ -275,10 +284,21 @@ def trade_a_while(r: Recorder, *, snapshot_at: float | None = None) -> None:
     r.receive(ev.RelayReplied("q5", False, "quote expired"), at(1.5))  # REJECTED
     r.take(feed(desk, at(1.6), {USDC: BALANCES[USDC] + 100 * E6, NEAR: BALANCES[NEAR] - E24}))
     r.receive(ev.OwnFlowSettled("rebalance-1", USDC, 10 * E6, NEAR, E24), at(2))
-    route = f"{NEAR}->{USDC}"
-    r.receive(ev.RebalanceStarting("rb-1", route, NEAR, E24, USDC, at(60)), at(2.01))
-    r.receive(ev.RebalanceDeposited("rb-1"), at(2.02))
-    r.receive(ev.RebalanceEnding("rb-1", route, "SUCCESS"), at(2.03))
+    plan = {"reason": "above max"}
+    rb1 = RebalanceRecord("rb-1", at(2.01), at(2.01), "PLANNED", NEAR, NEAR, USDC, E24, plan)
+    r.receive(ev.RebalanceStarting(rb1, at(60), "planned"), at(2.01))
+    rb1 = dataclasses.replace(rb1, state="DEPOSITED", updated_at=at(2.02), deposit_nonce=b"n" * 32)
+    r.receive(ev.RebalanceStepping(rb1, "tx"), at(2.02))
+    rb1 = dataclasses.replace(rb1, state="SUCCESS", updated_at=at(2.03), finished_at=at(2.03))
+    r.receive(ev.RebalanceStepping(rb1, "received"), at(2.03))
+    # One still in flight across the snapshot: the desk holds it, its input and its pause.
+    rb2 = RebalanceRecord("rb-2", at(2.04), at(2.04), "PLANNED", NEAR, NEAR, USDC, E24, plan)
+    r.receive(ev.RebalanceStarting(rb2, at(60), "planned"), at(2.04))
+    quote = {"quote": {"depositAddress": "dep-2"}, "signature": "ed25519:x"}
+    rb2 = dataclasses.replace(
+        rb2, state="QUOTED", updated_at=at(2.05), quote_response=quote, amount_out=3 * E6
+    )
+    r.receive(ev.RebalanceStepping(rb2, "quoted"), at(2.05))
     r.receive(ev.OperatorPause("wNEAR/USDC", "watching"), at(2.1))
     r.receive(ev.OperatorPause(None, "maintenance"), at(2.2))
     r.receive(ev.OperatorResume("wNEAR/USDC"), at(2.3))  # still paused: maintenance
@@ -327,6 +347,7 @@ def state(desk: Desk) -> dict[str, Any]:
         "markouts": (dict(pnl.markout_sum), dict(pnl.markout_n)),
         "pnl_recorded": (desk.pnl_marks.recorded_at, desk.pnl_marks.recorded_day),
         "pauses": {(p.scope, p.kind): (p.reason, p.at) for p in desk.pauses},
+        "rebalances": dict(desk.rebalancing.open),
     }
 
 

@@ -370,3 +370,47 @@ def rebuilt_from_snapshot(directory: Path, store: Store) -> Desk:
     assert doc is not None and tail == []
     restore(desk, doc)
     return desk
+
+
+def test_a_rebalance_087e129_left_unfinished_is_carried_into_the_journal(old: Path) -> None:
+    """087e129's rebalancer wrote its steps into ``rebalances`` itself. A store it left with a
+    rebalance in flight (here: ``rebalance-2`` as it stood with its deposit signed) gets that
+    row carried into the journal by migration 10: the desk rebuilt from the journal holds it,
+    the query tables keep their rows (no step repeated), and the rebalancer's hold is taken
+    again as today's resume asks for it."""
+    with sqlite3.connect(old / "store.sqlite") as conn:
+        conn.execute(
+            "UPDATE rebalances SET state = 'DEPOSIT_SENT', finished_at = NULL, swap_status = NULL, "
+            'deposit_signed = \'{"standard":"nep413"}\', deposit_deadline = updated_at '
+            "WHERE id = 'rebalance-2'"
+        )
+        conn.execute("DELETE FROM rebalance_steps WHERE rebalance_id = 'rebalance-2' AND id = 4")
+        conn.execute("UPDATE rebalance_steps SET state = 'DEPOSIT_SENT' WHERE id = 3")
+    with open_store(old) as store:
+        (row,) = store.open_rebalances()
+        assert (row.id, row.state, row.deposit_signed) == (
+            "rebalance-2",
+            "DEPOSIT_SENT",
+            {"standard": "nep413"},
+        )
+        doc, tail = store.journal.load()
+        assert len(tail) == EXPECTED["journal"]["tail"] + 1
+        assert tail[-1] == f.RebalanceStepped(row, None, carried=True)
+        assert [s for _, s, _ in store.rebalance_steps("rebalance-2")] == ["DEPOSIT_SENT"]
+        assert store.unprojected() == 0
+    desk = build_desk(load_bot_config(old / "bot.yaml"), timer=lambda: 0.0)
+    assert doc is not None
+    restore(desk, doc)
+    for fact in tail:
+        desk.apply(fact)
+    assert desk.rebalancing.open == {"rebalance-2": row}
+    assert "rebalance:rebalance-2" not in desk.inventory.reservations  # 087e129 held none
+    now = datetime.fromisoformat(EXPECTED["end"])
+    assert row.deposit_deadline is not None
+    facts = [
+        a.fact
+        for a in desk.receive(ev.RebalanceStarting(row, row.deposit_deadline), now)
+        if isinstance(a, Record)
+    ]
+    assert [type(x) for x in facts] == [f.RebalanceStarted]  # the hold, no step repeated
+    assert desk.inventory.reservations["rebalance:rebalance-2"].amount_out == row.amount_in

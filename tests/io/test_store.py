@@ -24,13 +24,14 @@ import pytest
 
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.checkpoint import Pacing
 from solver.io.store.migrations import MIGRATIONS, migrate
 from solver.io.store.schema import TABLES, tracked_row
 from solver.io.store.sqlite_store import (
     SCHEMA_VERSION,
     Fill,
-    RebalanceRecord,
+    NonceReusedError,
     Store,
     StoreError,
 )
@@ -50,6 +51,7 @@ from tests.io.store_helpers import (
     opened,
     record,
     signed_quote,
+    step,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -533,7 +535,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
     conn.close()
 
     with Store(db, account=ACCOUNT) as store:
-        assert SCHEMA_VERSION == len(MIGRATIONS) == 9
+        assert SCHEMA_VERSION == len(MIGRATIONS) == 10
         assert store.schema_version == SCHEMA_VERSION
         assert open_quotes(store) == [tracked]
         assert store.journal.load() == (None, [])  # the journal starts empty
@@ -553,10 +555,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
 
 def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
     with Store(db) as store:
-        store.save_rebalance(
-            RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, U128_MAX, {"k": 1}),
-            nonce_of=None,
-        )
+        step(store, RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, U128_MAX, {}))
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("DROP TABLE journal")
     conn.execute("DROP TABLE desk_snapshots")
@@ -568,8 +567,12 @@ def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
         assert store.schema_version == SCHEMA_VERSION
         assert [r.id for r in store.rebalances()] == ["r1"]
         assert store.rebalances()[0].amount_in == U128_MAX
+        # Migration 10: the unfinished row is carried into the journal, its step not repeated.
+        _, facts = store.journal.load()
+        assert facts == [f.RebalanceStepped(store.rebalances()[0], None, carried=True)]
+        assert [s for _, s, _ in store.rebalance_steps("r1")] == ["PLANNED"]
         record(store, signed_quote("q1"))
-        assert len(store.journal.load()[1]) == 1
+        assert len(store.journal.load()[1]) == 2
 
 
 def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
@@ -602,8 +605,9 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
             "migrating the store to schema version 7",
             "migrating the store to schema version 8",
             "migrating the store to schema version 9",
+            "migrating the store to schema version 10",
         ]
-        assert store.schema_version == SCHEMA_VERSION == 9
+        assert store.schema_version == SCHEMA_VERSION == 10
         prefix = store.claim_nonce_prefix(T0)  # the new table is there
         assert store.nonce_prefixes(ACCOUNT) == {prefix}
         rows = store._conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
@@ -645,9 +649,23 @@ def seed_every_table(store: Store) -> None:
     store.project()
     store.claim_nonce_prefix(T0)
     record = RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {"plan": [1, 2]})
-    store.save_rebalance(
-        dataclasses.replace(record, deposit_nonce=bytes(range(32))), "planned", nonce_of=ACCOUNT
-    )
+    store.register_nonce(ACCOUNT, bytes(range(32)), T0)
+    step(store, dataclasses.replace(record, deposit_nonce=bytes(range(32))), "planned")
+
+
+def test_a_deposit_nonce_is_registered_once_and_refused_after(db: Path) -> None:
+    """A rebalance deposit's nonce is registered before it is signed; a second registration,
+    in the same run or after a restart, is refused (nothing is then signed)."""
+    nonce = bytes(range(32))
+    with Store(db, account=ACCOUNT) as store:
+        store.register_nonce(ACCOUNT, nonce, T0)
+        with pytest.raises(NonceReusedError, match="signed before"):
+            store.register_nonce(ACCOUNT, nonce, T0)
+    with Store(db, account=ACCOUNT) as store:
+        with pytest.raises(NonceReusedError):
+            store.register_nonce(ACCOUNT, nonce, T0)
+        assert store.nonce_used_before(ACCOUNT, nonce)
+        store.register_nonce("other.near", nonce, T0)  # per account
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -674,7 +692,7 @@ def test_the_journal_exports_its_body_as_json(db: Path) -> None:
         store.export("journal", "jsonl", jsonl_out)
     flat = list(csv.DictReader(io.StringIO(csv_out.getvalue())))
     nested = [orjson.loads(line) for line in jsonl_out.getvalue().splitlines()]
-    assert [int(r["seq"]) for r in flat] == [r["seq"] for r in nested] == list(range(1, 7))
+    assert [int(r["seq"]) for r in flat] == [r["seq"] for r in nested] == list(range(1, 8))
     assert [r["kind"] for r in nested] == [f.kind_of(fact) for fact in facts]
     for row, csv_row, fact in zip(nested, flat, facts, strict=True):
         body, csv_body = dict(row["body"]), orjson.loads(csv_row["body"])
@@ -932,9 +950,7 @@ def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> 
         assert (count(db, "requests"), count(db, "alerts"), count(db, "transitions")) == (1, 1, 1)
         # A later ordinary write commits any pending batch first.
         append_quotes(store, signed_quote("g4"))
-        store.save_rebalance(
-            RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {}), "planned"
-        )
+        store.register_nonce(ACCOUNT, bytes(32), T0)
         assert count(db, "journal") == 5 and count(db, "quotes") == 2  # projected: a tick later
         store.project()
         assert count(db, "quotes") == 3

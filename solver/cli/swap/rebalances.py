@@ -10,8 +10,8 @@ from typing import Any
 
 from solver.cli import print_json
 from solver.config import load_bot_config
+from solver.core.rebalance_record import RebalanceRecord
 from solver.errors import ConfigError
-from solver.io.store.schema import RebalanceRecord
 from solver.io.store.sqlite_store import Store
 
 

@@ -21,6 +21,18 @@ _QUOTE_COLUMNS = (
     "fee, nonce, signed_data, state, intent_hash, tx_hash, reason, updated_at, exact_in, "
     "partner_id"
 )
+_JSON_TEXT = ("plan", "quote_request", "quote_response", "deposit_signed", "status_response")
+_REBALANCE_DOC = ", ".join(
+    f"'{column}', " + (f"json({column})" if column in _JSON_TEXT else column)
+    for column in (
+        "id", "created_at", "updated_at", "state", "asset", "asset_in", "asset_out", "amount_in",
+        "plan", "reason", "quote_request", "quote_response", "quote_signature",
+        "deposit_address", "deposit_memo", "amount_out", "min_amount_out",
+        "deposit_intent_hash", "deposit_signed", "deposit_nonce", "deposit_deadline",
+        "deposit_tx_hash", "swap_status", "status_response", "finished_at",
+    )
+)  # fmt: skip
+"""Migration 10's document of a ``rebalances`` row (its JSON columns embedded as JSON)."""
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: the quote journal: every signed quote, its nonce, and its state changes.
     (
@@ -233,6 +245,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # and every quote entered it at projection and left it when it expired: ~8 µs and a
     # random B-tree page per answer, about a fifth of the projection (issue 11).
     ("DROP INDEX IF EXISTS quotes_open",),
+    # 10: rebalances are desk facts (``rebalance_stepped``, solver.core.rebalancing): the
+    # journal carries each step and the ``rebalances`` tables are projected from it. The
+    # unfinished rows of an older store, which its rebalancer wrote itself, are carried into
+    # the journal as one ``carried`` step each (the row as it is: their steps are in
+    # ``rebalance_steps`` already), so the desk holds them and the rebalancer takes them up.
+    # The document is the row, column for column (solver.core.rebalance_record.record_doc).
+    (
+        f"""INSERT INTO journal (at, kind, body)
+        SELECT CAST(strftime('%s', updated_at) AS INTEGER) * 1000000
+                   + CAST(substr(updated_at, 21, 6) AS INTEGER),
+               'rebalance_stepped',
+               json_object('record', json_object({_REBALANCE_DOC}), 'detail', NULL,
+                           'carried', json('true'))
+        FROM rebalances WHERE finished_at IS NULL ORDER BY created_at""",  # noqa: S608 (constants)
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

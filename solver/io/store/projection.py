@@ -5,7 +5,8 @@ The quote path appends only the journal entry (:mod:`solver.io.store.journal`); 
 journal entries into the query tables — ``quotes`` (the signed answer and its state),
 ``transitions`` (every move but the expiry of an untouched quote, which its row records),
 ``fills`` (with the prices and edge at settlement) and their markouts, ``balance_snapshots``,
-``alerts`` — in batches, in its own transaction, and records how far it got in
+``alerts``, ``rebalances`` (each rebalance as its latest step left it) and ``rebalance_steps``
+(one row per step) — in batches, in its own transaction, and records how far it got in
 ``projection.seq`` with them, so a crash never projects an entry twice or skips one.
 
 The running bot calls :func:`project` from its ticker with a time budget (a few milliseconds
@@ -28,9 +29,12 @@ import orjson
 from solver.core import facts as f
 from solver.io.store.schema import (
     INSERT_QUOTE,
+    INSERT_REBALANCE_STEP,
     INSERT_TRANSITION,
+    SAVE_REBALANCE,
     UPDATE_STATE,
     StoreError,
+    rebalance_values,
     ts,
 )
 
@@ -155,6 +159,13 @@ def _apply(cur: sqlite3.Cursor, fact: f.Fact, doc: dict[str, Any]) -> None:
         cur.execute(INSERT_ALERT, (ts(fact.at), fact.kind, fact.reason))
     elif type(fact) is f.PauseCleared and fact.kind != "operator":
         cur.execute(RESOLVE_ALERTS, (ts(fact.at), fact.kind))
+    elif type(fact) is f.RebalanceStepped:
+        row = rebalance_values(doc["record"])  # the entry's own text: the row, column for column
+        cur.execute(SAVE_REBALANCE, row)
+        if not fact.carried:
+            record = fact.record
+            step = (record.id, ts(record.updated_at), record.state, fact.detail)
+            cur.execute(INSERT_REBALANCE_STEP, step)
 
 
 def _moved(cur: sqlite3.Cursor, fact: f.QuoteMoved) -> None:

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import orjson
 
 from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.rebalance_record import FIELDS, RebalanceRecord
 from solver.errors import SolverError
 
 
@@ -100,13 +101,7 @@ FILL_COLUMNS = (
     "intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, markouts FROM fills "
 )
 SELECT_FILLS = FILL_COLUMNS + f"WHERE at >= ?3 AND {PAIR} ORDER BY at DESC LIMIT ?4"
-REBALANCE_FIELDS = (
-    "id", "created_at", "updated_at", "state", "asset", "asset_in", "asset_out", "amount_in",
-    "plan", "reason", "quote_request", "quote_response", "quote_signature", "deposit_address",
-    "deposit_memo", "amount_out", "min_amount_out", "deposit_intent_hash", "deposit_signed",
-    "deposit_nonce", "deposit_deadline", "deposit_tx_hash", "swap_status", "status_response",
-    "finished_at",
-)  # fmt: skip
+REBALANCE_FIELDS = FIELDS
 # The column names are the constant tuple above, never input.
 SAVE_REBALANCE = (
     f"INSERT OR REPLACE INTO rebalances ({', '.join(REBALANCE_FIELDS)}) "  # noqa: S608
@@ -218,40 +213,6 @@ class Alert:
     resolved_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RebalanceRecord:
-    """One rebalance as stored (``solver.rebalance.rebalancer`` owns the states): the plan, the
-    quote
-    exactly as received (with the service's signature), the signed deposit ``transfer``, the
-    last swap status. ``finished_at`` is set once the state is terminal."""
-
-    id: str
-    created_at: datetime
-    updated_at: datetime
-    state: str
-    asset: str  # the asset whose band was left
-    asset_in: str  # the swap's origin asset (paid into the deposit address)
-    asset_out: str
-    amount_in: int
-    plan: Mapping[str, Any]
-    reason: str | None = None
-    quote_request: Mapping[str, Any] | None = None
-    quote_response: Mapping[str, Any] | None = None
-    quote_signature: str | None = None
-    deposit_address: str | None = None
-    deposit_memo: str | None = None
-    amount_out: int | None = None
-    min_amount_out: int | None = None
-    deposit_intent_hash: str | None = None
-    deposit_signed: Mapping[str, Any] | None = None
-    deposit_nonce: bytes | None = None
-    deposit_deadline: datetime | None = None
-    deposit_tx_hash: str | None = None
-    swap_status: str | None = None
-    status_response: Mapping[str, Any] | None = None
-    finished_at: datetime | None = None
-
-
 def _json_text(value: Mapping[str, Any] | None) -> str | None:
     return None if value is None else orjson.dumps(dict(value)).decode()
 
@@ -264,18 +225,13 @@ def _opt_int(text: str | None) -> int | None:
     return None if text is None else int(text)
 
 
-def rebalance_values(r: RebalanceRecord) -> tuple[Any, ...]:
-    """The row of ``r`` in the order of :data:`REBALANCE_FIELDS`."""
-    return (r.id, ts(r.created_at), ts(r.updated_at), r.state, r.asset, r.asset_in, r.asset_out,
-            str(r.amount_in), _json_text(r.plan), r.reason, _json_text(r.quote_request),
-            _json_text(r.quote_response), r.quote_signature, r.deposit_address, r.deposit_memo,
-            None if r.amount_out is None else str(r.amount_out),
-            None if r.min_amount_out is None else str(r.min_amount_out), r.deposit_intent_hash,
-            _json_text(r.deposit_signed),
-            None if r.deposit_nonce is None else r.deposit_nonce.hex(),
-            None if r.deposit_deadline is None else ts(r.deposit_deadline), r.deposit_tx_hash,
-            r.swap_status, _json_text(r.status_response),
-            None if r.finished_at is None else ts(r.finished_at))  # fmt: skip
+def rebalance_values(doc: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The row of a record's document (:func:`~solver.core.rebalance_record.record_doc`, the
+    body of its journal fact) in the order of :data:`REBALANCE_FIELDS`."""
+    return tuple(
+        _json_text(value) if isinstance(value, Mapping) else value
+        for value in (doc[name] for name in REBALANCE_FIELDS)
+    )
 
 
 def rebalance_row(row: tuple[Any, ...]) -> RebalanceRecord:

@@ -4,9 +4,9 @@ The desk's journal lives here (:class:`~solver.io.store.journal.SqliteJournal`, 
 every fact the desk decides is appended, and made durable before any answer it caused leaves
 the process, so a restart rebuilds the desk exactly. ``nonce_prefixes`` registers the prefix
 of each start's quote nonce sequence, so no quote nonce repeats across restarts; ``nonces``
-holds the nonces of rebalance deposits, whose reuse is refused (:class:`NonceReusedError`).
-Beside them: the tables people query (quotes, fills, balances, alerts), sampled requests,
-rebalances.
+holds the nonces of rebalance deposits, registered before they are signed, whose reuse is
+refused (:class:`NonceReusedError`). Beside them: the tables people query, projected from the
+journal (quotes, fills, balances, alerts, rebalances), and sampled requests.
 
 Durability. WAL with ``synchronous=NORMAL`` (the default): a commit appends to the WAL file
 without an fsync. Once a journal commit returns, the transaction is in the OS page cache, so it
@@ -64,6 +64,7 @@ import orjson
 
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
+from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpointer, Pacing
 from solver.io.store.checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store.journal import SqliteJournal
@@ -72,24 +73,20 @@ from solver.io.store.projection import pending, project
 from solver.io.store.retention import Pruned, Pruner
 from solver.io.store.schema import (
     INSERT_NONCE,
-    INSERT_REBALANCE_STEP,
     INSERT_REQUEST,
     REBALANCE_COLUMNS,
-    SAVE_REBALANCE,
     SELECT_FILLS,
     SELECT_QUOTES,
     Alert,
     BalanceSnapshot,
     Fill,
     NonceReusedError,
-    RebalanceRecord,
     StoreError,
     export_rows,
     fill_row,
     from_ts,
     query_params,
     rebalance_row,
-    rebalance_values,
     tracked_row,
     ts,
 )
@@ -106,7 +103,6 @@ __all__ = [
     "BalanceSnapshot",
     "Fill",
     "NonceReusedError",
-    "RebalanceRecord",
     "Store",
     "StoreError",
 ]
@@ -520,33 +516,23 @@ class Store:
 
     # ------------------------------------------------------------------ rebalances
 
-    def save_rebalance(
-        self, record: RebalanceRecord, detail: str | None = None, *, nonce_of: str | None = None
-    ) -> None:
-        """Write ``record`` (insert or replace) and one ``rebalance_steps`` row, atomically.
-
-        ``nonce_of``: also record ``record.deposit_nonce`` as signed by that account in
-        ``nonces``, in the same transaction, so a nonce is never signed twice across restarts
-        (:class:`NonceReusedError`).
-        """
-        statements: list[tuple[str, tuple[Any, ...]]] = [
-            (SAVE_REBALANCE, rebalance_values(record)),
-            (INSERT_REBALANCE_STEP, (record.id, ts(record.updated_at), record.state, detail)),
-        ]
-        if nonce_of is not None and record.deposit_nonce is not None:
-            nonce_row = (nonce_of, record.deposit_nonce.hex(), None, ts(record.updated_at))
-            statements.insert(0, (INSERT_NONCE, nonce_row))
+    def register_nonce(self, account: str, nonce: bytes, at: datetime) -> None:
+        """Record ``nonce`` as signed by ``account``, durably, before it is signed (a rebalance
+        deposit: :func:`solver.io.ops_intents.sign_operation`); one recorded before, in this
+        run or an earlier one, is refused with :class:`NonceReusedError` and nothing is
+        signed."""
         try:
-            self._write(statements)
+            self._write([(INSERT_NONCE, (account, nonce.hex(), None, ts(at)))])
         except StoreError as exc:
-            if nonce_of is not None and "nonces." in str(exc):
+            if "nonces." in str(exc):
                 raise NonceReusedError(
-                    f"nonce of rebalance {record.id} was signed before; step not recorded"
+                    f"nonce {nonce.hex()} of {account} was signed before: not signed again"
                 ) from None
             raise
 
     def open_rebalances(self) -> list[RebalanceRecord]:
-        """Rebalances not finished yet, oldest first."""
+        """Rebalances not finished yet, oldest first, as projected from the journal (the
+        rebalancer takes them up from the desk, not from here)."""
         sql = REBALANCE_COLUMNS + "WHERE finished_at IS NULL ORDER BY created_at"
         return [rebalance_row(row) for row in self._conn.execute(sql)]
 

@@ -223,12 +223,14 @@ class IncidentTracker:
         return out
 
     def restore(self, states: Iterable[IncidentState]) -> None:
-        """Take the incidents of the previous run (before any :meth:`offer`); the untold ones
-        wait as pending: :meth:`settle` or :meth:`due` tells them."""
+        """Take the incidents of the previous run (before any :meth:`offer`). A recovery not
+        yet told waits as pending (:meth:`due` tells it); an open incident is told by
+        :meth:`settle` once the desk can say whether it still holds, folding what the
+        previous run had not told: two messages for it would say the same thing twice."""
         for s in states:
             ident = (s.kind, s.key)
             self._incidents[ident] = _Incident(s.open, s.detail, s.since, s.opened_at, s.untold)
-            if s.untold:
+            if s.untold and not s.open:
                 self._pending[ident] = None
 
     def settle(self, kind: str, key: str, holds: bool, at: datetime) -> AlertMessage:

@@ -184,8 +184,11 @@ class Reconciliation:
         tolerated += own_open
         found = self.reconciler.on_snapshot(balances, tolerated, totals=totals, absorb=not held)
         if held:
+            # Nothing is confirmed yet: the gaps people see (status, the gauge) stay the
+            # confirmed ones until a later snapshot confirms these.
             self.held = {a: g for a, g in found.items() if g}
             self.held_at = self.held_at or observed
+            found = dict.fromkeys(found, 0)
         else:
             self.held, self.held_at = {}, None
             for asset, gap in found.items():

@@ -227,6 +227,8 @@ class GapDesk:
             return []
         if not event.used:
             self.recent_lost.pop(event.quote_id)  # LOST it was: it explains nothing
+            if self.balances.held and not (self.asking or self.retry):
+                return [RefreshBalances()]  # nothing left to ask: a snapshot decides now
             return []
         actions: list[Action] = []
         p_in, p_out = self.desk.price(quote.asset_in), self.desk.price(quote.asset_out)

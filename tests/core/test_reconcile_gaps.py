@@ -12,7 +12,14 @@ from datetime import datetime
 
 from solver.core import events as ev
 from solver.core import facts as f
-from solver.core.actions import Action, Alert, CheckNonce, OperatorReply, PollIntent
+from solver.core.actions import (
+    Action,
+    Alert,
+    CheckNonce,
+    OperatorReply,
+    PollIntent,
+    RefreshBalances,
+)
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.lifecycle import TrackedQuote
@@ -21,6 +28,7 @@ from solver.core.risk import RiskLimits
 from tests.core.desk_helpers import (
     BALANCES,
     E6,
+    NEAR,
     USDC,
     answer,
     at,
@@ -269,3 +277,20 @@ def test_a_desk_snapshot_keeps_what_a_gap_explains_itself_with() -> None:
     older = _fresh_like(desk)
     restore(older, doc)
     assert older.balances.held_at is None and not older.gaps.recent_lost.quotes
+
+
+def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None:
+    """The nonces say the closed quotes were really lost: a snapshot is asked at once, and the
+    gap, still there, pauses (it was not theirs)."""
+    desk = desk_with()
+    quote = lost_unnamed(desk, "q1")
+    t = (quote.deadline - at(0)).total_seconds() + 3
+    theft = {**BALANCES, NEAR: BALANCES[NEAR] - quote.outflow}  # looks like q1's outflow
+    actions = feed(desk, at(t), theft)
+    assert [a.quote_id for a in actions if isinstance(a, CheckNonce)] == ["q1"]
+    actions = desk.receive(ev.NonceChecked("q1", False), at(t + 0.1))
+    assert any(isinstance(a, RefreshBalances) for a in actions)
+    assert not desk.pauses
+    feed(desk, at(t + 0.2), theft)
+    assert desk.pauses.get(GLOBAL, "reconciliation") is not None
+    assert desk.stats.outcomes["SETTLED"] == 0

@@ -18,6 +18,7 @@ in a small YAML given with ``solver backtest run --backtest-config FILE`` (every
     seed: 0                    # numpy / nonce randomness; same seed, same result
     sign: false                # sign quotes and settle through the verifier's full checks
     kill_switch: true          # the desk's PnL and stale-data kill switch (false: off)
+    hedge_cost_bps: null       # the report's hedged view: each fill hedged at this cost
 
 Command-line options (``--fill-model``, ``--seed``, ``--sign``) override the file. The output of
 ``solver backtest calibrate`` is itself a valid file of this kind (a ``fill`` section).
@@ -31,6 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from solver.config import Amount, parse_yaml, yaml_path
+from solver.config.problems import pydantic_message
 from solver.errors import ConfigError
 from solver.protocol.ids import AccountId, AssetId
 
@@ -99,6 +101,9 @@ class BacktestSettings(BaseModel):
     """Build the desk with its daily-loss, drawdown and stale-data checks (as live)."""
     user_account: AccountId = "user.backtest"
     """The simulated taker: effectively unlimited funds, mirrors every won quote."""
+    hedge_cost_bps: Annotated[float, Field(ge=0, le=1_000, allow_inf_nan=False)] | None = None
+    """The report's hedged view (:mod:`backtest.report.stats`): each fill's change of inventory
+    hedged at the reference price at this cost, bps of its notional; None: no hedged view."""
     lookahead_events: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
     """How far the replay reads ahead for the first price of each token it may hold (default
     balances, starting equity)."""
@@ -112,7 +117,9 @@ def validate_settings(data: Any, source: str = "backtest config") -> BacktestSet
     try:
         return BacktestSettings.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{source}: {yaml_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+        lines = [
+            f"{source}: {yaml_path(tuple(e['loc']))}: {pydantic_message(e)}" for e in exc.errors()
+        ]
         raise ConfigError("\n".join(lines)) from None
 
 

@@ -5,11 +5,13 @@ quotes by ``quote_hash`` and intent statuses. The FastAPI app in :mod:`sandbox.b
 feeds it frames and requests; the logic is testable without sockets.
 
 Quote flow: ``quote`` fans a request out to every solver subscribed to ``quote`` with a fresh
-``quote_id``, waits ``min(solver_wait_ms, caller's wait_ms)`` or until every solver it asked has
-answered, and returns the valid answers best price first. Each answer is checked on arrival —
-signature, recipient, deadline at least ``min_deadline_ms`` ahead, the diff mirrors the request
-with the fixed side exact, and the solver can afford it (``simulate_intents``) — and refused with
-a JSON-RPC error carrying the reason otherwise.
+``quote_id``, waits up to ``min(solver_wait_ms, caller's wait_ms / max_wait_ms)`` or until every
+solver it asked has answered (after the caller's ``min_wait_ms``, one valid answer is enough),
+and returns the valid answers best price first. Each answer is checked on arrival — signature in
+any standard the verifier accepts, recipient, deadline at least ``min_deadline_ms`` ahead, the
+diff mirrors the request with the fixed side exact, ``quote_output`` agrees
+(:mod:`sandbox.quote_answers`), and the solver can afford it (``simulate_intents``) — and refused
+with a JSON-RPC error carrying the reason otherwise.
 
 Publish flow: the user's item and the quoted solver items run as one batch. It is simulated at
 once (a failure answers ``FAILED`` with the verifier's reason), then :mod:`sandbox.settlement`
@@ -28,7 +30,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -38,13 +40,19 @@ from sandbox.chain import SandboxChain
 from sandbox.ledger import ERR_INVARIANT, LedgerError
 from sandbox.ledger_journal import deltas_json
 from sandbox.notify_faults import NotifyFaults
+from sandbox.quote_answers import (
+    Leniency,
+    QuoteRefused,
+    check_answer,
+    quote_wait,
+    wait_for_answers,
+)
 from sandbox.settlement import Settlement
-from solver.errors import ProtocolError, SignatureError
 from solver.protocol import bus as wire
 from solver.protocol.amounts import WIRE
 from solver.protocol.encoding import b58encode
-from solver.protocol.intents import TokenDiff, format_deadline
-from solver.protocol.signing import first_error, intent_hash, verify_signed
+from solver.protocol.intents import format_deadline
+from solver.protocol.signing import first_error, intent_hash
 
 log = logging.getLogger("sandbox.bus")
 
@@ -90,7 +98,8 @@ class _OpenQuote:
     params: wire.QuoteParams
     asked: set[str]
     answers: dict[str, tuple[str, dict[str, Any], int, int, datetime]] = field(default_factory=dict)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # every solver asked answered
+    answered: asyncio.Event = field(default_factory=asyncio.Event)  # one valid answer is in
 
 
 @dataclass
@@ -163,6 +172,7 @@ class MessageBus:
             settlement_delay_ms / 1000,
             self.notify_faults,
         )
+        self.lenient = Leniency()
 
     # ------------------------------------------------------------------ connections
 
@@ -236,10 +246,10 @@ class MessageBus:
             params = wire.QuoteParams.model_validate(data, context=WIRE)
         except ValidationError as exc:
             raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
-        wait_ms = self.solver_wait_ms
-        caller_wait = raw_params.get("wait_ms")
-        if isinstance(caller_wait, int) and not isinstance(caller_wait, bool) and caller_wait >= 0:
-            wait_ms = min(wait_ms, caller_wait)
+        try:
+            wait = quote_wait(raw_params, self.solver_wait_ms, self.lenient)
+        except QuoteRefused as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, str(exc)) from None
         self.stats.quote_requests += 1
         pending = _OpenQuote(uuid.uuid4().hex, params, set())
         event_data = wire.rename_asset_fields(
@@ -264,8 +274,7 @@ class MessageBus:
             conn.push(_dump(frame))
         if pending.asked:
             self.open_quotes[pending.quote_id] = pending
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pending.done.wait(), wait_ms / 1000)
+            await wait_for_answers(pending.done, pending.answered, wait)
             self.open_quotes.pop(pending.quote_id, None)
         self._remember_closed(pending.quote_id)
         results = [
@@ -323,53 +332,29 @@ class MessageBus:
             raise BusRpcError(wire.INVALID_PARAMS, "unknown quote_id")
         if conn.conn_id in pending.answers:
             raise BusRpcError(wire.INVALID_PARAMS, "quote_id already answered by this solver")
-        try:
-            answer = wire.QuoteResponseParams.model_validate(param, context=WIRE)
-        except ValidationError as exc:
-            raise BusRpcError(
-                wire.INVALID_PARAMS, f"invalid quote_response: {first_error(exc)}"
-            ) from None
-        signed = answer.signed_data
-        try:
-            verified = verify_signed(signed)
-        except SignatureError:
-            raise BusRpcError(wire.INVALID_PARAMS, "invalid signature") from None
-        except ProtocolError as exc:
-            raise BusRpcError(wire.INVALID_PARAMS, f"invalid signed_data: {exc}") from None
         now = self.chain.clock()
-        if verified.recipient != self.chain.ledger.contract_id:
-            raise BusRpcError(wire.INVALID_PARAMS, "wrong verifying_contract")
-        request = pending.params
-        if verified.message.deadline < now + timedelta(milliseconds=request.min_deadline_ms):
-            raise BusRpcError(
-                wire.INVALID_PARAMS, "deadline too short: must be at least min_deadline_ms ahead"
-            )
-        amount_in, amount_out = _mirrored_amounts(verified.message.intents, request)
-        output = answer.quote_output
-        if request.is_exact_in:
-            if amount_in != request.exact_amount or output.amount_out != amount_out:
-                raise BusRpcError(
-                    wire.INVALID_PARAMS,
-                    "quote does not match the request: exact amount_in or amount_out differs",
-                )
-        elif amount_out != request.exact_amount or output.amount_in != amount_in:
-            raise BusRpcError(
-                wire.INVALID_PARAMS,
-                "quote does not match the request: exact amount_out or amount_in differs",
-            )
-        signed_dict = signed.model_dump(mode="json", exclude_none=True)
         try:
-            self.chain.ledger.simulate_intents([verified], now)  # verified above: not again
+            checked = check_answer(
+                param,
+                pending.params,
+                contract_id=self.chain.ledger.contract_id,
+                now=now,
+                lenient=self.lenient,
+            )
+        except QuoteRefused as exc:
+            raise BusRpcError(wire.INVALID_PARAMS, str(exc)) from None
+        try:
+            self.chain.ledger.simulate_intents([checked.verified], now)  # verified: not again
         except LedgerError as exc:
             raise BusRpcError(wire.INVALID_PARAMS, f"simulation failed: {exc.text}") from None
-        quote_hash = b58encode(verified.intent_hash)
         pending.answers[conn.conn_id] = (
-            quote_hash,
-            signed_dict,
-            amount_in,
-            amount_out,
-            verified.message.deadline,
+            checked.quote_hash,
+            checked.signed_data,
+            checked.amount_in,
+            checked.amount_out,
+            checked.verified.message.deadline,
         )
+        pending.answered.set()
         self.stats.quote_answers_ok += 1
         if pending.asked <= set(pending.answers):
             pending.done.set()
@@ -386,7 +371,12 @@ class MessageBus:
 
     # ------------------------------------------------------------------ publish and status
 
+    def _note_null_quotes(self, raw_params: Any) -> None:
+        if isinstance(raw_params, dict) and raw_params.get("quote_hashes", []) is None:
+            self.lenient.note("quote_hashes", "null read as no quotes (py-near's transfer)")
+
     async def publish_intent(self, raw_params: Any) -> dict[str, Any]:
+        self._note_null_quotes(raw_params)
         try:
             params = wire.PublishIntentParams.model_validate(raw_params, context=WIRE)
         except ValidationError as exc:
@@ -398,6 +388,7 @@ class MessageBus:
         return result
 
     async def publish_intents(self, raw_params: Any) -> dict[str, Any]:
+        self._note_null_quotes(raw_params)
         try:
             params = wire.PublishIntentsParams.model_validate(raw_params, context=WIRE)
         except ValidationError as exc:
@@ -523,25 +514,6 @@ def first_param(request: wire.JsonRpcRequest) -> Any:
             'send "params": [{...}]',
         )
     return request.params[0] if request.params else None
-
-
-def _mirrored_amounts(intents: list[Any], request: wire.QuoteParams) -> tuple[int, int]:
-    """The solver's diff must be exactly ``{asset_in: +amount_in, asset_out: -amount_out}``."""
-    if len(intents) != 1 or not isinstance(intents[0], TokenDiff):
-        raise BusRpcError(wire.INVALID_PARAMS, "quote must sign exactly one token_diff intent")
-    diff = intents[0].diff
-    asset_in, asset_out = request.core_asset_identifier_in, request.core_asset_identifier_out
-    if set(diff) != {asset_in, asset_out}:
-        raise BusRpcError(
-            wire.INVALID_PARAMS, "quote does not match the request: token_diff assets differ"
-        )
-    amount_in, amount_out = diff[asset_in], -diff[asset_out]
-    if amount_in <= 0 or amount_out <= 0:
-        raise BusRpcError(
-            wire.INVALID_PARAMS,
-            "quote does not match the request: solver must receive asset_in and give asset_out",
-        )
-    return amount_in, amount_out
 
 
 def _safe_id(value: Any) -> int | str | None:

@@ -8,7 +8,9 @@ Two policies, chosen with ``nonces`` in ``config/sandbox.yaml``:
 - ``deployed``: what the deployed verifier contract accepts today. Versioned nonces are checked
   exactly as above; any other 32 bytes are a *legacy* nonce ("legacy nonces can still be used at
   this time"): no salt, only uniqueness per signer. The reference AMM solver signs with legacy
-  nonces (random or a sha256 of its reserves), so it needs this policy.
+  nonces (random or a sha256 of its reserves), and so does py-near 1.2.22 (``OmniBalance``:
+  32 random bytes, or the sha256 of a seed; tests/interop/test_pynear.py), so both need this
+  policy.
 
 Uniqueness (``nonce was already used``) is checked by the ledger in both policies.
 """

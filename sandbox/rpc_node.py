@@ -2,8 +2,8 @@
 
 Serves ``query`` with ``request_type`` ``call_function`` for every view of the verifier, and
 the read methods RPC clients call at start-up (``status``, ``block``, ``gas_price``,
-``EXPERIMENTAL_protocol_config``, ``query`` for ``view_account`` / ``view_access_key`` /
-``view_access_key_list``: :mod:`sandbox.rpc_reads`). Shapes:
+``EXPERIMENTAL_protocol_config``, ``validators``, ``query`` for ``view_account`` /
+``view_access_key`` / ``view_access_key_list``: :mod:`sandbox.rpc_reads`). Shapes:
 
 - success: ``{"result": {"result": [bytes of the JSON return], "logs": [], "block_height": N,
   "block_hash": "<b58>"}}``

@@ -4,8 +4,9 @@ The spec's ledger node only needs ``query`` / ``call_function`` (spec 4.6). RPC 
 more before anything else: py-near's ``Account.startup`` calls ``status`` (its ``chain_id``),
 near-api-js providers call ``status``, ``block``, ``gas_price`` and the ``query`` kinds
 ``view_account``, ``view_access_key`` and ``view_access_key_list`` (found by running both
-against the sandbox: ``tests/interop/near_rpc.mjs``). This module answers them with the
-shapes of the NEAR RPC documentation, from the sandbox chain's state:
+against the sandbox: ``tests/interop/near_rpc.mjs``), and py-near also exposes ``validators``
+(issue 23). This module answers them with the shapes of the NEAR RPC documentation, from the
+sandbox chain's state:
 
 - blocks: the chain's height grows by one per executed batch; hashes derive from the height,
   the time of a block is when its batch ran (the genesis is the sandbox's start);
@@ -13,7 +14,9 @@ shapes of the NEAR RPC documentation, from the sandbox chain's state:
   or used nonces) and every implicit (64-hex) account exist. They hold no native NEAR
   (``amount`` ``"0"``): balances live inside the verifier (``mt_balance_of``);
 - access keys: the account's keys on the verifier (``public_keys_of``), each ``FullAccess``
-  with nonce 0 (the sandbox takes no transactions, so nonces never advance).
+  with nonce 0 (the sandbox takes no transactions, so nonces never advance); a key asked
+  without its curve prefix is an ED25519 key, as nearcore reads it;
+- validators: one, the block author (see :func:`validators`).
 
 Errors are the RPC's structured ones: :class:`RpcReadError` carries ``name`` (``HANDLER_ERROR``
 or ``REQUEST_VALIDATION_ERROR``), the ``cause`` name and info, and a message.
@@ -27,7 +30,10 @@ from typing import Any
 
 from sandbox.chain import SandboxChain
 from solver.protocol.encoding import b58encode
+from solver.protocol.errors import ProtocolError
 from solver.protocol.ids import is_implicit_account
+from solver.protocol.keys import ED25519_PREFIX, PublicKey
+from solver.protocol.signing import SECP_PREFIX as SECP256K1_PREFIX
 
 CHAIN_ID = "sandbox"
 PROTOCOL_VERSION = 73
@@ -36,6 +42,7 @@ STORAGE_AMOUNT_PER_BYTE = "10000000000000000000"
 EMPTY_CODE_HASH = "11111111111111111111111111111111"
 CONTRACT_CODE_HASH = b58encode(hashlib.sha256(b"sandbox verifier contract").digest())
 FINALITIES = ("optimistic", "near-final", "final")
+NODE_PUBLIC_KEY = "ed25519:" + b58encode(hashlib.sha256(b"sandbox node").digest())
 
 
 class RpcReadError(Exception):
@@ -162,14 +169,13 @@ def status(chain: SandboxChain, params: Any) -> dict[str, Any]:
     del params  # clients send [], {} or {"finality": …}; status takes none of them
     latest = chain.block_height
     genesis = _hash("genesis")
-    node_key = "ed25519:" + b58encode(hashlib.sha256(b"sandbox node").digest())
     return {
         "chain_id": CHAIN_ID,
         "genesis_hash": genesis,
         "latest_protocol_version": PROTOCOL_VERSION,
         "protocol_version": PROTOCOL_VERSION,
         "node_key": None,
-        "node_public_key": node_key,
+        "node_public_key": NODE_PUBLIC_KEY,
         "rpc_addr": None,
         "validator_account_id": None,
         "validator_public_key": None,
@@ -209,6 +215,53 @@ def protocol_config(chain: SandboxChain, params: Any) -> dict[str, Any]:
     }
 
 
+def validators(chain: SandboxChain, params: Any) -> dict[str, Any]:
+    """``validators``: the sandbox's one block producer, in the RPC docs' ``EpochValidatorInfo``.
+
+    py-near exposes it (``get_validators``, ``[null]``); near-api-js sends ``{"latest": null}``,
+    ``{"block_id"}`` or ``{"epoch_id"}``. The sandbox runs one epoch and has no staking: the
+    producer is the block author (the verifier contract) with the node's key and no stake, and
+    it produced every block so far. A real localnet also lists one validator; its stake is
+    not zero, which no client of the sandbox reads.
+    """
+    if isinstance(params, dict) and "epoch_id" in params:
+        if params["epoch_id"] != EMPTY_CODE_HASH:
+            raise RpcReadError(
+                "HANDLER_ERROR",
+                "UNKNOWN_EPOCH",
+                {},
+                f"Epoch not found: {str(params['epoch_id'])[:80]}",
+            )
+        height = chain.block_height
+    elif isinstance(params, dict) and "latest" in params:
+        height = chain.block_height
+    else:
+        height = resolve_block(chain, params)
+    producer = {
+        "account_id": chain.ledger.contract_id,
+        "public_key": NODE_PUBLIC_KEY,
+        "is_slashed": False,
+        "stake": "0",
+        "shards": [0],
+        "num_produced_blocks": height,
+        "num_expected_blocks": height,
+        "num_produced_chunks": 0,
+        "num_expected_chunks": 0,
+    }
+    return {
+        "current_validators": [producer],
+        "next_validators": [
+            {k: producer[k] for k in ("account_id", "public_key", "stake", "shards")}
+        ],
+        "current_fishermen": [],
+        "next_fishermen": [],
+        "current_proposals": [],
+        "prev_epoch_kickout": [],
+        "epoch_start_height": 1,
+        "epoch_height": 1,
+    }
+
+
 # ---------------------------------------------------------------------------------- accounts
 
 
@@ -241,6 +294,23 @@ def _account_id(chain: SandboxChain, params: dict[str, Any], height: int) -> str
     return account_id
 
 
+def _public_key(value: Any) -> str:
+    """The key in its canonical text form, ``ed25519:`` + base58.
+
+    nearcore reads a key written without a curve prefix as ED25519 (py-near sends it bare in
+    ``view_access_key``) and answers a key it cannot parse with a parse error; the verifier's
+    keys are stored with the prefix, so the bare form is completed before comparing.
+    """
+    if not isinstance(value, str) or not value:
+        raise _bad_request("public_key must be a non-empty string")
+    if value.startswith(SECP256K1_PREFIX):
+        return value
+    try:
+        return PublicKey.from_text(value if ":" in value else ED25519_PREFIX + value).to_text()
+    except ProtocolError as exc:
+        raise _bad_request(f"invalid public_key {value[:80]!r}: {exc}") from None
+
+
 def _access_key() -> dict[str, Any]:
     return {"nonce": 0, "permission": "FullAccess"}
 
@@ -270,9 +340,7 @@ def query(chain: SandboxChain, params: dict[str, Any]) -> dict[str, Any]:
             **where,
         }
     if kind == "view_access_key":
-        public_key = params.get("public_key")
-        if not isinstance(public_key, str) or not public_key:
-            raise _bad_request("public_key must be a non-empty string")
+        public_key = _public_key(params.get("public_key"))
         if public_key not in keys:
             raise RpcReadError(
                 "HANDLER_ERROR",
@@ -292,5 +360,6 @@ READ_METHODS = {
     "block": block,
     "gas_price": gas_price,
     "EXPERIMENTAL_protocol_config": protocol_config,
+    "validators": validators,
 }
 QUERY_KINDS = ("view_account", "view_access_key", "view_access_key_list")

@@ -142,6 +142,75 @@ class DailyBook:
         return out
 
 
+WEEK_OFFSET_DAYS = 3
+"""1970-01-01 was a Thursday: day numbers shifted by 3 put every ISO week (Monday to Sunday)
+in one block of 7."""
+
+
+def period_start(name: str, t: float) -> float:
+    """The start (seconds since the epoch) of the UTC hour, day or ISO week holding ``t``."""
+    if name == "hour":
+        return t - t % 3600
+    day = int(t // DAY_S)
+    if name == "day":
+        return float(day * DAY_S)
+    return float(((day + WEEK_OFFSET_DAYS) // 7 * 7 - WEEK_OFFSET_DAYS) * DAY_S)
+
+
+class PeriodBook:
+    """Closes per UTC hour, day or ISO week: the cumulative figures at each period's last tick.
+
+    Freqtrade's ``--breakdown`` answers "which day lost it"; a market maker also needs to see
+    whether it was the spread or the price path, so each close keeps the marked PnL, the spread
+    earned (net of fees), the hold benchmark, fees and fills. One entry per period: a year is
+    8,760 hours.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closes: dict[float, tuple[float, float, float, float, int]] = {}
+
+    def on_tick(
+        self, t: float, pnl: float, realized: float, hold: float, fees: float, fills: int
+    ) -> None:
+        self.closes[period_start(self.name, t)] = (pnl, realized, hold, fees, fills)
+
+    def rows(self) -> list[tuple[float, tuple[float, float, float, float, int]]]:
+        """``(period start, (PnL, spread earned, hold, fees, fills) in that period)``, in
+        order: each close minus the previous one (the first: minus zero)."""
+        out = []
+        prev: tuple[float, float, float, float, int] = (0.0, 0.0, 0.0, 0.0, 0)
+        for start in sorted(self.closes):
+            close = self.closes[start]
+            pnl, realized, hold, fees, fills = (a - b for a, b in zip(close, prev, strict=True))
+            out.append((start, (pnl, realized, hold, fees, int(fills))))
+            prev = close
+        return out
+
+
+@dataclass(slots=True)
+class TradeBook:
+    """Each fill's value at the last markout horizon, as trades: wins, losses and their sums
+    (profit factor, expectancy, average win and loss), without keeping the values."""
+
+    wins: int = 0
+    losses: int = 0
+    gross_win: float = 0.0
+    gross_loss: float = 0.0
+
+    def add(self, value_usd: float) -> None:
+        if value_usd > 0:
+            self.wins += 1
+            self.gross_win += value_usd
+        else:
+            self.losses += 1
+            self.gross_loss -= value_usd
+
+    @property
+    def n(self) -> int:
+        return self.wins + self.losses
+
+
 class DrawdownWatch:
     """When the largest drawdown began (the peak), bottomed (the trough) and recovered.
 

@@ -11,6 +11,11 @@ edge per fill, markouts, PnL marked to market, drawdown and daily loss are the d
   record leaves memory once its last horizon has passed and it was handed to the sink;
 - **series** for the report: PnL and drawdown (the desk's, sampled at every tick), inventory per
   token (after every fill); ``max_drawdown_usd`` is the largest drawdown seen at a tick;
+- **the hold benchmark**: what the starting inventory alone would have made, marked at the same
+  prices as the desk's PnL from the tick at which the desk took its starting equity. A market
+  maker's PnL on a large inventory is mostly the price path; PnL over hold is what quoting added;
+- **trades**: each fill's value at the last markout horizon (a fill is a trade: it wins or
+  loses by what its edge became once the price had moved), for profit factor and expectancy;
 - **volume** (USD value of what we received, at settlement prices) and **fees** paid;
 - **inventory risk**: how far the inventory is from where it started, in USD: half the sum over
   tokens of ``|balance - starting balance| * price`` (a swap of $x of one token for $x of
@@ -40,7 +45,9 @@ from backtest.measure.detail import (
     DrawdownWatch,
     LatencyHistogram,
     PairBook,
+    PeriodBook,
     Timeline,
+    TradeBook,
 )
 from solver.core.pnl import MARKOUT_HORIZONS_S
 
@@ -132,6 +139,7 @@ class Measurements:
         self._last_horizon_us = max(HORIZONS_S) * 1_000_000
         self.pnl_series = Downsampled()
         self.inventory_series = Downsampled()
+        """Balances per token (in :attr:`tokens` order), smallest units: ints, never floats."""
         self.first_ts: datetime | None = None
         self.last_ts: datetime | None = None
         self.start_balances: dict[str, int] = {}
@@ -140,6 +148,10 @@ class Measurements:
         self._exposure_started = False
         self.pairs = PairBook(pair_names or {}, self.symbols)
         self.daily = DailyBook()
+        self.periods = {name: PeriodBook(name) for name in ("hour", "day", "week")}
+        self.trades = TradeBook()
+        self.hold_reference: dict[str, float] | None = None
+        self.hold_usd = 0.0
         self.drawdown = DrawdownWatch()
         self.latency = LatencyHistogram()
         self.outcomes = Timeline()
@@ -198,9 +210,7 @@ class Measurements:
         self.balances.update(balances)
         self.start_balances = dict(self.balances)
         self._update_exposure(t)
-        self.inventory_series.add(
-            t, tuple(self.balances.get(a, 0) / self.scale[a] for a in self.tokens)
-        )
+        self.inventory_series.add(t, tuple(self.balances.get(a, 0) for a in self.tokens))
 
     def _update_exposure(self, t: float) -> None:
         """Integrate the inventory risk up to ``t``, then take its new value."""
@@ -236,9 +246,7 @@ class Measurements:
     def on_balances(self, balances: Mapping[str, int], t: float) -> None:
         self.balances.update(balances)
         self._update_exposure(t)
-        self.inventory_series.add(
-            t, tuple(self.balances.get(a, 0) / self.scale[a] for a in self.tokens)
-        )
+        self.inventory_series.add(t, tuple(self.balances.get(a, 0) for a in self.tokens))
 
     # ------------------------------------------------------------------ the desk's PnL
 
@@ -246,10 +254,30 @@ class Measurements:
         """The desk's marked PnL, drawdown and realized edge at a tick (None: not marked yet)."""
         if pnl is None:
             return
+        if self.hold_reference is None:
+            # The desk took its starting equity at this tick: the benchmark starts here too.
+            self.hold_reference = {a: self.marks[a] for a in self.start_balances if a in self.marks}
+        hold = self.hold_usd = self.hold()
         self.max_drawdown = max(self.max_drawdown, drawdown)
-        self.pnl_series.add(t, (pnl, drawdown, realized))
+        self.pnl_series.add(t, (pnl, drawdown, realized, hold, self.fees))
         self.daily.on_tick(t, pnl, realized)
+        for book in self.periods.values():
+            book.on_tick(t, pnl, realized, hold, self.fees, self.won)
         self.drawdown.on_tick(t, pnl, drawdown)
+
+    def hold(self) -> float:
+        """The hold benchmark now (USD): the starting inventory revalued from the prices at
+        which the desk took its starting equity to the current ones."""
+        reference = self.hold_reference
+        if not reference:
+            return 0.0
+        total = 0.0
+        for asset, amount in self.start_balances.items():
+            start = reference.get(asset)
+            price = self.marks.get(asset)
+            if amount and start is not None and price is not None:
+                total += amount * (price - start) / self.scale[asset]
+        return total
 
     # ------------------------------------------------------------------ fills
 
@@ -276,6 +304,8 @@ class Measurements:
             notional = record.amount_in * record.price_in / self.scale[record.asset_in]
             for stats in self.pairs.both(record.asset_in, record.asset_out):
                 stats.markout(horizon_s, value_usd, notional)
+            if horizon_s == HORIZONS_S[-1]:
+                self.trades.add(value_usd)
 
     def flush(self, now_us: int | None = None) -> None:
         """Hand the fills whose last markout was due by ``now_us`` (None: all) to the sink."""

@@ -2,7 +2,8 @@
 
 Sections, in order (each documented in ``docs/backtest.md``, "The report"): a banner when the
 kill switch halted the replay; what ran (strategies, parameters, digests, settings); the
-headline figures; PnL and inventory over time; per pair; daily PnL with Sharpe and Sortino;
+headline figures; PnL and inventory over time; PnL against the hold benchmark; per pair;
+statistics with their sample sizes; breakdowns per hour, day and week;
 markouts; win rates by edge and size; inventory; outcomes (lost, skipped, refused) and skips
 over time; latency; and every figure of ``summary.json``.
 
@@ -29,8 +30,10 @@ SECTIONS = (
     "What ran",
     "Headline",
     "PnL and inventory",
+    "Against holding",
     "Per pair",
-    "Daily PnL",
+    "Statistics",
+    "Breakdown",
     "Markouts",
     "Win rate by edge and size",
     "Inventory",
@@ -139,13 +142,13 @@ def inventory_table(
         d, sym = decimals.get(asset, 0), symbols.get(asset, asset)
         rows.append(
             [
-                asset,
+                sym,
                 format_whole(start, d, sym),
                 format_whole(final, d, sym),
                 format_whole(final - start, d, sym),
             ]
         )
-    return table(["asset", "start", "end", "change"], rows)
+    return table(["token", "start", "end", "change"], rows)
 
 
 def _counts(title: str, counts: Mapping[str, int]) -> str:
@@ -195,8 +198,9 @@ def _headline(figures: Mapping[str, Any], note: str | None) -> str:
         f"trough {when(dd['trough_at'])}, recovered {recovered}"
     )
     counts = " / ".join(count(figures[k]) for k in ("requests", "quoted", "won"))
-    days = f"{ratios['days']} day{'' if ratios['days'] == 1 else 's'}"
-    sharpe = f"{num(ratios['sharpe'])} / {num(ratios['sortino'])} over {days}"
+    sharpe = ratios["withheld"] or (
+        f"{num(ratios['sharpe'])} / {num(ratios['sortino'])} over {ratios['span_days']:.1f} days"
+    )
     risk = f"{money(figures['inventory_risk_usd'])} / {money(figures['max_inventory_risk_usd'])}"
     equity = f"{money(figures['start_equity_usd'])} / {money(figures['end_equity_usd'])}"
     rows = [
@@ -204,9 +208,11 @@ def _headline(figures: Mapping[str, Any], note: str | None) -> str:
         ["win rate (won / quoted)", pct(figures["win_rate"])],
         ["volume", f"{money(figures['volume_usd'])} USD"],
         ["PnL, marked to market", f"{money(figures['pnl_usd'])} USD"],
-        ["of which spread earned", f"{money(split['spread_earned_usd'])} USD"],
+        ["of which spread capture (before fees)", f"{money(split['spread_capture_usd'])} USD"],
+        ["of which fees", f"{money(split['fees_usd'])} USD"],
         ["of which inventory revaluation", f"{money(split['inventory_revaluation_usd'])} USD"],
-        ["fees paid", f"{money(figures['fees_paid_usd'])} USD"],
+        ["hold (the starting inventory, held)", f"{money(figures['hold_pnl_usd'])} USD"],
+        ["PnL over hold", f"{money(figures['pnl_over_hold_usd'])} USD"],
         ["max drawdown", drawdown],
         ["Sharpe / Sortino (daily PnL, × √365)", sharpe],
         ["inventory risk (mean / peak)", f"{risk} USD"],
@@ -214,27 +220,6 @@ def _headline(figures: Mapping[str, Any], note: str | None) -> str:
         ["halted", note or "no"],
     ]
     return table(["figure", "value"], rows, numeric_from=9)
-
-
-def _daily(figures: Mapping[str, Any]) -> list[str]:
-    rows = [
-        [
-            d["date"],
-            money(d["pnl_usd"]),
-            money(d["spread_earned_usd"]),
-            money(d["inventory_revaluation_usd"]),
-            money(d["close_pnl_usd"]),
-        ]
-        for d in figures["daily"]
-    ]
-    ratios = figures["daily_ratios"]
-    return [
-        table(["UTC day", "PnL USD", "spread earned", "revaluation", "cumulative"], rows),
-        _note(
-            f"Sharpe {num(ratios['sharpe'])}, Sortino {num(ratios['sortino'])}: of daily PnL, "
-            "annualised by √365; n/a with fewer than two days."
-        ),
-    ]
 
 
 def _latency(result: ReplayResult, figures: Mapping[str, Any]) -> list[str]:
@@ -248,6 +233,8 @@ def _latency(result: ReplayResult, figures: Mapping[str, Any]) -> list[str]:
 def render_html(
     result: ReplayResult, figures: Mapping[str, Any], symbols: Mapping[str, str], title: str
 ) -> str:
+    from backtest.report import stats_html  # it builds on this module's tables
+
     span = f"{when(figures.get('first_ts'))} to {when(figures.get('last_ts'))}"
     parts = [
         f"<h1>{_e(title)}</h1>",
@@ -268,6 +255,7 @@ def render_html(
                 "revaluation: marked PnL minus spread earned. Inventory in whole units."
             ),
         ],
+        "Against holding": stats_html.against_holding(figures),
         "Per pair": [
             pairs_table(figures),
             _note(
@@ -276,7 +264,8 @@ def render_html(
                 "to the balances and is not attributed to a pair."
             ),
         ],
-        "Daily PnL": _daily(figures),
+        "Statistics": stats_html.statistics(figures),
+        "Breakdown": stats_html.breakdown(figures),
         "Markouts": [markouts_table(figures), _img("Markouts", plots.markouts(figures))],
         "Win rate by edge and size": [_img("Win rates", plots.win_rates(result))],
         "Inventory": [inventory_table(figures, symbols, result.desk.pnl.decimals)],

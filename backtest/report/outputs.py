@@ -15,8 +15,10 @@ strings), ``markouts_usd`` (per horizon of the desk, ``1s`` / ``10s`` / ``60s`` 
 ``mean``, ``total``, ``n``), ``events`` (counts by kind), ``open_at_end`` (quotes the desk still
 held open), ``halted`` (the desk's kill switch: when and why, or null),
 ``fill_model``, ``seed``, ``first_ts``, ``last_ts``; the breakdowns of
-:mod:`backtest.report.tables` (``pnl_split``, ``daily``, ``daily_ratios``, ``drawdown``,
-``pairs``, ``all``, ``latency_ms``, ``outcomes_over_time``); ``solver backtest run`` adds
+:mod:`backtest.report.tables` (``pnl_split``, ``daily``, ``drawdown``, ``pairs``, ``all``,
+``latency_ms``, ``outcomes_over_time``); the benchmark and statistics of
+:mod:`backtest.report.stats` (``hold_pnl_usd``, ``pnl_over_hold_usd``, ``returns_pct``,
+``hedged``, ``daily_ratios``, ``trades``, ``breakdown``); ``solver backtest run`` adds
 ``stream`` (its file name, malformed lines and unknown kinds the reader skipped) and ``config``
 (strategies, parameters, settings and digests).
 
@@ -35,6 +37,7 @@ from typing import Any, TextIO
 
 from backtest.engine import ReplayResult
 from backtest.measure.measurements import HORIZONS_S, FillRecord
+from backtest.report.stats import benchmark, breakdowns, ratios, span_days, trades
 from backtest.report.tables import report_sections, usd
 
 __all__ = ["FILL_COLUMNS", "FillsCsv", "dump_json", "summary", "usd", "write_json", "write_report"]
@@ -95,10 +98,59 @@ class FillsCsv:
         self.rows += 1
 
 
-def summary(result: ReplayResult, *, fill_model: str, seed: int) -> dict[str, Any]:
+EQUITY_COLUMNS = (
+    "time",
+    "equity_usd",
+    "pnl_usd",
+    "spread_earned_usd",
+    "fees_usd",
+    "inventory_revaluation_usd",
+    "hold_pnl_usd",
+    "pnl_over_hold_usd",
+    "drawdown_usd",
+)
+
+
+def write_series(out: Path, result: ReplayResult) -> dict[str, Path]:
+    """``equity.csv`` (equity, PnL and its parts, hold, PnL over hold and drawdown at the desk's
+    ticks) and ``inventory.csv`` (each token's balance after each settlement, smallest units),
+    beside ``fills.csv``: the curves of the report as data, for a notebook or a spreadsheet.
+    Both are thinned evenly to at most about 2,000 rows (:class:`Downsampled`)."""
+    m = result.measures
+    start = result.desk.pnl.start_equity or 0.0
+    paths = {"equity": out / "equity.csv", "inventory": out / "inventory.csv"}
+    with paths["equity"].open("w", encoding="utf-8", newline="") as file:
+        writer = csv.writer(file, lineterminator="\n")
+        writer.writerow(EQUITY_COLUMNS)
+        for t, (pnl, drawdown, realized, hold, fees) in m.pnl_series.series():
+            writer.writerow(
+                (
+                    _time(datetime.fromtimestamp(t, UTC)),
+                    *(
+                        f"{usd(v):.6f}"
+                        for v in (start + pnl, pnl, realized, -fees, pnl - realized, hold)
+                    ),
+                    f"{usd(pnl - hold):.6f}",
+                    f"{usd(drawdown):.6f}",
+                )
+            )
+    with paths["inventory"].open("w", encoding="utf-8", newline="") as file:
+        writer = csv.writer(file, lineterminator="\n")
+        writer.writerow(("time", *m.tokens))
+        for t, balances in m.inventory_series.series():
+            writer.writerow(
+                (_time(datetime.fromtimestamp(t, UTC)), *(str(int(b)) for b in balances))
+            )
+    return paths
+
+
+def summary(
+    result: ReplayResult, *, fill_model: str, seed: int, hedge_cost_bps: float | None = None
+) -> dict[str, Any]:
     """The figures of a replay. PnL, realized edge, markouts and equity are the desk's
     (:class:`~solver.core.pnl.PnlBook`); the rest is measured by
-    :mod:`backtest.measure.measurements`."""
+    :mod:`backtest.measure.measurements`; the benchmark and the statistics are
+    :mod:`backtest.report.stats`'s."""
     t = result.measures
     book = result.desk.pnl
     markouts = {
@@ -111,6 +163,8 @@ def summary(result: ReplayResult, *, fill_model: str, seed: int) -> dict[str, An
     }
     start_equity = book.start_equity or 0.0
     pnl = book.pnl or 0.0
+    sections = report_sections(result)
+    bench = benchmark(result, hedge_cost_bps)
     return {
         "requests": t.requests,
         "quoted": t.quoted,
@@ -138,7 +192,13 @@ def summary(result: ReplayResult, *, fill_model: str, seed: int) -> dict[str, An
         "seed": seed,
         "first_ts": _time(t.first_ts) if t.first_ts else None,
         "last_ts": _time(t.last_ts) if t.last_ts else None,
-        **report_sections(result),
+        **sections,
+        **bench,
+        "daily_ratios": ratios(
+            [row["pnl_usd"] for row in sections["daily"]], span_days(result), t.max_drawdown
+        ),
+        "trades": trades(t.trades),
+        "breakdown": breakdowns(result),
     }
 
 

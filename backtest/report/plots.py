@@ -52,7 +52,8 @@ def wilson(won: int, n: int, z: float = 1.96) -> tuple[float, float, float]:
 def pnl_and_inventory(
     result: ReplayResult, symbols: Mapping[str, str], halted_at: float | None
 ) -> str:
-    """PnL (marked), its split (spread earned, inventory revaluation) and drawdown on top;
+    """PnL (marked), its split (spread earned, inventory revaluation), the hold benchmark, PnL
+    over hold and drawdown on top;
     each held token's inventory in whole units below, on the same time axis."""
     from matplotlib.figure import Figure
 
@@ -72,6 +73,11 @@ def pnl_and_inventory(
         when, [v[0] - v[2] for _, v in points], color="tab:orange", lw=1,
         label="inventory revaluation",
     )  # fmt: skip
+    ax.plot(
+        when, [v[3] for _, v in points], color="gray", lw=1, ls="--",
+        label="hold (the starting inventory)",
+    )  # fmt: skip
+    ax.plot(when, [v[0] - v[3] for _, v in points], color="black", lw=1.4, label="PnL over hold")
     ax.fill_between(
         when, [-v[1] for _, v in points], 0, color="tab:red", alpha=0.25, label="drawdown"
     )
@@ -82,7 +88,7 @@ def pnl_and_inventory(
     for row, i in enumerate(held, start=1):
         axi = axes[row][0]
         stamps = [t for t, _ in inventory]
-        values = [v[i] for _, v in inventory]
+        values = [v[i] / m.scale[m.tokens[i]] for _, v in inventory]
         if points and stamps and points[-1][0] > stamps[-1]:
             stamps, values = [*stamps, points[-1][0]], [*values, values[-1]]
         axi.step(_dates(stamps), values, where="post", color="tab:purple")
@@ -96,7 +102,7 @@ def pnl_and_inventory(
             _dates([halted_at])[0], 0.02, " kill switch", rotation=90, fontsize=8,
             va="bottom", transform=ax.get_xaxis_transform(),
         )  # fmt: skip
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower left", fontsize=7, ncol=2)
     lines[-1].xaxis_date(UTC)
     fig.autofmt_xdate()
     return _png(fig)
@@ -157,12 +163,18 @@ def win_rates(result: ReplayResult) -> str:
 
 
 def markouts(figures: Mapping[str, Any]) -> str:
+    return _png(markouts_figure(figures))
+
+
+def markouts_figure(figures: Mapping[str, Any]) -> Any:
     """Mean markout in bps of notional per horizon (fill = realized edge), ± 1.96 se, per pair
-    and for all pairs."""
+    and for all pairs (top); below, the move since the fill: each horizon's mean minus the
+    fill-time edge, so a 0.8 bps adverse move is not lost under a 25 bps edge. Neither axis is
+    forced to include zero: the scale follows the data."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 3.6))
-    ax = fig.subplots()
+    fig = Figure(figsize=(9, 5.6))
+    ax, move = fig.subplots(2, 1, sharex=True, height_ratios=[1.3, 1])
     horizons = [0, *HORIZONS_S]
     xs = list(range(len(horizons)))
     series = [("all pairs", figures["all"]), *list(figures["pairs"].items())]
@@ -171,16 +183,20 @@ def markouts(figures: Mapping[str, Any]) -> str:
         ys = [c["mean"] if c["mean"] is not None else math.nan for c in cells]
         err = [1.96 * c["se"] if c["se"] is not None else 0.0 for c in cells]
         offset = (k - (len(series) - 1) / 2) * 0.06
-        ax.errorbar(
-            [x + offset for x in xs], ys, yerr=err, fmt="o-", capsize=3, ms=4,
-            lw=2.2 if k == 0 else 1, label=f"{name} ({cells[0]['n']} fills)",
-        )  # fmt: skip
-    ax.axhline(0, color="black", lw=0.6)
-    ax.set_xticks(xs, [HORIZON_LABELS.get(h, f"+{h} s") for h in horizons])
-    ax.set_ylabel("bps of notional (mean, 95 % interval)")
-    ax.grid(alpha=0.3)
+        style = {"capsize": 3, "ms": 4, "lw": 2.2 if k == 0 else 1, "fmt": "o-"}
+        label = f"{name} ({cells[0]['n']} fills)"
+        ax.errorbar([x + offset for x in xs], ys, yerr=err, label=label, **style)
+        moved = [y - ys[0] for y in ys]
+        move.errorbar([x + offset for x in xs], moved, yerr=err, **style)
+    move.axhline(0, color="black", lw=0.6)
+    move.set_xticks(xs, [HORIZON_LABELS.get(h, f"+{h} s") for h in horizons])
+    ax.set_ylabel("bps of notional\n(mean, 95 % interval)")
+    move.set_ylabel("move since the fill, bps\n(below 0: against us)")
+    for axis in (ax, move):
+        axis.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    fig.tight_layout()
+    return fig
 
 
 def outcomes_over_time(figures: Mapping[str, Any]) -> str:

@@ -7,14 +7,14 @@ byte-identical between identical runs.
 
 - **PnL split**: *spread earned* is the realized edge of every fill at its fill time (the desk's
   ``realized_usd``: value received − value given at the fill's reference prices, fees included);
-  *inventory revaluation* is the rest of the marked PnL (``pnl − spread earned``): what the
-  balances gained or lost as prices moved after the fills.
+  *spread capture* is the same before fees, and *fees* apart; *inventory revaluation* is the
+  rest of the marked PnL (``pnl − spread earned``): what the balances gained or lost as prices
+  moved, itself the *hold* benchmark's revaluation of the starting inventory plus the
+  revaluation of what the fills changed (:mod:`backtest.report.stats`).
 - **Daily PnL**: the change of the desk's marked PnL from one UTC day's close (its last tick) to
   the next; the first day counts from zero. Partial first and last days count as days.
-- **Sharpe and Sortino** of the daily PnL (in USD, so the ratio is of money, not of returns on
-  a capital figure): ``mean / sd`` and ``mean / downside deviation`` (root mean square of the
-  days below zero, over all days), both × √365 (crypto trades every day). Fewer than two days, or
-  no variation: ``None`` ("n/a" in the report): a ratio over one day says nothing.
+- **Sharpe, Sortino, Calmar** and the per-trade figures: :mod:`backtest.report.stats` (withheld
+  below their minimum samples).
 - **Markouts in bps**: each fill's markout divided by its notional (the USD value of what we
   received at fill time), per horizon; mean and its standard error (error bars: ± 1.96 se).
 """
@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,9 +32,6 @@ from backtest.measure.detail import DAY_S, Moments, PairStats
 from backtest.measure.measurements import HORIZONS_S
 from backtest.settings import BacktestSettings
 from solver.config import BotConfig
-
-ANNUALISE = math.sqrt(365)
-"""Daily ratios are annualised by √365: the network trades every day of the year."""
 
 
 def usd(value: float) -> float:
@@ -62,11 +58,20 @@ def moments(m: Moments) -> dict[str, Any]:
 
 
 def pnl_split(result: ReplayResult) -> dict[str, float]:
+    """``pnl = spread_capture + fees + inventory_revaluation`` (fees negative), and
+    ``inventory_revaluation = hold_revaluation + position_revaluation``."""
     book = result.desk.pnl
     pnl = book.pnl or 0.0
+    fees = result.measures.fees
+    revaluation = pnl - book.realized_usd
+    hold = result.measures.hold_usd
     return {
+        "spread_capture_usd": usd(book.realized_usd + fees),
+        "fees_usd": usd(-fees),
         "spread_earned_usd": usd(book.realized_usd),
-        "inventory_revaluation_usd": usd(pnl - book.realized_usd),
+        "inventory_revaluation_usd": usd(revaluation),
+        "hold_revaluation_usd": usd(hold),
+        "position_revaluation_usd": usd(revaluation - hold),
     }
 
 
@@ -85,22 +90,6 @@ def daily(result: ReplayResult) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def ratios(daily_pnl: Sequence[float]) -> dict[str, Any]:
-    """Sharpe and Sortino of daily PnL, annualised by √365 (None when undefined)."""
-    n = len(daily_pnl)
-    out: dict[str, Any] = {"days": n, "annualisation": "sqrt(365)", "sharpe": None, "sortino": None}
-    if n < 2:
-        return out
-    mean = sum(daily_pnl) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in daily_pnl) / (n - 1))
-    downside = math.sqrt(sum(min(0.0, x) ** 2 for x in daily_pnl) / n)
-    if sd > 0:
-        out["sharpe"] = round(mean / sd * ANNUALISE, 4)
-    if downside > 0:
-        out["sortino"] = round(mean / downside * ANNUALISE, 4)
-    return out
 
 
 def drawdown(result: ReplayResult) -> dict[str, Any]:
@@ -198,11 +187,9 @@ def config_block(config: BotConfig, settings: BacktestSettings) -> dict[str, Any
 
 def report_sections(result: ReplayResult) -> dict[str, Any]:
     """Everything above, keyed as in ``summary.json``."""
-    days = daily(result)
     return {
         "pnl_split": pnl_split(result),
-        "daily": days,
-        "daily_ratios": ratios([row["pnl_usd"] for row in days]),
+        "daily": daily(result),
         "drawdown": drawdown(result),
         **pairs(result),
         "latency_ms": latency(result),

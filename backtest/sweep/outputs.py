@@ -19,8 +19,9 @@ import yaml
 from backtest.report.tables import usd
 from backtest.sweep.result import SweepResult
 from backtest.sweep.segments import _iso
-from backtest.sweep.spec import split_overrides
-from backtest.sweep.tasks import METRICS
+from backtest.sweep.spec import Candidate, split_overrides
+from backtest.sweep.tasks import METRICS, TaskResult
+from backtest.sweep.verdict import Verdict, judge
 from solver.errors import ConfigError
 
 
@@ -79,8 +80,9 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return usd(sum(v for v in values if v is not None) / len(values))
 
 
-def summary_json(result: SweepResult) -> dict[str, Any]:
+def summary_json(result: SweepResult, verdict: Verdict | None = None) -> dict[str, Any]:
     """``sweep.json``: deterministic for a sweep (no wall-clock figures)."""
+    verdict = verdict or judge(result)
     best = result.best()
     splits = result.split_results()
     walk: dict[str, Any] | None = None
@@ -98,6 +100,7 @@ def summary_json(result: SweepResult) -> dict[str, Any]:
             ),
         }
     full = result.results.get((best.index, 0)) if best is not None else None
+    leader = _leader(result, best, full)
     return {
         "stream": result.stream,
         "span": None if result.span is None else {
@@ -113,7 +116,16 @@ def summary_json(result: SweepResult) -> dict[str, Any]:
         "tasks": len(result.results),
         "objective": result.spec.objective.model_dump(),
         "search": _search(result),
-        "best": None if best is None or full is None else {
+        # The first row is the leader; it is the best only when the verdict names a winner.
+        "best": None if verdict.verdict == "no_winner" else leader,
+        "leader": leader,
+        "walk_forward": walk,
+        "verdict": verdict.as_dict(),
+    }  # fmt: skip
+
+
+def _leader(result: SweepResult, best: Candidate | None, full: TaskResult | None) -> Any:
+    return None if best is None or full is None else {
             "candidate": best.index,
             "chosen_on": result.chosen_on,
             "objective": result.objective(best.index),
@@ -121,9 +133,7 @@ def summary_json(result: SweepResult) -> dict[str, Any]:
             "out_of_sample_mean": result.mean_over(best.index, test=True),
             "overrides": best.overrides,
             "metrics": full.metrics,
-        },
-        "walk_forward": walk,
-    }  # fmt: skip
+        }  # fmt: skip
 
 
 def _search(result: SweepResult) -> dict[str, Any]:
@@ -142,10 +152,14 @@ def write_outputs(
     config_source: str,
     settings_source: str | None,
     heatmap: Sequence[str] | None = None,
+    verdict: Verdict | None = None,
+    write_best_anyway: bool = False,
 ) -> dict[str, Path]:
     """``leaderboard.csv``, ``sweep.json``, ``timing.json``, ``sweep.html`` (a heatmap over
     ``heatmap``, two swept keys, or the first two that vary), and for the winner
-    ``best_config.yaml`` (the whole bot YAML) and ``best_backtest.yaml`` (its settings)."""
+    ``best_config.yaml`` (the whole bot YAML) and ``best_backtest.yaml`` (its settings) —
+    unless the verdict is ``no_winner`` (then only with ``write_best_anyway``)."""
+    verdict = verdict or judge(result)
     from backtest.report.outputs import write_json
 
     try:
@@ -159,10 +173,10 @@ def write_outputs(
         "html": out / "sweep.html",
     }
     paths["leaderboard"].write_text(leaderboard_csv(result), encoding="utf-8")
-    write_json(paths["summary"], summary_json(result))
+    write_json(paths["summary"], summary_json(result, verdict))
     from backtest.sweep.html import render_sweep_html
 
-    paths["html"].write_text(render_sweep_html(result, heatmap), encoding="utf-8")
+    paths["html"].write_text(render_sweep_html(result, heatmap, verdict), encoding="utf-8")
     task_seconds = sum(r.elapsed_s for r in result.results.values())
     write_json(
         paths["timing"],
@@ -176,11 +190,14 @@ def write_outputs(
         },
     )
     best = result.best()
-    if best is not None:
+    for stale in ("best_config.yaml", "best_backtest.yaml"):
+        (out / stale).unlink(missing_ok=True)  # an earlier sweep's winner must not linger
+    if best is not None and (verdict.verdict != "no_winner" or write_best_anyway):
         score = result.objective(best.index)
         note = (
             f"# Best of `solver backtest sweep` over {result.stream}: candidate {best.index}, "
             f"objective {result.spec.objective.kind} = {score}\n"
+            f"# Verdict: {verdict.verdict}: {verdict.reason}\n"
         )
         bot, backtest = split_overrides(best.overrides)
         paths["best_config"] = out / "best_config.yaml"

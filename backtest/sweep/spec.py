@@ -27,7 +27,9 @@ from solver.runtime.wiring import build_routes
 
 BACKTEST_PREFIX = "backtest."
 MAX_CANDIDATES = 100_000
-ObjectiveKind = Literal["pnl_minus_inventory_risk", "pnl", "realized_pnl", "pnl_minus_drawdown"]
+ObjectiveKind = Literal[
+    "pnl_over_hold", "pnl_minus_inventory_risk", "pnl", "realized_pnl", "pnl_minus_drawdown"
+]
 ExecutorName = Literal["local", "dask"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -102,16 +104,22 @@ class RandomSpec(BaseModel):
 class ObjectiveSpec(BaseModel):
     """What ranks the candidates (higher is better), from a replay's figures:
 
+    - ``pnl_over_hold`` (default): ``pnl_over_hold_usd``, the marked PnL less what the starting
+      inventory alone made (:mod:`backtest.report.stats`). A ranking by PnL on a large inventory
+      follows the price path; this one follows what quoting added, and above zero means better
+      than holding;
     - ``pnl_minus_inventory_risk``: ``pnl_usd - risk_weight * inventory_risk_usd``;
     - ``pnl``: ``pnl_usd`` (marked to market); ``realized_pnl``: ``realized_pnl_usd``;
     - ``pnl_minus_drawdown``: ``pnl_usd - risk_weight * max_drawdown_usd``.
     """
 
     model_config = _STRICT
-    kind: ObjectiveKind = "pnl_minus_inventory_risk"
+    kind: ObjectiveKind = "pnl_over_hold"
     risk_weight: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.1
 
     def score(self, metrics: Mapping[str, float]) -> float:
+        if self.kind == "pnl_over_hold":
+            return usd(float(metrics["pnl_over_hold_usd"]))
         pnl = float(metrics["pnl_usd"])
         if self.kind == "pnl":
             return usd(pnl)

@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from backtest.engine import Replay
+from backtest.engine import Replay, ReplayResult
+from backtest.report.tables import usd
 from backtest.settings import validate_settings
 from backtest.stream.read import read_stream
 from backtest.sweep.segments import Segment, window
@@ -29,6 +30,8 @@ from solver.errors import SolverError
 
 METRICS: tuple[str, ...] = (
     "pnl_usd",
+    "hold_pnl_usd",
+    "pnl_over_hold_usd",
     "inventory_risk_usd",
     "max_drawdown_usd",
     "realized_pnl_usd",
@@ -40,6 +43,9 @@ METRICS: tuple[str, ...] = (
     "win_rate",
 )
 """The figures of each task, taken from :func:`backtest.report.outputs.summary` (same rounding)."""
+BLOCKS = 24
+"""Each task's PnL over hold is also cut into this many equal time blocks of its segment: the
+units the verdict's bootstrap resamples (:mod:`backtest.sweep.verdict`)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class TaskResult:
     halted: str | None = None
     error: str | None = None
     elapsed_s: float = 0.0
+    blocks: tuple[float, ...] = ()
+    """PnL over hold gained in each of :data:`BLOCKS` equal time blocks of the segment (USD)."""
 
 
 def run_task(task: SweepTask) -> TaskResult:
@@ -80,6 +88,7 @@ def run_task(task: SweepTask) -> TaskResult:
             segment = Segment(task.start_us, task.end_us)
             result = replay.run(window(reader, segment), reader.header)
         figures = summary(result, fill_model=settings.fill.model, seed=settings.seed)
+        blocks = pnl_over_hold_blocks(result, task.start_us, task.end_us)
     except (SolverError, ValueError) as exc:
         return TaskResult(
             task.candidate,
@@ -95,7 +104,32 @@ def run_task(task: SweepTask) -> TaskResult:
         {name: figures[name] for name in METRICS},
         halted=None if halted is None else str(halted["reason"]),
         elapsed_s=time.perf_counter() - started,
+        blocks=blocks,
     )
+
+
+def pnl_over_hold_blocks(
+    result: ReplayResult, start_us: int | None, end_us: int | None, blocks: int = BLOCKS
+) -> tuple[float, ...]:
+    """The PnL over hold gained in each of ``blocks`` equal time blocks of the segment (the
+    stream's first to last event when a bound is open), read from the desk's series at its
+    ticks: the same edges for every candidate of a segment, so blocks line up across them."""
+    m = result.measures
+    points = m.pnl_series.series()
+    if not points or m.first_ts is None or m.last_ts is None:
+        return (0.0,) * blocks
+    t0 = start_us / 1e6 if start_us is not None else m.first_ts.timestamp()
+    t1 = end_us / 1e6 if end_us is not None else m.last_ts.timestamp()
+    edges = [t0 + (t1 - t0) * (i + 1) / blocks for i in range(blocks)]
+    edges[-1] = max(t1, points[-1][0])  # the last block reaches the final tick
+    out, before, k = [], 0.0, 0
+    for edge in edges:
+        while k < len(points) and points[k][0] <= edge:
+            k += 1
+        value = points[k - 1][1][0] - points[k - 1][1][3] if k else 0.0
+        out.append(usd(value - before))
+        before = value
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------ executors

@@ -1,8 +1,9 @@
 """The sandbox swap API at {base_url} (spec 4.1, 4.2, 5.1, 9.1; docs/swap-api.md).
 
 - ``POST /v0/quote`` (2.1 → 2.2), ``POST /v0/deposit/submit`` (2.4 → 2.5),
-  ``GET /v0/status?depositAddress=…[&depositMemo=…]`` (→ 2.5): bearer token optional (without
-  one the platform fee applies; an invalid one is a 401).
+  ``GET /v0/status?depositAddress=…[&depositMemo=…]`` (→ 2.5): token optional (without one the
+  platform fee applies; an invalid one is a 401), carried as ``Authorization: Bearer`` or, as the
+  official schema also allows, ``X-API-Key`` (protocol-notes 7).
 - ``GET /v0/tokens`` and ``GET /v0/any-input/withdrawals``: what the official 1Click client
   calls beyond the spec (:mod:`sandbox.swap.client_api`); quote requests also take its optional
   ``confidentiality`` and ``rebates``. Other paths that client knows answer a JSON 404 naming
@@ -11,7 +12,9 @@
   ``GET /sandbox/service-key`` (the public key that signs quotes).
 
 Request bodies are read raw and validated with ``model_validate_json``: a JSON number where the
-spec has an amount string is refused, as is a snake_case field name. OpenAPI: ``/openapi.json``.
+spec has an amount string is refused, as is a snake_case field name. Bad input of any route is a
+400 whose ``message`` names the field, the official ``BadRequestResponse`` (protocol-notes 7); a
+method a path does not serve is a 405 with ``Allow``. OpenAPI: ``/openapi.json``.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from sandbox.swap.client_api import (
     token_listing,
 )
 from sandbox.swap.http import (
+    API_KEY_SCHEME,
     BEARER_SCHEME,
     ERROR_RESPONSES,
+    api_key_token,
     bearer_token,
     install_error_handlers,
     install_openapi,
@@ -53,7 +58,7 @@ from solver.protocol.swap import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-OPTIONAL_AUTH: list[dict[str, list[str]]] = [{}, {BEARER_SCHEME: []}]
+OPTIONAL_AUTH: list[dict[str, list[str]]] = [{}, {BEARER_SCHEME: []}, {API_KEY_SCHEME: []}]
 
 
 class StatusQuery(BaseModel):
@@ -114,7 +119,7 @@ def _responses(model: Any, *codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def parse_body(model: type[M], body: bytes) -> tuple[M, dict[str, Any]]:
-    """The validated model and the decoded object; 422 naming the first bad field."""
+    """The validated model and the decoded object; 400 naming the first bad field."""
     try:
         parsed = model.model_validate_json(body)
     except ValidationError as exc:
@@ -128,6 +133,13 @@ def parse_body(model: type[M], body: bytes) -> tuple[M, dict[str, Any]]:
     return parsed, raw
 
 
+def authorized(service: SwapService, request: Request) -> bool:
+    """Whether the request is a partner's (fee-free, spec 5.1.3). Each carrier present must hold
+    a valid token, or the answer is a 401: a bad credential never passes for no credential."""
+    present = [t for t in (bearer_token(request), api_key_token(request)) if t is not None]
+    return all([service.authorized(token) for token in present]) and bool(present)
+
+
 def create_swap_app(service: SwapService) -> FastAPI:
     app = FastAPI(title="sandbox swap API", version="0", docs_url=None, redoc_url=None)
     install_error_handlers(app, not_served_message)
@@ -137,13 +149,13 @@ def create_swap_app(service: SwapService) -> FastAPI:
         "/v0/quote",
         response_model=None,
         summary="Request a quote (2.1 → 2.2)",
-        responses=_responses(ClientQuoteResponse, 400, 401, 413, 422),
+        responses=_responses(ClientQuoteResponse, 400, 401, 413),
         openapi_extra={**json_body(ClientQuoteRequest), "security": OPTIONAL_AUTH},
     )
     async def quote(request: Request) -> JSONResponse:
-        authorized = service.authorized(bearer_token(request))
+        partner = authorized(service, request)
         req, raw = parse_body(ClientQuoteRequest, await read_body(request, limit))
-        return JSONResponse(await service.quote(req, raw, authorized))
+        return JSONResponse(await service.quote(req, raw, partner))
 
     @app.get(
         "/v0/tokens",
@@ -165,7 +177,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
         },
     )
     async def withdrawals(request: Request) -> JSONResponse:
-        service.authorized(bearer_token(request))
+        authorized(service, request)
         query = parse_query(WithdrawalsQuery, request)
         return JSONResponse(any_input_withdrawals(service, query))
 
@@ -173,11 +185,11 @@ def create_swap_app(service: SwapService) -> FastAPI:
         "/v0/deposit/submit",
         response_model=None,
         summary="Report a deposit transaction (2.4 → 2.5)",
-        responses=_responses(DepositSubmitResponse, 401, 404, 413, 422),
+        responses=_responses(DepositSubmitResponse, 400, 401, 404, 413),
         openapi_extra={**json_body(DepositSubmitRequest), "security": OPTIONAL_AUTH},
     )
     async def submit(request: Request) -> JSONResponse:
-        service.authorized(bearer_token(request))
+        authorized(service, request)
         req, _ = parse_body(DepositSubmitRequest, await read_body(request, limit))
         return JSONResponse(service.submit(req))
 
@@ -192,7 +204,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
         },
     )
     async def status(request: Request) -> JSONResponse:
-        service.authorized(bearer_token(request))
+        authorized(service, request)
         query = parse_query(StatusQuery, request)
         return JSONResponse(service.status(query.depositAddress, query.depositMemo))
 
@@ -201,7 +213,7 @@ def create_swap_app(service: SwapService) -> FastAPI:
         response_model=None,
         tags=["sandbox"],
         summary="Sandbox only: simulate a deposit of a chosen amount",
-        responses=_responses(DepositSubmitResponse, 404, 413, 422),
+        responses=_responses(DepositSubmitResponse, 400, 404, 413),
         openapi_extra=json_body(SandboxDepositRequest),
     )
     async def sandbox_deposit(request: Request) -> JSONResponse:
@@ -226,5 +238,6 @@ def create_swap_app(service: SwapService) -> FastAPI:
             f"{service.public_key} over the bytes defined in docs/swap-api.md "
             f"(domain {SIGNATURE_DOMAIN})."
         ),
+        api_key=True,
     )
     return app

@@ -1,5 +1,6 @@
 """Rules a quote request must meet beyond its field types (spec 2.1, 4.1; docs/swap-api.md),
-and the body of the sandbox-only deposit endpoint. A broken rule is a 422 naming the field."""
+and the body of the sandbox-only deposit endpoint. A broken rule is a 400 naming the field
+(the official ``BadRequestResponse``, protocol-notes 7)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class SandboxDepositRequest(BaseModel):
 def check_quote_request(
     req: QuoteRequest, now: datetime, tokens: Container[str], min_deadline_ms: int
 ) -> None:
-    """Raise a 422 for the first rule ``req`` breaks."""
+    """Raise a 400 for the first rule ``req`` breaks."""
     for field, asset in (
         ("originAsset", req.origin_asset),
         ("destinationAsset", req.destination_asset),
@@ -75,9 +76,13 @@ def check_quote_request(
         )
     withdraws = req.recipient_type is RecipientType.DESTINATION_CHAIN
     if withdraws and not req.destination_asset.startswith("nep141:"):
-        raise invalid_body("DESTINATION_CHAIN needs a nep141 destinationAsset", "recipientType")
+        raise invalid_body(
+            "recipientType: DESTINATION_CHAIN needs a nep141 destinationAsset", "recipientType"
+        )
     if req.refund_type is RefundType.ORIGIN_CHAIN and not req.origin_asset.startswith("nep141:"):
-        raise invalid_body("ORIGIN_CHAIN refunds need a nep141 originAsset", "refundType")
+        raise invalid_body(
+            "refundType: ORIGIN_CHAIN refunds need a nep141 originAsset", "refundType"
+        )
     for field, value in (
         ("virtualChainRecipient", req.virtual_chain_recipient),
         ("virtualChainRefundRecipient", req.virtual_chain_refund_recipient),

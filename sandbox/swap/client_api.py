@@ -10,7 +10,8 @@ fields the spec does not list. This module gives the sandbox's answer to each:
   (``public``, ``basic``, ``advanced``) and ``rebates`` (1–3 ``{recipient, share}``, shares in
   percent adding up to 100). Both are validated and echoed in ``quoteRequest``; the sandbox has
   no Confidential Intents and no rebate source, so every quote is executed as a public one and
-  no rebate is paid.
+  no rebate is paid. ``insured`` (a boolean of the official schema, default false, protocol-notes
+  7) is echoed when false; the sandbox has no insurance, so ``true`` is a 400 naming the field.
 - :func:`token_listing`: one entry per sandbox token in the 1Click shape (``assetId``,
   ``decimals``, ``blockchain``, ``symbol``, ``price``, ``priceUpdatedAt``, ``contractAddress``),
   prices from the sandbox's reference price process.
@@ -28,7 +29,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from sandbox.swap.http import bad_parameter, not_found
 from sandbox.swap.rules import format_units
@@ -84,6 +85,14 @@ class ClientQuoteRequest(QuoteRequest):
 
     confidentiality: Confidentiality | None = None
     rebates: Annotated[list[Rebate], Field(min_length=1, max_length=MAX_REBATES)] | None = None
+    insured: StrictBool | None = None
+
+    @field_validator("insured")
+    @classmethod
+    def _uninsured(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("the sandbox has no swap insurance: send false or leave it out")
+        return value
 
     @field_validator("rebates")
     @classmethod

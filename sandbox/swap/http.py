@@ -1,8 +1,11 @@
 """HTTP plumbing shared by the sandbox swap API and history API (spec 5.1, 7.7; docs/swap-api.md).
 
-- One error body everywhere: ``{"error": CODE, "message": text, "field": name?}`` with the HTTP
-  codes 400 (bad query parameter, or no quote), 401 (missing or invalid bearer token), 404
-  (unknown deposit or path), 405, 413 (body too large) and 422 (invalid request body).
+- One error body everywhere: ``{"error": CODE, "message": text, "field": name?}``. It is the
+  official 1Click API's ``BadRequestResponse`` (``{"message"}``, protocol-notes 7) with the
+  sandbox's machine code and offending field added, and the message names that field. HTTP codes
+  as the official API answers them: 400 for any bad input (query parameter or request body, and
+  no quote), 401 (missing or invalid credentials), 404 (unknown deposit or path), 405 with the
+  ``Allow`` header RFC 9110 15.5.6 requires, and 413 (body too large).
 - Bearer tokens: ``Authorization: Bearer <JWT>``, HS256, verified with the configured secret.
 - OpenAPI: request bodies are read raw and validated with ``model_validate_json`` (so a JSON
   number is never taken for an amount string), so their schemas, the query parameters and the
@@ -22,10 +25,13 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 JWT_ALGORITHMS = ["HS256"]
 REF_TEMPLATE = "#/components/schemas/{model}"
 BEARER_SCHEME = "bearerAuth"
+API_KEY_SCHEME = "apiKeyAuth"
+API_KEY_HEADER = "X-API-Key"
 
 
 class ApiError(Exception):
@@ -44,7 +50,8 @@ def bad_parameter(message: str, field: str | None = None) -> ApiError:
 
 
 def invalid_body(message: str, field: str | None = None) -> ApiError:
-    return ApiError(422, "INVALID_BODY", message, field)
+    """A request body the API refuses: 400, as the official API answers it (protocol-notes 7)."""
+    return ApiError(400, "INVALID_BODY", message, field)
 
 
 def not_found(message: str) -> ApiError:
@@ -63,20 +70,37 @@ class ErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in (
-        (400, "Bad query parameter, or no solver quoted (NO_QUOTE)"),
+        (400, "Bad query parameter or request body, or no solver quoted (NO_QUOTE)"),
         (401, "Missing (history) or invalid bearer token"),
         (404, "Unknown deposit address / memo"),
         (413, "Request body too large"),
-        (422, "Invalid request body"),
     )
 }
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
     body: dict[str, Any] = {"error": code, "message": message}
     if field is not None:
         body["field"] = field
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` value of a 405: every method some route serves on the request's path.
+
+    Starlette's own 405 names the methods of the first route matching the path only."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)  # PARTIAL: the path matches, the method does not
+        if match is Match.PARTIAL and isinstance(route, Route):
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
 
 
 _UNION_TAGS = frozenset({"int", "float", "str", "bool", "list", "dict", "none"})
@@ -87,12 +111,19 @@ def _is_union_tag(part: str) -> bool:
     return part in _UNION_TAGS or part.startswith(("constrained-", "function-")) or "[" in part
 
 
+def _field(err: Any) -> str:
+    return ".".join(str(p) for p in err["loc"] if not _is_union_tag(str(p)))
+
+
 def validation_problem(exc: ValidationError) -> tuple[str, str | None]:
-    """The first error as ``(message, field)``; the field uses the wire (camelCase) names."""
-    err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"] if not _is_union_tag(str(p))]
-    field = ".".join(loc) or None
-    return (f"{field}: {err['msg']}" if field else str(err["msg"])), field
+    """The first bad field as ``(message, field)``; the field uses the wire (camelCase) names.
+
+    A union field fails once per branch; the last branch's words are kept (for ``int | float``
+    "greater than or equal to 0" says more than the int branch's "should be a valid integer")."""
+    errors = exc.errors(include_url=False)
+    field = _field(errors[0])
+    err = [e for e in errors if _field(e) == field][-1]
+    return (f"{field}: {err['msg']}" if field else str(err["msg"])), field or None
 
 
 def _no_such_path(method: str, path: str) -> str:
@@ -115,9 +146,15 @@ def install_error_handlers(
         message = exc.detail
         if exc.status_code == 404 and message == "Not Found":  # no route matched
             message = path_message(request.method, request.url.path)
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path[:200]}"
-        return error_response(exc.status_code, codes.get(exc.status_code, "ERROR"), message)
+        headers = None
+        if exc.status_code == 405:
+            headers = {"Allow": allowed_methods(request)}
+            message = (
+                f"{request.method} is not allowed on {request.url.path[:200]} "
+                f"(allowed: {headers['Allow']})"
+            )
+        code = codes.get(exc.status_code, "ERROR")
+        return error_response(exc.status_code, code, message, headers=headers)
 
     async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
         return error_response(400, "BAD_PARAMETER", str(exc)[:300])
@@ -139,6 +176,13 @@ def bearer_token(request: Request) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "UNAUTHORIZED", "Authorization must be 'Bearer <JWT>'")
     return token.strip()
+
+
+def api_key_token(request: Request) -> str | None:
+    """The token of an ``X-API-Key`` header, the official 1Click API's other credential carrier
+    (security ``X-API-Key`` or ``JWT-auth``, protocol-notes 7); None without the header. The
+    sandbox takes the same JWT there: an empty or invalid one is a 401 like a bad bearer."""
+    return request.headers.get(API_KEY_HEADER)
 
 
 def verify_jwt(token: str, secret: bytes) -> dict[str, Any]:
@@ -252,9 +296,14 @@ def query_parameters(
 
 
 def install_openapi(
-    app: FastAPI, models: tuple[type[BaseModel], ...], describe: Callable[[], str]
+    app: FastAPI,
+    models: tuple[type[BaseModel], ...],
+    describe: Callable[[], str],
+    *,
+    api_key: bool = False,
 ) -> None:
-    """Generate the document once, adding request-body models and the bearer scheme."""
+    """Generate the document once, adding request-body models and the bearer scheme (and the
+    ``X-API-Key`` scheme when the API takes that carrier too: ``api_key``)."""
 
     def build() -> dict[str, Any]:
         if app.openapi_schema:
@@ -272,9 +321,12 @@ def install_openapi(
             schema, defs = model_schema(model)
             schemas.update(defs)
             schemas[model.__name__] = schema
-        components["securitySchemes"] = {
+        schemes: dict[str, Any] = {
             BEARER_SCHEME: {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
         }
+        if api_key:
+            schemes[API_KEY_SCHEME] = {"type": "apiKey", "in": "header", "name": API_KEY_HEADER}
+        components["securitySchemes"] = schemes
         app.openapi_schema = doc
         return doc
 

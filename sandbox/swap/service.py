@@ -334,7 +334,9 @@ class SwapService:
         try:
             self.chain.ledger.deposit(record.deposit_account, record.origin_asset, amount)
         except ValueError:
-            raise invalid_body("the deposit would overflow the deposit account", "amount") from None
+            raise invalid_body(
+                "amount: the deposit would overflow the deposit account", "amount"
+            ) from None
 
     def status(self, address: str, memo: str | None) -> dict[str, Any]:
         return self._view(self._find(address, memo))

@@ -132,6 +132,11 @@ def warn(message: str) -> None:
     print(error_line(message, "warning"), file=sys.stderr)
 
 
+def note(message: str) -> None:
+    """A one-line ``solver: note: ...`` on stderr: worth knowing, nothing wrong."""
+    print(error_line(message, "note"), file=sys.stderr)
+
+
 def read_json_input(source: str, what: str) -> Any:
     """Parse JSON from the file ``source`` or, for ``-``, standard input.
 

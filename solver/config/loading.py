@@ -79,6 +79,10 @@ def load_bot_config(path: str | Path, overrides: Mapping[str, Any] | None = None
         if not isinstance(data, Mapping):
             raise BotConfigError(str(file), ["(top level): must be a mapping of keys"])
         data = apply_overrides(data, overrides)
+        try:
+            return validate_bot_config(data, source=str(file))
+        except BotConfigError as exc:
+            raise exc.with_overrides(list(overrides)) from None
     return validate_bot_config(data, source=str(file))
 
 

@@ -15,14 +15,29 @@ from solver.errors import ConfigError
 class BotConfigError(ConfigError):
     """Every problem of one configuration: ``problems`` holds ``path: message`` lines."""
 
-    def __init__(self, source: str, problems: Sequence[str]) -> None:
+    def __init__(
+        self, source: str, problems: Sequence[str], overridden: Sequence[str] = ()
+    ) -> None:
         self.source = source
         self.problems = tuple(problems)
+        self.overridden = tuple(overridden)
         super().__init__("\n".join(self.lines()))
 
     def lines(self) -> list[str]:
-        """One line per problem, ``<source>: <yaml path>: <message>``."""
-        return [f"{self.source}: {problem}" for problem in self.problems]
+        """One line per problem, ``<source>: <yaml path>: <message>``; a problem at or under a
+        key given with ``--set`` (``overridden``) is ``--set <yaml path>: <message>``: the file
+        did not say it, so it must not be blamed."""
+        return [f"{self._origin(problem)}{problem}" for problem in self.problems]
+
+    def _origin(self, problem: str) -> str:
+        for key in self.overridden:
+            if problem.startswith((f"{key}:", f"{key}.", f"{key} (key)")):
+                return "--set "
+        return f"{self.source}: "
+
+    def with_overrides(self, keys: Sequence[str]) -> BotConfigError:
+        """The same problems, those under ``keys`` blamed on ``--set``."""
+        return BotConfigError(self.source, self.problems, keys)
 
 
 def yaml_path(loc: Loc) -> str:

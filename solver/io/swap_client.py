@@ -12,7 +12,8 @@ Authentication (5.1): ``Authorization: Bearer <JWT>``. The token is never config
 variable a configuration *names* (5.1.5). It is optional for the swap API (without it the 0.2 %
 platform fee applies, 5.1.3) and required for the history API (5.1.4). No error text repeats it.
 
-Errors (spec 7.7 leaves the HTTP statuses and error body open), mapped here (STYLE 7):
+Errors, mapped here (STYLE 7). Spec 7.7 leaves the HTTP statuses and error body open; the
+official API answers bad input 400 with ``{"message": …}`` (protocol-notes 7), as the sandbox:
 
 - no answer (connect error, timeout, HTTP 5xx / 408 / 425 / 429) → :class:`TransportError`;
 - HTTP 401 / 403 → ``RemoteError("unauthorized …", code=401|403)``;

@@ -11,11 +11,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from solver.protocol.amounts import U128
 from solver.protocol.ids import AssetId
-from solver.protocol.intents import Nep413Signed, SignedIntent
+from solver.protocol.intents import SignedIntent
 
 JSONRPC = "2.0"
 DEFAULT_MIN_DEADLINE_MS = 60_000
@@ -108,26 +108,31 @@ class QuoteResultItem(BaseModel):
 
 
 class QuoteOutput(BaseModel):
-    """``{amount_out}`` for an exact-in request, ``{amount_in}`` for exact-out."""
+    """``{amount_out}`` for an exact-in request, ``{amount_in}`` for exact-out, as the
+    reference solver and the official SDK send; py-near's solver sends both amounts
+    (protocol-notes 6), so the relay reads either form. Which side must be there, and that both
+    agree with the request and the signed diff, is the relay's check: it knows the request."""
 
     model_config = _TOLERANT
     amount_out: U128 | None = None
     amount_in: U128 | None = None
 
     @model_validator(mode="after")
-    def _one_side(self) -> QuoteOutput:
-        if (self.amount_in is None) == (self.amount_out is None):
-            raise ValueError("quote_output needs exactly one of amount_in and amount_out")
+    def _some_side(self) -> QuoteOutput:
+        if self.amount_in is None and self.amount_out is None:
+            raise ValueError("quote_output needs amount_in or amount_out")
         return self
 
 
 class QuoteResponseParams(BaseModel):
-    """params[0] of the solver's ``quote_response`` (protocol-notes 6)."""
+    """params[0] of the solver's ``quote_response`` (protocol-notes 6). ``signed_data`` takes
+    every standard ``publish_intent`` takes: the relay's docs give a quote's ``signed_data``
+    the format of ``publish_intent``'s, and the verifier accepts all of them."""
 
     model_config = _TOLERANT
     quote_id: str
     quote_output: QuoteOutput
-    signed_data: Nep413Signed
+    signed_data: SignedIntent
     other_quote_hashes: list[str] | None = None
 
 
@@ -150,15 +155,23 @@ class QuoteStatusEvent(BaseModel):
     tx_hash: str | None = None
 
 
+def _no_quotes(value: Any) -> Any:
+    """``quote_hashes: null`` is a publish without quotes: py-near sends it for a transfer."""
+    return [] if value is None else value
+
+
+QuoteHashes = Annotated[list[str], BeforeValidator(_no_quotes)]
+
+
 class PublishIntentParams(BaseModel):
     model_config = _TOLERANT
-    quote_hashes: list[str]
+    quote_hashes: QuoteHashes
     signed_data: SignedIntent
 
 
 class PublishIntentsParams(BaseModel):
     model_config = _TOLERANT
-    quote_hashes: list[str]
+    quote_hashes: QuoteHashes
     signed_datas: list[SignedIntent]
 
 

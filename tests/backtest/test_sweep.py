@@ -132,8 +132,10 @@ def test_objectives() -> None:
         "realized_pnl_usd": 80.0,
         "inventory_risk_usd": 500.0,
         "max_drawdown_usd": 40.0,
+        "pnl_over_hold_usd": 30.0,
     }
-    assert ObjectiveSpec().score(metrics) == 50.0  # default: pnl - 0.1 * inventory risk
+    assert ObjectiveSpec().score(metrics) == 30.0  # default: PnL over hold
+    assert ObjectiveSpec(kind="pnl_minus_inventory_risk").score(metrics) == 50.0  # 0.1 weight
     assert ObjectiveSpec(kind="pnl_minus_inventory_risk", risk_weight=0.5).score(metrics) == -150
     assert ObjectiveSpec(kind="pnl").score(metrics) == 100.0
     assert ObjectiveSpec(kind="realized_pnl").score(metrics) == 80.0

@@ -136,6 +136,7 @@ def test_cli_tpe_writes_sweep_html_with_a_heatmap(
     assert rows[0]["candidate"] == str(line["best"]["candidate"])
     page = (out / "sweep.html").read_text()
     assert re.findall(r"<h2>([^<]+)</h2>", page) == [
+        "Verdict",
         "Candidates",
         "Heatmap",
         "In-sample against out-of-sample",
@@ -143,7 +144,8 @@ def test_cli_tpe_writes_sweep_html_with_a_heatmap(
     ]
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(images) == 2 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
-    assert page.count("<tr>") == 1 + 4 + 1 + 1  # candidates (head + 4), splits (head + 1)
+    # the verdict (head, interval, reality check), candidates (head + 4), splits (head + 1)
+    assert page.count("<tr>") == 3 + 1 + 4 + 1 + 1
     # A key that is not swept is refused before anything runs.
     assert main([*argv, "--heatmap", "risk.x,backtest.fill.model", "--no-progress"]) == 2
 

@@ -252,13 +252,17 @@ async def test_needs_config_or_url(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--config" in err
 
 
-async def test_wildcard_listen_is_reached_on_loopback(
+async def test_a_wildcard_listen_is_a_config_error_as_for_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``run`` never serves the control API on ``0.0.0.0`` (issue 24: one rule for ``run``,
+    ``config check`` and the commands that read the file), so no bot can be found there."""
     port = free_port()
     config = bot_config(tmp_path, f"0.0.0.0:{port}")
     assert await solver("status", "--config", config) == 2
-    assert f"no running bot at http://127.0.0.1:{port}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert_one_line_error(err)
+    assert "metrics.listen" in err and "loopback" in err, err
 
 
 def test_commands_are_registered(capsys: pytest.CaptureFixture[str]) -> None:
@@ -293,6 +297,20 @@ def test_status_table_of_a_degraded_bot() -> None:
     assert f"MISMATCH {USDC} -2500000" in raw
     assert "1d 01:01:01" in raw
     assert "MISMATCH USDC -2.5" in render(doc, with_config=True)
+
+
+def test_status_table_shows_a_gap_held_while_it_is_explained() -> None:
+    """Issue 24: a held gap is no mismatch yet, but people see it is being looked into."""
+    doc: dict[str, object] = {
+        "last_reconciliation": {
+            "at": "2025-01-02T03:04:05Z",
+            "ok": True,
+            "mismatches": {},
+            "held": {USDC: "5776293"},
+        }
+    }
+    text = render(doc, with_config=True)
+    assert "balances match; gap held, explaining: USDC 5.776293" in text
 
 
 def test_status_table_of_a_minimal_document() -> None:

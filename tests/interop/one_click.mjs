@@ -1,7 +1,8 @@
 // The official 1Click client (@defuse-protocol/one-click-sdk-typescript) against the sandbox
 // swap API: the token list, quotes for the four swap types with and without a bearer token,
-// deposit -> SUCCESS, the ANY_INPUT withdrawals listing, the optional request fields, and the
-// JSON 404 of a path the sandbox does not serve. The solver behind the quotes is the bot.
+// deposit -> SUCCESS, the ANY_INPUT withdrawals listing, the optional request fields, a bad
+// quote request (400, the schema's BadRequestResponse), and the JSON 404 of a path the sandbox
+// does not serve. The solver behind the quotes is the bot.
 //
 // Env: SWAP_API (base URL), SWAP_TOKEN (a partner JWT), USDC, WNEAR (asset ids).
 // Prints one JSON object: {"flows": {name: {ok, ...}}}; exit code 1 when a flow failed.
@@ -118,6 +119,14 @@ try {
     const done = await waitFor(address, ["SUCCESS", "REFUNDED", "FAILED"]);
     const listing = await OneClickService.getAnyInputQuoteWithdrawals(address);
     return { status: done.status, listing };
+  });
+  await flow("bad_quote_is_400", async () => {
+    try {
+      await OneClickService.getQuote(request({ amount: "2 NEAR" }));
+    } catch (err) {
+      return { status: err.status, message: err.message, body: err.body };
+    }
+    throw new Error("a quote for amount '2 NEAR' was answered");
   });
   await flow("unserved_path_is_json_404", async () => {
     try {

@@ -249,6 +249,9 @@ async def test_one_click_client_tokens_quotes_and_deposits(
     assert any_input["status"] == "SUCCESS"
     [withdrawal] = any_input["listing"]["withdrawals"]
     assert withdrawal["status"] == "SUCCESS" and int(withdrawal["amountOut"]) > 0
+    bad = flows["bad_quote_is_400"]  # the client's own words for the schema's 400
+    assert bad["status"] == 400 and bad["message"].startswith("Bad Request")
+    assert bad["body"]["message"].startswith("amount:")
     missing = flows["unserved_path_is_json_404"]
     assert missing["status"] == 404 and missing["body"]["error"] == "NOT_FOUND"
     assert "/v0/generate-intent" in missing["body"]["message"]

@@ -242,13 +242,14 @@ def test_unwrap_event_odd_shapes() -> None:
 # ------------------------------------------------------------------------- quote responses
 
 
-def test_quote_output_needs_exactly_one_side() -> None:
+def test_quote_output_needs_a_side() -> None:
     assert QuoteOutput.model_validate({"amount_out": "5"}).amount_out == 5
     assert QuoteOutput.model_validate({"amount_in": "6"}).amount_in == 6
-    with pytest.raises(ValidationError, match="exactly one"):
+    with pytest.raises(ValidationError, match="needs amount_in or amount_out"):
         QuoteOutput.model_validate({})
-    with pytest.raises(ValidationError, match="exactly one"):
-        QuoteOutput.model_validate({"amount_in": "1", "amount_out": "2"})
+    # py-near's solver sends both; the relay checks them against the request and the diff.
+    both = QuoteOutput.model_validate({"amount_in": "1", "amount_out": "2"})
+    assert (both.amount_in, both.amount_out) == (1, 2)
     with pytest.raises(ValidationError) as exc_info:
         QuoteOutput.model_validate({"amount_out": str(U128_MAX + 1)})
     assert _loc(exc_info.value) == ("amount_out",)
@@ -305,6 +306,14 @@ def test_publish_intent_params_accept_each_standard() -> None:
             {"quote_hashes": ["h"], "signed_data": {**signed, "standard": "webauthn"}}
         )
     assert _loc(exc_info.value)[0] == "signed_data"
+
+
+def test_quote_hashes_null_is_none() -> None:
+    signed = _signed().model_dump(mode="json", exclude_none=True)
+    params = PublishIntentParams.model_validate({"quote_hashes": None, "signed_data": signed})
+    assert params.quote_hashes == []
+    with pytest.raises(ValidationError):
+        PublishIntentParams.model_validate({"signed_data": signed})
 
 
 # ------------------------------------------------------------------------- results, envelope

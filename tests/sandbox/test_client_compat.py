@@ -151,7 +151,7 @@ async def test_accounts_and_access_keys(sandbox: Sandbox, client: httpx.AsyncCli
         ("gas_price", "x", "PARSE_ERROR", "params must be an object or an array"),
         ("query", {"request_type": "view_state"}, "PARSE_ERROR", "'view_state' is not served"),
         ("query", [1], "PARSE_ERROR", "params must be an object"),
-        ("validators", [None], "METHOD_NOT_FOUND", "serves query, status, block, gas_price"),
+        ("send_tx", ["AAAA"], "METHOD_NOT_FOUND", "serves query, status, block, gas_price"),
         (
             "query",
             {"request_type": "view_account", "account_id": 7},

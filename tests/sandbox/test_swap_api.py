@@ -86,6 +86,23 @@ async def test_invalid_or_expired_token_is_401(world: SwapWorld) -> None:
     assert_error(await world.quote({"Authorization": f"Bearer {expired}"}), 401, "UNAUTHORIZED")
 
 
+async def test_x_api_key_carries_the_token_too(world: SwapWorld) -> None:
+    """The official schema's quote security is ``X-API-Key`` or ``JWT-auth`` (protocol-notes 7):
+    the same token in either header is a partner's; a bad one in either is a 401, never an
+    anonymous quote, also beside a valid bearer."""
+    anonymous = (await world.ok_quote(dry=True))["quote"]
+    by_key = (await world.ok_quote({"X-API-Key": world.token}, dry=True))["quote"]
+    by_bearer = (await world.ok_quote(world.auth, dry=True))["quote"]
+    assert int(anonymous["amountOut"]) < int(by_key["amountOut"]) == int(by_bearer["amountOut"])
+    for headers in ({"X-API-Key": "nope"}, {"X-API-Key": ""}, {**world.auth, "X-API-Key": "x"}):
+        assert_error(await world.quote(headers), 401, "UNAUTHORIZED")
+    status = world.base + "/v0/status"
+    response = await world.client.get(
+        status, params={"depositAddress": "a"}, headers={"X-API-Key": "x"}
+    )
+    assert_error(response, 401, "UNAUTHORIZED")
+
+
 async def test_app_fees_are_taken_from_the_input_and_paid_out(world: SwapWorld) -> None:
     fees = [{"recipient": "app.near", "fee": 50}, {"recipient": "ref.near", "fee": 12.5}]
     quote = (await world.ok_quote(appFees=fees))["quote"]
@@ -202,18 +219,20 @@ INVALID_QUOTES: list[tuple[dict[str, Any], str]] = [
 ]
 
 
-async def test_invalid_quote_bodies_are_422_naming_the_field(world: SwapWorld) -> None:
+async def test_invalid_quote_bodies_are_400_naming_the_field(world: SwapWorld) -> None:
+    """The official API's answer to bad input: 400, ``BadRequestResponse`` (protocol-notes 7)."""
     for overrides, field in INVALID_QUOTES:
         body = {**quote_body(), **overrides}
         body = {k: v for k, v in body.items() if v is not None}
         response = await world.client.post(world.base + "/v0/quote", json=body)
-        assert_error(response, 422, "INVALID_BODY", field)
+        assert_error(response, 400, "INVALID_BODY", field)
+        assert response.json()["message"].startswith(field), response.text
 
 
 async def test_malformed_and_oversized_bodies(world: SwapWorld) -> None:
     url = world.base + "/v0/quote"
     for raw in (b"", b"{", b"[]", b"null", b'"x"'):
-        assert_error(await world.client.post(url, content=raw), 422, "INVALID_BODY")
+        assert_error(await world.client.post(url, content=raw), 400, "INVALID_BODY")
     big = b'{"x": "' + b"a" * 70_000 + b'"}'
     assert_error(await world.client.post(url, content=big), 413, "BODY_TOO_LARGE")
 
@@ -221,6 +240,18 @@ async def test_malformed_and_oversized_bodies(world: SwapWorld) -> None:
 async def test_unknown_path_and_method_use_the_error_body(world: SwapWorld) -> None:
     assert_error(await world.client.get(world.base + "/v0/nothing"), 404, "NOT_FOUND")
     assert_error(await world.client.get(world.base + "/v0/quote"), 405, "METHOD_NOT_ALLOWED")
+
+
+async def test_every_route_answers_an_unserved_method_405_with_allow(world: SwapWorld) -> None:
+    """RFC 9110 15.5.6: a 405 lists the methods the path serves in ``Allow``."""
+    paths = (await world.client.get(world.base + "/openapi.json")).json()["paths"]
+    assert "/v0/status" in paths and "/sandbox/deposit" in paths
+    for path, operations in paths.items():
+        served = {method.upper() for method in operations}
+        for method in ("TRACE", "DELETE", "PUT", "GET" if "GET" not in served else "POST"):
+            response = await world.client.request(method, world.base + path)
+            assert_error(response, 405, "METHOD_NOT_ALLOWED")
+            assert set(response.headers["allow"].split(", ")) == served, (method, path)
 
 
 # ---------------------------------------------------------------------------------- deposits
@@ -255,14 +286,14 @@ async def test_submit_simulates_the_deposit_and_reports_known_tx(world: SwapWorl
 async def test_submit_and_status_validate_their_input(world: SwapWorld) -> None:
     url = world.base + "/v0/deposit/submit"
     for bad in ({"txHash": "h"}, {"txHash": 1, "depositAddress": "a"}, {"tx_hash": "h"}):
-        assert_error(await world.client.post(url, json=bad), 422, "INVALID_BODY")
+        assert_error(await world.client.post(url, json=bad), 400, "INVALID_BODY")
     status = world.base + "/v0/status"
     assert_error(await world.client.get(status), 400, "BAD_PARAMETER", "depositAddress")
     params = {"depositAddress": "a.near", "other": "1"}
     assert_error(await world.client.get(status, params=params), 400, "BAD_PARAMETER", "other")
     deposit = world.base + "/sandbox/deposit"
     bad_amount = {"depositAddress": "a.near", "amount": 5}
-    assert_error(await world.client.post(deposit, json=bad_amount), 422, "INVALID_BODY", "amount")
+    assert_error(await world.client.post(deposit, json=bad_amount), 400, "INVALID_BODY", "amount")
 
 
 async def test_origin_chain_refunds_quote_a_refund_fee(world: SwapWorld) -> None:

@@ -1,6 +1,7 @@
 """What the official 1Click client calls beyond the spec (issue 13; sandbox/swap/client_api.py):
 ``GET /v0/tokens``, ``GET /v0/any-input/withdrawals``, the optional quote fields
-``confidentiality`` / ``rebates``, and JSON 404s naming the paths the sandbox does not serve.
+``confidentiality`` / ``rebates`` / ``insured``, and JSON 404s naming the paths the sandbox does
+not serve.
 The interop suite runs the official client itself against the same endpoints."""
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ async def test_tokens_lists_every_sandbox_token(world: SwapWorld) -> None:
     [
         {"confidentiality": "public"},
         {"confidentiality": "advanced"},
+        {"insured": False},
         {"rebates": [{"recipient": "rebate.near", "share": 100}]},
         {
             "rebates": [
@@ -66,6 +68,8 @@ async def test_optional_client_fields_are_accepted_and_echoed(
     ("extra", "field", "text"),
     [
         ({"confidentiality": "secret"}, "confidentiality", "Input should be"),
+        ({"insured": True}, "insured", "no swap insurance"),
+        ({"insured": "false"}, "insured", "valid boolean"),
         ({"rebates": []}, "rebates", "at least 1"),
         ({"rebates": [{"recipient": "a.near", "share": 60}]}, "rebates", "add up to 100"),
         (
@@ -80,11 +84,11 @@ async def test_optional_client_fields_are_accepted_and_echoed(
         ({"recipientType": "CONFIDENTIAL_INTENTS"}, "recipientType", ""),
     ],
 )
-async def test_bad_client_fields_are_422_naming_the_field(
+async def test_bad_client_fields_are_400_naming_the_field(
     world: SwapWorld, extra: dict[str, Any], field: str, text: str
 ) -> None:
     response = await world.quote(dry=True, **extra)
-    assert_error(response, 422, "INVALID_BODY", field)
+    assert_error(response, 400, "INVALID_BODY", field)
     assert text in response.json()["message"]
 
 
@@ -145,4 +149,5 @@ async def test_unserved_paths_are_json_404s_naming_them(
 async def test_wrong_method_names_the_path(world: SwapWorld) -> None:
     response = await world.client.delete(world.base + "/v0/tokens")
     assert_error(response, 405, "METHOD_NOT_ALLOWED")
-    assert response.json()["message"] == "DELETE is not allowed on /v0/tokens"
+    assert response.headers["allow"] == "GET"
+    assert response.json()["message"] == "DELETE is not allowed on /v0/tokens (allowed: GET)"

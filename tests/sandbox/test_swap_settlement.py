@@ -251,4 +251,5 @@ async def test_a_deposit_that_would_overflow_is_refused(world: SwapWorld) -> Non
     first = await world.client.post(world.base + "/sandbox/deposit", json=body)
     assert first.status_code == 200
     second = await world.client.post(world.base + "/sandbox/deposit", json=body)
-    assert second.status_code == 422 and second.json()["field"] == "amount"
+    assert second.status_code == 400 and second.json()["field"] == "amount"
+    assert second.json()["message"].startswith("amount: ")  # names the field (protocol-notes 7)

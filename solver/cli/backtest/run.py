@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from solver.cli import EXIT_OK, print_json, warn
+from solver.cli import EXIT_OK, note, print_json, warn
 from solver.cli.backtest.streams import backtest_group
 from solver.cli.config import add_set_argument, describe_overrides, overrides_of
 from solver.config import load_bot_config
@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Fit P(win) = 1 / (1 + exp(-(a + b * edge_bps))) by maximum likelihood, from the "
             "bot's store (--db: its quotes and outcomes) or from a stream replayed with the "
             "competitor model (STREAM --config). Writes a --backtest-config file and a plot of "
-            "the win rate by edge bucket against the fitted curve; prints the fit with 95 %% "
+            "the win rate by edge bucket against the fitted curve; prints the fit with 95 % "
             "intervals. Refuses (exit 2) data that cannot identify the model."
         ),
     )
@@ -185,7 +185,7 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from backtest.engine import Replay
-    from backtest.report.outputs import FillsCsv, summary, write_json, write_report
+    from backtest.report.outputs import FillsCsv, summary, write_json, write_report, write_series
     from backtest.report.tables import config_block, halted_note
     from backtest.settings import load_settings
     from backtest.stream.prefetch import PrefetchReader
@@ -193,8 +193,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     overrides = overrides_of(args)
     config = load_bot_config(args.config, overrides=overrides or None)
-    # The start-up line (stderr: stdout is the JSON result).
-    warn(f"backtest of {args.stream} with {args.config}, {describe_overrides(overrides)}")
+    if overrides:  # said once, on stderr (stdout is the JSON result); nothing to say without
+        note(f"backtest of {args.stream} with {args.config}, {describe_overrides(overrides)}")
     settings = load_settings(
         args.backtest_config,
         fill_model=args.fill_model,
@@ -225,7 +225,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 result = replay.run(reader, reader.header)
             elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     stats = reader.stats
-    figures = summary(result, fill_model=settings.fill.model, seed=settings.seed)
+    figures = summary(
+        result,
+        fill_model=settings.fill.model,
+        seed=settings.seed,
+        hedge_cost_bps=settings.hedge_cost_bps,
+    )
     figures["stream"] = {
         "file": Path(args.stream).name,
         "malformed_lines": stats.malformed_total,
@@ -233,6 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     figures["config"] = config_block(config, settings)
     write_json(out / "summary.json", figures)
+    write_series(out, result)
     tracker = result.measures
     write_json(
         out / "timing.json",
@@ -256,9 +262,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         first = stats.malformed[0] if stats.malformed else None
         where = f" (first: line {first[0]}: {first[1]})" if first else ""
         warn(f"{stats.malformed_total} malformed stream lines skipped{where}")
-    note = halted_note(figures)
-    if note is not None:
-        warn(f"replay {note}")
+    halted = halted_note(figures)
+    if halted is not None:
+        warn(f"replay {halted}")
     print_json(
         {
             "out": str(out),
@@ -266,6 +272,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "quoted": figures["quoted"],
             "won": figures["won"],
             "pnl_usd": figures["pnl_usd"],
+            "hold_pnl_usd": figures["hold_pnl_usd"],
+            "pnl_over_hold_usd": figures["pnl_over_hold_usd"],
             "max_drawdown_usd": figures["max_drawdown_usd"],
             "halted": figures["halted"],
             "paused": figures["skips"].get("paused", 0),

@@ -256,9 +256,19 @@ def _register_sweep(group: Group) -> None:
     register_sweep(group)
 
 
-BACKTEST_COMMANDS: tuple[Callable[[Group], None], ...] = (_register_synth, _register_sweep)
+def _register_compare(group: Group) -> None:
+    from solver.cli.backtest.compare import register_compare  # imports this module
+
+    register_compare(group)
+
+
+BACKTEST_COMMANDS: tuple[Callable[[Group], None], ...] = (
+    _register_synth,
+    _register_sweep,
+    _register_compare,
+)
 """Functions that each add one ``solver backtest`` subcommand (via :func:`add_backtest_command`).
-Add ``run``, ``calibrate``, ``sweep`` here."""
+Add ``run``, ``calibrate``, ``sweep``, ``compare`` here."""
 
 
 # ------------------------------------------------------------------------------ record

@@ -10,7 +10,9 @@ first), ``sweep.json`` (the winner, walk-forward in-sample against out-of-sample
 ``best_config.yaml`` and ``best_backtest.yaml`` (the winner as files ``solver backtest run``
 and ``solver run`` take), ``sweep.html`` (the candidates compared: a table and a heatmap over
 two swept keys, ``--heatmap``) and ``timing.json``. A progress bar goes to stderr on a terminal; one
-JSON line with the winner goes to stdout.
+JSON line with the winner and the verdict goes to stdout. When no candidate's score is above
+zero (:mod:`backtest.sweep.verdict`) it says "no winner", writes no ``best_config.yaml`` (unless
+``--write-best-anyway``) and exits 3.
 
 Registered through :func:`solver.cli.backtest.streams.add_backtest_command`; heavy imports stay
 inside
@@ -56,7 +58,10 @@ def register_sweep(group: Group) -> None:
             "walk-forward splits), replay every candidate on the stream in parallel, and write "
             "leaderboard.csv, sweep.json, sweep.html, best_config.yaml, best_backtest.yaml and "
             "timing.json "
-            "into --out. The format is in docs/backtest.md (Sweeps)."
+            "into --out, with a verdict (winner, inconclusive, no winner). Exits 3 when no "
+            "candidate's score is above zero (with the default objective: none beats holding "
+            "the starting inventory), and then writes no best_config.yaml unless "
+            "--write-best-anyway. The format is in docs/backtest.md (Sweeps)."
         ),
     )
     parser.add_argument(
@@ -102,6 +107,12 @@ def register_sweep(group: Group) -> None:
         "--heatmap",
         metavar="KEY,KEY",
         help="the two swept keys of sweep.html's heatmap (default: the first two that vary)",
+    )
+    parser.add_argument(
+        "--write-best-anyway",
+        action="store_true",
+        help="write best_config.yaml even when the verdict is 'no winner' (no candidate beat "
+        "zero, which with the default objective is holding the starting inventory)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=cmd_sweep)
@@ -174,6 +185,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             on_start=on_start,
             on_result=on_result,
         )
+    from backtest.sweep.verdict import EXIT_NO_WINNER, judge
+
+    verdict = judge(result)
     out = Path(args.out)
     paths = write_outputs(
         result,
@@ -181,30 +195,52 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         config_source=args.config,
         settings_source=args.backtest_config,
         heatmap=heatmap,
+        verdict=verdict,
+        write_best_anyway=args.write_best_anyway,
     )
     best = result.best()
     failed = [c.index for c in result.candidates if result.error(c) is not None]
     if failed:
         warn(f"{len(failed)} of {len(result.candidates)} candidates failed or were invalid")
+    # The first row is the leader; it is the best only when the verdict names a winner.
+    leader = (
+        None
+        if best is None
+        else {
+            "candidate": best.index,
+            "chosen_on": result.chosen_on,
+            "objective": result.objective(best.index),
+            "out_of_sample_mean": result.mean_over(best.index, test=True),
+            "overrides": best.overrides,
+        }
+    )
     print_json(
         {
             "out": str(out),
             "candidates": len(result.candidates),
             "tasks": len(result.results),
             "failed": len(failed),
-            "best": None
-            if best is None
-            else {
-                "candidate": best.index,
-                "chosen_on": result.chosen_on,
-                "objective": result.objective(best.index),
-                "out_of_sample_mean": result.mean_over(best.index, test=True),
-                "overrides": best.overrides,
-            },
+            "best": None if verdict.verdict == "no_winner" else leader,
+            "leader": leader,
+            "verdict": verdict.verdict,
+            "reason": verdict.reason,
+            "interval": verdict.interval,
             "elapsed_s": round(time.perf_counter() - started, 3),
             "files": {name: str(path) for name, path in paths.items()},
         }
     )
+    for message in verdict.warnings:
+        warn(message)
+    if verdict.verdict == "no_winner":
+        written = (
+            "best_config.yaml written anyway (--write-best-anyway)"
+            if args.write_best_anyway
+            else "no best_config.yaml written"
+        )
+        warn(f"no winner: {verdict.reason}; {written}")
+        return EXIT_NO_WINNER
+    if verdict.verdict == "inconclusive":
+        warn(f"inconclusive: {verdict.reason}")
     return EXIT_OK
 
 

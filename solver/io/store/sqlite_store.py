@@ -62,7 +62,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -373,6 +373,33 @@ class Store(StoreQueries):
             self._cur.execute(INSERT_REQUEST, row)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot record request {r.quote_id}: {exc}") from None
+        return True
+
+    # ------------------------------------------------------------------ records
+
+    def record_alert(
+        self, kind: str, detail: str, at: datetime, resolved_at: datetime | None
+    ) -> bool:
+        """An alert the journal could not carry (a ``store_error`` the previous run kept in the
+        alert spool only) into the ``alerts`` table, once: False when a row of ``kind`` opened
+        about ``at`` is there already. Not a journal fact: the desk never knew of it durably."""
+        self._fresh()
+        at_text, near = ts(at), timedelta(seconds=2)  # the desk's pause and the alert: one turn
+        found = self._conn.execute(
+            "SELECT 1 FROM alerts WHERE kind = ? AND at BETWEEN ? AND ?",
+            (kind, ts(at - near), ts(at + near)),
+        ).fetchone()
+        if found is not None:
+            return False
+        resolved = None if resolved_at is None else ts(resolved_at)
+        self._write(
+            [
+                (
+                    "INSERT INTO alerts (at, kind, detail, resolved_at) VALUES (?, ?, ?, ?)",
+                    (at_text, kind, detail, resolved),
+                )
+            ]
+        )
         return True
 
     # ------------------------------------------------------------------ restart

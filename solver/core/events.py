@@ -15,7 +15,7 @@ from typing import Any
 from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
-from solver.core.values import value
+from solver.protocol.values import value
 
 
 @value

@@ -352,7 +352,7 @@ class Replay:
 
     def _counts(self) -> None:
         stats = self.desk.stats
-        self.measures.counts(stats.requests, stats.signed, stats.skipped)
+        self.measures.counts(stats.requests, self.executor.sent, stats.skipped)
 
     def _progress(self, count: int) -> Progress:
         self._counts()
@@ -454,8 +454,10 @@ class Replay:
         self.measures.flush(t_us)
 
     def _resolve(self, pending: Pending, at_us: int) -> None:
-        self.now = at = _at(at_us)
-        self.relay.resolve(pending, at_us, at)
+        relay = self.relay
+        if relay.resolve(pending):  # taken: settled at its time (the desk hears it then)
+            self.now = at = _at(at_us)
+            relay.settle(pending, at_us, at)
 
     def _on_fact(self, fact: f.Fact) -> None:
         """Every fact the desk records: markouts are measured, a fill's prices go to the

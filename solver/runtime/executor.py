@@ -67,7 +67,10 @@ class Executor:
         self.desk = desk
         self.ports = ports
         self.clock = ports.clock
-        self.sent = 0
+        self.sent_by_pair: dict[str, int] = {}
+        """Answers the sender port took, by the request's metrics pair label (``other`` when
+        nothing is counted): the one count of "the answer left" (docs/architecture.md
+        "Counting sent answers"), which the status, the metrics and the replay read."""
         self.send_failed = 0
         self.response_us: deque[float] = deque(maxlen=20_000)
         self.alerts: deque[tuple[datetime, Alert]] = deque(maxlen=100)
@@ -75,6 +78,11 @@ class Executor:
         # Called with every fact the desk records (the backtest's measurements, the demo's
         # view, tests' audits).
         self.observers: list[Callable[[Fact], None]] = []
+        # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
+        self._signer, self._nonces, self._sender = ports.signer, ports.nonces, ports.sender
+        self._journal, self._metrics, self._loop = ports.journal, ports.metrics, ports.loop
+        if ports.metrics is not None:  # it shows this count of answers sent, keeps none
+            ports.metrics.count_quotes_from(self.sent_by_pair)
         self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
         self._flush_scheduled = False
         # Facts (not answers) appended since the last commit, and facts the desk applied that
@@ -95,6 +103,11 @@ class Executor:
             ShadowQuote: self._shadow_quote,
         }
 
+    @property
+    def sent(self) -> int:
+        """Answers that left, every pair (:attr:`sent_by_pair`)."""
+        return sum(self.sent_by_pair.values())
+
     # ------------------------------------------------------------------ feeding the desk
 
     def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]:
@@ -108,10 +121,12 @@ class Executor:
     def request(self, request: QuoteRequest, now: datetime) -> list[Action]:
         """The quote path: one desk decision, then sign, journal and queue the answer (its
         skip or its quote counted under the request's pair)."""
-        metrics = self.ports.metrics
+        metrics = self._metrics
         if metrics is None:  # nothing counted, nothing timed (a replay measures itself)
             actions = self.desk.receive(ev.QuoteRequested(request), now)
-            self.carry_out(actions, now)
+            handlers = self._handlers
+            for action in actions:
+                handlers[type(action)](action, now, 0.0, OTHER)
             return actions
         started = time.perf_counter()
         actions = self.desk.receive(ev.QuoteRequested(request), now)
@@ -140,7 +155,7 @@ class Executor:
     # ------------------------------------------------------------------ the quote path
 
     def _skip(self, action: Skip, now: datetime, started: float, pair: str) -> None:
-        metrics = self.ports.metrics
+        metrics = self._metrics
         if metrics is not None:
             metrics.inc_skip(action.reason, pair)
 
@@ -155,11 +170,11 @@ class Executor:
     ) -> None:
         quote = action.quote
         request = quote.request
-        ports = self.ports
+        deadline = quote.deadline
         try:
-            signed = ports.signer.sign(
-                deadline=quote.deadline,
-                nonce=ports.nonces.next(action.salt, quote.deadline),
+            signed = self._signer.sign(
+                deadline=deadline,
+                nonce=self._nonces.next(action.salt, deadline),
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
                 asset_out=request.asset_out,
@@ -169,23 +184,23 @@ class Executor:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
             return
         signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
+        journal, observers = self._journal, self.observers
         for record in self.desk.receive(signed_event, now):
             if type(record) is not Record:
                 continue
-            if (
-                type(record.fact) is QuoteOpened
-                and self.ports.journal is not None
-                and not self._append(record.fact)
-            ):
+            fact = record.fact
+            if journal is not None and type(fact) is QuoteOpened and not self._append(fact):
                 return  # not recorded: never sent (the desk released and paused)
-            for observer in self.observers:
-                observer(record.fact)
+            for observer in observers:
+                observer(fact)
         self._outbox.append((quote, signed, started, pair))
-        self._schedule_flush()
+        if not self._flush_scheduled:  # _schedule_flush, inline: once per answer
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def _record(self, action: Record, now: datetime, started: float, pair: str) -> None:
         fact = action.fact
-        if self.ports.journal is not None:
+        if self._journal is not None:
             self._append(fact)
         if type(fact) is QuoteMoved and fact.new == "SETTLED":
             self._log_fill(fact.quote_id)
@@ -193,7 +208,7 @@ class Executor:
             observer(fact)
 
     def _append(self, fact: Fact) -> bool:
-        journal = self.ports.journal
+        journal = self._journal
         if journal is None:
             return True
         try:
@@ -218,12 +233,14 @@ class Executor:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.ports.loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        batch, self._outbox = self._outbox, []
-        journal = self.ports.journal
+        batch = self._outbox
+        if batch:
+            self._outbox = []
+        journal = self._journal
         if journal is not None:
             self._append_again()
             try:
@@ -236,7 +253,7 @@ class Executor:
                 self._uncommitted = []
                 self._append_again()
                 if self._uncommitted or self._unjournaled:  # not before the store is back
-                    self.ports.loop.call_later(RETRY_COMMIT_S, self._schedule_flush)
+                    self._loop.call_later(RETRY_COMMIT_S, self._schedule_flush)
                 now = self.clock()
                 for quote, _, _, _ in batch:
                     reason = f"not recorded: {exc}"
@@ -249,7 +266,7 @@ class Executor:
     def _append_again(self) -> None:
         """Facts the desk applied but the journal lost (a failed append or commit), in their
         order; those the journal still refuses wait for the next flush."""
-        journal, waiting = self.ports.journal, self._unjournaled
+        journal, waiting = self._journal, self._unjournaled
         if journal is None or not waiting:
             return
         self._unjournaled = []
@@ -262,28 +279,39 @@ class Executor:
             self._uncommitted.append(fact)
 
     def _send(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> None:
-        sent: list[tuple[float, str]] = []
-        sender = self.ports.sender
-        with sender.corked():  # the batch leaves in one write, at the end of the block
-            for quote, signed, started, pair in batch:
-                try:
-                    sender.send_answer(quote, signed)
-                except SolverError as exc:
-                    # Never written to the socket: the relay never saw it, nobody can use it.
-                    self.send_failed += 1
-                    self.feed(ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}"))
-                    continue
-                sent.append((started, pair))
-        self.sent += len(sent)
-        metrics = self.ports.metrics
-        if not sent or metrics is None:
+        # One answer is one write anyway: only a larger batch is corked (live, one write for
+        # the batch; the replay's answers come one at a time).
+        if len(batch) == 1:
+            timed = self._send_each(batch)
+        else:
+            with self._sender.corked():  # the batch leaves in one write, at the end
+                timed = self._send_each(batch)
+        metrics = self._metrics
+        if not timed or metrics is None:
             return
         written = time.perf_counter()
-        for started, pair in sent:
+        for started in timed:
             elapsed = written - started
             self.response_us.append(elapsed * 1e6)
-            metrics.inc_quote(pair)
             metrics.observe_response(elapsed)
+
+    def _send_each(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> list[float]:
+        """Hand each answer to the sender; when the ones that left arrived (timed only when
+        metrics are kept)."""
+        sender, sent, timed = self._sender, self.sent_by_pair, self._metrics is not None
+        started_at: list[float] = []
+        for quote, signed, started, pair in batch:
+            try:
+                sender.send_answer(quote, signed)
+            except SolverError as exc:
+                # Never written to the socket: the relay never saw it, nobody can use it.
+                self.send_failed += 1
+                self.feed(ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}"))
+                continue
+            sent[pair] = sent.get(pair, 0) + 1  # it left: counted here, and only here
+            if timed:
+                started_at.append(started)
+        return started_at
 
     @property
     def idle(self) -> bool:

@@ -213,7 +213,6 @@ class LiveBot:
         return {
             "desk_requests": app.desk.stats.requests,
             "skipped": dict(app.desk.stats.skipped),
-            "signed": app.desk.stats.signed,
             "sent": app.executor.sent,
             "send_failed": app.executor.send_failed,
             "pauses": app.desk.pauses.as_dict(),

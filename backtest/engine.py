@@ -204,6 +204,7 @@ class Replay:
         )
         self.executor.observers.append(self._on_fact)
         self.relay.feed = self.executor.feed
+        self.competitors = self.relay.competitors  # what the relay's fill model will see
         pipeline = self.desk.settings.pipeline
         shortest = min(
             pipeline.balance_max_age_s, pipeline.price_max_age_s, pipeline.salt_max_age_s
@@ -493,7 +494,7 @@ class Replay:
 
     def _competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
         self.measures.events["competitor"] += 1
-        self.relay.competitor(quote_id, best_amount, t_us)
+        self.competitors.add(quote_id, best_amount, t_us)
 
     def _on_status(self, event: StatusEvent, t_us: int) -> None:
         self.measures.events["status"] += 1  # the recorder's own quotes: nothing to replay

@@ -167,9 +167,6 @@ class SimulatedRelay:
     def get_status(self, intent_hash: str, reply: Reply) -> None:
         reply(ev.IntentStatusSeen(intent_hash, self._statuses.pop(intent_hash, None)))
 
-    def competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
-        self.competitors.add(quote_id, best_amount, t_us)
-
     def moved(self, fact: f.QuoteMoved) -> None:
         """A quote moved (the driver's fact observer): a settlement's fill prices."""
         if fact.new == SETTLED:

@@ -260,8 +260,15 @@ class Executor:
                     self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
                 return
             self._uncommitted = []
-        if batch:
-            self._send(batch)
+        if not batch:
+            return
+        if len(batch) == 1:  # one answer is one write anyway: nothing to cork
+            timed = self._send(batch)
+        else:
+            with self._sender.corked():  # the batch leaves in one write, at the end
+                timed = self._send(batch)
+        if timed:
+            self._time_responses(timed)
 
     def _append_again(self) -> None:
         """Facts the desk applied but the journal lost (a failed append or commit), in their
@@ -278,28 +285,11 @@ class Executor:
                 return
             self._uncommitted.append(fact)
 
-    def _send(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> None:
-        # One answer is one write anyway: only a larger batch is corked (live, one write for
-        # the batch; the replay's answers come one at a time).
-        if len(batch) == 1:
-            timed = self._send_each(batch)
-        else:
-            with self._sender.corked():  # the batch leaves in one write, at the end
-                timed = self._send_each(batch)
-        metrics = self._metrics
-        if not timed or metrics is None:
-            return
-        written = time.perf_counter()
-        for started in timed:
-            elapsed = written - started
-            self.response_us.append(elapsed * 1e6)
-            metrics.observe_response(elapsed)
-
-    def _send_each(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> list[float]:
-        """Hand each answer to the sender; when the ones that left arrived (timed only when
-        metrics are kept)."""
-        sender, sent, timed = self._sender, self.sent_by_pair, self._metrics is not None
-        started_at: list[float] = []
+    def _send(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> list[float] | None:
+        """Hand each answer to the sender; when the ones that left arrived (None: no metrics,
+        nothing timed)."""
+        sender, sent = self._sender, self.sent_by_pair
+        timed: list[float] | None = None if self._metrics is None else []
         for quote, signed, started, pair in batch:
             try:
                 sender.send_answer(quote, signed)
@@ -309,9 +299,19 @@ class Executor:
                 self.feed(ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}"))
                 continue
             sent[pair] = sent.get(pair, 0) + 1  # it left: counted here, and only here
-            if timed:
-                started_at.append(started)
-        return started_at
+            if timed is not None:
+                timed.append(started)
+        return timed
+
+    def _time_responses(self, timed: list[float]) -> None:
+        """Request to answer written, for the answers of one flush (live: after the write)."""
+        metrics = self._metrics
+        assert metrics is not None  # timed only when there are metrics
+        written = time.perf_counter()
+        for started in timed:
+            elapsed = written - started
+            self.response_us.append(elapsed * 1e6)
+            metrics.observe_response(elapsed)
 
     @property
     def idle(self) -> bool:

@@ -202,7 +202,8 @@ class Replay:
                 clock=self._now,
             ),
         )
-        self.executor.observers.append(self._on_fact)
+        self.executor.observe(self._on_markout, f.Markout)
+        self.executor.observe(self.relay.moved, f.QuoteMoved)  # a fill's prices
         self.relay.feed = self.executor.feed
         self.competitors = self.relay.competitors  # what the relay's fill model will see
         pipeline = self.desk.settings.pipeline
@@ -460,13 +461,8 @@ class Replay:
             self.now = at = _at(at_us)
             relay.settle(pending, at_us, at)
 
-    def _on_fact(self, fact: f.Fact) -> None:
-        """Every fact the desk records: markouts are measured, a fill's prices go to the
-        relay (one observer: it is called for every fact)."""
-        if type(fact) is f.Markout:
-            self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
-        elif type(fact) is f.QuoteMoved:
-            self.relay.moved(fact)
+    def _on_markout(self, fact: f.Markout) -> None:
+        self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
 
     # ------------------------------------------------------------------ the alert port
 

@@ -45,7 +45,7 @@ from solver.core.actions import (
     SignAndSend,
 )
 from solver.core.desk import Desk
-from solver.core.facts import Fact, QuoteMoved, QuoteOpened
+from solver.core.facts import KINDS, Fact, QuoteMoved, QuoteOpened
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
@@ -75,9 +75,10 @@ class Executor:
         self.response_us: deque[float] = deque(maxlen=20_000)
         self.alerts: deque[tuple[datetime, Alert]] = deque(maxlen=100)
         self.replies: list[OperatorReply] = []
-        # Called with every fact the desk records (the backtest's measurements, the demo's
-        # view, tests' audits).
-        self.observers: list[Callable[[Fact], None]] = []
+        # Who hears the facts the desk records, by fact type (:meth:`observe`).
+        self._observers: dict[type, list[Callable[[Any], None]]] = {
+            kind: [] for kind in KINDS.values()
+        }
         # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
         self._signer, self._nonces, self._sender = ports.signer, ports.nonces, ports.sender
         self._journal, self._metrics, self._loop = ports.journal, ports.metrics, ports.loop
@@ -85,6 +86,7 @@ class Executor:
             ports.metrics.count_quotes_from(self.sent_by_pair)
         self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
         self._flush_scheduled = False
+        self._flush_soon = self._flush  # bound once, not at every answer
         # Facts (not answers) appended since the last commit, and facts the desk applied that
         # the journal does not hold yet: a failed commit or append must not lose them.
         self._uncommitted: list[Fact] = []
@@ -102,6 +104,13 @@ class Executor:
             OperatorReply: self._operator_reply,
             ShadowQuote: self._shadow_quote,
         }
+
+    def observe(self, observer: Callable[[Any], None], *kinds: type) -> None:
+        """Call ``observer`` with each fact of ``kinds`` (every fact when none is named) the
+        desk records, in order: the backtest's measurements, the demo's view, tests' audits.
+        A replay names the few kinds it measures, so the others cost it no call."""
+        for kind in kinds or tuple(self._observers):
+            self._observers[kind].append(observer)
 
     @property
     def sent(self) -> int:
@@ -184,19 +193,19 @@ class Executor:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
             return
         signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
-        journal, observers = self._journal, self.observers
+        journal, observers = self._journal, self._observers
         for record in self.desk.receive(signed_event, now):
             if type(record) is not Record:
                 continue
             fact = record.fact
             if journal is not None and type(fact) is QuoteOpened and not self._append(fact):
                 return  # not recorded: never sent (the desk released and paused)
-            for observer in observers:
+            for observer in observers[type(fact)]:
                 observer(fact)
         self._outbox.append((quote, signed, started, pair))
         if not self._flush_scheduled:  # _schedule_flush, inline: once per answer
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush_soon)
 
     def _record(self, action: Record, now: datetime, started: float, pair: str) -> None:
         fact = action.fact
@@ -204,7 +213,7 @@ class Executor:
             self._append(fact)
         if type(fact) is QuoteMoved and fact.new == "SETTLED":
             self._log_fill(fact.quote_id)
-        for observer in self.observers:
+        for observer in self._observers[type(fact)]:
             observer(fact)
 
     def _append(self, fact: Fact) -> bool:
@@ -233,7 +242,7 @@ class Executor:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush_soon)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -389,7 +389,7 @@ async def live_bot(
         stop = asyncio.Event()
         task = asyncio.create_task(app.run(stop, grace_s=shutdown_wait_s))
         bot = LiveBot(sandbox, app, key, http, stop, task, shutdown_wait_s)
-        app.executor.observers.append(bot.on_fact)
+        app.executor.observe(bot.on_fact)
         auditor = asyncio.create_task(bot.auditor())
         try:
             await eventually(

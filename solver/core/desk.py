@@ -88,7 +88,6 @@ class DeskSettings:
 @dataclass
 class DeskStats:
     requests: int = 0
-    signed: int = 0
     shadow_quotes: int = 0
     rejected: int = 0
     relay_ok: int = 0

@@ -131,7 +131,6 @@ class QuoteLifecycle:
     def _quote_signed(self, event: ev.QuoteSigned, now: datetime) -> list[Action]:
         quote = event.quote
         request = quote.request
-        self.stats.signed += 1
         fact = f.QuoteOpened(
             request.quote_id, event.quote_hash, request.asset_in, request.asset_out,
             quote.amount_in, quote.amount_out, quote.fee, quote.deadline, event.nonce, now,

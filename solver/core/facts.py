@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from solver.core.rebalance_record import RebalanceRecord, record_doc, record_from_doc
-from solver.core.values import value
+from solver.protocol.values import value
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)

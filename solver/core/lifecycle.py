@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from solver.protocol.values import value
+
 
 class QuoteState(StrEnum):
     OPEN = "OPEN"
@@ -112,7 +114,7 @@ class TrackedQuote:
         return [c for c in self.claims.values() if not c.ended]
 
 
-@dataclass(frozen=True, slots=True)
+@value  # built at every move (about one a request in a replay): plain at run time
 class Transition:
     quote_id: str
     quote_hash: str

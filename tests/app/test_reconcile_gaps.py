@@ -42,7 +42,7 @@ TOKEN = "reconcile-gaps-test-token"
 def facts_of(bot: LiveBot) -> list[f.Fact]:
     """Every fact the desk records from now on."""
     seen: list[f.Fact] = []
-    bot.app.executor.observers.append(seen.append)
+    bot.app.executor.observe(seen.append)
     return seen
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from solver.cli import print_json, warn
+from solver.cli import signer as signer_cli
 from solver.config import BotConfig, load_bot_config, load_signing_key
 from solver.errors import ConfigError
 from solver.io import ops_intents
@@ -218,7 +219,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print the secret key in the JSON instead of writing a file (it will be in your "
         "terminal and shell scrollback)",
     )
+    signer_cli.add_pkcs11_arguments(new)
     new.set_defaults(handler=cmd_new)
+    _register_token_commands(commands)
 
     listing = commands.add_parser(
         "list",
@@ -274,7 +277,41 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     remove.set_defaults(handler=cmd_remove)
 
 
+def _register_token_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``keys import`` / ``delete`` / ``pin`` of a key in a PKCS#11 token (issue 28)."""
+    imported = commands.add_parser(
+        "import",
+        help="put an existing key into a PKCS#11 token (tests, migration from a key file)",
+        description="Import the key of --key-env/--key-file into the token, non-extractable.",
+    )
+    signer_cli.add_pkcs11_arguments(imported, required=True)
+    add_key_source_arguments(imported)
+    imported.set_defaults(
+        handler=lambda args: signer_cli.cmd_import_to_token(args, load_key_from_args(args))
+    )
+    delete = commands.add_parser(
+        "delete",
+        help="delete a key from a PKCS#11 token (the last step of a rotation)",
+        description="Destroy both halves of the key labelled --label in the token.",
+    )
+    signer_cli.add_pkcs11_arguments(delete, required=True)
+    delete.set_defaults(handler=signer_cli.cmd_delete_in_token)
+    pin = commands.add_parser(
+        "pin",
+        help="change a PKCS#11 token's user PIN",
+        description="Change the user PIN: the old from --pin-env/--pin-file, the new from "
+        "--new-pin-env.",
+    )
+    signer_cli.add_pkcs11_arguments(pin, required=True)
+    pin.add_argument("--new-pin-env", required=True, metavar="VAR", help="the new PIN's variable")
+    pin.set_defaults(handler=signer_cli.cmd_change_pin)
+
+
 def cmd_new(args: argparse.Namespace) -> int:
+    if args.pkcs11 is not None:
+        if args.out is not None or args.show_secret:
+            raise ConfigError("--pkcs11 makes the key in the token: no --out or --show-secret")
+        return signer_cli.cmd_new_in_token(args)
     key = SecretKey.generate()
     account_id = key.public_key.implicit_account_id()
     result: dict[str, str | None] = {

@@ -39,6 +39,7 @@ from solver.io.key_files import load_secret_key, write_secret_key
 from solver.protocol.ids import validate_account_id
 from solver.protocol.intents import RemovePublicKey
 from solver.protocol.keys import ED25519_PREFIX, SecretKey
+from solver.runtime.ports import MessageSigner
 
 EXIT_NOT_SETTLED = 1
 
@@ -137,11 +138,23 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def operator_key(args: argparse.Namespace, config: BotConfig) -> SecretKey:
-    """The override key (``--key-env`` / ``--key-file``) if given, else the config's key."""
+def operator_key(args: argparse.Namespace, config: BotConfig) -> SecretKey | MessageSigner:
+    """The override key (``--key-env`` / ``--key-file``) if given, else the config's key, or
+    the signer process when ``signer.mode`` is ``remote`` (its policy must name the intent)."""
     if args.key_env is not None or args.key_file is not None:
         return load_key_from_args(args)
+    if config.signer.mode == "remote":
+        from solver.signer.client import RemoteIntentSigner
+
+        assert config.signer.socket is not None
+        return RemoteIntentSigner(config.signer.socket, config.account.id, config.verifier_contract)
     return load_signing_key(config.account)
+
+
+def _public_key_of(key: SecretKey | MessageSigner) -> str:
+    if isinstance(key, SecretKey):
+        return key.public_key.to_text()
+    return asyncio.run(key.public_key())
 
 
 def _seconds(value: float, option: str, limit: float) -> float:
@@ -151,7 +164,8 @@ def _seconds(value: float, option: str, limit: float) -> float:
 
 
 IntentBuilder = Callable[[BotConfig], list[BaseModel]]
-KeyCheck = Callable[[BotConfig, SecretKey, list[BaseModel]], None]
+KeyCheck = Callable[[BotConfig, str, list[BaseModel]], None]
+"""``(config, the signing key's public half, intents)``."""
 
 
 def run_operator_command(
@@ -165,7 +179,7 @@ def run_operator_command(
     intents = build(config)
     key = operator_key(args, config)
     if check is not None:
-        check(config, key, intents)
+        check(config, _public_key_of(key), intents)
     result = asyncio.run(
         ops_intents.run_operation(
             config, key, intents, deadline_s=deadline_s, wait_s=wait_s, dry_run=args.dry_run
@@ -364,10 +378,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise input_error("--public-key", exc) from None
 
-    def check(config: BotConfig, key: SecretKey, intents: list[BaseModel]) -> None:
+    def check(config: BotConfig, signing_key: str, intents: list[BaseModel]) -> None:
         (intent,) = intents
         assert isinstance(intent, RemovePublicKey)
-        if intent.public_key == key.public_key.to_text():
+        if intent.public_key == signing_key:
             if not args.yes_remove_signing_key:
                 raise ConfigError(
                     f"{intent.public_key} is the key signing this request; removing it leaves "

@@ -308,6 +308,11 @@ class RemoteIntentSigner:
         self.account = account
         self.verifier = verifier
 
+    async def public_key(self) -> str:
+        _, writer, public = await open_link(self.socket, self.account, self.verifier)
+        writer.close()
+        return public.to_text()
+
     async def sign_message(self, message: str, nonce: bytes, recipient: str) -> tuple[str, bytes]:
         """``(public key text, 64-byte signature)``, or raise :class:`RemoteError` naming the
         rule the signer's policy refused it by."""

@@ -29,6 +29,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from solver.config import BotConfig
 from solver.core import events as ev
+from solver.core.actions import Alert
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore
 from solver.core.market import QuoteRequest
@@ -56,14 +57,15 @@ from solver.io.swap_client import SwapApiClient
 from solver.protocol.bus import QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
-from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance.rebalancer import Rebalancer
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.paper import PaperBook
-from solver.runtime.ports import Ports, Refresh
+from solver.runtime.ports import MessageSigner, Ports, Refresh
+from solver.runtime.signing import message_signer, quote_signer
 from solver.runtime.upkeep import Upkeep, UpkeepPorts
 from solver.runtime.wiring import build_desk
+from solver.signer.client import RemoteQuoteSigner
 
 log = logging.getLogger("solver.bot")
 NOTIFIER_CLOSE_S = 2.0
@@ -79,7 +81,7 @@ class LiveBot:
     def __init__(
         self,
         config: BotConfig,
-        key: SecretKey,
+        key: SecretKey | None,
         *,
         clock: Callable[[], datetime] = utc_now,
         shadow: bool = False,
@@ -153,10 +155,11 @@ class LiveBot:
         self.notifier = Notifier.from_config(config.alerts, clock=clock)
         self.bus_watch = BusWatch(config.alerts.bus_down_after_s)
         self.tasks = Tasks()
+        self.signer = quote_signer(config, key, self._signer_alert)
         self.executor = Executor(
             self.desk,
             Ports(
-                signer=QuoteSigner(key, config.account.id, config.verifier_contract),
+                signer=self.signer,
                 nonces=QuoteNonces(
                     config.nonce.layout,
                     NonceSequence(self.store.claim_nonce_prefix(clock()))
@@ -223,9 +226,15 @@ class LiveBot:
                 clock=clock,
             )
         )
-        self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
+        self.rebalancer = (
+            self._rebalancer(message_signer(config, key)) if config.rebalance.enabled else None
+        )
 
-    def _rebalancer(self, key: SecretKey) -> Rebalancer:
+    def _signer_alert(self, kind: str, detail: str, resolved: bool) -> None:
+        """The signer process went away, came back, or is too slow (an alert, logged)."""
+        self.executor.carry_out([Alert(kind, detail, resolved)], self.clock())
+
+    def _rebalancer(self, key: SecretKey | MessageSigner) -> Rebalancer:
         """The rebalancer (docs/rebalance.md); dry in shadow mode, whatever the config says."""
         spec = self.config.swap_api
         assert spec is not None  # the config requires swap_api when rebalance.enabled
@@ -498,6 +507,8 @@ class LiveBot:
                 self.config.shadow.fill.model,
             )
         self.operator.sync_pair_metrics(baseline=True)
+        if isinstance(self.signer, RemoteQuoteSigner):
+            await self.signer.start()  # until it answers: quotes skip with signer_down
         await self.warm_up()
         if self.rebalancer is not None:
             await self.rebalancer.resume()
@@ -559,6 +570,8 @@ class LiveBot:
             await asyncio.wait_for(self.drain(), 1.0)
         for job in list(self._jobs):
             job.cancel()
+        if isinstance(self.signer, RemoteQuoteSigner):
+            await self.signer.close()
         await self.http.aclose()
         if self.control is not None:
             await self.control.stop()

@@ -8,10 +8,13 @@ what the desk returns is carried out by a handler table keyed by the action's ty
 
 The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
 signature (the signer) → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appended to
-the journal → the answer queued. Answers queued in one loop turn are made durable by one journal
-commit (:meth:`Executor._flush`, run at the end of the turn by the loop port), then sent: the
-record precedes the answer, and a burst pays for one transaction instead of one each (group
-commit). A failed commit sends nothing and pauses quoting (``QuoteNotSent`` with
+the journal → the answer queued. A deferred signer (the signer process,
+:class:`~solver.runtime.ports.DeferredSigner`) answers in a later loop turn, in the order of the
+requests; a request it does not sign skips with its reason (``signer_busy``, ``signer_down``,
+``signer_refused:<rule>``) and is released. Answers queued in one loop turn are made durable
+by one journal commit (:meth:`Executor._flush`, run at the end of the turn by the loop port),
+then sent: the record precedes the answer, and a burst pays for one transaction instead of one
+each (group commit). A failed commit sends nothing and pauses quoting (``QuoteNotSent`` with
 ``store_error``); the other facts it lost (claims, settlements: the desk has applied them) are
 appended again at once, ahead of anything decided later, and committed with the next flush (a
 second at the latest), as is a fact the journal refused at append time.
@@ -28,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from solver.core import events as ev
 from solver.core.actions import (
@@ -50,7 +53,7 @@ from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
 from solver.protocol.quote_signing import SignedQuote
-from solver.runtime.ports import Ports
+from solver.runtime.ports import DeferredSigner, Ports, Signer
 
 log = logging.getLogger("solver.executor")
 OTHER = "other"
@@ -77,6 +80,10 @@ class Executor:
         self.observers: list[Callable[[Fact], None]] = []
         self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
         self._flush_scheduled = False
+        self._signing = 0  # quotes a deferred signer has not answered yet
+        self._deferred = (
+            cast(DeferredSigner, ports.signer) if getattr(ports.signer, "deferred", False) else None
+        )
         # Facts (not answers) appended since the last commit, and facts the desk applied that
         # the journal does not hold yet: a failed commit or append must not lose them.
         self._uncommitted: list[Fact] = []
@@ -156,10 +163,24 @@ class Executor:
         quote = action.quote
         request = quote.request
         ports = self.ports
-        try:
-            signed = ports.signer.sign(
+        nonce = ports.nonces.next(action.salt, quote.deadline)
+        if self._deferred is not None:
+            self._signing += 1
+            self._deferred.sign_later(
+                quote_id=request.quote_id,
                 deadline=quote.deadline,
-                nonce=ports.nonces.next(action.salt, quote.deadline),
+                nonce=nonce,
+                asset_in=request.asset_in,
+                amount_in=quote.amount_in,
+                asset_out=request.asset_out,
+                amount_out=quote.amount_out,
+                reply=lambda result: self._signed_later(action, result, started, pair),
+            )
+            return
+        try:
+            signed = cast(Signer, ports.signer).sign(
+                deadline=quote.deadline,
+                nonce=nonce,
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
                 asset_out=request.asset_out,
@@ -168,6 +189,31 @@ class Executor:
         except SolverError as exc:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
             return
+        self._queue_signed(action, signed, now, started, pair)
+
+    def _signed_later(
+        self, action: SignAndSend, result: SignedQuote | str, started: float, pair: str
+    ) -> None:
+        """A deferred signer's answer (a later loop turn, or at once when it is down or
+        busy): queued like an inline signature, or the request skips with the signer's
+        reason (``signer_busy``, ``signer_down``, ``signer_refused:<rule>``)."""
+        self._signing -= 1
+        now = self.clock()
+        if isinstance(result, SignedQuote):
+            self._queue_signed(action, result, now, started, pair)
+            return
+        reason = result.split(":", 1)[0]
+        if reason == "signer_refused":
+            self._alert(Alert("signer_refused", result), now, started, pair)
+        metrics = self.ports.metrics
+        if metrics is not None:
+            metrics.inc_skip(reason, pair)
+        self.feed(ev.QuoteNotSent(action.quote.request.quote_id, result), now)
+
+    def _queue_signed(
+        self, action: SignAndSend, signed: SignedQuote, now: datetime, started: float, pair: str
+    ) -> None:
+        quote = action.quote
         signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
         for record in self.desk.receive(signed_event, now):
             if type(record) is not Record:
@@ -294,7 +340,7 @@ class Executor:
     @property
     def idle(self) -> bool:
         """No answer waits to be committed and sent."""
-        return not (self._outbox or self._flush_scheduled)
+        return not (self._outbox or self._flush_scheduled or self._signing)
 
     # ------------------------------------------------------------------ settlement I/O
 

@@ -56,12 +56,18 @@ async def open_link(
     body = await read_frame(reader)
     hello = body["b"][0]
     if hello.get("account") != account or hello.get("verifier") != verifier:
-        writer.close()
+        await _close(writer)
         raise RemoteError(
             f"signer socket {socket} signs for {hello.get('account')} at "
             f"{hello.get('verifier')}, not {account} at {verifier}"
         )
     return reader, writer, PublicKey.from_text(hello["public_key"])
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
 
 
 class _Batch:
@@ -150,9 +156,10 @@ class RemoteQuoteSigner:
                 await self._read(reader)
             except (SolverError, OSError) as exc:
                 log.warning("signer link lost: %s", exc)
-            self._writer = None
-            self._connected.clear()
-            writer.close()
+            finally:
+                self._writer = None
+                self._connected.clear()
+                await _close(writer)
             self._drop_pending(SIGNER_DOWN)
             self._alert_down(f"signer {self.socket} went away")
 
@@ -310,7 +317,7 @@ class RemoteIntentSigner:
 
     async def public_key(self) -> str:
         _, writer, public = await open_link(self.socket, self.account, self.verifier)
-        writer.close()
+        await _close(writer)
         return public.to_text()
 
     async def sign_message(self, message: str, nonce: bytes, recipient: str) -> tuple[str, bytes]:
@@ -322,7 +329,7 @@ class RemoteIntentSigner:
             writer.write(frame({"b": [request]}))
             answer = (await read_frame(reader))["b"][0]
         finally:
-            writer.close()
+            await _close(writer)
         if "s" not in answer:
             raise RemoteError(f"the signer refused ({answer.get('e')}): {answer.get('m')}")
         return public.to_text(), b58decode(answer["s"], length=64, what="signature")

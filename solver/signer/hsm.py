@@ -101,8 +101,9 @@ class TokenKeyHolder:
         self._open: list[Any] = []
         with translated(module, token_label, key_label):
             token = load_library(module).get_token(token_label=token_label)
-            for _ in range(self.parallel):
-                session = token.open(user_pin=pin)
+            for index in range(self.parallel):
+                # Login is per application: the first session logs in, the others share it.
+                session = token.open(user_pin=pin if index == 0 else None)
                 self._open.append(session)
                 private = session.get_key(
                     object_class=pkcs11.ObjectClass.PRIVATE_KEY, label=key_label

@@ -105,7 +105,8 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", required=True, metavar="FILE", help="bot YAML (see config/default.yaml)"
     )
     group = parser.add_argument_group(
-        "signing key (default: account.key_env / account.key_file of the config)"
+        "signing key (default: account.key_env / account.key_file of the config, or the "
+        "signer process with signer.mode remote)"
     )
     source = group.add_mutually_exclusive_group()
     source.add_argument(

@@ -3,6 +3,7 @@ nothing; the hourly caps count signed outflow in one-minute buckets."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -71,7 +72,7 @@ def test_the_salt_of_both_nonce_layouts() -> None:
     assert quote(g, nonce=versioned_nonce(SALT, deadline)) is None
 
 
-def message(*intents: dict[str, object], signer: str = ACCOUNT, ahead_s: int = 60) -> str:
+def message(*intents: Mapping[str, object], signer: str = ACCOUNT, ahead_s: int = 60) -> str:
     body = {
         "deadline": format_deadline(NOW + timedelta(seconds=ahead_s)),
         "intents": list(intents),

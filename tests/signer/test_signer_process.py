@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,7 +42,7 @@ def signer(tmp_path: Path, key_file: Path) -> Iterator[SignerProcess]:
         yield process
 
 
-async def ask(signer: SignerProcess, *quotes: dict[str, object]) -> list[SignedQuote | str]:
+async def ask(signer: SignerProcess, *quotes: Mapping[str, object]) -> list[SignedQuote | str]:
     """Quotes through the bot's deferred signer, all in one loop turn (one batch)."""
     client = RemoteQuoteSigner(signer.socket, ACCOUNT, VERIFIER, timeout_s=10)
     await client.start()

@@ -36,8 +36,6 @@ class Pkcs11Spec(BaseModel):
     """Environment variable holding the user PIN."""
     pin_file: Path | None = None
     """Owner-only (0600) file holding the user PIN."""
-    sessions: Annotated[int, Field(ge=1, le=64)] = 2
-    """Sessions signing at once (the token's threads; the machine's cores are the bound)."""
 
     @model_validator(mode="after")
     def _one_pin_source(self) -> Pkcs11Spec:

@@ -13,7 +13,7 @@ naming the module, the token or the key label, never the PIN.
 from __future__ import annotations
 
 import contextlib
-import queue
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -88,42 +88,39 @@ def _public_key(session: Any, label: str) -> PublicKey:
 
 
 class TokenKeyHolder:
-    """An Ed25519 key in a token, signing through a pool of logged-in sessions."""
+    """An Ed25519 key in a token, signing through one logged-in session.
 
-    def __init__(
-        self, module: str, token_label: str, key_label: str, pin: str, sessions: int = 2
-    ) -> None:
+    One session, calls serialised: python-pkcs11 0.10.1 initialises the module with
+    ``C_Initialize(NULL)``, which tells it that no two threads call at once, and SoftHSM2 then
+    takes no locks (two threads signing on two sessions fail with ``CKR_GENERAL_ERROR``,
+    measured). The signer still signs on a worker thread (``inline`` False): the GIL is
+    released during ``C_Sign``, so its loop reads the next batch meanwhile. Parallel signing
+    would need one process per session."""
+
+    inline = False
+
+    def __init__(self, module: str, token_label: str, key_label: str, pin: str) -> None:
         pkcs11 = _pkcs11()
         self._where = (module, token_label, key_label)
         self._mechanism = pkcs11.Mechanism.EDDSA
-        self.parallel = max(1, sessions)
-        self._sessions: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._open: list[Any] = []
+        self._lock = threading.Lock()
         with translated(module, token_label, key_label):
             token = load_library(module).get_token(token_label=token_label)
-            for index in range(self.parallel):
-                # Login is per application: the first session logs in, the others share it.
-                session = token.open(user_pin=pin if index == 0 else None)
-                self._open.append(session)
-                private = session.get_key(
-                    object_class=pkcs11.ObjectClass.PRIVATE_KEY, label=key_label
-                )
-                self._sessions.put((session, private))
-            self.public_key = _public_key(self._open[0], key_label)
+            self._session: Any = token.open(user_pin=pin)
+            self._private = self._session.get_key(
+                object_class=pkcs11.ObjectClass.PRIVATE_KEY, label=key_label
+            )
+            self.public_key = _public_key(self._session, key_label)
 
     def sign(self, digest: bytes) -> bytes:
-        session, private = self._sessions.get()
-        try:
-            with translated(*self._where):
-                return bytes(private.sign(digest, mechanism=self._mechanism))
-        finally:
-            self._sessions.put((session, private))
+        with self._lock, translated(*self._where):
+            return bytes(self._private.sign(digest, mechanism=self._mechanism))
 
     def close(self) -> None:
-        for session in self._open:
+        if self._session is not None:
             with contextlib.suppress(Exception):  # closing at exit: nothing to do about it
-                session.close()
-        self._open = []
+                self._session.close()
+            self._session = None
 
     def __repr__(self) -> str:
         return f"TokenKeyHolder(public_key={self.public_key.to_text()!r})"

@@ -2,8 +2,8 @@
 
 One asyncio loop. Each connection's batches are handled in the order they come: the policy is
 checked for every request of a batch on the loop (so the hourly book has one writer), the
-digests are signed (inline with a key file; on the token's session pool, one thread per
-session, with a token, since python-pkcs11 releases the GIL), the batch's audit lines are
+digests are signed (inline with a key file; on a worker thread with a token, since
+python-pkcs11 releases the GIL while the token signs), the batch's audit lines are
 written, and one answer frame leaves. A refusal is answered with its rule, logged at ERROR (the
 operators' alerting watches the signer's log, not the bot's: the bot may be the attacker), and
 counted.
@@ -42,9 +42,7 @@ def open_key(config: SignerConfig) -> KeyHolder:
         from solver.signer.hsm import TokenKeyHolder
 
         spec = key.pkcs11
-        return TokenKeyHolder(
-            str(spec.module), spec.token_label, spec.key_label, read_pin(spec), spec.sessions
-        )
+        return TokenKeyHolder(str(spec.module), spec.token_label, spec.key_label, read_pin(spec))
     from solver.config.secrets import redact
     from solver.errors import ConfigError
     from solver.io.key_files import load_secret_key
@@ -69,11 +67,7 @@ class SigningService:
         )
         self.public_key = holder.public_key.to_text()
         self.counts: Counter[str] = Counter()
-        self._pool = (
-            ThreadPoolExecutor(holder.parallel, thread_name_prefix="sign")
-            if holder.parallel > 1
-            else None
-        )
+        self._pool = None if holder.inline else ThreadPoolExecutor(1, thread_name_prefix="sign")
 
     def hello(self) -> dict[str, Any]:
         return {
@@ -165,19 +159,11 @@ class SigningService:
         return answers
 
     async def _sign(self, digests: list[bytes]) -> list[bytes | None]:
-        holder = self.holder
-        if self._pool is None or len(digests) < 2:
-            return [self._sign_one(digest) for digest in digests]
+        """Inline (a key file), or the whole batch on the worker thread (a token)."""
+        if self._pool is None or not digests:
+            return self._sign_many(digests)
         loop = asyncio.get_running_loop()
-        parts = holder.parallel
-        chunks = [digests[i::parts] for i in range(parts)]
-        done = await asyncio.gather(
-            *[loop.run_in_executor(self._pool, self._sign_many, chunk) for chunk in chunks if chunk]
-        )
-        out: list[bytes | None] = [None] * len(digests)
-        for part, signed in enumerate(done):
-            out[part::parts] = signed
-        return out
+        return await loop.run_in_executor(self._pool, self._sign_many, digests)
 
     def _sign_many(self, digests: list[bytes]) -> list[bytes | None]:
         return [self._sign_one(digest) for digest in digests]

@@ -57,7 +57,7 @@ def test_keys_new_makes_a_key_in_the_token_and_prints_its_public_key(token: Toke
 
 
 async def test_the_signer_signs_with_the_key_in_the_token(tmp_path: Path, token: Token) -> None:
-    with running_signer(config(tmp_path, token, sessions=2), token.env) as signer:
+    with running_signer(config(tmp_path, token), token.env) as signer:
         assert signer.public_key == TEST_KEY.public_key.to_text()
         client = RemoteQuoteSigner(signer.socket, ACCOUNT, VERIFIER, timeout_s=10)
         await client.start()

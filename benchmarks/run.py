@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import quote_path, replay, sandbox_load, soak
+from benchmarks import chaos, quote_path, replay, sandbox_load, soak
 from benchmarks.common import RESULTS_DIR, Progress, wait_for_quiet
 
 NAMES = ("quote_path", "sandbox_load", "replay")  # the default set (make bench)
-OPT_IN = ("soak",)  # long: only with --only
+OPT_IN = ("soak", "chaos")  # long: only with --only
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,6 +94,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"soak: seconds at {soak.RATE_PER_S} requests/s (default: "
         f"{soak.DEFAULT_SECONDS:.0f}, {soak.QUICK_SECONDS:.0f} with --quick)",
     )
+    parser.add_argument(
+        "--chaos-seconds",
+        type=float,
+        default=None,
+        help=f"chaos: seconds of faults (default: {chaos.DEFAULT_SECONDS:.0f}, "
+        f"{chaos.QUICK_SECONDS:.0f} with --quick)",
+    )
     args = parser.parse_args(argv)
     if args.wait_quiet is None:
         args.wait_quiet = 5.0 if args.quick else 30.0
@@ -133,6 +140,14 @@ async def main_async(args: argparse.Namespace) -> int:
                     soak.Options(
                         seconds=args.soak_seconds, quick=args.quick, command=command, quiet=quiet
                     ),
+                )
+            elif name == "chaos":
+                result = await chaos.run(
+                    args.results,
+                    quick=args.quick,
+                    seconds=args.chaos_seconds,
+                    command=command,
+                    quiet=quiet,
                 )
             elif name == "replay":
                 result = await replay.run(

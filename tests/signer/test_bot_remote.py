@@ -4,8 +4,9 @@
   token: every answer the relay got verifies (NEP-413) against the account's registered key,
   quotes settle, and the key's seed is in neither the bot's memory (``/proc/<pid>/mem``) nor any
   file it writes.
-- The signer stopped mid-run (an in-process bot): requests skip with ``signer_down``, an alert
-  is raised, every fact journaled before stays, and quoting resumes when it is back.
+- The signer frozen (SIGSTOP), then killed mid-run (an in-process bot): requests skip with
+  ``signer_busy``, then ``signer_down``, each with an alert that resolves when it answers
+  again; every fact journaled stays, and quoting resumes when it is back.
 """
 
 from __future__ import annotations
@@ -305,6 +306,20 @@ async def test_the_signer_stopped_mid_run(tmp_path: Path, key_file: Path) -> Non
                     f"the quote to settle ({intent})",
                     20,
                 )
+                signer.process.send_signal(signal.SIGSTOP)  # slow: frozen, socket open
+                assert await bot.unanswered(USDC, NEAR, exact_in=6 * E6) == []
+                await eventually(
+                    lambda: bot.app.signer.counts["signer_busy"] >= 1,  # type: ignore[union-attr]
+                    "a signer_busy skip",
+                    10,
+                )
+                assert any(a.kind == "signer_busy" for _, a in bot.app.executor.alerts)
+                signer.process.send_signal(signal.SIGCONT)
+                offers = await bot.quote(USDC, NEAR, exact_in=8 * E6)
+                assert offers, bot.diagnosis()
+                assert any(
+                    a.kind == "signer_busy" and a.resolved for _, a in bot.app.executor.alerts
+                )
                 signer.stop(signal.SIGKILL)  # gone, without a word
                 await eventually(
                     lambda: any(a.kind == "signer_down" for _, a in bot.app.executor.alerts),
@@ -332,4 +347,4 @@ async def test_the_signer_stopped_mid_run(tmp_path: Path, key_file: Path) -> Non
     with sqlite3.connect(tmp_path / "solver.sqlite") as db:
         kinds = [kind for (kind,) in db.execute("SELECT kind FROM journal ORDER BY seq")]
     assert len(kinds) >= observed  # every fact recorded during the run is in the journal
-    assert kinds.count("quote_opened") == 2, kinds
+    assert kinds.count("quote_opened") == 3, kinds

@@ -10,13 +10,17 @@ One place for what every sandbox service (and every test server) needs:
   uvicorn's "Exception in ASGI application" traceback;
 - the server does not capture SIGINT / SIGTERM: several servers share one process (and the bot
   in ``solver demo``), and the process owner decides when they stop, not the last server
-  started.
+  started;
+- a port that cannot be bound (in use, not an address of this host) is a
+  :class:`~solver.errors.ConfigError` naming ``host:port``: ``solver sandbox`` says it in one
+  line with exit code 2.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 from collections.abc import AsyncIterator, Generator
@@ -27,6 +31,8 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+
+from solver.errors import ConfigError
 
 log = logging.getLogger("sandbox.serving")
 
@@ -62,7 +68,12 @@ async def start_server(
         app.add_exception_handler(ClientDisconnect, _client_gone)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:  # a port in use is the user's to fix, not a bug: one line, exit 2
+        sock.close()
+        why = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        raise ConfigError(f"cannot listen on {host}:{port}: {why}") from None
     options: dict[str, Any] = {"log_level": "warning", "lifespan": "off", **config}
     server = EmbeddedServer(uvicorn.Config(app, **options))
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -6,6 +6,7 @@ to write instead (a float amount, a secret pasted where a variable name belongs)
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -112,13 +113,31 @@ def lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP (``127.0.0.0/8``, ``::1``); a wildcard is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def listen_address(value: str | None) -> str | None:
+    """``metrics.listen``: ``host:port`` on loopback, or None. The one rule of ``config check``
+    and ``run`` (the control server refuses the same hosts): the control API can pause the
+    bot and ``/metrics`` shows its inventory, so it is never served to the network."""
     if value is None:
         return None
     host, sep, port = value.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError('must be "host:port" (port 0-65535), or null to disable')
+    if not is_loopback(host):
+        raise ValueError(
+            f"{host} is not a loopback address: the control API is served on loopback only "
+            "(127.0.0.1, ::1, localhost); put an authenticated proxy in front for remote access"
+        )
     return value
 
 

@@ -24,6 +24,7 @@ an incident only when the outage outlasts a threshold: reconnecting within secon
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -32,6 +33,7 @@ from solver.core.actions import Alert
 __all__ = [
     "AlertMessage",
     "BusWatch",
+    "IncidentState",
     "IncidentTracker",
     "OutageWatch",
     "TokenBucket",
@@ -65,6 +67,8 @@ class AlertMessage:
     """When it opened (None: before this process started, e.g. a pause restored on restart)."""
     changes: int = 1
     """State changes folded into this message (more than 1 after rate limiting)."""
+    reminder: bool = False
+    """Still open after a restart: the state is not new, the process is."""
 
     @property
     def incident(self) -> str:
@@ -77,6 +81,8 @@ class AlertMessage:
         lines = [self.detail] if self.detail else []
         what = "resolved" if self.resolved else "opened"
         lines.append(f"{what} at {self.at.isoformat(timespec='seconds')}")
+        if self.reminder:
+            lines.append("still open after a restart of the bot")
         if self.resolved and self.opened_at is not None:
             lines.append(f"open for {format_duration((self.at - self.opened_at).total_seconds())}")
         if self.changes > 1:
@@ -114,6 +120,20 @@ class TokenBucket:
         self._refill(now)
         missing = max(0.0, 1.0 - self._tokens)
         return self._updated + timedelta(seconds=missing / self._per_s)
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentState:
+    """What a restart must know of one incident (:mod:`solver.io.alert_spool` keeps it):
+    its state, and whether a person has been told it (``untold``: changes not delivered)."""
+
+    kind: str
+    key: str
+    open: bool
+    detail: str
+    since: datetime
+    opened_at: datetime | None
+    untold: int
 
 
 @dataclass(slots=True)
@@ -190,6 +210,47 @@ class IncidentTracker:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    def states(self, unsent: Collection[tuple[str, str]] = ()) -> list[IncidentState]:
+        """Every incident a restart must carry on: the open ones, and the resolved ones whose
+        change is still waiting for a token or, in ``unsent``, for its delivery."""
+        out = []
+        for ident, i in self._incidents.items():
+            untold = i.pending or (1 if ident in unsent else 0)
+            if i.open or untold:
+                kind, key = ident
+                out.append(IncidentState(kind, key, i.open, i.detail, i.since, i.opened_at, untold))
+        return out
+
+    def restore(self, states: Iterable[IncidentState]) -> None:
+        """Take the incidents of the previous run (before any :meth:`offer`). A recovery not
+        yet told waits as pending (:meth:`due` tells it); an open incident is told by
+        :meth:`settle` once the desk can say whether it still holds, folding what the
+        previous run had not told: two messages for it would say the same thing twice."""
+        for s in states:
+            ident = (s.kind, s.key)
+            self._incidents[ident] = _Incident(s.open, s.detail, s.since, s.opened_at, s.untold)
+            if s.untold and not s.open:
+                self._pending[ident] = None
+
+    def settle(self, kind: str, key: str, holds: bool, at: datetime) -> AlertMessage:
+        """After a restart, the current state of an incident the previous run left open: a
+        reminder that it still holds, or its recovery. Told at once (one per incident, once per
+        start, so outside the rate limit); folds the changes the previous run did not tell."""
+        ident = (kind, key)
+        incident = self._incidents[ident]
+        incident.pending += 1
+        if not holds:
+            incident.open = False
+            incident.since = at
+            incident.detail = f"no longer holds after a restart of the bot (was: {incident.detail})"
+        message = self._told(ident, incident)
+        if holds:
+            return AlertMessage(
+                kind, key, False, message.detail, message.at, message.opened_at,
+                message.changes, reminder=True,
+            )  # fmt: skip
+        return message
 
     def _bucket(self, kind: str, at: datetime) -> TokenBucket:
         bucket = self._buckets.get(kind)

@@ -41,7 +41,6 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import ipaddress
 import logging
 import os
 import re
@@ -57,6 +56,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from solver.config.fields import is_loopback
 from solver.errors import ConfigError
 from solver.io.metrics import CONTENT_TYPE, Metrics
 
@@ -276,15 +276,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f'listen address must be "host:port", got {listen!r}')
     return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def url_host(host: str) -> str:

@@ -332,6 +332,11 @@ class Metrics:
         self._connected = Gauge(
             "solver_connected", "1 while the bus websocket is connected.", registry=r
         )
+        self._heartbeat = Gauge(
+            "solver_heartbeat_timestamp_seconds",
+            "Unix time of the bot's last heartbeat (its ticker, every 100 ms; issue 24).",
+            registry=r,
+        )
         state = Gauge(
             "solver_state",
             "1 on the bot's current state (RUNNING or PAUSED).",
@@ -406,6 +411,10 @@ class Metrics:
 
     def observe_loop_lag(self, seconds: float) -> None:
         self._loop_lag.observe(seconds)
+
+    def heartbeat(self, unix_s: float) -> None:
+        """The ticker is alive at ``unix_s``: ``SolverHeartbeatStale`` watches it."""
+        self._heartbeat.set(unix_s)
 
     def preset(self, *, skip_reasons: Iterable[str] = (), states: Iterable[str] = ()) -> None:
         """Create labelled series at 0 up front (for every pair label), so ``rate()`` sees

@@ -28,6 +28,11 @@ Counters (:class:`NotifierStats`, exported by ``Metrics.sync_notifications``): `
 ``failed`` count deliveries per destination, ``dropped`` messages lost to a full queue,
 ``duplicate`` repeats of an incident's current state, ``rate_limited`` changes that had to wait
 for a token (they are folded into a later message, not lost).
+
+Durable (issue 24): with a :class:`~solver.io.alert_spool.AlertSpool` the incidents and the
+changes not yet told (waiting for a token, or queued and not delivered) are written beside the
+store after every change; the next start takes them back (:meth:`Notifier.restore`) and tells
+each incident the previous run left open its current state (:meth:`Notifier.settle`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import contextlib
 import logging
 import os
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,7 +52,8 @@ import apprise
 from solver.config.alerts import AlertsConfig
 from solver.core.actions import Alert
 from solver.errors import ConfigError
-from solver.io.alert_policy import AlertMessage, IncidentTracker
+from solver.io.alert_policy import AlertMessage, IncidentState, IncidentTracker
+from solver.io.alert_spool import AlertSpool
 
 __all__ = ["Notifier", "NotifierStats", "parse_urls", "redact"]
 
@@ -154,6 +160,11 @@ class Notifier:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
+        self.spool: AlertSpool | None = None
+        """Where the incidents outlive the process (None: in memory only)."""
+        self._unsent: Counter[tuple[str, str]] = Counter()  # queued, not delivered yet
+        self.restored: list[tuple[str, str]] = []
+        """Incidents the previous run left open, until :meth:`settle` tells their state."""
 
     @classmethod
     def from_config(
@@ -212,6 +223,43 @@ class Notifier:
             self._enqueue(message)
         elif tracker.rate_limited != limited:
             self._wake.set()  # the worker must learn when the next token is due
+            what = "RESOLVED" if resolved else "ALERT"
+            log.info("alerts: %s %s rate limited: told when the limit allows", what, kind)
+            self.save()
+
+    def announce(self, kind: str, detail: str, at: datetime | None = None) -> None:
+        """A message about no incident (``unclean_restart``): told once, nothing to resolve."""
+        when = self.clock() if at is None else at
+        self._enqueue(AlertMessage(kind=kind, key="", resolved=False, detail=detail, at=when))
+
+    # ------------------------------------------------------------------ across restarts
+
+    def restore(self, states: list[IncidentState]) -> None:
+        """The previous run's incidents (from the spool), before any alert of this run."""
+        self.tracker.restore(states)
+        self.restored = [(s.kind, s.key) for s in states if s.open]
+        if self.tracker.pending:
+            self._wake.set()  # resolved changes never told: due at once
+
+    def settle(self, holds: Callable[[str, str], bool], at: datetime | None = None) -> None:
+        """Tell each incident the previous run left open its state now: ``holds(kind, key)``
+        true sends a reminder, false its recovery. An incident this run has already reported
+        on (resolved by the desk meanwhile) is left as it is."""
+        when = self.clock() if at is None else at
+        restored, self.restored = self.restored, []
+        open_now = set(self.tracker.open_incidents())
+        for kind, key in restored:
+            if (f"{kind}:{key}" if key else kind) not in open_now:
+                continue
+            self._enqueue(self.tracker.settle(kind, key, holds(kind, key), when))
+        self.save()
+
+    def save(self) -> None:
+        """Write the incidents to the spool (if any): after every change of what is told."""
+        spool = self.spool
+        if spool is not None:
+            spool.incidents = self.tracker.states(self._unsent)
+            spool.save()
 
     def alert(self, action: Alert, at: datetime | None = None) -> None:
         """:meth:`notify` for the desk's :class:`~solver.core.actions.Alert` action."""
@@ -221,10 +269,15 @@ class Notifier:
         if len(self._queue) >= self.queue_size:
             self.stats.dropped += 1
             log.error("alerts: queue full, dropped: %s", message.title(self.name))
+            # Never delivered: the spool keeps it untold, so the next start tells it.
+            self._unsent[message.kind, message.key] += 1
+            self.save()
             return
         self._queue.append(message)
+        self._unsent[message.kind, message.key] += 1
         self._idle.clear()
         self._wake.set()
+        self.save()
 
     # ------------------------------------------------------------------ the delivery task
 
@@ -257,10 +310,16 @@ class Notifier:
     async def _run(self) -> None:
         while True:
             while self._queue:
-                await self._deliver(self._queue[0])
-                self._queue.popleft()
-            for message in self.tracker.due(self.clock()):
+                message = self._queue[0]
                 await self._deliver(message)
+                self._queue.popleft()
+                ident = (message.kind, message.key)
+                self._unsent[ident] -= 1
+                if self._unsent[ident] <= 0:
+                    del self._unsent[ident]
+                self.save()
+            for message in self.tracker.due(self.clock()):
+                self._enqueue(message)  # kept as unsent until delivered
             if self._queue:
                 continue
             self._idle.set()

@@ -35,8 +35,9 @@ from solver.core.desk_snapshot import restore
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
 from solver.core.view import DeskView
-from solver.errors import SolverError
+from solver.errors import ConfigError, SolverError
 from solver.io.alert_policy import BusWatch
+from solver.io.alert_spool import AlertSpool, spool_path
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import CONNECTED, BusWsClient
 from solver.io.control import ControlServer, create_control_app, serve_control
@@ -58,11 +59,13 @@ from solver.protocol.bus import QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.rebalance.rebalancer import Rebalancer
+from solver.runtime.durable_alerts import DurableAlerts
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.paper import PaperBook
 from solver.runtime.ports import MessageSigner, Ports, Refresh
 from solver.runtime.signing import message_signer, quote_signer
+from solver.runtime.start_checks import KEY_NOT_REGISTERED, signing_key_problem
 from solver.runtime.upkeep import Upkeep, UpkeepPorts
 from solver.runtime.wiring import build_desk
 from solver.signer.client import RemoteQuoteSigner
@@ -70,6 +73,8 @@ from solver.signer.client import RemoteQuoteSigner
 log = logging.getLogger("solver.bot")
 NOTIFIER_CLOSE_S = 2.0
 """At stop, queued alert messages get this long to go out (within Docker's 10 s)."""
+LEDGER_JOBS = frozenset({"salt", "balances", "fee"})
+"""Jobs that read the ledger node: one succeeding after a failure means it is back."""
 
 
 def utc_now() -> datetime:
@@ -92,6 +97,9 @@ class LiveBot:
         self.shadow = shadow
         self.clock = clock
         self.account = config.account.id
+        # The public part only: it may be logged (remote signer: its hello says it, at start).
+        self.public_key: str | None = key.public_key.to_text() if key is not None else None
+        self._ledger_failing = False
         self.tokens = sorted(config.tokens)
         # Shadow mode signs nothing, so it writes no journal: it must never touch a live store.
         self.store = store or (
@@ -154,6 +162,19 @@ class LiveBot:
         # is missing stops the start here.
         self.notifier = Notifier.from_config(config.alerts, clock=clock)
         self.bus_watch = BusWatch(config.alerts.bus_down_after_s)
+        # Incidents outlive the process in a spool beside the store (issue 24); a bot without
+        # a store (shadow mode) keeps them in memory.
+        self.durable = (
+            DurableAlerts(
+                self.notifier,
+                AlertSpool(spool_path(self.store.path)),
+                view=self.view,
+                store=self.store,
+                bus_watch=self.bus_watch,
+            )
+            if self.store is not None
+            else None
+        )
         self.tasks = Tasks()
         self.signer = quote_signer(config, key, self._signer_alert)
         self.executor = Executor(
@@ -294,6 +315,10 @@ class LiveBot:
         """The upkeep's gauges: the operator's, then the paper book's."""
         self.operator.refresh_metrics()
         self.refresh_paper_metrics()
+        now = self.clock()
+        self.metrics.heartbeat(now.timestamp())  # SolverHeartbeatStale; shadow mode too
+        if self.durable is not None:
+            self.durable.beat(now)
 
     def refresh_paper_metrics(self) -> None:
         if self.paper is None or self.paper_metrics is None:
@@ -339,6 +364,16 @@ class LiveBot:
         except SolverError as exc:
             self.job_errors[name] = self.job_errors.get(name, 0) + 1
             log.warning("%s failed: %s", name, exc)
+            if name in LEDGER_JOBS:
+                self._ledger_failing = True
+            return
+        if name in LEDGER_JOBS and self._ledger_failing:
+            # The ledger is back: the salt went stale meanwhile, and waiting for its timer
+            # (salt_refresh_ms) skipped every request as no_salt (issue 24). Ask now.
+            self._ledger_failing = False
+            if name != "salt":
+                log.info("ledger back (%s answered): refreshing the salt now", name)
+                self._refresh_salt_soon()
 
     async def refresh_salt(self) -> None:
         async def job() -> None:
@@ -499,6 +534,8 @@ class LiveBot:
         """Quote until ``stop`` is set, then stop quoting and return (``grace_s``: first let
         open quotes settle for at most that long; the journal makes it unnecessary)."""
         self.notifier.start()  # alerts raised from here on are delivered
+        if self.durable is not None:
+            self.durable.start(self.clock())  # the previous run's incidents, before any new
         self.recover()
         if self.shadow:
             log.warning(
@@ -509,7 +546,11 @@ class LiveBot:
         self.operator.sync_pair_metrics(baseline=True)
         if isinstance(self.signer, RemoteQuoteSigner):
             await self.signer.start()  # until it answers: quotes skip with signer_down
+            self.public_key = self.signer.public_key  # the signer's hello says which key
+        await self._check_signing_key()
         await self.warm_up()
+        if self.durable is not None:
+            self.durable.settle(self.clock())  # the desk and its inputs say what still holds
         if self.rebalancer is not None:
             await self.rebalancer.resume()
         elif self.view.rebalances:
@@ -517,6 +558,7 @@ class LiveBot:
                 "the journal holds unfinished rebalances but rebalance.enabled is false: they "
                 "are not followed (see solver swap status)"
             )
+        self.metrics.heartbeat(self.clock().timestamp())  # alive from the first scrape on
         if self.config.metrics.listen:
             self.control = await serve_control(
                 create_control_app(self.operator, self.metrics), self.config.metrics.listen
@@ -539,6 +581,29 @@ class LiveBot:
                 await asyncio.sleep(0.1)
         finally:
             await self._stop(inner, tasks)
+
+    async def _check_signing_key(self) -> None:
+        """Refuse to start when the account does not hold the key (start_checks.py): the
+        alert is delivered (within NOTIFIER_CLOSE_S), what was opened is closed, and the
+        ConfigError ends the process with exit code 2."""
+        if self.public_key is None:  # a remote signer not reached yet: quotes skip meanwhile
+            log.warning("the signer is not reachable yet: the signing key is not checked")
+            return
+        problem = await signing_key_problem(self.ledger, self.account, self.public_key)
+        if problem is None:
+            return
+        if self.shadow:  # signs nothing: worth a word, not a refusal
+            log.warning("SHADOW: %s", problem)
+            return
+        log.error("refusing to quote: %s", problem)
+        self.notifier.notify(KEY_NOT_REGISTERED, problem)
+        await self.notifier.aclose(NOTIFIER_CLOSE_S)
+        if self.durable is not None:
+            self.durable.stop()  # a refusal is a clean stop, not a crash
+        await self.http.aclose()
+        if self.store is not None:
+            self.store.close()
+        raise ConfigError(problem)
 
     async def drain(self) -> None:
         """Until every queued answer has been committed and sent, and every question the
@@ -579,6 +644,8 @@ class LiveBot:
             self.upkeep.close(self.clock())
             self.store.close()
         await self.notifier.aclose(NOTIFIER_CLOSE_S)
+        if self.durable is not None:
+            self.durable.stop()  # what was not delivered stays in the spool, untold
         log.info("stopped: %s", self.summary())
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -98,6 +99,10 @@ class Operator:
         self.ports = ports
         self.started = time.monotonic()
         self._store_errors: dict[str, str] = {}  # the gauges' store reads failing, said once
+        # What the journal replayed at start (outcomes, quotes and wins of the previous runs):
+        # the summary's "since start" counts subtract it (issue 24).
+        self._outcomes_at_start: Counter[str] = Counter()
+        self._pairs_at_start: dict[str, tuple[int, int]] = {}
 
     def _reply(self, event: ev.OperatorPause | ev.OperatorResume) -> OperatorReply:
         executor = self.ports.executor
@@ -217,6 +222,9 @@ class Operator:
         """Outcomes and volume per pair, from the desk's per-pair stats (``baseline``: at
         start, after the journal was replayed: those happened before this process)."""
         view, metrics = self.ports.view, self.ports.metrics
+        if baseline:
+            self._outcomes_at_start = Counter(view.stats.outcomes)
+            self._pairs_at_start = {k: (p.quotes, p.won) for k, p in view.stats.pairs.items()}
         metrics.sync_outcomes(view.pairs.outcome_totals(), baseline=baseline)
         volume = {label: s.volume_usd for label, s in view.stats.pairs.items()}
         metrics.sync_volume(volume, baseline=baseline)
@@ -284,14 +292,19 @@ class Operator:
         free = ", ".join(readable.amount(a, view.inventory.free(a)) for a in ports.assets)
         pnl = view.pnl.pnl
         marked = "unknown" if pnl is None else f"{pnl:+,.2f} USD"
+        before = self._pairs_at_start
         pairs = "; ".join(
-            f"{label} req={p.requests} quoted={p.quotes} won={p.won}"
+            f"{label} req={p.requests} quoted={p.quotes - before.get(label, (0, 0))[0]} "
+            f"won={p.won - before.get(label, (0, 0))[1]}"
             for label, p in s.pairs.items()
         )
+        outcomes = dict(+(s.outcomes - self._outcomes_at_start))
+        # Three groups, each labelled: counts of this process, the state now, and what the
+        # journal carries over restarts (PnL). Mixing them read as "0 requests, 1 LOST".
         return (
-            f"requests={s.requests} quoted={ports.executor.sent} skipped[{skipped}] "
-            f"outcomes={dict(s.outcomes)} response_us p50={p50:.0f} p99={p99:.0f} "
-            f"open={len(view.open_quotes)} connected={ports.bus.connected} "
-            f"pnl={marked} realized={view.pnl.realized_usd:+,.2f} USD pairs[{pairs}] "
-            f"free: {free}"
+            f"since start: requests={s.requests} quoted={ports.executor.sent} "
+            f"skipped[{skipped}] outcomes={outcomes} response_us p50={p50:.0f} p99={p99:.0f} "
+            f"pairs[{pairs}]; now: open={len(view.open_quotes)} "
+            f"connected={ports.bus.connected} free: {free}; "
+            f"lifetime: pnl={marked} realized={view.pnl.realized_usd:+,.2f} USD"
         )

@@ -16,7 +16,7 @@ import pytest
 from matplotlib import image
 
 from tests.app.browser import Dom, dump_dom, require_chromium, screenshot
-from tests.app.harness import E24, NEAR, USDC, LiveBot, eventually, live_bot
+from tests.app.harness import E6, E24, NEAR, USDC, LiveBot, eventually, live_bot
 
 TOKEN = "page-test-token-0123456789"
 CONTROL = {"metrics.listen": "127.0.0.1:0"}
@@ -95,3 +95,28 @@ async def test_a_wrong_token_shows_the_token_form_and_no_data(
     assert dom.body.get("data-status") == "login"
     assert dom.get("error") == "The token was refused."
     assert dom.rows("pairs") == [] and "content" in dom.hidden
+
+
+async def test_the_last_reconciliation_is_rows_in_whole_units_not_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24: a mismatch read ``MISMATCH {"nep141:usdc.sandbox":"-7000000"}``; now one row
+    per asset with its symbol and the gap in whole tokens."""
+    require_chromium()
+    monkeypatch.setenv("SOLVER_CONTROL_TOKEN", TOKEN)
+    errors = ["PAUSED: reconciliation", "ALERT: reconciliation"]
+    async with live_bot(tmp_path, overrides=CONTROL, allowed_errors=errors) as bot:
+        bot.sandbox.ledger.balances[bot.app.account][USDC] -= 7 * E6 + E6 // 4
+        report = bot.app.view.reconciliation
+
+        def mismatched() -> bool:
+            return report.report is not None and not report.report["ok"]
+
+        await eventually(mismatched, "the mismatch", 5)
+        bot.overstated.clear()  # the harness saw the theft before the bot did, rightly
+        dom = Dom(await dump_dom(page_url(bot), tmp_path / "profile"))
+
+    assert dom.body.get("data-status") == "ok", dom.get("error")
+    assert dom.rows("reconciliation-table") == [{"token": "USDC", "gap": "-7.25 USDC"}]
+    text = dom.get("reconciliation")
+    assert "MISMATCH" in text and "{" not in text and "nep141:" not in text, text

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import socket
+from pathlib import Path
 
 import pytest
+import yaml
 
 import solver
 import solver.cli.intents
 from solver.cli import COMMAND_MODULES, build_parser, error_line, main
 from solver.errors import RemoteError
-from tests.cli.helpers import SALT_HEX, assert_one_line_error
+from tests.cli.helpers import SALT_HEX, assert_one_line_error, run_solver
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,3 +90,31 @@ def test_error_line_redacts_secret_shaped_text() -> None:
     public = "ed25519:" + "4" * 44
     line = error_line(f"bad {secret} and {public}")
     assert line == f"solver: error: bad ed25519:<redacted> and {public}"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("busy_offset", [0, 1])
+def test_sandbox_on_a_busy_port_is_a_one_line_error_naming_it(
+    tmp_path: Path, busy_offset: int
+) -> None:
+    """``solver sandbox --port N`` when N (or N+1, the chain RPC's) is taken: exit 2 and one
+    line naming the port, not ``internal error (OSError)`` and 70 (issue 24)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        busy = holder.getsockname()[1]
+        holder.listen()
+        base = busy - busy_offset
+        doc = yaml.safe_load((ROOT / "config" / "sandbox.yaml").read_text(encoding="utf-8"))
+        doc["state_dir"] = str(tmp_path / "state")
+        state = tmp_path / "sandbox.yaml"
+        state.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        argv = ["sandbox", "--config", str(state), "--port", str(base), "--no-takers"]
+        result = run_solver(argv)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("solver: error:"), lines
+    assert f"127.0.0.1:{busy}" in lines[0] and "in use" in lines[0], lines
+    assert "internal error" not in result.stderr

@@ -252,13 +252,17 @@ async def test_needs_config_or_url(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--config" in err
 
 
-async def test_wildcard_listen_is_reached_on_loopback(
+async def test_a_wildcard_listen_is_a_config_error_as_for_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``run`` never serves the control API on ``0.0.0.0`` (issue 24: one rule for ``run``,
+    ``config check`` and the commands that read the file), so no bot can be found there."""
     port = free_port()
     config = bot_config(tmp_path, f"0.0.0.0:{port}")
     assert await solver("status", "--config", config) == 2
-    assert f"no running bot at http://127.0.0.1:{port}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert_one_line_error(err)
+    assert "metrics.listen" in err and "loopback" in err, err
 
 
 def test_commands_are_registered(capsys: pytest.CaptureFixture[str]) -> None:

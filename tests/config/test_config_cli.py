@@ -188,3 +188,26 @@ def test_a_bad_strategy_parameter_is_named_by_its_path(
     assert_one_line_error(err)
     assert f"solver: error: {path}: pairs.0.params.spread_bps: " in err
     assert "internal error" not in err
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:9464", "[::]:9464", "10.1.2.3:9464"])
+def test_check_refuses_a_metrics_listen_that_run_refuses(
+    tmp_path: Path, key_text: str, listen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One rule for both (issue 24): ``run`` refuses to serve the control API off loopback,
+    so ``config check`` must not call such a file valid."""
+    doc = minimal()
+    doc["metrics"] = {"listen": listen}
+    code, out, err = run(["config", "check", str(write_yaml(tmp_path / "bot.yaml", doc))], capsys)
+    assert code == 2 and out == "", out
+    assert "metrics.listen" in err and "loopback" in err, err
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:9464", "localhost:9464", None])
+def test_check_takes_a_loopback_metrics_listen(
+    tmp_path: Path, key_text: str, listen: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = minimal()
+    doc["metrics"] = {"listen": listen}
+    code, _, err = run(["config", "check", str(write_yaml(tmp_path / "bot.yaml", doc))], capsys)
+    assert (code, err) == (0, ""), err

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from solver.config.fields import is_loopback
 from solver.errors import ConfigError
 from solver.io.control import (
     ControlServer,
     create_control_app,
-    is_loopback,
     parse_listen,
     serve_control,
     url_host,

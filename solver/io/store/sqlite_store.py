@@ -368,6 +368,31 @@ class Store:
         )
         return [Alert(row[0], from_ts(row[1]), row[2], row[3]) for row in rows]
 
+    def record_alert(
+        self, kind: str, detail: str, at: datetime, resolved_at: datetime | None
+    ) -> bool:
+        """An alert the journal could not carry (a ``store_error`` the previous run kept in the
+        alert spool only) into the ``alerts`` table, once: False when a row of ``kind`` opened
+        about ``at`` is there already. Not a journal fact: the desk never knew of it durably."""
+        self._fresh()
+        at_text, near = ts(at), timedelta(seconds=2)  # the desk's pause and the alert: one turn
+        found = self._conn.execute(
+            "SELECT 1 FROM alerts WHERE kind = ? AND at BETWEEN ? AND ?",
+            (kind, ts(at - near), ts(at + near)),
+        ).fetchone()
+        if found is not None:
+            return False
+        resolved = None if resolved_at is None else ts(resolved_at)
+        self._write(
+            [
+                (
+                    "INSERT INTO alerts (at, kind, detail, resolved_at) VALUES (?, ?, ?, ?)",
+                    (at_text, kind, detail, resolved),
+                )
+            ]
+        )
+        return True
+
     # ------------------------------------------------------------------ restart
 
     def claim_nonce_prefix(self, at: datetime) -> bytes:

@@ -50,6 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per salt refresh
     asyncio.run(serve(config))
     return 0
 

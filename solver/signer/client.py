@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
@@ -229,7 +230,8 @@ class RemoteQuoteSigner:
             batch = _Batch(queue[start : start + self.batch_max])
             batch.timer = self._loop.call_later(self.timeout_s, self._timed_out, batch)
             self._pending.append(batch)
-            writer.write(frame({"b": [request for request, _ in batch.items]}))
+            expires = time.time() + self.timeout_s  # the signer skips what we gave up on
+            writer.write(frame({"b": [request for request, _ in batch.items], "x": expires}))
 
     def _timed_out(self, batch: _Batch) -> None:
         if batch.abandoned:

@@ -1,9 +1,10 @@
 """The frames between the bot and the signer on the Unix socket (issue 28).
 
 A frame is a u32 little-endian length and that many bytes of JSON. The bot sends a batch
-``{"b": [request, ...]}``; the signer answers ``{"b": [answer, ...]}`` with one answer per
-request, in the same order, and answers a connection's batches in the order they came, so the
-bot needs no ids to match them.
+``{"b": [request, ...], "x": epoch seconds}`` (``x``, optional: when the bot gives up on it;
+what the signer has not signed by then it answers ``expired``, unsigned); the signer answers
+``{"b": [answer, ...]}`` with one answer per request, in the same order, and answers a
+connection's batches in the order they came, so the bot needs no ids to match them.
 
 Requests:
 

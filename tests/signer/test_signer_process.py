@@ -162,3 +162,30 @@ def test_the_digest_the_signer_signs_is_the_bots() -> None:
     nonce = salted_nonce(SALT)
     digest = nep413_digest(message, nonce, VERIFIER)
     assert PublicKey(TEST_KEY.public_key.raw).verify(digest, TEST_KEY.sign(digest))
+
+
+async def test_a_batch_the_bot_gave_up_on_is_not_signed(signer: SignerProcess) -> None:
+    """A signer that fell behind skips what the bot no longer waits for (``x`` passed)."""
+    import time
+
+    from solver.signer.client import open_link
+    from solver.signer.wire import frame, read_frame
+
+    reader, writer, _ = await open_link(signer.socket, ACCOUNT, VERIFIER)
+    request = {
+        "k": "q",
+        "q": "late",
+        "d": format_deadline(datetime.now(UTC) + timedelta(seconds=20)),
+        "n": "AQIDBA" + "A" * 38,
+        "r": VERIFIER,
+        "ai": NEAR,
+        "a": "3",
+        "ao": USDC,
+        "b": "10",
+    }
+    writer.write(frame({"b": [request, request], "x": time.time() - 1}))
+    answers = (await read_frame(reader))["b"]
+    writer.close()
+    await writer.wait_closed()
+    assert [a.get("e") for a in answers] == ["expired", "expired"]
+    assert not [line for line in signer.audit_lines() if "hash" in line]

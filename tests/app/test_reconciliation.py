@@ -144,11 +144,11 @@ async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(tmp_path: Path)
         assert app.desk.inventory.reserved == {} and store.open_alerts() == []
 
 
-async def test_a_won_quote_whose_execution_fails_is_failed_and_released(tmp_path: Path) -> None:
-    """The user's funds vanish between publish and execution: the batch fails on the ledger,
-    the bot sees TX_BROADCASTED then NOT_FOUND_OR_NOT_VALID. That ends the claim, not the
-    quote (another intent could still use it): once its deadline passes with the nonce unused,
-    the quote is FAILED and its reservation released."""
+async def test_a_quote_whose_execution_fails_is_lost_and_released(tmp_path: Path) -> None:
+    """The user's funds vanish between publish and execution: the batch fails on the ledger.
+    The relay notifies a solver only of an executed quote (protocol-notes 6; the sandbox's
+    order since issue 23), so the bot hears nothing: the quote stays open until its deadline,
+    then is LOST and its reservation released; nothing moved, and the balances reconcile."""
     async with live_bot(
         tmp_path,
         overrides={"quote.deadline_margin_ms": 300},
@@ -172,13 +172,11 @@ async def test_a_won_quote_whose_execution_fails_is_failed_and_released(tmp_path
             "the execution to fail",
             5,
         )
-        await eventually(lambda: all(c.ended for c in quote.claims.values()), "the claim ends")
-        assert quote.state is QuoteState.SETTLING  # its deadline has not passed yet
-        assert app.desk.inventory.reserved == {USDC: int(offer["amount_out"])}
-        await eventually(lambda: outcome(bot, QuoteState.FAILED) == 1, "the failure", 10)
-        assert path_of(bot, quote.quote_id) == ["OPEN->WON", "WON->SETTLING", "SETTLING->FAILED"]
-        row = quote_row(bot, quote.quote_id)
-        assert (row["state"], row["reason"]) == ("FAILED", "deadline passed, nonce unused")
+        assert bot.sandbox.bus.stats.quote_status_sent == 0  # a failed batch notifies nobody
+        await eventually(lambda: outcome(bot, QuoteState.LOST) == 1, "the quote to be lost", 10)
+        await eventually(  # the query tables follow the journal a tick later
+            lambda: quote_row(bot, quote.quote_id)["state"] == "LOST", "the stored outcome"
+        )
         assert outcome(bot, QuoteState.SETTLED) == 0
         assert store_of(bot).fills_since() == []
         # Nothing moved on chain; the reservation is gone and free inventory is back.

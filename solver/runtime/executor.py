@@ -62,6 +62,9 @@ RETRY_COMMIT_S = 1.0
 """After a failed commit, the facts it lost are committed again this much later at the
 latest (sooner when the next answer or fact comes)."""
 
+REFUSAL_ALERT_EVERY_S = 60.0
+"""A refusal by the signer's policy is alerted at most this often per rule (each is counted)."""
+
 Handler = Callable[[Any, datetime, float, str], None]
 
 
@@ -81,6 +84,7 @@ class Executor:
         self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
         self._flush_scheduled = False
         self._signing = 0  # quotes a deferred signer has not answered yet
+        self._refusals_told: dict[str, datetime] = {}  # rule -> when it was last alerted
         self._deferred = (
             cast(DeferredSigner, ports.signer) if getattr(ports.signer, "deferred", False) else None
         )
@@ -204,7 +208,11 @@ class Executor:
             return
         reason = result.split(":", 1)[0]
         if reason == "signer_refused":
-            self._alert(Alert("signer_refused", result), now, started, pair)
+            rule = result.split(":", 2)[1]
+            last = self._refusals_told.get(rule)
+            if last is None or (now - last).total_seconds() >= REFUSAL_ALERT_EVERY_S:
+                self._refusals_told[rule] = now  # a cap reached refuses every quote: tell once
+                self._alert(Alert("signer_refused", result), now, started, pair)
         metrics = self.ports.metrics
         if metrics is not None:
             metrics.inc_skip(reason, pair)

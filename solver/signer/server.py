@@ -74,6 +74,7 @@ class SigningService:
         )
         self.public_key = holder.public_key.to_text()
         self.counts: Counter[str] = Counter()
+        self._logged: dict[str, float] = {}
         self._pool = None if holder.inline else ThreadPoolExecutor(1, thread_name_prefix="sign")
 
     def hello(self) -> dict[str, Any]:
@@ -153,7 +154,8 @@ class SigningService:
             if isinstance(checked, Refusal):
                 self.counts["refused_" + checked.rule] += 1
                 what = request.get("q") if isinstance(request, dict) else None
-                log.error("refused (%s): %s [quote %s]", checked.rule, checked.detail, what)
+                if self._log_refusal(checked.rule, now.timestamp()):
+                    log.error("refused (%s): %s [quote %s]", checked.rule, checked.detail, what)
                 self.audit.add(
                     {"at": at, "refused": checked.rule, "detail": checked.detail, "quote_id": what}
                 )
@@ -201,6 +203,14 @@ class SigningService:
         except SolverError as exc:
             log.error("the key holder failed to sign: %s", exc)
             return None
+
+    def _log_refusal(self, rule: str, now_s: float) -> bool:
+        """At most one ERROR line a second per rule (a cap reached refuses every quote); the
+        audit log and the counts keep every refusal."""
+        if now_s - self._logged.get(rule, 0.0) < 1.0:
+            return False
+        self._logged[rule] = now_s
+        return True
 
     def stats(self) -> dict[str, Any]:
         return {"counts": dict(self.counts), "public_key": self.public_key}

@@ -33,6 +33,7 @@ from solver.protocol.signing import parse_signed, verify_signed
 from tests.app.harness import (
     DEFAULT_BALANCES,
     E6,
+    E24,
     ETH,
     NEAR,
     USDC,
@@ -348,3 +349,40 @@ async def test_the_signer_stopped_mid_run(tmp_path: Path, key_file: Path) -> Non
         kinds = [kind for (kind,) in db.execute("SELECT kind FROM journal ORDER BY seq")]
     assert len(kinds) >= observed  # every fact recorded during the run is in the journal
     assert kinds.count("quote_opened") == 3, kinds
+
+
+async def test_a_quote_beyond_the_signers_cap_is_refused_alerted_and_released(
+    tmp_path: Path, key_file: Path
+) -> None:
+    async with running_sandbox(tmp_path) as sandbox:
+        caps = {**CAPS, NEAR: {"per_request": E24, "per_hour": 10 * E24}}  # 1 wNEAR a quote
+        config = signer_yaml(
+            tmp_path / "signer.yaml",
+            account=ACCOUNT,
+            verifier=sandbox.ledger.contract_id,
+            key={"key_file": str(key_file)},
+            quote_caps=caps,
+            chain_rpc_url=sandbox.urls()["chain_rpc"],
+        )
+        with running_signer(config, os.environ) as signer:
+            async with live_bot(
+                tmp_path,
+                sandbox=sandbox,
+                key=TEST_KEY,
+                signer_socket=signer.socket,
+                allowed_errors=("signer",),
+            ) as bot:
+                small = await bot.quote(USDC, NEAR, exact_in=1 * E6)  # ~0.33 wNEAR out
+                assert small, bot.diagnosis()
+                assert await bot.unanswered(USDC, NEAR, exact_in=30 * E6) == []  # ~10 wNEAR
+                await eventually(
+                    lambda: any(a.kind == "signer_refused" for _, a in bot.app.executor.alerts),
+                    "the signer_refused alert",
+                    10,
+                )
+                (alert,) = [a for _, a in bot.app.executor.alerts if a.kind == "signer_refused"]
+                assert "cap_per_request" in alert.detail
+                assert bot.app.desk.inventory.reserved.get(NEAR, 0) <= int(small[0]["amount_out"])
+        lines = signer.audit_lines()
+        assert [line.get("refused") for line in lines if "refused" in line] == ["cap_per_request"]
+        assert len([line for line in lines if "hash" in line]) == 1  # only the small quote

@@ -157,6 +157,8 @@ class RemoteQuoteSigner:
                 await self._read(reader)
             except (SolverError, OSError) as exc:
                 log.warning("signer link lost: %s", exc)
+            except Exception as exc:  # a malformed answer: drop the link, never the task
+                log.error("signer link dropped: %s in an answer", type(exc).__name__)
             finally:
                 self._writer = None
                 self._connected.clear()

@@ -202,8 +202,10 @@ class Replay:
                 clock=self._now,
             ),
         )
-        self.executor.observers.append(self._on_fact)
+        self.executor.observe(self._on_markout, f.Markout)
+        self.executor.observe(self.relay.moved, f.QuoteMoved)  # a fill's prices
         self.relay.feed = self.executor.feed
+        self.competitors = self.relay.competitors  # what the relay's fill model will see
         pipeline = self.desk.settings.pipeline
         shortest = min(
             pipeline.balance_max_age_s, pipeline.price_max_age_s, pipeline.salt_max_age_s
@@ -352,7 +354,7 @@ class Replay:
 
     def _counts(self) -> None:
         stats = self.desk.stats
-        self.measures.counts(stats.requests, stats.signed, stats.skipped)
+        self.measures.counts(stats.requests, self.executor.sent, stats.skipped)
 
     def _progress(self, count: int) -> Progress:
         self._counts()
@@ -454,16 +456,13 @@ class Replay:
         self.measures.flush(t_us)
 
     def _resolve(self, pending: Pending, at_us: int) -> None:
-        self.now = at = _at(at_us)
-        self.relay.resolve(pending, at_us, at)
+        relay = self.relay
+        if relay.resolve(pending):  # taken: settled at its time (the desk hears it then)
+            self.now = at = _at(at_us)
+            relay.settle(pending, at_us, at)
 
-    def _on_fact(self, fact: f.Fact) -> None:
-        """Every fact the desk records: markouts are measured, a fill's prices go to the
-        relay (one observer: it is called for every fact)."""
-        if type(fact) is f.Markout:
-            self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
-        elif type(fact) is f.QuoteMoved:
-            self.relay.moved(fact)
+    def _on_markout(self, fact: f.Markout) -> None:
+        self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
 
     # ------------------------------------------------------------------ the alert port
 
@@ -491,7 +490,7 @@ class Replay:
 
     def _competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
         self.measures.events["competitor"] += 1
-        self.relay.competitor(quote_id, best_amount, t_us)
+        self.competitors.add(quote_id, best_amount, t_us)
 
     def _on_status(self, event: StatusEvent, t_us: int) -> None:
         self.measures.events["status"] += 1  # the recorder's own quotes: nothing to replay

@@ -167,9 +167,6 @@ class SimulatedRelay:
     def get_status(self, intent_hash: str, reply: Reply) -> None:
         reply(ev.IntentStatusSeen(intent_hash, self._statuses.pop(intent_hash, None)))
 
-    def competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
-        self.competitors.add(quote_id, best_amount, t_us)
-
     def moved(self, fact: f.QuoteMoved) -> None:
         """A quote moved (the driver's fact observer): a settlement's fill prices."""
         if fact.new == SETTLED:
@@ -177,8 +174,10 @@ class SimulatedRelay:
 
     # ------------------------------------------------------------------ outcomes
 
-    def resolve(self, pending: Pending, at_us: int, at: datetime) -> None:
-        """The outcome of ``pending``, due at ``at``."""
+    def resolve(self, pending: Pending) -> bool:
+        """The fill model's verdict on ``pending``, now due. A loss is counted here; True when
+        a taker took it: the driver then sets its clock to the outcome's time and calls
+        :meth:`settle` (a loss reaches nobody, so it needs no time)."""
         quote = pending.quote
         best = self.competitors.pop(quote.request.quote_id)
         lost = self.fill_model.decide(quote, best, pending.edge_bps)
@@ -186,8 +185,8 @@ class SimulatedRelay:
             self.observe(pending.edge_bps, lost is None)
         if lost is not None:
             self._lose(pending, lost)
-        else:
-            self._settle(pending, at_us, at)
+            return False
+        return True
 
     def _lose(self, pending: Pending, reason: str) -> None:
         # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.
@@ -195,7 +194,8 @@ class SimulatedRelay:
         m.lost[reason] += 1
         m.on_resolved(pending.edge_bps, pending.notional_usd, False)
 
-    def _settle(self, pending: Pending, at_us: int, at: datetime) -> None:
+    def settle(self, pending: Pending, at_us: int, at: datetime) -> None:
+        """A won quote, due at ``at``, executed on the ledger and told to the desk."""
         quote = pending.quote
         request = quote.request
         quote_id = request.quote_id

@@ -189,7 +189,7 @@ def _catch_up(bot: LiveBot) -> dict[str, Any]:
     after a burst at saturation): the projection's CPU in all and per answer."""
     store = bot.store
     assert store is not None
-    entries, answers = store.unprojected(), bot.desk.stats.signed
+    entries, answers = store.unprojected(), bot.executor.sent
     lost = bot.desk.stats.outcomes.get("LOST", 0)
     started = time.process_time()
     store.project()
@@ -223,10 +223,10 @@ async def desk_executor_only(
     bot = _started(scratch / "desk-executor.sqlite")
     try:
         await _drive(bot, templates, WARM_UP, "warm")
-        signed_before = bot.desk.stats.signed
+        signed_before = bot.executor.sent
         with GcWatch() as collections, LagWatch() as lag:
             per_call, wall = await _drive(bot, templates, n, "run")
-        signed = bot.desk.stats.signed - signed_before
+        signed = bot.executor.sent - signed_before
         projection = _catch_up(bot)
         result = {
             "requests": n,

@@ -139,7 +139,7 @@ def test_nothing_outside_core_changes_desk_state() -> None:
     [
         "desk.stats.requests += 1",
         "bot.desk.state.salt = b''",
-        "self.bot.view.stats.signed = 3",
+        "self.bot.view.stats.rejected = 3",
         "del desk.book.quotes['q']",
         "bot.desk.inventory.reserve(r)",
         "self.desk.pauses.add(p)",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from solver.core.facts import Fact
 from solver.core.pauses import Pause
 from solver.core.quoting import Quote, Skip
-from solver.core.values import value
+from solver.protocol.values import value
 
 
 @value

@@ -14,6 +14,8 @@ state they share (the inventory, the pauses, the market state, the PnL book):
   lifecycle, claims and their polls, deadlines;
 - :class:`~solver.core.desk_risk.RiskDesk` — balance snapshots and the reconciliation, the kill
   switch, pauses and the operator's commands;
+- :class:`~solver.core.desk_gaps.GapDesk` — a gap's explanation before any pause: the
+  accepted baseline's doubts, nonce checks of quotes closed without one, fills found late;
 - :class:`~solver.core.desk_pnl.PnlMarks` — PnL marked to market, markouts;
 - :class:`~solver.core.desk_market.MarketInputs` — prices (with their sources), salt, fee;
 - :class:`~solver.core.rebalancing.Rebalancing` — the rebalancer's reservation and pause.
@@ -37,6 +39,7 @@ from typing import Any
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Record
+from solver.core.desk_gaps import GapDesk
 from solver.core.desk_market import MarketInputs
 from solver.core.desk_pnl import PnlMarks
 from solver.core.desk_quotes import QuoteLifecycle
@@ -73,12 +76,18 @@ class DeskSettings:
     pnl_record_every_s: float = 1.0
     markout_horizons_s: tuple[int, ...] = MARKOUT_HORIZONS_S
     history_size: int = 512
+    explain_window_s: float = 600.0
+    """Quotes closed LOST without a nonce check stay candidates of a gap's explanation this
+    long (issue 24: a relay may lose a ``quote_status`` while the bot is connected)."""
+    explain_max_checks: int = 256
+    """At most this many nonce checks for one gap; more candidates pause at once, saying so."""
+    hold_max_s: float = 30.0
+    """A gap held while its explanation is looked for pauses after this long."""
 
 
 @dataclass
 class DeskStats:
     requests: int = 0
-    signed: int = 0
     shadow_quotes: int = 0
     rejected: int = 0
     relay_ok: int = 0
@@ -127,12 +136,13 @@ class Desk:
         # The parts, by role.
         self.market = MarketInputs(self.state)
         self.pnl_marks = PnlMarks(self)
+        self.gaps = GapDesk(self)
         self.risk = RiskDesk(self)
         self.quotes = QuoteLifecycle(self)
         self.rebalancing = Rebalancing(self.inventory, self.pauses)
         parts = (self.quotes, self.risk, self.pnl_marks, self.market, self.rebalancing)
         self._handlers: dict[type, Callable[[Any, datetime], list[Action]]] = {}
-        self._appliers: dict[type, Callable[[Any], None]] = {}
+        self._appliers: dict[type, Callable[[Any], None]] = dict(self.gaps.appliers())
         for part in parts:
             self._handlers.update(part.handlers())
             self._appliers.update(part.appliers())
@@ -148,6 +158,7 @@ class Desk:
         switch. The live driver calls it every 20 ms; the backtest at its own times."""
         actions: list[Action] = []
         self.quotes.due(now, actions)
+        self.gaps.due(now, actions)
         self.pnl_marks.markouts(now, actions)
         self.risk.mark(now, actions)
         return actions

@@ -131,7 +131,6 @@ class QuoteLifecycle:
     def _quote_signed(self, event: ev.QuoteSigned, now: datetime) -> list[Action]:
         quote = event.quote
         request = quote.request
-        self.stats.signed += 1
         fact = f.QuoteOpened(
             request.quote_id, event.quote_hash, request.asset_in, request.asset_out,
             quote.amount_in, quote.amount_out, quote.fee, quote.deadline, event.nonce, now,
@@ -179,7 +178,7 @@ class QuoteLifecycle:
         quote = self.book.find_hash(event.quote_hash)
         if quote is None:
             self.stats.stray_statuses += 1  # a hash we never signed, or already final
-            return []
+            return self.desk.gaps.stray_status(event.quote_hash, now)  # late: ask the verifier
         if event.intent_hash in quote.claims:
             self.stats.duplicate_statuses += 1
             return []
@@ -218,8 +217,10 @@ class QuoteLifecycle:
 
     def _nonce_checked(self, event: ev.NonceChecked, now: datetime) -> list[Action]:
         quote = self.book.get(event.quote_id)
+        if quote is None:
+            return self.desk.gaps.nonce_checked(event, now)  # closed already: a gap's question
         actions: list[Action] = []
-        if quote is None or event.used is None:
+        if event.used is None:
             return actions  # gone already, or ask again after nonce_retry_s
         if event.used:
             self._settle(quote, now, actions, reason="nonce used")
@@ -345,6 +346,7 @@ class QuoteLifecycle:
     def _apply_moved(self, fact: f.QuoteMoved) -> None:
         quote = self.book.get(fact.quote_id)
         if quote is None:
+            self.desk.gaps.apply_late_fill(fact)  # a fill found after the quote was closed
             return
         new = QuoteState(fact.new)
         self.book.move(
@@ -372,7 +374,7 @@ class QuoteLifecycle:
             self.inventory.settle(fact.quote_id, fact.at)
             self.balances.settled(
                 quote.quote_id, quote.asset_in, quote.amount_in, quote.asset_out, quote.outflow,
-                fact.at,
+                fact.at, quote.created_at,
             )  # fmt: skip
             if fact.fill is not None:
                 self.pnl.record_fill(self._fill_value(quote), fact.at, fact.fill.realized_usd)
@@ -386,6 +388,7 @@ class QuoteLifecycle:
             if quote is None:
                 continue
             book.move(quote_id, QuoteState.LOST, fact.at, reason=fact.reason)
+            self.desk.gaps.recent_lost.add(quote, fact.at)  # no nonce check: a gap may ask
             inventory.release(quote_id)
             outcomes["LOST"] += 1
             pair = self.pair_book.of(quote.asset_in, quote.asset_out)

@@ -99,18 +99,35 @@ class RiskDesk:
             actions.append(Alert(STALE_DATA, detail, resolved=True))
 
     def _balances(self, event: ev.BalancesSeen, now: datetime) -> list[Action]:
+        """A snapshot: compared with the expected balances of its moment; a gap beyond
+        tolerance first looks for its explanation (:mod:`solver.core.desk_gaps`) and is held
+        meanwhile; only a gap that stays unexplained alerts and, with ``halt_on_mismatch``,
+        pauses. A reconciliation pause whose whole gap verified fills explained lifts itself
+        once a snapshot reconciles (docs/operations.md states the rule)."""
         if self.balances.snapshot_at is not None and event.observed < self.balances.snapshot_at:
             return []  # older than the last one taken in: tells nothing new
         own = tuple(
             (r.quote_id, r.asset_out, r.amount_out, r.asset_in, r.amount_in) for r in event.own_open
         )
         actions: list[Action] = []
+        totals = (self.book.open_outflow, self.book.open_inflow)
+        gaps = self.balances.compare(event.balances, event.observed, event.own_open, totals)
+        held, note = False, ""
+        if gaps:
+            gaps_desk = self.desk.gaps
+            held, note = gaps_desk.on_gap(gaps, event, event.own_open, totals, now, actions)
         expected = self.balances.reconciler.expected or event.balances
         fact = f.BalancesReconciled(
-            event.observed, dict(event.balances), own, event.own_settling, dict(expected)
+            event.observed, dict(event.balances), own, event.own_settling, dict(expected), held
         )
         self.record(fact, actions)
+        if held:
+            return actions
         breaches = check_mismatch(self.limits, self.balances.found, self.readable.amount)
+        breaches = [Breach(b.kind, b.detail + note) for b in breaches]
+        if not breaches:
+            self.desk.gaps.reconciled(actions)
+            self._recovered(now, actions)
         halt = self.limits.halt_on_mismatch
         for breach in breaches:
             self._breach(breach, now, actions, halt=halt)
@@ -130,6 +147,18 @@ class RiskDesk:
             )
             actions.append(Alert(RECONCILIATION, f"balances reconcile again{kept}", resolved=True))
         return actions
+
+    def _recovered(self, now: datetime, actions: list[Action]) -> None:
+        """The safe rule for a reconciliation pause to lift itself: this snapshot reconciles
+        *and* nothing of the gap that paused is left unexplained (fills found from used nonces
+        took all of it). Anything else waits for ``solver resume --accept-balances``."""
+        pause = self.pauses.get(GLOBAL, RECONCILIATION)
+        if pause is None or any(self.balances.unresolved.values()):
+            return
+        self.record(f.PauseCleared(GLOBAL, RECONCILIATION, now, "recovered"), actions)
+        actions.append(PauseChanged(pause, active=False))
+        detail = f"the gap was explained by fills whose quote_status was missed: {pause.reason}"
+        actions.append(Alert(RECONCILIATION, detail, resolved=True))
 
     def _own_flow(self, event: ev.OwnFlowSettled, now: datetime) -> list[Action]:
         actions: list[Action] = []
@@ -197,6 +226,16 @@ class RiskDesk:
             return [OperatorReply(False, str(exc))]
         actions: list[Action] = []
         notes: list[str] = []
+        gap = self._gap_held()
+        if gap is not None and not event.accept_balances:
+            # A gap is money nobody explained: resuming without taking it as the new baseline
+            # would book it as profit or loss silently (issue 24, finding 5).
+            message = (
+                f"reconciliation gap holds ({gap}): find who moved the funds; "
+                "`solver resume --accept-balances` takes the balances as the new baseline"
+            )
+            held = tuple(p.describe() for p in self.pauses if p.kind == RECONCILIATION)
+            return [OperatorReply(False, message, held)]
         if event.accept_balances:
             problem = self._accept_balances(now, actions, notes)
             if problem is not None:
@@ -219,13 +258,22 @@ class RiskDesk:
             actions.append(OperatorReply(True, "; ".join([done, *notes])))
         return actions
 
+    def _gap_held(self) -> str | None:
+        """The gap a reconciliation pause holds for, for people; None without that pause (with
+        ``halt_on_mismatch`` false a gap pauses nothing, and stays shown until accepted)."""
+        if self.pauses.get(GLOBAL, RECONCILIATION) is None:
+            return None
+        unresolved = {a: g for a, g in self.balances.unresolved.items() if g}
+        amount = self.readable.amount
+        return ", ".join(f"{amount(a, g)}" for a, g in sorted(unresolved.items())) or "paused"
+
     def _accept_balances(
         self, now: datetime, actions: list[Action], notes: list[str]
     ) -> str | None:
         balances = self.balances.last
         if balances is None:
             return "no balance snapshot yet: nothing to accept"
-        # What moved unexplained: the gaps found since the last resume (the reconciler absorbed
+        # What moved unexplained: the gaps found since the last accept (the reconciler absorbed
         # them already) and whatever the expected balances still differ by.
         expected, unresolved = self.balances.expected_now(), self.balances.unresolved
         difference = {a: balances[a] - expected.get(a, 0) + unresolved.get(a, 0) for a in balances}
@@ -239,8 +287,11 @@ class RiskDesk:
             shift += delta * price / 10.0**scale
         fact = f.BaselineAccepted(now, dict(balances), difference, shift)
         self.record(fact, actions)
-        moved = {a: d for a, d in difference.items() if d}
-        notes.append(f"accepted balances (moved: {moved or 'nothing'}, {shift:+.2f} USD)")
+        amount = self.readable.amount
+        moved = ", ".join(
+            f"{'+' if d > 0 else ''}{amount(a, d)}" for a, d in sorted(difference.items()) if d
+        )
+        notes.append(f"accepted balances: {moved or 'nothing moved'} ({shift:+,.2f} USD)")
         return None
 
     def _shutdown(self, event: ev.ShutdownStarted, now: datetime) -> list[Action]:
@@ -252,12 +303,14 @@ class RiskDesk:
         own = [Reservation(k, o, a, i, b, fact.observed) for k, o, a, i, b in fact.own_open]
         book = self.book
         totals = (book.open_outflow, book.open_inflow)
-        self.balances.reconcile(fact.balances, fact.observed, own, fact.own_settling, totals)
+        self.balances.reconcile(
+            fact.balances, fact.observed, own, fact.own_settling, totals, fact.held
+        )
         self.inventory.set_confirmed(fact.balances, fact.observed)
 
     def _apply_own_flow(self, fact: f.OwnFlow) -> None:
         self.balances.settled(
-            fact.key, fact.asset_in, fact.amount_in, fact.asset_out, fact.outflow, fact.at
+            fact.key, fact.asset_in, fact.amount_in, fact.asset_out, fact.outflow, fact.at, None
         )
 
     def _apply_pause_set(self, fact: f.PauseSet) -> None:
@@ -273,5 +326,5 @@ class RiskDesk:
             self.balances.unresolved.clear()  # acknowledged: the next snapshot reports afresh
 
     def _apply_baseline(self, fact: f.BaselineAccepted) -> None:
-        self.balances.accept(fact.balances)
+        self.balances.accept(fact.balances, fact.at)
         self.pnl.shift_baseline(fact.equity_shift_usd)

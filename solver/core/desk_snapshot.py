@@ -2,12 +2,13 @@
 restart fast: it applies only the journal's facts after the latest snapshot).
 
 Everything the journal's facts build is here: open quotes with their claims, reservations,
-confirmed balances and the settlements a snapshot may lack, the reconciliation, the PnL
-references and sums, every pause, and the rebalances not finished yet (a snapshot written
-before they were desk facts has none: its version stays 1, the key is optional). Not kept, on
-purpose: market inputs (fetched at start), markouts still due at the moment of the snapshot
-(they are dropped, as a markout whose price is missing is), and the request counters of the
-run.
+confirmed balances and the settlements a snapshot may lack, the reconciliation (with a gap
+held, the accepted baseline's doubts, the quotes closed without a nonce check: optional keys,
+absent from older snapshots), the PnL references and sums, every pause, and the rebalances not
+finished yet (a snapshot written before they were desk facts has none: its version stays 1, the
+key is optional). Not kept, on purpose: market inputs (fetched at start), markouts still due at
+the moment of the snapshot (they are dropped, as a markout whose price is missing is), and the
+request counters of the run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, Pause
 from solver.core.rebalance_record import record_doc, record_from_doc
+from solver.core.reconciliation import Doubt
 
 if TYPE_CHECKING:
     from solver.core.desk import Desk
@@ -78,6 +80,7 @@ def _from_quote(v: dict[str, Any]) -> TrackedQuote:
 
 def snapshot(desk: Desk) -> dict[str, Any]:
     inv, bal, pnl, rec = desk.inventory, desk.balances, desk.pnl, desk.balances.reconciler
+    lost_quotes = desk.gaps.recent_lost.quotes
     return {
         "version": VERSION,
         "quotes": [_quote(q) for q in desk.book.quotes.values()],
@@ -99,6 +102,15 @@ def snapshot(desk: Desk) -> dict[str, Any]:
             "unresolved": _ints(bal.unresolved),
             "unconfirmed": [[_reservation(r), micros(at)] for r, at in bal.unconfirmed.values()],
             "report": bal.report,
+            # Since issue 24 (absent from older snapshots: nothing held, no doubts).
+            "held": _ints(bal.held),
+            "held_at": _t(bal.held_at),
+            "baseline_at": _t(bal.baseline_at),
+            "accepted_at": _t(bal.accepted_at),
+            "doubts": [
+                [d.key, _ints(dict(d.diff)), micros(d.heard_at)] for d in bal.doubts.values()
+            ],
+            "recent_lost": [[_quote(q), micros(lost)] for q, lost in lost_quotes.values()],
         },
         "pnl": {
             "start_equity": pnl.start_equity,
@@ -152,6 +164,14 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
             res = _from_reservation(r)
             bal.unconfirmed[res.quote_id] = (res, from_micros(at))
         bal.report = part["report"]
+        bal.held = _from_ints(part.get("held")) or {}
+        bal.held_at = _d(part.get("held_at"))
+        bal.baseline_at = _d(part.get("baseline_at"))
+        bal.accepted_at = _d(part.get("accepted_at"))
+        for key, diff, heard in part.get("doubts", ()):
+            bal.doubts[key] = Doubt(key, _from_ints(diff) or {}, from_micros(heard))
+        for value, lost in part.get("recent_lost", ()):
+            desk.gaps.recent_lost.add(_from_quote(value), from_micros(lost))
         pnl, part = desk.pnl, doc["pnl"]
         pnl.start_equity, pnl.peak_pnl = part["start_equity"], float(part["peak"])
         pnl.day, pnl.day_start_pnl = part["day"], float(part["day_start"])

@@ -17,7 +17,7 @@ from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
 from solver.core.rebalance_record import RebalanceRecord
-from solver.core.values import value
+from solver.protocol.values import value
 
 
 @value

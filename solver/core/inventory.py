@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from solver.core.values import value
+from solver.protocol.values import value
 
 
 @value

@@ -18,6 +18,11 @@ ends that claim alone; while another claim is pending or the deadline has not pa
 quote stays as it is. Once the deadline is past
 and no claim is pending, the verifier's nonce tells the truth: used means it executed.
 
+A quote closed LOST without asking the verifier (nobody named it while the bot was connected)
+can still turn out SETTLED: when a balance gap asks its nonce and it was used, its
+``quote_status`` was lost (issue 24; :mod:`solver.core.desk_gaps` books that fill, LOST →
+SETTLED, outside this table: the quote has left the book).
+
 An answer the relay has not acknowledged stays OPEN through a disconnect: the relay holds the
 signed quote and can still use it until its deadline.
 
@@ -32,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+
+from solver.protocol.values import value
 
 
 class QuoteState(StrEnum):
@@ -107,7 +114,7 @@ class TrackedQuote:
         return [c for c in self.claims.values() if not c.ended]
 
 
-@dataclass(frozen=True, slots=True)
+@value  # built at every move (about one a request in a replay): plain at run time
 class Transition:
     quote_id: str
     quote_hash: str

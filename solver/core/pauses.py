@@ -10,7 +10,8 @@ Kinds:
 - ``operator``: ``solver pause``; cleared by ``solver resume``.
 - ``daily_loss``, ``drawdown``, ``reconciliation``, ``stale_data``: the kill switch (latched:
   the operator must resume; a condition still in force pauses again at once, and ``resume``
-  says so).
+  says so). ``reconciliation`` takes ``resume --accept-balances`` (a plain ``resume`` refuses
+  while it holds), or lifts itself when verified fills explained its whole gap (issue 24).
 - ``store_error``: a quote could not be made durable; cleared by ``resume``.
 - ``shutting_down``: the process is stopping.
 """

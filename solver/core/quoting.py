@@ -25,8 +25,8 @@ from solver.core.limits import TokenBucket
 from solver.core.market import MarketView, QuoteRequest
 from solver.core.pauses import Pauses
 from solver.core.state import LiveMarketView, MarketState
-from solver.core.values import value
 from solver.protocol.amounts import I128_MAX
+from solver.protocol.values import value
 
 
 class PricingStrategy(Protocol):

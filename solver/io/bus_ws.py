@@ -92,7 +92,6 @@ class WsCounters:
     frames_in: int = 0
     quotes_in: int = 0
     quote_statuses_in: int = 0
-    responses_sent: int = 0
     responses_ok: int = 0
     responses_failed: int = 0
     unanswered: int = 0  # sent, no reply before the connection dropped (not a refusal)
@@ -370,7 +369,6 @@ class BusWsClient:
             raise TransportError("not connected to the relay")
         tag = quote_id if isinstance(quote_id, str) else ""
         self._send_request("quote_response", data, tag, ws)
-        self.counters.responses_sent += 1
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
         """The executor's sender port: ``quote`` signed as ``signed``, as a ``quote_response``."""

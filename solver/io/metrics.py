@@ -6,13 +6,16 @@ bot's series, not the client library's process collectors.
 
 Two kinds of writers:
 
-- **The hot path** calls :meth:`Metrics.inc_request`, :meth:`~Metrics.inc_quote`,
-  :meth:`~Metrics.inc_skip`, :meth:`~Metrics.observe_decision`, ... Labelled children are
+- **The hot path** calls :meth:`Metrics.inc_request`, :meth:`~Metrics.inc_skip`,
+  :meth:`~Metrics.observe_decision`, ... Labelled children are
   cached in plain dicts (``reason -> child``), so a call is a dict lookup plus the client's
   locked add — no ``.labels()`` call, no string formatting, no allocation once warm.
 - **A periodic job** calls :meth:`Metrics.refresh_gauges` with a :class:`MetricsSnapshot` (or a
   plain mapping of its fields) built by the app. This module imports nothing from
   the runtime: it only knows the snapshot's shape.
+- **Read at scrape time**: ``quotes_total`` is no count of its own. It shows the executor's
+  count of answers sent (:meth:`Metrics.count_quotes_from`), the one place that fact is
+  counted (docs/architecture.md "Counting sent answers"), so the two cannot disagree.
 
 Series (all prefixed ``solver_``)::
 
@@ -53,7 +56,7 @@ in the asset's smallest unit.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -65,6 +68,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The ``Content-Type`` of :meth:`Metrics.render` (Prometheus text exposition format)."""
@@ -182,6 +187,31 @@ class _PairCounter:
         return child
 
 
+class _PairTotals(Collector):
+    """A counter labelled by pair whose values are read at each scrape from a count kept
+    elsewhere (``pair -> total``); a pair outside ``pairs`` is shown under ``other``."""
+
+    def __init__(self, name: str, documentation: str, pairs: frozenset[str]) -> None:
+        self._name, self._documentation = name, documentation
+        self._pairs = sorted(pairs)
+        self.totals: Mapping[str, int] = {}
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self._name, self._documentation, labels=["pair"])
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        shown = dict.fromkeys(self._pairs, 0)
+        for pair, total in self.totals.items():
+            shown[pair if pair in shown else OTHER] += total
+        family = self._family()
+        for pair, total in shown.items():
+            family.add_metric([pair], total)
+        yield family
+
+
 def _units(amount: int, decimals: int | None) -> float:
     if decimals is None:
         return float(amount)
@@ -232,9 +262,8 @@ class Metrics:
             ),
             labels,
         )
-        self._quotes = _PairCounter(
-            Counter("solver_quotes", "Quotes signed and sent.", ["pair"], registry=r), labels
-        )
+        self._quotes = _PairTotals("solver_quotes", "Quotes signed and sent.", labels)
+        r.register(self._quotes)
         self._skips = _PairCounter(
             Counter(
                 "solver_skips",
@@ -264,7 +293,6 @@ class Metrics:
         )
         for pair in labels:  # every pair visible at 0 from the first scrape
             self._requests.child(pair)
-            self._quotes.child(pair)
             self._volume.child(pair)
         self._bad_frames = Counter(
             "solver_bad_frames", "Bus frames dropped unread, by reason.", ["reason"], registry=r
@@ -383,9 +411,6 @@ class Metrics:
     def inc_request(self, pair: str = OTHER) -> None:
         self._requests.child(pair).inc()
 
-    def inc_quote(self, pair: str = OTHER) -> None:
-        self._quotes.child(pair).inc()
-
     def inc_skip(self, reason: str, pair: str = OTHER) -> None:
         self._skips.child(pair, reason).inc()
 
@@ -425,6 +450,13 @@ class Metrics:
                 self._skips.child(pair, reason)
             for state in new_states:
                 self._outcomes.child(pair, state)
+
+    # ------------------------------------------------------------------ read at scrape time
+
+    def count_quotes_from(self, sent: Mapping[str, int]) -> None:
+        """``quotes_total{pair}`` shows ``sent`` (``pair -> answers sent``, kept up to date by
+        its owner, the executor) at every scrape."""
+        self._quotes.totals = sent
 
     # ------------------------------------------------------------------ periodic job
 

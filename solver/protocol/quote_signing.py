@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,7 @@ from solver.protocol.encoding import b58encode, b64encode
 from solver.protocol.intents import format_deadline
 from solver.protocol.keys import SecretKey
 from solver.protocol.signing import NEP413_TAG
+from solver.protocol.values import value
 
 _json_cache: dict[str, str] = {}
 
@@ -50,7 +50,7 @@ def token_diff_message(
     )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SignedQuote:
     """A signed solver quote: the wire ``signed_data`` and its intent hash (= quote_hash)."""
 

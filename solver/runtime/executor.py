@@ -48,7 +48,7 @@ from solver.core.actions import (
     SignAndSend,
 )
 from solver.core.desk import Desk
-from solver.core.facts import Fact, QuoteMoved, QuoteOpened
+from solver.core.facts import KINDS, Fact, QuoteMoved, QuoteOpened
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
@@ -73,16 +73,26 @@ class Executor:
         self.desk = desk
         self.ports = ports
         self.clock = ports.clock
-        self.sent = 0
+        self.sent_by_pair: dict[str, int] = {}
+        """Answers the sender port took, by the request's metrics pair label (``other`` when
+        nothing is counted): the one count of "the answer left" (docs/architecture.md
+        "Counting sent answers"), which the status, the metrics and the replay read."""
         self.send_failed = 0
         self.response_us: deque[float] = deque(maxlen=20_000)
         self.alerts: deque[tuple[datetime, Alert]] = deque(maxlen=100)
         self.replies: list[OperatorReply] = []
-        # Called with every fact the desk records (the backtest's measurements, the demo's
-        # view, tests' audits).
-        self.observers: list[Callable[[Fact], None]] = []
+        # Who hears the facts the desk records, by fact type (:meth:`observe`).
+        self._observers: dict[type, list[Callable[[Any], None]]] = {
+            kind: [] for kind in KINDS.values()
+        }
+        # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
+        self._signer, self._nonces, self._sender = ports.signer, ports.nonces, ports.sender
+        self._journal, self._metrics, self._loop = ports.journal, ports.metrics, ports.loop
+        if ports.metrics is not None:  # it shows this count of answers sent, keeps none
+            ports.metrics.count_quotes_from(self.sent_by_pair)
         self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
         self._flush_scheduled = False
+        self._flush_soon = self._flush  # bound once, not at every answer
         self._signing = 0  # quotes a deferred signer has not answered yet
         self._refusals_told: dict[str, datetime] = {}  # rule -> when it was last alerted
         self._deferred = (
@@ -106,6 +116,18 @@ class Executor:
             ShadowQuote: self._shadow_quote,
         }
 
+    def observe(self, observer: Callable[[Any], None], *kinds: type) -> None:
+        """Call ``observer`` with each fact of ``kinds`` (every fact when none is named) the
+        desk records, in order: the backtest's measurements, the demo's view, tests' audits.
+        A replay names the few kinds it measures, so the others cost it no call."""
+        for kind in kinds or tuple(self._observers):
+            self._observers[kind].append(observer)
+
+    @property
+    def sent(self) -> int:
+        """Answers that left, every pair (:attr:`sent_by_pair`)."""
+        return sum(self.sent_by_pair.values())
+
     # ------------------------------------------------------------------ feeding the desk
 
     def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]:
@@ -119,10 +141,12 @@ class Executor:
     def request(self, request: QuoteRequest, now: datetime) -> list[Action]:
         """The quote path: one desk decision, then sign, journal and queue the answer (its
         skip or its quote counted under the request's pair)."""
-        metrics = self.ports.metrics
+        metrics = self._metrics
         if metrics is None:  # nothing counted, nothing timed (a replay measures itself)
             actions = self.desk.receive(ev.QuoteRequested(request), now)
-            self.carry_out(actions, now)
+            handlers = self._handlers
+            for action in actions:
+                handlers[type(action)](action, now, 0.0, OTHER)
             return actions
         started = time.perf_counter()
         actions = self.desk.receive(ev.QuoteRequested(request), now)
@@ -151,7 +175,7 @@ class Executor:
     # ------------------------------------------------------------------ the quote path
 
     def _skip(self, action: Skip, now: datetime, started: float, pair: str) -> None:
-        metrics = self.ports.metrics
+        metrics = self._metrics
         if metrics is not None:
             metrics.inc_skip(action.reason, pair)
 
@@ -166,13 +190,13 @@ class Executor:
     ) -> None:
         quote = action.quote
         request = quote.request
-        ports = self.ports
-        nonce = ports.nonces.next(action.salt, quote.deadline)
+        deadline = quote.deadline
+        nonce = self._nonces.next(action.salt, deadline)
         if self._deferred is not None:
             self._signing += 1
             self._deferred.sign_later(
                 quote_id=request.quote_id,
-                deadline=quote.deadline,
+                deadline=deadline,
                 nonce=nonce,
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
@@ -182,8 +206,8 @@ class Executor:
             )
             return
         try:
-            signed = cast(Signer, ports.signer).sign(
-                deadline=quote.deadline,
+            signed = cast(Signer, self._signer).sign(
+                deadline=deadline,
                 nonce=nonce,
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
@@ -213,7 +237,7 @@ class Executor:
             if last is None or (now - last).total_seconds() >= REFUSAL_ALERT_EVERY_S:
                 self._refusals_told[rule] = now  # a cap reached refuses every quote: tell once
                 self._alert(Alert("signer_refused", result), now, started, pair)
-        metrics = self.ports.metrics
+        metrics = self._metrics
         if metrics is not None:
             metrics.inc_skip(reason, pair)
         self.feed(ev.QuoteNotSent(action.quote.request.quote_id, result), now)
@@ -223,31 +247,31 @@ class Executor:
     ) -> None:
         quote = action.quote
         signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
+        journal, observers = self._journal, self._observers
         for record in self.desk.receive(signed_event, now):
             if type(record) is not Record:
                 continue
-            if (
-                type(record.fact) is QuoteOpened
-                and self.ports.journal is not None
-                and not self._append(record.fact)
-            ):
+            fact = record.fact
+            if journal is not None and type(fact) is QuoteOpened and not self._append(fact):
                 return  # not recorded: never sent (the desk released and paused)
-            for observer in self.observers:
-                observer(record.fact)
+            for observer in observers[type(fact)]:
+                observer(fact)
         self._outbox.append((quote, signed, started, pair))
-        self._schedule_flush()
+        if not self._flush_scheduled:  # _schedule_flush, inline: once per answer
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush_soon)
 
     def _record(self, action: Record, now: datetime, started: float, pair: str) -> None:
         fact = action.fact
-        if self.ports.journal is not None:
+        if self._journal is not None:
             self._append(fact)
         if type(fact) is QuoteMoved and fact.new == "SETTLED":
             self._log_fill(fact.quote_id)
-        for observer in self.observers:
+        for observer in self._observers[type(fact)]:
             observer(fact)
 
     def _append(self, fact: Fact) -> bool:
-        journal = self.ports.journal
+        journal = self._journal
         if journal is None:
             return True
         try:
@@ -272,12 +296,14 @@ class Executor:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.ports.loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush_soon)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        batch, self._outbox = self._outbox, []
-        journal = self.ports.journal
+        batch = self._outbox
+        if batch:
+            self._outbox = []
+        journal = self._journal
         if journal is not None:
             self._append_again()
             try:
@@ -290,20 +316,27 @@ class Executor:
                 self._uncommitted = []
                 self._append_again()
                 if self._uncommitted or self._unjournaled:  # not before the store is back
-                    self.ports.loop.call_later(RETRY_COMMIT_S, self._schedule_flush)
+                    self._loop.call_later(RETRY_COMMIT_S, self._schedule_flush)
                 now = self.clock()
                 for quote, _, _, _ in batch:
                     reason = f"not recorded: {exc}"
                     self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
                 return
             self._uncommitted = []
-        if batch:
-            self._send(batch)
+        if not batch:
+            return
+        if len(batch) == 1:  # one answer is one write anyway: nothing to cork
+            timed = self._send(batch)
+        else:
+            with self._sender.corked():  # the batch leaves in one write, at the end
+                timed = self._send(batch)
+        if timed:
+            self._time_responses(timed)
 
     def _append_again(self) -> None:
         """Facts the desk applied but the journal lost (a failed append or commit), in their
         order; those the journal still refuses wait for the next flush."""
-        journal, waiting = self.ports.journal, self._unjournaled
+        journal, waiting = self._journal, self._unjournaled
         if journal is None or not waiting:
             return
         self._unjournaled = []
@@ -315,28 +348,32 @@ class Executor:
                 return
             self._uncommitted.append(fact)
 
-    def _send(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> None:
-        sent: list[tuple[float, str]] = []
-        sender = self.ports.sender
-        with sender.corked():  # the batch leaves in one write, at the end of the block
-            for quote, signed, started, pair in batch:
-                try:
-                    sender.send_answer(quote, signed)
-                except SolverError as exc:
-                    # Never written to the socket: the relay never saw it, nobody can use it.
-                    self.send_failed += 1
-                    self.feed(ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}"))
-                    continue
-                sent.append((started, pair))
-        self.sent += len(sent)
-        metrics = self.ports.metrics
-        if not sent or metrics is None:
-            return
+    def _send(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> list[float] | None:
+        """Hand each answer to the sender; when the ones that left arrived (None: no metrics,
+        nothing timed)."""
+        sender, sent = self._sender, self.sent_by_pair
+        timed: list[float] | None = None if self._metrics is None else []
+        for quote, signed, started, pair in batch:
+            try:
+                sender.send_answer(quote, signed)
+            except SolverError as exc:
+                # Never written to the socket: the relay never saw it, nobody can use it.
+                self.send_failed += 1
+                self.feed(ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}"))
+                continue
+            sent[pair] = sent.get(pair, 0) + 1  # it left: counted here, and only here
+            if timed is not None:
+                timed.append(started)
+        return timed
+
+    def _time_responses(self, timed: list[float]) -> None:
+        """Request to answer written, for the answers of one flush (live: after the write)."""
+        metrics = self._metrics
+        assert metrics is not None  # timed only when there are metrics
         written = time.perf_counter()
-        for started, pair in sent:
+        for started in timed:
             elapsed = written - started
             self.response_us.append(elapsed * 1e6)
-            metrics.inc_quote(pair)
             metrics.observe_response(elapsed)
 
     @property

@@ -17,7 +17,7 @@ that refreshes an input (balances, salt) reports through the driver in the same 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -150,7 +150,8 @@ class AlertSink(Protocol):
 
 
 class QuoteMetrics(Protocol):
-    """What the quote path counts and times (live: Prometheus)."""
+    """What the quote path counts and times (live: Prometheus). Answers sent are not counted
+    here: the executor's ``sent_by_pair`` is their one count, which the metrics read."""
 
     def pair_label(self, asset_in: str, asset_out: str) -> str: ...
 
@@ -160,7 +161,8 @@ class QuoteMetrics(Protocol):
 
     def inc_skip(self, reason: str, pair: str) -> None: ...
 
-    def inc_quote(self, pair: str) -> None: ...
+    def count_quotes_from(self, sent: Mapping[str, int]) -> None:
+        """Show ``sent`` (the executor's live ``pair -> answers sent``) as the quotes sent."""
 
     def observe_response(self, seconds: float) -> None: ...
 

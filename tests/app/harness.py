@@ -213,7 +213,6 @@ class LiveBot:
         return {
             "desk_requests": app.desk.stats.requests,
             "skipped": dict(app.desk.stats.skipped),
-            "signed": app.desk.stats.signed,
             "sent": app.executor.sent,
             "send_failed": app.executor.send_failed,
             "pauses": app.desk.pauses.as_dict(),
@@ -397,7 +396,7 @@ async def live_bot(
         stop = asyncio.Event()
         task = asyncio.create_task(app.run(stop, grace_s=shutdown_wait_s))
         bot = LiveBot(sandbox, app, key, http, stop, task, shutdown_wait_s)
-        app.executor.observers.append(bot.on_fact)
+        app.executor.observe(bot.on_fact)
         auditor = asyncio.create_task(bot.auditor())
         try:
             await eventually(

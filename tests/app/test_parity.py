@@ -227,7 +227,7 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
 
     replay.pipeline.decide = capture  # type: ignore[method-assign]
     replay_facts: list[f.Fact] = []
-    replay.executor.observers.append(replay_facts.append)
+    replay.executor.observe(replay_facts.append)
     with read_stream(stream) as reader:
         recorded: list[str] = []
         result = replay.run(_requests_noted(reader, recorded), reader.header)

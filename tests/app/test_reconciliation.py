@@ -277,8 +277,9 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """7 USDC leave the solver's account behind the bot's back: the next snapshot finds the
-    mismatch, alerts, shows it in /metrics and /healthz, and pauses quoting; ``solver resume``
-    (the real command, through the control API) clears it."""
+    mismatch, alerts, shows it in /metrics and /healthz, and pauses quoting; a plain ``solver
+    resume`` (the real command, through the control API) refuses, naming the gap; ``solver
+    resume --accept-balances`` takes it and clears the pause (issue 24, finding 5)."""
     monkeypatch.setenv("SOLVER_CONTROL_TOKEN", TOKEN)
     async with live_bot(
         tmp_path,
@@ -329,8 +330,20 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         assert await bot.unanswered(NEAR, USDC, exact_in=E24) == []
         assert app.desk.stats.skipped[PAUSED] == 1 and app.executor.sent == quoted
 
-        code = await asyncio.to_thread(main, ["resume", "--url", url])
+        # A plain resume would book the 7 USDC as a loss silently: it refuses, naming the gap
+        # (exit 1); only --accept-balances takes it, saying what it took in whole units.
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = await asyncio.to_thread(main, ["resume", "--url", url])
+        assert code == 1
+        assert "reconciliation gap holds (-7 USDC)" in err.getvalue(), err.getvalue()
+        assert "--accept-balances" in err.getvalue()
+        assert GLOBAL in app.desk.pauses.as_dict()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = await asyncio.to_thread(main, ["resume", "--accept-balances", "--url", url])
         assert code == 0
+        assert "accepted balances: -7 USDC (-7.00 USD)" in out.getvalue(), out.getvalue()
         assert GLOBAL not in app.desk.pauses.as_dict() and store.open_alerts() == []
         await one_offer(bot, NEAR, USDC, exact_in=E24)
         await fresh_snapshot(bot)

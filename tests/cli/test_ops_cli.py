@@ -299,6 +299,20 @@ def test_status_table_of_a_degraded_bot() -> None:
     assert "MISMATCH USDC -2.5" in render(doc, with_config=True)
 
 
+def test_status_table_shows_a_gap_held_while_it_is_explained() -> None:
+    """Issue 24: a held gap is no mismatch yet, but people see it is being looked into."""
+    doc: dict[str, object] = {
+        "last_reconciliation": {
+            "at": "2025-01-02T03:04:05Z",
+            "ok": True,
+            "mismatches": {},
+            "held": {USDC: "5776293"},
+        }
+    }
+    text = render(doc, with_config=True)
+    assert "balances match; gap held, explaining: USDC 5.776293" in text
+
+
 def test_status_table_of_a_minimal_document() -> None:
     text = render({"last_reconciliation": None}, with_config=True)
     assert "RUNNING" in text

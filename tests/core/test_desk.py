@@ -211,8 +211,9 @@ def test_accept_balances_after_a_deliberate_withdrawal_resumes_and_keeps_pnl() -
     assert desk.pnl.pnl == 0.0
     # The operator withdraws 500 USDC: a mismatch, and a 500 USD "loss".
     moved = {USDC: BALANCES[USDC] - 500 * E6, NEAR: BALANCES[NEAR]}
-    feed(desk, at(2), moved)
-    desk.tick(at(2))
+    feed(desk, at(2), moved)  # held: confirmed by a later snapshot
+    feed(desk, at(2.5), moved)
+    desk.tick(at(2.5))
     kinds = {p.kind for p in desk.pauses}
     assert {"reconciliation", "daily_loss", "drawdown"} <= kinds
     # Plain resume: the withdrawal is still a loss, and the reply does not claim success
@@ -308,6 +309,8 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
         f.PauseSet("*", "drawdown", "too much", when),
         f.PauseCleared("*", "drawdown", when, "operator"),
         f.BaselineAccepted(when, {USDC: 1}, {USDC: -5}, -5.0),
+        f.BalancesReconciled(when, {USDC: 1}, (), False, {USDC: 3}, True),
+        f.BaselineCorrected(when, {USDC: -3, NEAR: 2**128 - 1}, ("q", "q2"), -3.5),
         f.RebalanceStarted("r1", f"{NEAR}->{USDC}", NEAR, 2**128 - 1, USDC, when, when),
         f.RebalanceDeposited("r1", when),
         f.RebalanceEnded("r1", f"{NEAR}->{USDC}", "SUCCESS", when),

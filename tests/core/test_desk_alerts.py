@@ -24,6 +24,7 @@ def stolen(amount_usdc: int) -> dict[str, int]:
 def test_an_alert_only_mismatch_recovers_with_the_next_clean_snapshot() -> None:
     limits = RiskLimits(1e9, 1e9, {}, halt_on_mismatch=False)
     desk = make_desk(limits=limits)
+    assert alerts(feed(desk, at(0.5), stolen(7))) == []  # held: confirmed by a later snapshot
     assert alerts(feed(desk, at(1), stolen(7))) == [("reconciliation", False)]
     assert not desk.pauses  # alert only
     # The gap is absorbed: the next snapshot of the same balances reconciles clean.
@@ -32,6 +33,7 @@ def test_an_alert_only_mismatch_recovers_with_the_next_clean_snapshot() -> None:
     assert "reconcile again" in resolved.detail and "--accept-balances" in resolved.detail
     assert alerts(feed(desk, at(3), stolen(7))) == []  # told once
     # A new theft opens a new incident, and it recovers again.
+    assert alerts(feed(desk, at(3.5), stolen(9))) == []
     assert alerts(feed(desk, at(4), stolen(9))) == [("reconciliation", False)]
     assert alerts(feed(desk, at(5), stolen(9))) == [("reconciliation", True)]
 
@@ -41,12 +43,14 @@ def test_a_mismatch_reads_in_whole_units_with_the_exact_gap_beside() -> None:
     the smallest units stay beside, exact."""
     limits = RiskLimits(1e9, 1e9, {}, halt_on_mismatch=False)
     desk = make_desk(limits=limits)
+    feed(desk, at(0.5), stolen(7))
     (alert,) = [a for a in feed(desk, at(1), stolen(7)) if isinstance(a, Alert)]
     symbol = desk.symbols.get(USDC, USDC)
     assert f"off by -7 {symbol} (-7000000 in smallest units)" in alert.detail
     (resolved,) = [a for a in feed(desk, at(2), stolen(7)) if isinstance(a, Alert)]
     assert f"{USDC}: -7 {symbol}" in resolved.detail
     halting = make_desk(limits=RiskLimits(1e9, 1e9, {}))
+    feed(halting, at(0.5), stolen(7))
     feed(halting, at(1), stolen(7))
     reason = halting.pauses.reason(GLOBAL)
     assert reason is not None and f"-7 {symbol} (-7000000 in smallest units)" in reason
@@ -54,10 +58,11 @@ def test_a_mismatch_reads_in_whole_units_with_the_exact_gap_beside() -> None:
 
 def test_a_halting_mismatch_recovers_only_when_the_operator_resumes() -> None:
     desk = make_desk(limits=RiskLimits(1e9, 1e9, {}))
+    assert alerts(feed(desk, at(0.5), stolen(7))) == []
     assert alerts(feed(desk, at(1), stolen(7))) == [("reconciliation", False)]
     assert desk.pauses.get(GLOBAL, "reconciliation") is not None
     assert alerts(feed(desk, at(2), stolen(7))) == []  # clean, but still paused: no recovery
-    actions = desk.receive(ev.OperatorResume(None), at(3))
+    actions = desk.receive(ev.OperatorResume(None, accept_balances=True), at(3))
     assert alerts(actions) == [("reconciliation", True)]
 
 

@@ -1,4 +1,4 @@
-"""``solver.core.values.value``: the desk's value objects are read-only to the type checker
+"""``solver.protocol.values.value``: value objects are read-only to the type checker
 (``mypy --strict`` refuses an assignment) and plain at run time; what user code receives
 stays frozen at run time."""
 
@@ -26,10 +26,12 @@ def test_the_type_checker_refuses_an_assignment_to_a_value_field(tmp_path: Path)
             """
             from solver.core.facts import QuoteOpened
             from solver.core.events import QuoteSigned
+            from solver.protocol.quote_signing import SignedQuote
 
-            def change(fact: QuoteOpened, event: QuoteSigned) -> None:
+            def change(fact: QuoteOpened, event: QuoteSigned, signed: SignedQuote) -> None:
                 fact.amount_out = 0
                 event.nonce = b""
+                signed.quote_hash = ""
             """
         )
     )
@@ -39,6 +41,7 @@ def test_the_type_checker_refuses_an_assignment_to_a_value_field(tmp_path: Path)
     assert status == 1, out
     assert 'Property "amount_out" defined in "QuoteOpened" is read-only' in out
     assert 'Property "nonce" defined in "QuoteSigned" is read-only' in out
+    assert 'Property "quote_hash" defined in "SignedQuote" is read-only' in out
 
 
 def test_values_compare_and_hash_by_value_and_carry_no_dict() -> None:

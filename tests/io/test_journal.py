@@ -84,6 +84,7 @@ def one_of_each_kind() -> list[f.Fact]:
         f.PauseSet(f"{USDC}->{WNEAR}", "operator", "watching", t),
         f.PauseCleared("*", "daily_loss", t, "operator"),
         f.BaselineAccepted(t, {USDC: 7, WNEAR: U128_MAX}, {USDC: -U128_MAX, WNEAR: 0}, -42.5),
+        f.BaselineCorrected(t, {USDC: -U128_MAX, WNEAR: 3}, ("q1", "q2"), 0.25),
         f.RebalanceStarted("r1", f"{WNEAR}->{USDC}", WNEAR, U128_MAX, USDC, t, t),
         f.RebalanceDeposited("r1", t),
         f.RebalanceEnded("r1", f"{WNEAR}->{USDC}", "SUCCESS", t),
@@ -307,10 +308,15 @@ def trade_a_while(r: Recorder, *, snapshot_at: float | None = None) -> None:
         r.store.journal.write_snapshot(snapshot(desk), at(snapshot_at))
     prices(desk, at(3), near_usd=1.9)  # NEAR fell: a daily loss beyond 50 USD
     r.tick(at(3))
-    moved = {USDC: BALANCES[USDC] - 500 * E6, NEAR: BALANCES[NEAR]}  # a withdrawal
+    q2 = desk.book.get("q2")
+    assert q2 is not None
+    # A withdrawal, and q2 executed on chain: the accepted snapshot holds it, heard of after.
+    moved = {USDC: BALANCES[USDC] - 500 * E6 + q2.amount_in, NEAR: BALANCES[NEAR] - q2.outflow}
     r.take(feed(desk, at(4), moved))
     r.take(feed(desk, at(4.2), moved))
     r.receive(ev.OperatorResume(None, accept_balances=True), at(5))
+    r.receive(ev.IntentStatusSeen("i2", "SETTLED"), at(5.1))
+    r.take(feed(desk, at(6), moved))  # counted twice: the baseline is corrected
     r.tick(at(12))  # the 10 s markout of q3
     r.tick(at(20))  # q1 is past its deadline, never named while connected: QuotesLost
     r.store.journal.commit()
@@ -361,8 +367,8 @@ def test_the_run_journals_every_kind_of_fact(store: Store) -> None:
     kinds = {(fact.scope, fact.kind) for fact in recorder.facts if isinstance(fact, f.PauseSet)}
     assert {("*", "operator"), ("*", "reconciliation"), ("*", "daily_loss")} <= kinds
     assert desk.book.get("q1") is None and desk.stats.outcomes["LOST"] == 1  # QuotesLost
-    assert NEAR in desk.inventory.reserved  # q2 (WON) and q4 (SETTLING) still hold theirs
-    assert desk.pnl.markout_n[1] == desk.pnl.markout_n[10] == 1
+    assert NEAR in desk.inventory.reserved  # q4 (SETTLING) still holds its outflow
+    assert desk.pnl.markout_n[1] == desk.pnl.markout_n[10] == 2  # q3's and q2's
     assert store.journal.load() == (None, recorder.facts)
 
 
@@ -408,7 +414,7 @@ def test_a_desk_rebuilt_from_the_journal_equals_the_one_that_wrote_it(
     if snapshot_at is not None:  # markouts still due at a snapshot are dropped, by design
         late[0] = [m for m in late[0] if not (isinstance(m, f.Markout) and m.quote_id == "q3")]
     assert late[0] == late[1]
-    due = {"q4"} if snapshot_at is not None else {"q3", "q4"}  # the 60 s markouts
+    due = {"q2", "q4"} if snapshot_at is not None else {"q2", "q3", "q4"}  # the 60 s ones
     assert {m.quote_id for m in late[1] if isinstance(m, f.Markout)} == due
     ours, theirs = state(original), state(rebuilt)
     if snapshot_at is not None:

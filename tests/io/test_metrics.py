@@ -35,8 +35,7 @@ def test_counters_after_observations() -> None:
     m = Metrics()
     for _ in range(5):
         m.inc_request()
-    m.inc_quote()
-    m.inc_quote()
+    m.count_quotes_from({OTHER: 2})  # the executor's count of answers sent
     m.inc_skip("no_price")
     m.inc_skip("no_price")
     m.inc_skip("paused")
@@ -106,14 +105,13 @@ def test_hot_path_reuses_labelled_children(monkeypatch: pytest.MonkeyPatch) -> N
 
     for family in (m._skips._counter, m._outcomes._counter, m._bad_frames):
         monkeypatch.setattr(family, "labels", no_labels)
-    for family in (m._requests._counter, m._quotes._counter, m._volume._counter):
+    for family in (m._requests._counter, m._volume._counter):
         monkeypatch.setattr(family, "labels", no_labels)  # preset for every pair
     m.inc_skip("rate_limited", pair)
     m.inc_outcome("LOST", pair)
     m.inc_bad_frame("not_an_object")
     m.inc_request(pair)
     m.inc_request("BTC/USDC")  # clamped to "other", also preset
-    m.inc_quote(pair)
     m.add_volume(10.0, pair)
     assert value(m, "solver_skips_total", pair="wNEAR/USDC", reason="rate_limited") == 2
     assert value(m, "solver_quote_outcomes_total", pair="wNEAR/USDC", state="LOST") == 2
@@ -248,7 +246,6 @@ def test_pair_label_cardinality_is_bounded() -> None:
     m = Metrics(pairs=[(WNEAR, USDC)], symbols=SYMBOLS)
     pair = m.pair_label(WNEAR, USDC)
     m.inc_request(pair)
-    m.inc_quote(pair)
     m.inc_skip("no_price", pair)
     m.inc_outcome("WON", pair)
     m.add_volume(12.5, pair)
@@ -258,11 +255,12 @@ def test_pair_label_cardinality_is_bounded() -> None:
         m.inc_skip("unknown_pair", junk)
         m.inc_outcome("LOST", junk)
         m.add_volume(1.0, junk)
-    m.inc_quote()
+    m.count_quotes_from({pair: 1, f"nep141:spam.near/{USDC}": 1})  # shown under "other"
     pairs_seen = {dict(labels)["pair"] for (_, labels) in samples(m) if "pair" in dict(labels)}
     assert pairs_seen == {"wNEAR/USDC", OTHER}
     assert value(m, "solver_quote_requests_total", pair="wNEAR/USDC") == 1
     assert value(m, "solver_quote_requests_total", pair=OTHER) == 50
+    assert value(m, "solver_quotes_total", pair="wNEAR/USDC") == 1
     assert value(m, "solver_quotes_total", pair=OTHER) == 1
     assert value(m, "solver_skips_total", pair=OTHER, reason="unknown_pair") == 50
     assert value(m, "solver_quote_outcomes_total", pair="wNEAR/USDC", state="WON") == 1

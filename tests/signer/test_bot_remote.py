@@ -297,7 +297,7 @@ async def test_the_signer_stopped_mid_run(tmp_path: Path, key_file: Path) -> Non
                 allowed_errors=("signer",),
             ) as bot:
                 facts: list[f.Fact] = []
-                bot.app.executor.observers.append(facts.append)
+                bot.app.executor.observe(facts.append)
                 offers = await bot.quote(USDC, NEAR, exact_in=10 * E6)
                 assert offers, bot.diagnosis()
                 verify_answer(sandbox, offers[0])

@@ -1,10 +1,12 @@
-"""The desk's value objects: immutable to the type checker, plain and cheap at run time.
+"""Value objects of the quote path: immutable to the type checker, plain and cheap at run time.
 
-Events, actions, facts and the quote path's small values are built several times per answer
-(a dozen objects, ~50 fields). A ``@dataclass(frozen=True)`` sets each field through
-``object.__setattr__`` in its ``__init__``: 1.6 µs for a 12-field fact against 0.27 µs for a
-plain slotted one (measured), and switching the quote path's classes to plain ones took the
-bot's saturation 6,020 → 6,370 answers/s (two runs each, one bot against the benchmark's relay).
+The desk's events, actions, facts and small values, and the signed answer
+(:class:`~solver.protocol.quote_signing.SignedQuote`, hence this module's place under
+``protocol``), are built several times per answer (a dozen objects, ~50 fields). A
+``@dataclass(frozen=True)`` sets each field through ``object.__setattr__`` in its
+``__init__``: 1.6 µs for a 12-field fact against 0.27 µs for a plain slotted one (measured),
+and switching the quote path's classes to plain ones took the bot's saturation 6,020 → 6,370
+answers/s (two runs each, one bot against the benchmark's relay).
 
 :func:`value` keeps the guarantee where it is checked for this code base: it declares the class
 frozen to the type checker (PEP 681 ``frozen_default``, which mypy reads on Python 3.11 too),

@@ -1,0 +1,101 @@
+""" "The answer left" is counted once, by the executor (docs/architecture.md "Counting sent
+answers"); the metrics show that count, so the two cannot disagree, and an answer the sender
+refused counts as sent nowhere.
+
+The executor runs its live ports over the in-memory journal and sender of
+``tests/runtime/test_executor.py``, or over a real bus websocket client that is not connected
+(its ``send_answer`` refuses, as live after a drop).
+"""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from solver.io.bus_ws import BusWsClient
+from solver.io.desk_ports import (
+    BusStatusSource,
+    LedgerNonceOracle,
+    LoggedAlerts,
+    RunningLoop,
+    Tasks,
+)
+from solver.io.metrics import OTHER, Metrics
+from solver.protocol.keys import SecretKey
+from solver.protocol.nonce import NonceSequence, QuoteNonces
+from solver.protocol.quote_signing import QuoteSigner
+from solver.runtime.executor import Executor
+from solver.runtime.ports import Ports, Refresh, Sender
+from tests.core.desk_helpers import NEAR, USDC, at, make_desk, request
+from tests.runtime.test_executor import ACCOUNT, Bus, Clock, Ledger, Recorder, drain
+
+PAIR = "wNEAR/USDC"
+
+
+def executor_over(recorder: Recorder, sender: Sender) -> tuple[Executor, Metrics]:
+    metrics = Metrics(pairs=[(NEAR, USDC)], symbols={NEAR: "wNEAR", USDC: "USDC"})
+    tasks = Tasks()
+    executor = Executor(
+        make_desk(),
+        Ports(
+            signer=QuoteSigner(SecretKey(bytes(32)), ACCOUNT, "intents.sandbox"),
+            nonces=QuoteNonces("salted", NonceSequence.unregistered()),
+            journal=recorder,
+            sender=sender,
+            statuses=BusStatusSource(Bus({}), tasks),
+            nonce_oracle=LedgerNonceOracle(Ledger({}), ACCOUNT, tasks),
+            balances=Refresh(lambda: None),
+            salt=Refresh(lambda: None),
+            alerts=LoggedAlerts(None),
+            metrics=metrics,
+            loop=RunningLoop(),
+            clock=Clock(),
+        ),
+    )
+    return executor, metrics
+
+
+def quotes_shown(metrics: Metrics) -> dict[str, float]:
+    """``solver_quotes_total`` by pair, as a scrape of ``/metrics`` reads it."""
+    return {
+        sample.labels["pair"]: sample.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for sample in family.samples
+        if sample.name == "solver_quotes_total"
+    }
+
+
+async def test_a_refused_answer_is_not_sent_anywhere() -> None:
+    recorder = Recorder()
+    client = BusWsClient("ws://127.0.0.1:9/never-connected", on_quote=lambda event: None)
+    executor, metrics = executor_over(recorder, client)
+    executor.request(request("q1"), at(1))
+    await drain(executor)
+    assert recorder.events == [
+        "record:quote_opened:q1",
+        "commit",
+        "record:quote_moved:q1",  # REJECTED: never written
+        "commit",
+    ]
+    assert executor.send_failed == 1
+    assert executor.sent == 0 and executor.sent_by_pair == {}
+    assert quotes_shown(metrics) == {PAIR: 0, OTHER: 0}
+    assert client.counters.responses_ok == 0 and client.counters.unanswered == 0
+
+
+async def test_what_the_metrics_show_is_what_the_executor_sent() -> None:
+    recorder = Recorder()
+    recorder.refuse_send |= {"q2", "q4"}
+    executor, metrics = executor_over(recorder, recorder)
+    for quote_id in ("q1", "q2", "q3"):  # one batch: q2 refused inside the corked write
+        executor.request(request(quote_id), at(1))
+    await drain(executor)
+    executor.request(request("q4"), at(2))  # a batch of one, refused
+    await drain(executor)
+    executor.request(request("q5"), at(3))
+    await drain(executor)
+    assert [answer["quote_id"] for answer in recorder.sent] == ["q1", "q3", "q5"]
+    opened = sum(1 for event in recorder.events if event.startswith("record:quote_opened"))
+    assert (executor.sent, executor.send_failed, opened) == (3, 2, 5)
+    assert executor.sent_by_pair == {PAIR: 3}
+    assert quotes_shown(metrics) == {PAIR: 3, OTHER: 0}
+    assert len(executor.response_us) == 3  # timed: the answers that left, only

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -213,15 +212,19 @@ def start_signer(config: Path, env: Mapping[str, str]) -> SignerProcess:
         text=True,
     )
     assert process.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    line = process.stdout.readline()  # blocks until the line or the process's end
-    if not line.startswith("signer ready") or time.monotonic() > deadline:
-        process.kill()
+    try:
+        line = process.stdout.readline()  # blocks until the line or the process's end
+        if not line.startswith("signer ready"):
+            raise AssertionError(f"the signer did not start: {line!r}")
+        _, _, public_key, socket = line.split()
+        body = yaml.safe_load(config.read_text())
+    except BaseException:
+        process.kill()  # never left running behind a failed start
         _, err = process.communicate(timeout=5)
         process.stdout.close()
-        raise AssertionError(f"the signer did not start: {line!r} {err}")
-    _, _, public_key, socket = line.split()
-    body = yaml.safe_load(config.read_text())
+        if process.stderr is not None:
+            process.stderr.close()
+        raise AssertionError(f"the signer did not start: {err}") from None
     return SignerProcess(process, Path(socket), Path(body["audit_log"]), public_key)
 
 

@@ -38,6 +38,7 @@ from websockets.asyncio.server import serve
 
 from benchmarks.common import (
     ROOT,
+    Child,
     CpuMeter,
     Progress,
     calibrate,
@@ -70,6 +71,8 @@ from benchmarks.quote_path_driver import (
 from benchmarks.quote_path_inprocess import cprofile_desk_executor, desk_executor_only
 from benchmarks.quote_path_profile import profile_phases, pyspy_profile
 from benchmarks.quote_path_report import markdown, plot
+from benchmarks.quote_path_signers import figures as signer_figures
+from benchmarks.quote_path_signers import remote_overrides, signer_names, start_signer
 from benchmarks.quote_path_systems import (
     System,
     bot_config,
@@ -102,6 +105,7 @@ class Options:
     pin: bool = False  # systems on the last core, driver and sandbox on the others
     deflate: bool = True  # accept permessage-deflate, as the sandbox relay (uvicorn) does
     baseline: str = DEFAULT_BASELINE  # a git revision, or "none"
+    signers: bool = True  # issue 28: the bot through `solver signer serve` (file, token)
     command: str = ""
     quiet: dict[str, Any] | None = None
 
@@ -190,7 +194,10 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
         f"{inprocess['throughput_per_s_one_core']} quotes/s incl. the OK reply"
     )
     names = ["bot", "minimal"] if options.baseline == "none" else ["bot", "baseline", "minimal"]
-    trees: dict[str, Path] = {"bot": ROOT, "minimal": ROOT}
+    signer_systems, signer_notes = signer_names() if options.signers else ([], [])
+    names += signer_systems
+    trees: dict[str, Path] = {"bot": ROOT, "minimal": ROOT} | {n: ROOT for n in signer_systems}
+    signer_children: dict[str, Child] = {}
     baseline_sha = None
     if "baseline" in names:
         trees["baseline"], baseline_sha = export_tree(options.baseline, scratch)
@@ -223,6 +230,13 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
                 else:
                     store = fresh_store(scratch / f"{system.name}.sqlite")
                     config = bot_config(sandbox.info, url, system.account, store, 0)
+                    if system.name in signer_systems:  # the signer outlives its bot
+                        child, socket = await start_signer(
+                            system.name, system.key, sandbox.info, scratch
+                        )
+                        signer_children[system.name] = child
+                        stack.push_async_callback(stop_child, child)
+                        config = config.with_overrides(remote_overrides(socket))
                     if system.name == "bot":  # its control API and /metrics, as deployed
                         listen = f"127.0.0.1:{free_port()}"
                         config = config.with_overrides({"metrics.listen": listen})
@@ -240,6 +254,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
                 )
             pids: dict[str, int | None] = {s.name: s.child.pid for s in systems if s.child}
             pids |= {"sandbox": sandbox.child.pid, "driver": None}
+            pids |= {f"{n}_signer": c.pid for n, c in signer_children.items()}
             after_s = 0.0 if quick else AFTER_WORK_S
             warm = Phase("warm-up", "rate", 0.5 if quick else 2.0, rate=500)
             for system in systems:
@@ -311,6 +326,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
             if layout and pinned
             else None,
             "min_deadline_ms": MIN_DEADLINE_MS,
+            "signer_notes": signer_notes,
             "answer_grace_s": ANSWER_GRACE_S,
             "saturation_inflight": SAT_INFLIGHT,
             "latency": "driver clock: before writing the event -> reading the quote_response",
@@ -322,6 +338,9 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
         },
         "issue10_not_slower": not_slower(ratios(runs, "bot", "baseline")) if baseline_sha else None,
         "issue11_targets": issue11_targets(summary, worst_stall(runs, "bot"), bot_nonce),
+        "issue28_signers": signer_figures(runs, ["bot", *signer_systems])
+        if signer_systems
+        else None,
         "runs": runs,
         "systems": described,
         "desk_executor_only": inprocess,

@@ -345,6 +345,15 @@ def phase_figures(data: PhaseData, system: str) -> dict[str, Any]:
         )
         if data.answered
         else None,
+        **(
+            {
+                "cpu_us_per_answer_incl_signer": round(
+                    (cpu_window + data.cpu[system + "_signer"] * window_s) / in_window * 1e6, 1
+                )
+            }
+            if in_window and system + "_signer" in data.cpu
+            else {}
+        ),
         "latency_ms": summarize([x / 1e6 for x in data.latencies_ns], 4),
         "largest_stall_ms": round(largest_stall_ms(data), 3),
         "cpu_utilisation": data.cpu,

@@ -50,7 +50,7 @@ SUBSCRIBE_TIMEOUT_S = 30.0
 class System:
     """One system under test: its relay, its process and its account."""
 
-    name: str  # "bot" | "baseline" | "minimal"
+    name: str  # "bot" | "baseline" | "minimal" | "signer_file" | "signer_token"
     relay: Relay
     key: SecretKey
     child: Child | None = None
@@ -257,7 +257,9 @@ async def start_bot(system: System, config: BotConfig, tree: Path, scratch: Path
         raise RuntimeError(f"{system.name} would import solver from {system.imports_from}")
     argv = [sys.executable, "-m", "solver.cli", "run", "--config", str(config_path)]
     argv += ["--shutdown-wait", "0"]
-    env = {**tree_env(tree), KEY_ENV: system.key.to_text()}
+    env = tree_env(tree)
+    if config.signer.mode == "in_process":  # remote: the key is in the signer, not the bot
+        env[KEY_ENV] = system.key.to_text()
     log_path = scratch / f"{system.name}.log"
     system.child = await start_child(system.name, argv, log_path, env=env, cwd=tree)
 

@@ -71,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default: %(default)s, the commit before the desk work)",
     )
     parser.add_argument(
+        "--no-signers",
+        action="store_true",
+        help="quote_path: leave out the bot signing through 'solver signer serve' (key file, "
+        "SoftHSM2 token; issue 28), which run beside the in-process bot by default",
+    )
+    parser.add_argument(
         "--replay-baseline",
         default="none",
         metavar="REV",
@@ -130,6 +136,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     pin=args.pin,
                     deflate=not args.no_deflate,
                     baseline=args.baseline,
+                    signers=not args.no_signers,
                     command=command,
                     quiet=quiet,
                 )

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from tests.app.browser import SKIP_REASON, chromium_path
+from tests.signer.helpers import TOKEN_SKIP_REASON, softhsm_module
 
 
-def pytest_report_header() -> str:
-    """Say up front whether the status page is tested in a real browser (skips are quiet)."""
+def pytest_report_header() -> list[str]:
+    """Say up front whether the status page is tested in a real browser and the signer with a
+    real PKCS#11 token (skips are quiet)."""
     path = chromium_path()
-    return f"status page browser tests: {path}" if path else f"NOTE: {SKIP_REASON}"
+    return [
+        f"status page browser tests: {path}" if path else f"NOTE: {SKIP_REASON}",
+        f"PKCS#11 token tests: {softhsm_module()}"
+        if TOKEN_SKIP_REASON is None
+        else f"NOTE: {TOKEN_SKIP_REASON}",
+    ]
 
 
 def pytest_terminal_summary(terminalreporter: object) -> None:
     """And at the end, where ``-q`` still shows it, when the browser tests were skipped."""
     if chromium_path() is None:
         terminalreporter.write_line(f"NOTE: {SKIP_REASON}")  # type: ignore[attr-defined]
+    if TOKEN_SKIP_REASON is not None:
+        terminalreporter.write_line(f"NOTE: {TOKEN_SKIP_REASON}")  # type: ignore[attr-defined]

@@ -43,6 +43,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "solver.cli.backtest.run",
     "solver.cli.swap.group",
     "solver.cli.import_history",
+    "solver.cli.signer",
 )
 """Modules that each register one subcommand group (``register(subparsers) -> None``)."""
 

@@ -104,7 +104,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         problems = exc.lines()
     else:
         problems = []
-        if not args.no_key_check:
+        if not args.no_key_check and config.signer.mode == "in_process":
             try:
                 load_signing_key(config.account)
             except ConfigError as exc:

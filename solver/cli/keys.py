@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from solver.cli import print_json, warn
+from solver.cli import signer as signer_cli
 from solver.config import BotConfig, load_bot_config, load_signing_key
 from solver.errors import ConfigError
 from solver.io import ops_intents
@@ -38,6 +39,7 @@ from solver.io.key_files import load_secret_key, write_secret_key
 from solver.protocol.ids import validate_account_id
 from solver.protocol.intents import RemovePublicKey
 from solver.protocol.keys import ED25519_PREFIX, SecretKey
+from solver.runtime.ports import MessageSigner
 
 EXIT_NOT_SETTLED = 1
 
@@ -103,7 +105,8 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", required=True, metavar="FILE", help="bot YAML (see config/default.yaml)"
     )
     group = parser.add_argument_group(
-        "signing key (default: account.key_env / account.key_file of the config)"
+        "signing key (default: account.key_env / account.key_file of the config, or the "
+        "signer process with signer.mode remote)"
     )
     source = group.add_mutually_exclusive_group()
     source.add_argument(
@@ -136,11 +139,23 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def operator_key(args: argparse.Namespace, config: BotConfig) -> SecretKey:
-    """The override key (``--key-env`` / ``--key-file``) if given, else the config's key."""
+def operator_key(args: argparse.Namespace, config: BotConfig) -> SecretKey | MessageSigner:
+    """The override key (``--key-env`` / ``--key-file``) if given, else the config's key, or
+    the signer process when ``signer.mode`` is ``remote`` (its policy must name the intent)."""
     if args.key_env is not None or args.key_file is not None:
         return load_key_from_args(args)
+    if config.signer.mode == "remote":
+        from solver.signer.client import RemoteIntentSigner
+
+        assert config.signer.socket is not None
+        return RemoteIntentSigner(config.signer.socket, config.account.id, config.verifier_contract)
     return load_signing_key(config.account)
+
+
+def _public_key_of(key: SecretKey | MessageSigner) -> str:
+    if isinstance(key, SecretKey):
+        return key.public_key.to_text()
+    return asyncio.run(key.public_key())
 
 
 def _seconds(value: float, option: str, limit: float) -> float:
@@ -150,7 +165,8 @@ def _seconds(value: float, option: str, limit: float) -> float:
 
 
 IntentBuilder = Callable[[BotConfig], list[BaseModel]]
-KeyCheck = Callable[[BotConfig, SecretKey, list[BaseModel]], None]
+KeyCheck = Callable[[BotConfig, str, list[BaseModel]], None]
+"""``(config, the signing key's public half, intents)``."""
 
 
 def run_operator_command(
@@ -164,7 +180,7 @@ def run_operator_command(
     intents = build(config)
     key = operator_key(args, config)
     if check is not None:
-        check(config, key, intents)
+        check(config, _public_key_of(key), intents)
     result = asyncio.run(
         ops_intents.run_operation(
             config, key, intents, deadline_s=deadline_s, wait_s=wait_s, dry_run=args.dry_run
@@ -218,7 +234,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print the secret key in the JSON instead of writing a file (it will be in your "
         "terminal and shell scrollback)",
     )
+    signer_cli.add_pkcs11_arguments(new)
     new.set_defaults(handler=cmd_new)
+    _register_token_commands(commands)
 
     listing = commands.add_parser(
         "list",
@@ -274,7 +292,41 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     remove.set_defaults(handler=cmd_remove)
 
 
+def _register_token_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``keys import`` / ``delete`` / ``pin`` of a key in a PKCS#11 token (issue 28)."""
+    imported = commands.add_parser(
+        "import",
+        help="put an existing key into a PKCS#11 token (tests, migration from a key file)",
+        description="Import the key of --key-env/--key-file into the token, non-extractable.",
+    )
+    signer_cli.add_pkcs11_arguments(imported, required=True)
+    add_key_source_arguments(imported)
+    imported.set_defaults(
+        handler=lambda args: signer_cli.cmd_import_to_token(args, load_key_from_args(args))
+    )
+    delete = commands.add_parser(
+        "delete",
+        help="delete a key from a PKCS#11 token (the last step of a rotation)",
+        description="Destroy both halves of the key labelled --label in the token.",
+    )
+    signer_cli.add_pkcs11_arguments(delete, required=True)
+    delete.set_defaults(handler=signer_cli.cmd_delete_in_token)
+    pin = commands.add_parser(
+        "pin",
+        help="change a PKCS#11 token's user PIN",
+        description="Change the user PIN: the old from --pin-env/--pin-file, the new from "
+        "--new-pin-env.",
+    )
+    signer_cli.add_pkcs11_arguments(pin, required=True)
+    pin.add_argument("--new-pin-env", required=True, metavar="VAR", help="the new PIN's variable")
+    pin.set_defaults(handler=signer_cli.cmd_change_pin)
+
+
 def cmd_new(args: argparse.Namespace) -> int:
+    if args.pkcs11 is not None:
+        if args.out is not None or args.show_secret:
+            raise ConfigError("--pkcs11 makes the key in the token: no --out or --show-secret")
+        return signer_cli.cmd_new_in_token(args)
     key = SecretKey.generate()
     account_id = key.public_key.implicit_account_id()
     result: dict[str, str | None] = {
@@ -327,10 +379,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise input_error("--public-key", exc) from None
 
-    def check(config: BotConfig, key: SecretKey, intents: list[BaseModel]) -> None:
+    def check(config: BotConfig, signing_key: str, intents: list[BaseModel]) -> None:
         (intent,) = intents
         assert isinstance(intent, RemovePublicKey)
-        if intent.public_key == key.public_key.to_text():
+        if intent.public_key == signing_key:
             if not args.yes_remove_signing_key:
                 raise ConfigError(
                     f"{intent.public_key} is the key signing this request; removing it leaves "

@@ -64,7 +64,11 @@ def run_bot(args: argparse.Namespace) -> int:
     overrides = overrides_of(args)
     config = load_bot_config(args.config, overrides=overrides or None)
     setup_logging(config.log.level, config.log.format)
-    key = load_secret_key(env=config.account.key_env, path=config.account.key_file)
+    key = (
+        load_secret_key(env=config.account.key_env, path=config.account.key_file)
+        if config.signer.mode == "in_process"
+        else None  # the key is in the signer process (signer.mode remote)
+    )
     if args.shutdown_wait < 0:
         raise ConfigError("--shutdown-wait must be >= 0")
 

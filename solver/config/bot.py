@@ -25,6 +25,7 @@ from solver.config.rebalance import RebalanceSpec
 from solver.config.secrets import PASTED_KEY_HINT, find_secrets, redact
 from solver.config.sections import (
     KEY_SOURCE_MESSAGE,
+    REMOTE_KEY_MESSAGE,
     SOURCE_KINDS,
     SOURCE_MODELS,
     AccountSpec,
@@ -43,6 +44,7 @@ from solver.config.sections import (
     TokenSpec,
 )
 from solver.config.shadow import ShadowSpec
+from solver.config.signer import SignerLinkSpec
 from solver.config.strategies import strategy_problems
 from solver.protocol.ids import AccountId, AssetId, validate_asset_id
 
@@ -69,6 +71,7 @@ class BotConfig(BaseModel):
     history_api: HistoryApiSpec | None = None
     rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    signer: SignerLinkSpec = Field(default_factory=SignerLinkSpec)
 
     @field_validator("tokens")
     @classmethod
@@ -154,7 +157,11 @@ def _cross_errors(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
     account = data.get("account")
     if isinstance(account, Mapping):
         given = sum(account.get(k) is not None for k in ("key_env", "key_file"))
-        if given != 1:
+        signer = data.get("signer")
+        remote = isinstance(signer, Mapping) and signer.get("mode") == "remote"
+        if remote and given:
+            errors.append((("account",), REMOTE_KEY_MESSAGE))
+        elif not remote and given != 1:
             errors.append((("account",), KEY_SOURCE_MESSAGE))
 
     raw_pairs = data.get("pairs")

@@ -37,10 +37,15 @@ KEY_SOURCE_MESSAGE = (
     "give exactly one of key_env (name of an environment variable holding the secret key) "
     "or key_file (path of a 0600 file holding it)"
 )
+REMOTE_KEY_MESSAGE = (
+    "with signer.mode remote the key lives in the signer process: the bot must hold none "
+    "(set account.key_env and account.key_file to null)"
+)
 
 
 class AccountSpec(BaseModel):
-    """The signer, and where its ``ed25519:`` secret key comes from (exactly one source)."""
+    """The signer, and where its ``ed25519:`` secret key comes from: exactly one source with
+    ``signer.mode: in_process`` (checked across sections), none with ``remote``."""
 
     model_config = STRICT
     id: AccountId
@@ -52,7 +57,7 @@ class AccountSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_key_source(self) -> AccountSpec:
-        if (self.key_env is None) == (self.key_file is None):
+        if self.key_env is not None and self.key_file is not None:
             raise PydanticCustomError("key_source", KEY_SOURCE_MESSAGE)
         return self
 

@@ -44,19 +44,23 @@ from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
 from solver.protocol.amounts import U128_MAX, parse_u128
 from solver.protocol.bus import IntentStatus, PublishStatus
-from solver.protocol.encoding import b58encode
+from solver.protocol.encoding import b58encode, b64encode
 from solver.protocol.ids import asset_contract, validate_account_id, validate_asset_id
 from solver.protocol.intents import (
     AddPublicKey,
     FtWithdraw,
+    Nep413Payload,
     Nep413Signed,
     RemovePublicKey,
     Transfer,
     format_deadline,
+    serialize_message,
 )
-from solver.protocol.keys import PublicKey, SecretKey
+from solver.protocol.keys import PublicKey, SecretKey, format_signature
 from solver.protocol.nonce import NonceLayout, new_nonce
-from solver.protocol.signing import intent_hash, sign_nep413
+from solver.protocol.signing import intent_hash
+from solver.runtime.ports import MessageSigner
+from solver.signer.local import InProcessMessageSigner
 
 DEFAULT_DEADLINE_S = 120.0
 MAX_DEADLINE_S = 86_400.0
@@ -247,7 +251,7 @@ class SignedOperation:
 
 async def sign_operation(
     ledger: LedgerClient,
-    key: SecretKey,
+    key: SecretKey | MessageSigner,
     *,
     signer_id: str,
     intents: list[BaseModel],
@@ -261,7 +265,10 @@ async def sign_operation(
     ``register(signer_id, nonce, now)``: record the nonce durably before it is signed, and
     raise if it was recorded before (the rebalancer's deposits:
     :meth:`solver.io.store.sqlite_store.Store.register_nonce`): a nonce is never signed twice,
-    whatever the random source does."""
+    whatever the random source does.
+
+    ``key``: the account's key in process, or a :class:`MessageSigner` (the signer process,
+    whose policy may refuse the intents: a ``RemoteError`` naming the rule)."""
     if not 0 < deadline_s <= MAX_DEADLINE_S:
         raise ConfigError(f"deadline must be within (0, {MAX_DEADLINE_S:g}] seconds")
     salt = await ledger.current_salt()
@@ -270,13 +277,14 @@ async def sign_operation(
     nonce = new_nonce(layout, salt, deadline)
     if register is not None:
         register(signer_id, nonce, now or datetime.now(UTC))
-    item = sign_nep413(
-        key,
-        signer_id=signer_id,
-        verifying_contract=ledger.verifier_contract,
-        deadline=deadline,
-        nonce=nonce,
-        intents=intents,
+    signer = InProcessMessageSigner(key) if isinstance(key, SecretKey) else key
+    message = serialize_message(signer_id, deadline, intents)
+    recipient = ledger.verifier_contract
+    public_key, signature = await signer.sign_message(message, nonce, recipient)
+    item = Nep413Signed(
+        payload=Nep413Payload(message=message, nonce=b64encode(nonce), recipient=recipient),
+        public_key=public_key,
+        signature=format_signature(signature),
     )
     return SignedOperation(item, b58encode(intent_hash(item)), signer_id, nonce, deadline)
 
@@ -455,7 +463,7 @@ class OperatorClients:
 
 async def run_operation(
     config: BotConfig,
-    key: SecretKey,
+    key: SecretKey | MessageSigner,
     intents: list[BaseModel],
     *,
     deadline_s: float = DEFAULT_DEADLINE_S,

@@ -80,6 +80,7 @@ from solver.rebalance.plan import (
     plan_rebalance,
     swap_request,
 )
+from solver.runtime.ports import MessageSigner
 
 log = logging.getLogger("solver.rebalance.rebalancer")
 
@@ -112,7 +113,7 @@ class Rebalancer:
         spec: RebalanceSpec,
         *,
         account: str,
-        key: SecretKey,
+        key: SecretKey | MessageSigner,
         swap: SwapApiClient,
         bus: BusRpcClient,
         ledger: LedgerClient,

@@ -29,6 +29,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from solver.config import BotConfig
 from solver.core import events as ev
+from solver.core.actions import Alert
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore
 from solver.core.market import QuoteRequest
@@ -57,16 +58,17 @@ from solver.io.swap_client import SwapApiClient
 from solver.protocol.bus import QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
-from solver.protocol.quote_signing import QuoteSigner
 from solver.rebalance.rebalancer import Rebalancer
 from solver.runtime.durable_alerts import DurableAlerts
 from solver.runtime.executor import Executor
 from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.paper import PaperBook
-from solver.runtime.ports import Ports, Refresh
+from solver.runtime.ports import MessageSigner, Ports, Refresh
+from solver.runtime.signing import message_signer, quote_signer
 from solver.runtime.start_checks import KEY_NOT_REGISTERED, signing_key_problem
 from solver.runtime.upkeep import Upkeep, UpkeepPorts
 from solver.runtime.wiring import build_desk
+from solver.signer.client import RemoteQuoteSigner
 
 log = logging.getLogger("solver.bot")
 NOTIFIER_CLOSE_S = 2.0
@@ -84,7 +86,7 @@ class LiveBot:
     def __init__(
         self,
         config: BotConfig,
-        key: SecretKey,
+        key: SecretKey | None,
         *,
         clock: Callable[[], datetime] = utc_now,
         shadow: bool = False,
@@ -95,7 +97,8 @@ class LiveBot:
         self.shadow = shadow
         self.clock = clock
         self.account = config.account.id
-        self.public_key = key.public_key.to_text()  # the public part only: it may be logged
+        # The public part only: it may be logged (remote signer: its hello says it, at start).
+        self.public_key: str | None = key.public_key.to_text() if key is not None else None
         self._ledger_failing = False
         self.tokens = sorted(config.tokens)
         # Shadow mode signs nothing, so it writes no journal: it must never touch a live store.
@@ -173,10 +176,11 @@ class LiveBot:
             else None
         )
         self.tasks = Tasks()
+        self.signer = quote_signer(config, key, self._signer_alert)
         self.executor = Executor(
             self.desk,
             Ports(
-                signer=QuoteSigner(key, config.account.id, config.verifier_contract),
+                signer=self.signer,
                 nonces=QuoteNonces(
                     config.nonce.layout,
                     NonceSequence(self.store.claim_nonce_prefix(clock()))
@@ -243,9 +247,15 @@ class LiveBot:
                 clock=clock,
             )
         )
-        self.rebalancer = self._rebalancer(key) if config.rebalance.enabled else None
+        self.rebalancer = (
+            self._rebalancer(message_signer(config, key)) if config.rebalance.enabled else None
+        )
 
-    def _rebalancer(self, key: SecretKey) -> Rebalancer:
+    def _signer_alert(self, kind: str, detail: str, resolved: bool) -> None:
+        """The signer process went away, came back, or is too slow (an alert, logged)."""
+        self.executor.carry_out([Alert(kind, detail, resolved)], self.clock())
+
+    def _rebalancer(self, key: SecretKey | MessageSigner) -> Rebalancer:
         """The rebalancer (docs/rebalance.md); dry in shadow mode, whatever the config says."""
         spec = self.config.swap_api
         assert spec is not None  # the config requires swap_api when rebalance.enabled
@@ -534,6 +544,9 @@ class LiveBot:
                 self.config.shadow.fill.model,
             )
         self.operator.sync_pair_metrics(baseline=True)
+        if isinstance(self.signer, RemoteQuoteSigner):
+            await self.signer.start()  # until it answers: quotes skip with signer_down
+            self.public_key = self.signer.public_key  # the signer's hello says which key
         await self._check_signing_key()
         await self.warm_up()
         if self.durable is not None:
@@ -580,6 +593,9 @@ class LiveBot:
         """Refuse to start when the account does not hold the key (start_checks.py): the
         alert is delivered (within NOTIFIER_CLOSE_S), what was opened is closed, and the
         ConfigError ends the process with exit code 2."""
+        if self.public_key is None:  # a remote signer not reached yet: quotes skip meanwhile
+            log.warning("the signer is not reachable yet: the signing key is not checked")
+            return
         problem = await signing_key_problem(self.ledger, self.account, self.public_key)
         if problem is None:
             return
@@ -626,6 +642,8 @@ class LiveBot:
             await asyncio.wait_for(self.drain(), 1.0)
         for job in list(self._jobs):
             job.cancel()
+        if isinstance(self.signer, RemoteQuoteSigner):
+            await self.signer.close()
         await self.http.aclose()
         if self.control is not None:
             await self.control.stop()

@@ -8,10 +8,13 @@ what the desk returns is carried out by a handler table keyed by the action's ty
 
 The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
 signature (the signer) → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appended to
-the journal → the answer queued. Answers queued in one loop turn are made durable by one journal
-commit (:meth:`Executor._flush`, run at the end of the turn by the loop port), then sent: the
-record precedes the answer, and a burst pays for one transaction instead of one each (group
-commit). A failed commit sends nothing and pauses quoting (``QuoteNotSent`` with
+the journal → the answer queued. A deferred signer (the signer process,
+:class:`~solver.runtime.ports.DeferredSigner`) answers in a later loop turn, in the order of the
+requests; a request it does not sign skips with its reason (``signer_busy``, ``signer_down``,
+``signer_refused:<rule>``) and is released. Answers queued in one loop turn are made durable
+by one journal commit (:meth:`Executor._flush`, run at the end of the turn by the loop port),
+then sent: the record precedes the answer, and a burst pays for one transaction instead of one
+each (group commit). A failed commit sends nothing and pauses quoting (``QuoteNotSent`` with
 ``store_error``); the other facts it lost (claims, settlements: the desk has applied them) are
 appended again at once, ahead of anything decided later, and committed with the next flush (a
 second at the latest), as is a fact the journal refused at append time.
@@ -28,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from solver.core import events as ev
 from solver.core.actions import (
@@ -50,7 +53,7 @@ from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.errors import SolverError
 from solver.protocol.quote_signing import SignedQuote
-from solver.runtime.ports import Ports
+from solver.runtime.ports import DeferredSigner, Ports, Signer
 from solver.runtime.repeats import Repeats
 
 log = logging.getLogger("solver.executor")
@@ -59,6 +62,9 @@ OTHER = "other"
 RETRY_COMMIT_S = 1.0
 """After a failed commit, the facts it lost are committed again this much later at the
 latest (sooner when the next answer or fact comes)."""
+
+REFUSAL_ALERT_EVERY_S = 60.0
+"""A refusal by the signer's policy is alerted at most this often per rule (each is counted)."""
 
 Handler = Callable[[Any, datetime, float, str], None]
 
@@ -88,6 +94,11 @@ class Executor:
         self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
         self._flush_scheduled = False
         self._flush_soon = self._flush  # bound once, not at every answer
+        self._signing = 0  # quotes a deferred signer has not answered yet
+        self._refusals_told: dict[str, datetime] = {}  # rule -> when it was last alerted
+        self._deferred = (
+            cast(DeferredSigner, ports.signer) if getattr(ports.signer, "deferred", False) else None
+        )
         # Facts (not answers) appended since the last commit, and facts the desk applied that
         # the journal does not hold yet: a failed commit or append must not lose them.
         self._uncommitted: list[Fact] = []
@@ -183,10 +194,24 @@ class Executor:
         quote = action.quote
         request = quote.request
         deadline = quote.deadline
-        try:
-            signed = self._signer.sign(
+        nonce = self._nonces.next(action.salt, deadline)
+        if self._deferred is not None:
+            self._signing += 1
+            self._deferred.sign_later(
+                quote_id=request.quote_id,
                 deadline=deadline,
-                nonce=self._nonces.next(action.salt, deadline),
+                nonce=nonce,
+                asset_in=request.asset_in,
+                amount_in=quote.amount_in,
+                asset_out=request.asset_out,
+                amount_out=quote.amount_out,
+                reply=lambda result: self._signed_later(action, result, started, pair),
+            )
+            return
+        try:
+            signed = cast(Signer, self._signer).sign(
+                deadline=deadline,
+                nonce=nonce,
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
                 asset_out=request.asset_out,
@@ -195,6 +220,35 @@ class Executor:
         except SolverError as exc:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
             return
+        self._queue_signed(action, signed, now, started, pair)
+
+    def _signed_later(
+        self, action: SignAndSend, result: SignedQuote | str, started: float, pair: str
+    ) -> None:
+        """A deferred signer's answer (a later loop turn, or at once when it is down or
+        busy): queued like an inline signature, or the request skips with the signer's
+        reason (``signer_busy``, ``signer_down``, ``signer_refused:<rule>``)."""
+        self._signing -= 1
+        now = self.clock()
+        if isinstance(result, SignedQuote):
+            self._queue_signed(action, result, now, started, pair)
+            return
+        reason = result.split(":", 1)[0]
+        if reason == "signer_refused":
+            rule = result.split(":", 2)[1]
+            last = self._refusals_told.get(rule)
+            if last is None or (now - last).total_seconds() >= REFUSAL_ALERT_EVERY_S:
+                self._refusals_told[rule] = now  # a cap reached refuses every quote: tell once
+                self._alert(Alert("signer_refused", result), now, started, pair)
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.inc_skip(reason, pair)
+        self.feed(ev.QuoteNotSent(action.quote.request.quote_id, result), now)
+
+    def _queue_signed(
+        self, action: SignAndSend, signed: SignedQuote, now: datetime, started: float, pair: str
+    ) -> None:
+        quote = action.quote
         signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
         journal, observers = self._journal, self._observers
         for record in self.desk.receive(signed_event, now):
@@ -339,7 +393,7 @@ class Executor:
     @property
     def idle(self) -> bool:
         """No answer waits to be committed and sent."""
-        return not (self._outbox or self._flush_scheduled)
+        return not (self._outbox or self._flush_scheduled or self._signing)
 
     # ------------------------------------------------------------------ settlement I/O
 

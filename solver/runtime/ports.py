@@ -50,6 +50,40 @@ class Signer(Protocol):
         """The signed answer, or raise a :class:`~solver.errors.SolverError` (not signed)."""
 
 
+class DeferredSigner(Protocol):
+    """A signer in another process (:class:`~solver.signer.client.RemoteQuoteSigner`): the
+    answer comes later through ``reply``, a :class:`SignedQuote` or the reason it was not signed
+    (``signer_busy``, ``signer_down``, ``signer_refused:<rule>``); the loop never waits for it.
+    ``deferred`` is True (how the executor tells it from a :class:`Signer`)."""
+
+    deferred: bool
+
+    def sign_later(
+        self,
+        *,
+        quote_id: str,
+        deadline: datetime,
+        nonce: bytes,
+        asset_in: str,
+        amount_in: int,
+        asset_out: str,
+        amount_out: int,
+        reply: Callable[[SignedQuote | str], None],
+    ) -> None: ...
+
+
+class MessageSigner(Protocol):
+    """Signs any other NEP-413 message (operator intents, the rebalancer's deposits): in process
+    (:class:`~solver.signer.local.InProcessMessageSigner`) or through the signer process, whose
+    policy may refuse it (:class:`~solver.signer.client.RemoteIntentSigner`)."""
+
+    async def sign_message(self, message: str, nonce: bytes, recipient: str) -> tuple[str, bytes]:
+        """``(public key text, 64-byte signature)``, or raise a ``SolverError``."""
+
+    async def public_key(self) -> str:
+        """The signing key's public half, ``ed25519:…``."""
+
+
 class NonceSource(Protocol):
     """A fresh nonce for each quote (spec 5.3; protocol-notes 3)."""
 
@@ -147,7 +181,7 @@ class Ports:
     """Everything the executor talks to. ``journal`` None: nothing is journaled (shadow mode,
     a backtest that keeps no journal)."""
 
-    signer: Signer
+    signer: Signer | DeferredSigner
     nonces: NonceSource
     journal: Journal | None
     sender: Sender

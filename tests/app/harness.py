@@ -363,6 +363,8 @@ async def live_bot(
     sandbox_bus: Mapping[str, Any] | None = None,
     shadow: bool = False,
     allowed_errors: Sequence[str] = (),
+    key: SecretKey | None = None,
+    signer_socket: Path | None = None,
 ) -> AsyncIterator[LiveBot]:
     """Sandbox + funded key + running :class:`~solver.runtime.bot.LiveBot`, ready to quote.
 
@@ -372,16 +374,21 @@ async def live_bot(
     sandbox's). ``shadow``: run the app in shadow mode. ``allowed_errors``: ERROR log lines
     containing one of these texts are expected (a kill switch logs its pause at ERROR); any
     other fails the test. The bot is stopped on exit; an exception from ``run`` fails the test.
+    ``key``: the solver's key (default a fresh one); ``signer_socket``: the bot signs through
+    the signer process there (``signer.mode: remote``) and holds no key.
     """
     async with contextlib.AsyncExitStack() as stack:
         if sandbox is None:
             sandbox = await stack.enter_async_context(
                 running_sandbox(tmp_path, fee_pips=fee_pips, **dict(sandbox_bus or {}))
             )
-        key = SecretKey.generate()
+        key = key or SecretKey.generate()
         fund(sandbox, key.public_key.implicit_account_id(), balances or DEFAULT_BALANCES)
+        if signer_socket is not None:
+            remote = {"signer.mode": "remote", "signer.socket": str(signer_socket)}
+            overrides = {**remote, "account.key_env": None, **(overrides or {})}
         config = build_bot_config(sandbox, key, tmp_path, overrides, relay_ws=relay_ws)
-        app = Bot(config, key, shadow=shadow)
+        app = Bot(config, None if signer_socket is not None else key, shadow=shadow)
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
         errors = ErrorLog()
         logging.getLogger().addHandler(errors)

@@ -41,6 +41,7 @@ from solver.protocol.swap import (
     SwapStatus,
     SwapType,
 )
+from solver.runtime.ports import MessageSigner
 
 
 def cmd_quote(args: argparse.Namespace) -> int:
@@ -153,7 +154,7 @@ async def _submit(
     config: BotConfig,
     client: SwapApiClient,
     response: QuoteResponse | None,
-    key: SecretKey | None,
+    key: SecretKey | MessageSigner | None,
     address: str,
     memo: str | None,
     deadline_s: float,

@@ -127,6 +127,11 @@ class Executor:
             self._observers[kind].append(observer)
 
     @property
+    def journal_clean(self) -> bool:
+        """Nothing the journal refused is waiting, and its last commit worked."""
+        return not self._unjournaled and not self.journal_failing.failures
+
+    @property
     def sent(self) -> int:
         """Answers that left, every pair (:attr:`sent_by_pair`)."""
         return sum(self.sent_by_pair.values())
@@ -329,8 +334,9 @@ class Executor:
                     self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
                 return
             self._uncommitted = []
-            if written:
-                self.journal_failing.worked()
+            if written and self.journal_failing.worked() and not self._unjournaled:
+                # Every fact it refused is in it now: a store_error pause lost its cause.
+                self.feed(ev.StoreWorks("the journal commits again"), self.clock())
         if not batch:
             return
         if len(batch) == 1:  # one answer is one write anyway: nothing to cork

@@ -96,6 +96,9 @@ class TickDoor(Protocol):
 
     def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]: ...
 
+    @property
+    def journal_clean(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class UpkeepPorts:
@@ -153,7 +156,11 @@ class Upkeep:
             )
 
     def store_worked(self) -> None:
-        self.store_failing.worked()
+        """A store operation worked: after a failing streak, and with nothing the journal
+        refused still waiting, the ``store_error`` pause has lost its cause (``StoreWorks``)."""
+        executor = self.ports.executor
+        if self.store_failing.worked() and executor.journal_clean:
+            executor.feed(ev.StoreWorks("the store writes again"), self.ports.clock())
 
     def close(self, now: datetime) -> None:
         """At shutdown: a snapshot, and as much projection as :data:`SHUTDOWN_PROJECT_S`

@@ -26,12 +26,11 @@ process); it is closed only after the connection.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 log = logging.getLogger("solver.store")
 
@@ -69,52 +68,64 @@ class Pacing:
         return True
 
 
-class WalSyncer(threading.Thread):
-    """Flushes the WAL to disk from its own thread when asked (:meth:`request`), so that the
-    pass that follows syncs little of it on the event loop. Its descriptor of the WAL stays
-    open until :meth:`stop` (after the connection is closed)."""
+class Checkpointer(threading.Thread):
+    """Runs the passes on the owner's connection, off the event loop (module docstring).
 
-    def __init__(self, wal: Path) -> None:
-        super().__init__(name=f"store-wal-sync:{wal.name}", daemon=True)
-        self._wal = wal
-        self._fd: int | None = None
+    :meth:`start_pass` hands it the connection (the owner has committed and appends nothing to
+    SQLite until the pass ended: :attr:`SqliteJournal.held`); it checkpoints, starts the WAL
+    over with a one-page write (``PRAGMA user_version`` set to what it is), then sets
+    :attr:`done` and calls the ``ended`` callback given (the bot's: the loop's
+    ``call_soon_threadsafe``). Its cursor is its own; SQLite's connection mutex serialises
+    it with anything the owner's thread still runs on the connection (a read), and the GIL is
+    released while SQLite works."""
+
+    def __init__(self, conn: sqlite3.Connection, name: str, user_version: int) -> None:
+        super().__init__(name=f"store-checkpoint:{name}", daemon=True)
+        self._conn = conn
+        self._restart_sql = f"PRAGMA user_version = {int(user_version)}"
         self._wanted = threading.Event()
         self._stopping = False
-        self.synced = threading.Event()
-        self.synced.set()
+        self._ended: Callable[[], None] | None = None
+        self.done = threading.Event()
+        self.done.set()
+        self.took_s = 0.0
+        self.error: sqlite3.Error | None = None
 
-    def request(self) -> None:
-        self.synced.clear()
+    def start_pass(self, ended: Callable[[], None] | None) -> None:
+        self.done.clear()
+        self.error = None
+        self._ended = ended
         self._wanted.set()
 
     def run(self) -> None:
+        cur = self._conn.cursor()  # this thread's own
         try:
             while True:
                 self._wanted.wait()
                 self._wanted.clear()
                 if self._stopping:
                     return
+                started = time.perf_counter()
                 try:
-                    os.fdatasync(self._descriptor())
-                except OSError as exc:  # the pass syncs it anyway
-                    log.debug("cannot sync %s ahead of a checkpoint: %s", self._wal, exc)
-                finally:
-                    self.synced.set()
+                    cur.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    # Every frame is in the database now (nobody else reads): this write
+                    # starts the WAL over and syncs its header here, not in the next commit.
+                    cur.execute(self._restart_sql)
+                except sqlite3.Error as exc:
+                    self.error = exc
+                self.took_s = time.perf_counter() - started
+                ended, self._ended = self._ended, None
+                self.done.set()
+                if ended is not None:
+                    try:
+                        ended()
+                    except Exception as exc:  # a loop closed meanwhile: the owner polls
+                        log.debug("checkpoint pass ended, owner not told: %s", exc)
         finally:
-            if self._fd is not None:
-                os.close(self._fd)
-
-    def _descriptor(self) -> int:
-        """A descriptor of the WAL as it is now (SQLite keeps the file while it is open; a new
-        file, after the store was reopened, gets a new descriptor)."""
-        if self._fd is not None and os.fstat(self._fd).st_ino != os.stat(self._wal).st_ino:
-            os.close(self._fd)
-            self._fd = None
-        if self._fd is None:
-            self._fd = os.open(self._wal, os.O_RDONLY)
-        return self._fd
+            cur.close()
 
     def stop(self) -> None:
+        """After the pass in progress (the owner waited for it): the thread ends."""
         self._stopping = True
         self._wanted.set()
         self.join()
@@ -123,40 +134,45 @@ class WalSyncer(threading.Thread):
 @dataclass(slots=True)
 class Checkpoints:
     """The writer's checkpoints: it looks at most every ``every_s`` (the old thread's period)
-    whether :class:`Pacing` says a pass is due, and makes it on its own connection — once the
-    :class:`WalSyncer` (if any) has flushed the WAL."""
+    whether :class:`Pacing` says a pass is due, and hands the pass to the
+    :class:`Checkpointer` (None: a reader's store, the pass runs in the caller)."""
 
     every_s: float
     pacing: Pacing
-    syncer: WalSyncer | None = None
+    thread: Checkpointer | None = None
     next_look: float = 0.0
-    pending: bool = False
-    """A pass is due and waits for the WAL's flush."""
+    passing: bool = False
+    """A pass runs in the thread: the owner's thread leaves the connection to it."""
     passes: int = 0
+    unreported: int = 0
+    """Passes that ended since :meth:`Store.checkpoint_if_due` last said so."""
+    error: str | None = None
+    """A pass's failure, raised by the next :meth:`Store.checkpoint_if_due`."""
     last_pass_s: float = 0.0
-    """How long the last pass held the caller (seconds), for people and tests."""
+    """How long the last pass took (seconds; in the thread: not the event loop's time)."""
     longest_pass_s: float = field(default=0.0)
 
-    def maybe(self, conn: sqlite3.Connection, appended: int, now: float) -> bool:
-        """A pass if one is due (the caller committed first); True if it made one. Raises
+    def due(self, appended: int, now: float) -> bool:
+        """Whether a pass should start now (looking at most every :attr:`every_s`)."""
+        if self.passing or now < self.next_look:
+            return False
+        self.next_look = now + self.every_s
+        return self.pacing.due(appended, now)
+
+    def ended(self, took_s: float, error: sqlite3.Error | None) -> None:
+        """Count a pass that ended (on the owner's thread)."""
+        self.passing = False
+        self.last_pass_s = took_s
+        self.longest_pass_s = max(self.longest_pass_s, took_s)
+        if error is not None:
+            self.error = str(error)
+            return
+        self.passes += 1
+        self.unreported += 1
+
+    def inline(self, conn: sqlite3.Connection) -> None:
+        """A pass in the caller's thread (a store without the thread). Raises
         :class:`sqlite3.Error`."""
-        if not self.pending:
-            if now < self.next_look:
-                return False
-            self.next_look = now + self.every_s
-            if not self.pacing.due(appended, now):
-                return False
-            if self.syncer is not None:
-                self.pending = True
-                self.syncer.request()
-        if self.pending:
-            assert self.syncer is not None
-            if not self.syncer.synced.is_set():
-                return False  # at a next look: the loop does not wait for the flush
-            self.pending = False
         started = time.perf_counter()
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        self.last_pass_s = time.perf_counter() - started
-        self.longest_pass_s = max(self.longest_pass_s, self.last_pass_s)
-        self.passes += 1
-        return True
+        self.ended(time.perf_counter() - started, None)

@@ -55,20 +55,21 @@ One connection per ``Store``, used from the thread that opened it (the event loo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from solver.core.market import QuoteRequest
 from solver.io.store.backup import backup_to
-from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpoints, Pacing, WalSyncer
+from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpointer, Checkpoints, Pacing
 from solver.io.store.checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store.journal import SqliteJournal
 from solver.io.store.migrations import SCHEMA_VERSION, migrate, schema_version
@@ -157,7 +158,8 @@ class Store(StoreQueries):
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, isolation_level=None)
+            # The checkpoint pass runs on this connection from its own thread (Checkpointer).
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
         try:
@@ -192,6 +194,7 @@ class Store(StoreQueries):
                 self._conn.close()
                 raise
             self.holder = holder
+        self.checkpoints: Checkpoints | None = None
         self._cur = self._conn.cursor()
         self._pruner = Pruner()
         self.journal = SqliteJournal(self._conn)
@@ -200,14 +203,14 @@ class Store(StoreQueries):
         self._projected_at: int | None = None  # journal.appended when nothing was left
         if create:  # the writer: what a killed run appended but did not project yet
             self.project()
-        self.checkpoints: Checkpoints | None = None
-        self._syncer: WalSyncer | None = None
         if checkpoint_every_s is not None:
             pacing = Pacing(time.monotonic(), min_entries=checkpoint_min_entries)
+            thread = None
             if create:
-                self._syncer = WalSyncer(Path(f"{self.path}-wal"))
-                self._syncer.start()
-            self.checkpoints = Checkpoints(checkpoint_every_s, pacing, self._syncer)
+                thread = Checkpointer(self._conn, self.path.name, schema_version(self._conn))
+                thread.start()
+                self.journal.settle = self._settle
+            self.checkpoints = Checkpoints(checkpoint_every_s, pacing, thread)
 
     def close(self) -> None:
         try:
@@ -218,12 +221,14 @@ class Store(StoreQueries):
     def _close(self) -> None:
         """Close (SQLite folds the WAL back in and removes it), then the lock file: the lock
         is free from here."""
+        checkpoints = self.checkpoints
         try:
+            if checkpoints is not None and checkpoints.thread is not None:
+                checkpoints.thread.done.wait()  # the connection back from a pass in progress
+                checkpoints.thread.stop()
+                checkpoints.thread = None
             self._conn.close()
         finally:
-            if self._syncer is not None:  # after the connection: see WalSyncer
-                self._syncer.stop()
-                self._syncer = None
             if self.holder is not None:
                 remove_holder(self.path, self.holder.pid)
                 self.holder = None
@@ -242,20 +247,78 @@ class Store(StoreQueries):
         self.holder = holder
 
     def checkpoint_if_due(self) -> bool:
-        """Copy the WAL into the database if :class:`~solver.io.store.checkpoint.Pacing` says
-        a pass is due (the owner's ticker calls this between its commits); True if it made
-        one. Raises :class:`StoreError`."""
+        """Start a pass copying the WAL into the database if
+        :class:`~solver.io.store.checkpoint.Pacing` says one is due (the owner's ticker calls
+        this between its commits); the pass runs in the store's thread. True if a pass ended
+        since the last call. Raises :class:`StoreError` (a pass that failed)."""
         checkpoints = self.checkpoints
         if checkpoints is None:
             return False
-        now = time.monotonic()
-        if not checkpoints.pending and now < checkpoints.next_look:
-            return False  # no SQL at all: the ticker asks 50 times a second
+        thread = checkpoints.thread
+        if checkpoints.passing and thread is not None and thread.done.is_set():
+            self._pass_ended()  # the loop's callback has not run yet (or there is no loop)
+        if checkpoints.error is not None:
+            error, checkpoints.error = checkpoints.error, None
+            raise StoreError(f"cannot checkpoint the store {self.path}: {error}")
+        ended = checkpoints.unreported > 0
+        checkpoints.unreported = 0
+        if not checkpoints.due(self.journal.appended, time.monotonic()):
+            return ended  # no SQL at all: the ticker asks 50 times a second
         try:
-            self.commit()
-            return checkpoints.maybe(self._conn, self.journal.appended, now)
+            self.commit()  # the pass needs the connection outside any transaction
+            if thread is None:
+                checkpoints.inline(self._conn)
+                checkpoints.unreported = 0
+                return True
         except sqlite3.Error as exc:
             raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self.journal.held = []
+        checkpoints.passing = True
+        thread.start_pass(None if loop is None else self._on_loop(loop))
+        return ended
+
+    def _on_loop(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        def ended() -> None:  # in the checkpointer's thread
+            loop.call_soon_threadsafe(self._pass_ended)
+
+        return ended
+
+    def _settle(self) -> None:
+        """Wait for a checkpoint pass in progress, then take the connection back (the owner's
+        thread, before anything that needs SQLite and cannot wait for the loop's callback)."""
+        checkpoints = self.checkpoints
+        if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
+            return
+        checkpoints.thread.done.wait()
+        self._pass_ended()
+
+    def _pass_ended(self) -> None:
+        """On the owner's thread, once the pass ended (at most once a pass): what the journal
+        held meanwhile goes to SQLite's transaction, in order, and those waiting to commit
+        resume. Writing it failing is the journal's :attr:`~SqliteJournal.lost`: its next
+        commit fails and nothing it held is sent."""
+        checkpoints = self.checkpoints
+        if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
+            return
+        checkpoints.ended(checkpoints.thread.took_s, checkpoints.thread.error)
+        journal = self.journal
+        held, journal.held = journal.held, None
+        if held:
+            cur = self._cur
+            try:
+                if not self._conn.in_transaction:
+                    cur.execute("BEGIN")
+                for sql, params in held:
+                    cur.execute(sql, params)
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    cur.execute("ROLLBACK")
+                journal.lost = str(exc)
+        journal.resumed()
 
     def backup(self, dest: str | Path) -> int:
         """A consistent copy of the whole store at ``dest`` (a new file), made with SQLite's
@@ -278,7 +341,9 @@ class Store(StoreQueries):
     def commit(self) -> None:
         """Commit what the journal and :meth:`record_request` appended (the group commit). A
         failure rolls all of it back, and the journal's own next commit fails too
-        (:attr:`SqliteJournal.lost`): the driver then sends none of the answers it held."""
+        (:attr:`SqliteJournal.lost`): the driver then sends none of the answers it held.
+        Waits for a checkpoint pass in progress."""
+        self._settle()
         if self._conn.in_transaction:
             try:
                 self._cur.execute("COMMIT")
@@ -291,6 +356,7 @@ class Store(StoreQueries):
     def _fresh(self) -> None:
         """The writer's own reads (status windows, exports) see everything it journaled."""
         if self._writer:
+            self._settle()
             self.project()
 
     def unprojected(self) -> int:
@@ -308,6 +374,8 @@ class Store(StoreQueries):
         a new entry: the ticker calls this 50 times a second, and a caught-up projection's
         transaction (locks, reads, commit) cost ~120 µs of the event loop each time (median, timed
         in the idle bot), ~8 µs for the call now."""
+        if self.journal.held is not None:
+            return 0  # a checkpoint pass has the connection (its thread): at a next tick
         self.commit()
         appended = self.journal.appended
         if self._projected_at == appended:
@@ -367,6 +435,10 @@ class Store(StoreQueries):
         r = request
         row = (ts(at), r.quote_id, r.asset_in, r.asset_out, r.exact_in, str(r.amount),
                r.min_deadline_ms, r.partner_id, outcome, reason)  # fmt: skip
+        held = self.journal.held
+        if held is not None:  # a checkpoint pass has the connection: written after it
+            held.append((INSERT_REQUEST, row))
+            return True
         try:  # in the journal's open transaction: committed with the next group commit
             if not self._conn.in_transaction:
                 self._cur.execute("BEGIN")

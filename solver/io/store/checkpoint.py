@@ -26,11 +26,13 @@ process); it is closed only after the connection.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 log = logging.getLogger("solver.store")
 
@@ -79,17 +81,29 @@ class Checkpointer(threading.Thread):
     it with anything the owner's thread still runs on the connection (a read), and the GIL is
     released while SQLite works."""
 
-    def __init__(self, conn: sqlite3.Connection, name: str, user_version: int) -> None:
-        super().__init__(name=f"store-checkpoint:{name}", daemon=True)
+    def __init__(self, conn: sqlite3.Connection, wal: Path, user_version: int) -> None:
+        super().__init__(name=f"store-checkpoint:{wal.name}", daemon=True)
         self._conn = conn
+        self._wal = wal
+        self._fd: int | None = None
+        self._flush = False
         self._restart_sql = f"PRAGMA user_version = {int(user_version)}"
         self._wanted = threading.Event()
         self._stopping = False
         self._ended: Callable[[], None] | None = None
         self.done = threading.Event()
         self.done.set()
+        self.flushed = threading.Event()
+        self.flushed.set()
         self.took_s = 0.0
         self.error: sqlite3.Error | None = None
+
+    def flush_wal(self) -> None:
+        """Flush the WAL to disk on the thread's own descriptor while the owner goes on
+        committing (no SQLite): the pass that follows then syncs little of it."""
+        self.flushed.clear()
+        self._flush = True
+        self._wanted.set()
 
     def start_pass(self, ended: Callable[[], None] | None) -> None:
         self.done.clear()
@@ -105,9 +119,17 @@ class Checkpointer(threading.Thread):
                 self._wanted.clear()
                 if self._stopping:
                     return
+                if self._flush:
+                    self._flush = False
+                    try:
+                        os.fdatasync(self._descriptor())
+                    except OSError as exc:  # the pass syncs it anyway
+                        log.debug("cannot sync %s ahead of a checkpoint: %s", self._wal, exc)
+                    self.flushed.set()
+                    continue
                 started = time.perf_counter()
                 try:
-                    cur.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    cur.execute("PRAGMA wal_checkpoint(PASSIVE)")  # its row: not read
                     # Every frame is in the database now (nobody else reads): this write
                     # starts the WAL over and syncs its header here, not in the next commit.
                     cur.execute(self._restart_sql)
@@ -123,6 +145,19 @@ class Checkpointer(threading.Thread):
                         log.debug("checkpoint pass ended, owner not told: %s", exc)
         finally:
             cur.close()
+            if self._fd is not None:
+                os.close(self._fd)
+
+    def _descriptor(self) -> int:
+        """A descriptor of the WAL as it is now (a new file, after the store was reopened,
+        gets a new one). Of the WAL, never of the database: closing a descriptor of the
+        database file would drop the connection's lock (POSIX locks are the process's)."""
+        if self._fd is not None and os.fstat(self._fd).st_ino != os.stat(self._wal).st_ino:
+            os.close(self._fd)
+            self._fd = None
+        if self._fd is None:
+            self._fd = os.open(self._wal, os.O_RDONLY)
+        return self._fd
 
     def stop(self) -> None:
         """After the pass in progress (the owner waited for it): the thread ends."""
@@ -141,6 +176,8 @@ class Checkpoints:
     pacing: Pacing
     thread: Checkpointer | None = None
     next_look: float = 0.0
+    flushing: bool = False
+    """A pass is due and waits for the thread's flush of the WAL (the owner still commits)."""
     passing: bool = False
     """A pass runs in the thread: the owner's thread leaves the connection to it."""
     passes: int = 0
@@ -154,7 +191,7 @@ class Checkpoints:
 
     def due(self, appended: int, now: float) -> bool:
         """Whether a pass should start now (looking at most every :attr:`every_s`)."""
-        if self.passing or now < self.next_look:
+        if self.flushing or self.passing or now < self.next_look:
             return False
         self.next_look = now + self.every_s
         return self.pacing.due(appended, now)

@@ -207,7 +207,8 @@ class Store(StoreQueries):
             pacing = Pacing(time.monotonic(), min_entries=checkpoint_min_entries)
             thread = None
             if create:
-                thread = Checkpointer(self._conn, self.path.name, schema_version(self._conn))
+                wal = Path(f"{self.path}-wal")
+                thread = Checkpointer(self._conn, wal, schema_version(self._conn))
                 thread.start()
                 self.journal.settle = self._settle
             self.checkpoints = Checkpoints(checkpoint_every_s, pacing, thread)
@@ -262,8 +263,17 @@ class Store(StoreQueries):
             raise StoreError(f"cannot checkpoint the store {self.path}: {error}")
         ended = checkpoints.unreported > 0
         checkpoints.unreported = 0
-        if not checkpoints.due(self.journal.appended, time.monotonic()):
+        if checkpoints.flushing:
+            assert thread is not None
+            if not thread.flushed.is_set():
+                return ended  # at a next look: nobody waits for the flush
+            checkpoints.flushing = False
+        elif not checkpoints.due(self.journal.appended, time.monotonic()):
             return ended  # no SQL at all: the ticker asks 50 times a second
+        elif thread is not None:
+            checkpoints.flushing = True
+            thread.flush_wal()
+            return ended
         try:
             self.commit()  # the pass needs the connection outside any transaction
             if thread is None:

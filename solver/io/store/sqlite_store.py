@@ -18,12 +18,12 @@ by SQL text) in one group transaction per turn of the event loop; no ORM.
 
 Checkpoints. SQLite's own auto-checkpoint runs inside whichever commit crosses 1000 WAL pages,
 stalling that commit for several milliseconds every ~130 quotes. Here it is switched off and
-the writer checkpoints itself between two of its commits, in PASSIVE mode, when the bot's
-ticker asks (:meth:`Store.checkpoint_if_due`, every 20 ms): it looks every 0.25 s
-(``checkpoint_every_s``) and makes a pass once 512 journal entries are new, or 30 s after its
-last pass (:class:`~solver.io.store.checkpoint.Pacing`: a pass that catches up makes the next
-commit sync the reused WAL's header on the event loop, which a quiet bot paid several times a
-second). Checkpoints keep the WAL short (each page read searches the WAL index), and
+the writer checkpoints itself between two of its commits, in PASSIVE mode, from a thread of
+the store, when the bot's ticker asks (:meth:`Store.checkpoint_if_due`, every 20 ms): it looks
+every 0.25 s (``checkpoint_every_s``) and makes a pass once 512 journal entries are new, or 30
+s after its last pass (:class:`~solver.io.store.checkpoint.Pacing`: each pass costs syncs, and
+the answers that arrive during it wait for its end; a quiet bot once paid them several times
+a second). Checkpoints keep the WAL short (each page read searches the WAL index), and
 ``journal_size_limit`` truncates the file after a burst.
 
 What changed with issue 24, and why. Until then a background thread checkpointed on a
@@ -37,12 +37,15 @@ before its first access: SQLite keeps the WAL index in the process's heap (no ``
 nothing mapped) and holds a lock on the database file until the connection closes, so a second
 opener is refused (:mod:`solver.io.store.owner` names the holder). Exclusive means one
 connection, so the thread could not open the store any more: its passes now run on the
-writer's connection with the same pacing, and hold the event loop while they copy and sync (a
-pass every 512 entries copies a few MB: ~10 ms here, ~4–7 ms since a small thread flushes the
-WAL ahead of it, :class:`~solver.io.store.checkpoint.WalSyncer`; the pass's time is in
-``Checkpoints.last_pass_s``, figures in docs/operations.md). With no other connection reading,
-every pass copies the whole WAL, so the next commit starts the file over by itself (and syncs
-its header, as before, now once a pass): the separate RESTART went away with the thread. The
+writer's connection, in a thread of the store
+(:class:`~solver.io.store.checkpoint.Checkpointer`), with the same pacing. The first cut ran
+them on the event loop, and their syncs held it (3–12 ms a pass, and 2–3 ms more in the next
+commit; a quick A/B had p50 44 vs 4.9 ms at 2,000/s on a busy machine). Now the loop goes on
+deciding and signing during a pass, the journal holds what is appended meanwhile
+(:attr:`SqliteJournal.held`), and the executor's commit waits for the pass's end (6–18 ms
+measured, for ~4 % of the answers at 2,000/s); figures in :mod:`~solver.io.store.checkpoint`.
+With no other connection reading, every pass copies the whole WAL, and the pass starts the
+file over itself (a one-page write): the separate RESTART went away with the old thread. The
 checkpoint's own fsyncs stay (an unsynced checkpoint can corrupt the database on power loss).
 
 Readers in other processes (``solver history``, exports) cannot open a store the bot holds:
@@ -50,7 +53,8 @@ they go through the bot's control API while it runs (it reads its own store, and
 with SQLite's online backup API, :meth:`Store.backup`), and open the file only while it is
 stopped.
 
-One connection per ``Store``, used from the thread that opened it (the event loop's).
+One connection per ``Store``, used from the thread that opened it (the event loop's), and lent
+to the store's checkpoint thread for each pass.
 """
 
 from __future__ import annotations

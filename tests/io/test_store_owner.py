@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -265,3 +266,22 @@ def test_the_wal_flush_ahead_of_a_pass_keeps_the_lock(tmp_path: Path) -> None:
             assert checkpointed(store)
         done = _open_elsewhere(db, create=False)
         assert done.returncode == 2 and "in use by a running bot" in done.stdout, done.stdout
+
+
+def test_the_projection_and_the_pruning_wait_a_tick_while_a_pass_has_the_connection(
+    tmp_path: Path,
+) -> None:
+    """The ticker's slices of projection and pruning do not wait for a pass on the event loop:
+    they do nothing until it ended (and go on at a next tick)."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1) as store:
+        record(store, signed_quote("a"))
+        assert pass_started(store)
+        assert store.checkpoints is not None
+        store.checkpoints.pacing.min_entries = 1000
+        append_quotes(store, signed_quote("b"))
+        assert store.project() == 0
+        step = store.prune(datetime.now(UTC))
+        assert not step.done and step.rows == 0
+        assert checkpointed(store)
+        assert store.project() == 1  # the held entry, once the pass ended

@@ -415,7 +415,10 @@ class Store(StoreQueries):
         """Delete what the store may forget that is older than ``before``
         (:mod:`solver.io.store.retention`: quotes never traded, journal entries the desk no
         longer needs, old balance snapshots and request samples), after committing what was
-        appended; ``budget_s``: at most about this long. Writer only."""
+        appended; ``budget_s``: at most about this long. Writer only. Nothing (not done)
+        while a checkpoint pass has the connection: the next tick goes on."""
+        if self.journal.held is not None:
+            return Pruned()
         self.commit()
         return self._pruner.prune(self._conn, before, budget_s=budget_s)
 

@@ -33,12 +33,15 @@ sqlite3 releases the GIL while SQLite works, and the thread has a cursor of its 
    them and only then sends their answers: a journal commit that returned is durable as
    before, and nothing unrecorded is sent.
 
-Measured in the bot (a quick run, each pass logged): a pass takes 7–19 ms in the thread;
-ending it costs the loop 0.02–1 ms (writing up to 256 held rows); answers that arrived during a
-pass wait for its end, 6–18 ms at 2,000/s (a pass every ~0.25 s, so ~4 % of the answers); the
-checkpoint no longer shows among the ticks over 2 ms. In the next quick A/B run, 2 of 200
-ticks were late by more than 5 ms at 2,000/s, the worst ≤ 10 ms. What is left is that wait: one
-connection cannot commit while it checkpoints.
+Measured in the bot (quick runs, each pass logged): a pass takes 7–19 ms in the thread (up to
+34 ms with 1.4–1.6 other cores busy); ending it costs the loop 0.02–3 ms (writing up to 256
+held rows); answers that arrived during a pass wait for its end, 6–35 ms at 2,000/s (a pass
+every ~0.25 s, so ~4 % of the answers), up to ~90 ms at saturation, where the loop is slow to
+take the connection back. The checkpoint no longer shows among the ticks over 2 ms; in the
+quick A/B runs that followed, 2–9 ticks of 59–200 were late by more than 5 ms at 2,000/s
+(31 of 177 before). What is left is that wait: one connection cannot commit while it
+checkpoints, and it keeps p99 at 2,000/s above ``929db96``'s (1.26–2.07× in three quick runs;
+CHANGELOG, issue 24).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ writer's connection, in a thread of the store
 them on the event loop, and their syncs held it (3–12 ms a pass, and 2–3 ms more in the next
 commit; a quick A/B had p50 44 vs 4.9 ms at 2,000/s on a busy machine). Now the loop goes on
 deciding and signing during a pass, the journal holds what is appended meanwhile
-(:attr:`SqliteJournal.held`), and the executor's commit waits for the pass's end (6–18 ms
+(:attr:`SqliteJournal.held`), and the executor's commit waits for the pass's end (6–35 ms
 measured, for ~4 % of the answers at 2,000/s); figures in :mod:`~solver.io.store.checkpoint`.
 With no other connection reading, every pass copies the whole WAL, and the pass starts the
 file over itself (a one-page write): the separate RESTART went away with the old thread. The

@@ -99,7 +99,9 @@ async def test_an_immutable_store_mid_flow_pauses_and_the_bot_lives_and_recovers
                     await asyncio.sleep(0.1)
                 assert "the store works again" in child.output()
                 count = len(answered)
-                await eventually(lambda: sum(answered[count:]) >= 1, "a quote after the recovery", 20)
+                await eventually(
+                    lambda: sum(answered[count:]) >= 1, "a quote after the recovery", 20
+                )
             finally:
                 for task in flow:
                     task.cancel()

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -1034,3 +1035,34 @@ def test_the_writer_keeps_the_wal_bounded_under_a_steady_flow(db: Path) -> None:
         assert store.checkpoints is not None and store.checkpoints.passes >= 20
         assert max(sizes[5:]) <= 2 * max(sizes[:5]), sizes
         assert len(store.journal.load()[1]) == 60 * 50  # nothing lost to the passes
+
+
+def test_a_checkpoint_refused_by_an_open_statement_is_deferred_not_a_store_error(
+    db: Path,
+) -> None:
+    """A pass that meets a statement of the connection still open gets SQLITE_LOCKED
+    ("database table is locked"): the store is fine, so the pass is deferred to the next due
+    one — a quote_path run had paused four times on it with ``store_error``."""
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=10) as store:
+        for batch in range(3):
+            record(store, *(signed_quote(f"l{batch}-{j}") for j in range(20)))
+            store.commit()
+        reading = store._conn.execute("SELECT quote_id FROM quotes")
+        reading.fetchone()  # an unfinished read: the statement stays open
+        for _ in range(200):  # the pass starts in the store's thread, meets the lock, ends
+            store.checkpoint_if_due()  # never raises StoreError for it
+            checkpoints = store.checkpoints
+            assert checkpoints is not None
+            if checkpoints.deferred:
+                break
+            time.sleep(0.01)
+        assert checkpoints.deferred >= 1
+        reading.close()
+        record(store, *(signed_quote(f"m{j}") for j in range(20)))
+        store.commit()
+        for _ in range(500):  # and the next due pass runs
+            store.checkpoint_if_due()
+            if checkpoints.passes >= 1:
+                break
+            time.sleep(0.01)
+        assert checkpoints.passes >= 1

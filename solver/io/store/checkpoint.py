@@ -207,6 +207,8 @@ class Checkpoints:
     """Passes that ended since :meth:`Store.checkpoint_if_due` last said so."""
     error: str | None = None
     """A pass's failure, raised by the next :meth:`Store.checkpoint_if_due`."""
+    deferred: int = 0
+    """Passes refused for a moment (a lock) and left to the next due one."""
     last_pass_s: float = 0.0
     """How long the last pass took (seconds; in the thread: not the event loop's time)."""
     longest_pass_s: float = field(default=0.0)

@@ -1047,12 +1047,12 @@ def test_a_checkpoint_refused_by_an_open_statement_is_deferred_not_a_store_error
         for batch in range(3):
             record(store, *(signed_quote(f"l{batch}-{j}") for j in range(20)))
             store.commit()
+        checkpoints = store.checkpoints
+        assert checkpoints is not None
         reading = store._conn.execute("SELECT quote_id FROM quotes")
         reading.fetchone()  # an unfinished read: the statement stays open
         for _ in range(200):  # the pass starts in the store's thread, meets the lock, ends
             store.checkpoint_if_due()  # never raises StoreError for it
-            checkpoints = store.checkpoints
-            assert checkpoints is not None
             if checkpoints.deferred:
                 break
             time.sleep(0.01)

@@ -298,7 +298,7 @@ async def wait_subscribed(system: System) -> None:
 _SUMMARY_RE = re.compile(
     r"requests=(?P<requests>\d+) quoted=(?P<quoted>\d+) skipped\[(?P<skipped>[^\]]*)\] "
     r"outcomes=(?P<outcomes>\{[^}]*\}) (?P<timed>decision_us|response_us) p50=(?P<p50>\d+) "
-    r"p99=(?P<p99>\d+) open=(?P<open>\d+)"
+    r"p99=(?P<p99>\d+).*?open=(?P<open>\d+)"  # 'now: open=' since issue 24's summary
 )
 
 

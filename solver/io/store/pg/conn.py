@@ -134,7 +134,12 @@ class PgConn:
 
     @property
     def in_transaction(self) -> bool:
-        return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        """In a transaction that a ROLLBACK can end (not on a lost connection: UNKNOWN)."""
+        status = self.raw.info.transaction_status
+        return status in (
+            psycopg.pq.TransactionStatus.INTRANS,
+            psycopg.pq.TransactionStatus.INERROR,
+        )
 
     def cursor(self) -> PgCursor:
         return PgCursor(psycopg.ClientCursor(self.raw))

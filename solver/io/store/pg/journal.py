@@ -20,12 +20,12 @@ nothing of the turn may run before the commit returns anyway.
 Before the statement, the lease's own clock is asked (:meth:`Lease.check`): an instance past
 its deadline commits nothing, whatever the database would say.
 
-A connection that breaks (the server restarted, ``pg_terminate_backend``) fails that commit (its
-facts are lost as in a SQLite rollback; the executor appends the desk's facts again) and the
-next commit reconnects. A commit whose connection broke while the server committed it is
-reported as failed though it holds: its answers were not sent, and the facts it re-appends are
-the desk's (not answers), so a replay applies them twice; the desk's transitions ignore what is
-already so.
+A connection that breaks (the server restarted, ``pg_terminate_backend``) is made again inside
+the commit, which then learns from the journal's last entry whether its batch landed before the
+break (under the lease nobody else writes it) and writes it only if not: no entry twice, none
+lost, and no ``store_error`` pause for a cut connection. A commit that cannot connect again
+fails as a SQLite commit does (nothing of it is written; the executor pauses quoting and
+appends the desk's facts again).
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ class PgJournal:
             raise
         try:
             seqs = self._conn().execute(FENCED_INSERT, (*fence, *rows)).fetchall()
+        except psycopg.OperationalError as exc:  # the connection broke: did the batch land?
+            seqs = self._again(fence, rows, exc)
         except psycopg.Error as exc:
             raise StoreError(f"cannot commit the journal: {exc}") from None
         if not seqs:
@@ -123,6 +125,30 @@ class PgJournal:
                 self._fence(exc)
                 raise
         self.committed_seq = int(seqs[-1][0])
+
+    def _again(
+        self,
+        fence: tuple[str, str, int],
+        rows: tuple[list[int], list[str], list[str]],
+        exc: Exception,
+    ) -> list[tuple[Any, ...]]:
+        """The commit's connection broke (``pg_terminate_backend``, a server restart): connect
+        again and find out whether the batch landed before it broke. Under the lease this
+        instance is the journal's only writer, so the journal's last entry says it: still the
+        last one this instance committed, the batch did not land and is written now (fenced, as
+        ever); further on, it did. Raises :class:`StoreError` when that cannot be known."""
+        try:
+            conn = self._conn()  # a new connection (the store replaces a broken one)
+            row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
+            last = int(row[0]) if row is not None else 0
+            if last > self.committed_seq:
+                log.warning("the journal's connection broke after its commit: it landed")
+                return [(seq,) for seq in range(self.committed_seq + 1, last + 1)]
+            log.warning("the journal's connection broke (%s): committing on a new one", exc)
+            seqs: list[tuple[Any, ...]] = conn.execute(FENCED_INSERT, (*fence, *rows)).fetchall()
+        except (psycopg.Error, StoreError) as again:
+            raise StoreError(f"cannot commit the journal: {exc}; then: {again}") from None
+        return seqs
 
     def _fence(self, exc: FencedError) -> None:
         first = self._fenced is None

@@ -193,8 +193,12 @@ class PgStore(Store):
             return 0
         try:
             done = project(self._conn, budget_s=budget_s, savepoints=True)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot project the journal: {exc}") from None
+        except StoreError:
+            if self._raw is None or not self._raw.broken:
+                raise
+            # A cut connection (the commit before it may have found it whole): the projection
+            # is one transaction with its position, so it runs again on a new one.
+            done = project(self._conn, budget_s=budget_s, savepoints=True)
         if done == 0:
             self._projected_at = appended
         return done

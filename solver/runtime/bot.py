@@ -528,6 +528,17 @@ class LiveBot:
             )
         return len(facts)
 
+    def _follow(self) -> int:
+        """A standby's desk takes what the active committed since the last call (PostgreSQL
+        only); how many facts."""
+        assert isinstance(self.store, PgStore)
+        applied = 0
+        while facts := self.store.journal.tail():  # type: ignore[attr-defined]
+            for fact in facts:
+                self.desk.apply(fact)
+            applied += len(facts)
+        return applied
+
     async def warm_up(self) -> None:
         """Fetch every cached input once before answering anything."""
         await asyncio.gather(self.refresh_salt(), self.refresh_balances(), self.refresh_fee())
@@ -549,13 +560,21 @@ class LiveBot:
         self._stop_event = stop
         keeper = self.lease_keeper
         if keeper is not None:  # a standby until the lease is ours: no bus, nothing decided
-            if not await keeper.take(stop):
+            self.recover()  # the desk as the journal has it now, then followed (lease_keeper)
+            if not await keeper.take(stop, self._follow):
                 await self._stop_standby()
                 return
             self._keeper_task = asyncio.create_task(keeper.run(stop))
+            log.warning(
+                "active for %s (epoch %s): the desk holds %d open quotes from the journal",
+                self.account,
+                keeper.lease.epoch,
+                len(self.view.open_quotes),
+            )
         if self.durable is not None:
             self.durable.start(self.clock())  # the previous run's incidents, before any new
-        self.recover()
+        if keeper is None:
+            self.recover()
         if self.shadow:
             log.warning(
                 "SHADOW mode: quotes are decided but never signed or sent; a paper book "

@@ -2,10 +2,11 @@
 at once when the lease is lost (docs/operations.md, "Two instances").
 
 A standby (an instance started while another holds the account's lease) opens no bus
-connection, signs nothing and decides nothing: it only tries to take the lease, a few times per
-lease period. When it does, the old active can commit nothing more (its commits are fenced by
-the epoch), so the journal it replays next is complete up to the fence, and the desk it rebuilds
-holds every open quote and reservation of the old active. Then it starts as any bot does.
+connection, signs nothing and decides nothing: it rebuilds its desk from the journal at start,
+then, a few times per lease period, applies what the active committed since and tries to take
+the lease. When it does, the old active can commit nothing more (its commits are fenced by the
+epoch), so one last read brings its desk to the fence: it holds every open quote and reservation
+of the old active. Then it starts as any bot does, with no replay left to wait for.
 
 The active refreshes every third of the lease. A refresh that fails (the database does not
 answer) is tried again every :data:`RETRY_S`; meanwhile the lease's own deadline
@@ -55,14 +56,21 @@ class LeaseKeeper:
             "lease_s": lease.duration_s,
         }
 
-    async def take(self, stop: asyncio.Event) -> bool:
-        """Wait as a standby until this instance holds the lease (True) or ``stop`` is set."""
+    async def take(self, stop: asyncio.Event, follow: Callable[[], int]) -> bool:
+        """Wait as a standby until this instance holds the lease (True) or ``stop`` is set;
+        meanwhile ``follow`` applies what the active commits to this instance's desk (and once
+        more after the taking: up to the fence, nothing can come after)."""
         every = min(0.5, self.lease.duration_s / 4)
         said: object = None
         while not stop.is_set():
             try:
                 if self.store.try_take_lease():
+                    caught_up = follow()
+                    log.warning(
+                        "active: %d facts of the old active applied at the fence", caught_up
+                    )
                     return True
+                follow()
                 holder = self.store.lease_holder()
                 who = None if holder is None else (holder.holder, holder.epoch)
                 if who != said:

@@ -196,6 +196,24 @@ class PgJournal:
         self.committed_seq = last
         return snapshot, facts
 
+    def tail(self, limit: int = 5000) -> list[f.Fact]:
+        """Facts committed since the last one :meth:`load` or this returned, in order, at most
+        ``limit`` (a standby follows the active's journal with this, so its desk is current
+        when it takes over). Raises :class:`StoreError`."""
+        sql = "SELECT seq, kind, body FROM journal WHERE seq > %s ORDER BY seq LIMIT %s"
+        facts: list[f.Fact] = []
+        try:
+            rows = self._conn().execute(sql, (self.committed_seq, limit)).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read the journal: {exc}") from None
+        for seq, kind, body in rows:
+            try:
+                facts.append(f.decode(kind, orjson.loads(body)))
+            except (f.FactError, orjson.JSONDecodeError) as exc:
+                raise StoreError(f"journal entry {seq} ({kind}) cannot be read: {exc}") from None
+            self.committed_seq = int(seq)
+        return facts
+
     def write_snapshot(self, body: Mapping[str, Any], at: datetime) -> int:
         """A desk snapshot covering every fact committed so far, fenced like a commit (a
         fenced-out instance's desk is not the journal's any more)."""

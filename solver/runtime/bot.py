@@ -106,10 +106,6 @@ class LiveBot:
         self.tokens = sorted(config.tokens)
         # Shadow mode signs nothing, so it writes no journal: it must never touch a live store.
         self.store = store or (open_store(config) if use_store and not shadow else None)
-        # PostgreSQL: one active instance per account, under a lease (lease_keeper.py).
-        self.lease_keeper = (
-            LeaseKeeper(self.store, self._lease_lost) if isinstance(self.store, PgStore) else None
-        )
         self.fenced = False
         """The lease was lost: the run ended at once (the CLI exits with ``EXIT_FENCED``)."""
         self._stop_event: asyncio.Event | None = None
@@ -119,6 +115,12 @@ class LiveBot:
         self.metrics = Metrics(
             pairs=[(pair.base, pair.quote) for pair in config.pairs],
             symbols={asset: token.symbol for asset, token in config.tokens.items()},
+        )
+        # PostgreSQL: one active instance per account, under a lease (lease_keeper.py).
+        self.lease_keeper = (
+            LeaseKeeper(self.store, self._lease_lost, self.metrics.registry)
+            if isinstance(self.store, PgStore)
+            else None
         )
         # Shadow mode's paper book: simulated fills, inventory and PnL apart from the real ones.
         self.paper = (
@@ -329,6 +331,8 @@ class LiveBot:
         self.refresh_paper_metrics()
         now = self.clock()
         self.metrics.heartbeat(now.timestamp())  # SolverHeartbeatStale; shadow mode too
+        if self.lease_keeper is not None:
+            self.lease_keeper.export()
         if self.durable is not None:
             self.durable.beat(now)
 

@@ -24,6 +24,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry, Gauge
+
 from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.schema import StoreError
@@ -36,14 +38,38 @@ comes back as a standby)."""
 RETRY_S = 0.2
 """A failed refresh is tried again this soon."""
 LEASE_LOST = "lease_lost"
+ROLES = ("standby", "active", "fenced", "stopped")
 
 
 class LeaseKeeper:
-    def __init__(self, store: PgStore, on_lost: Callable[[FencedError], None]) -> None:
+    def __init__(
+        self,
+        store: PgStore,
+        on_lost: Callable[[FencedError], None],
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.store = store
         self.lease = store.lease
         self._on_lost = on_lost
         self.lost: FencedError | None = None
+        self._role = Gauge(
+            "solver_lease_role",
+            "1 for this instance's role on the shared journal (standby, active, fenced, stopped).",
+            ["role"],
+            registry=registry,
+        )
+        self._since = Gauge(
+            "solver_lease_role_since_seconds",
+            "Unix time this instance took its current role.",
+            registry=registry,
+        )
+        self.export()
+
+    def export(self) -> None:
+        """The role gauges (the bot's gauge refresh calls this)."""
+        for role in ROLES:
+            self._role.labels(role=role).set(1 if role == self.lease.role else 0)
+        self._since.set(self.lease.role_since)
 
     def status(self) -> dict[str, object]:
         """The role and since when (``solver status``, ``/control/status``)."""

@@ -31,6 +31,7 @@ from solver.io.store.schema import INSERT_FILL, SAVE_REBALANCE, StoreError
 CONNECT_TIMEOUT_S = 3
 STATEMENT_TIMEOUT_MS = 2000
 """No statement may hold the event loop longer than this (the lease is a few seconds)."""
+TCP_USER_TIMEOUT_MS = 2000
 
 
 def redact(url: str) -> str:
@@ -59,6 +60,9 @@ def connect(url: str, password_env: str | None, *, autocommit: bool = True) -> p
         "keepalives_idle": 5,
         "keepalives_interval": 1,
         "keepalives_count": 3,
+        # A server gone silent (a partition, no RST) must not hold the event loop for minutes:
+        # unacknowledged data fails the connection after this long (Linux).
+        "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
     }
     if password:
         kwargs["password"] = password

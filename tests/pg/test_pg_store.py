@@ -23,6 +23,13 @@ from tests.io.test_journal import one_of_each_kind
 from tests.pg.cluster import PASSWORD, PASSWORD_ENV, Cluster
 
 
+def _took(store: PgStore) -> bool:
+    try:
+        return store.try_take_lease()
+    except StoreError:  # a lock timeout while the stuck session lives
+        return False
+
+
 def open_store(url: str, lease_s: float = 2.0, take: bool = True) -> PgStore:
     store = PgStore(url, password_env=PASSWORD_ENV, account=ACCOUNT, lease_s=lease_s)
     if take:
@@ -175,3 +182,38 @@ def test_the_password_is_never_in_a_repr_or_an_error(pg_cluster: Cluster) -> Non
     with pytest.raises(StoreError) as caught:
         PgStore(bad, account=ACCOUNT)
     assert PASSWORD not in str(caught.value)
+
+
+def test_an_instance_stopped_inside_a_transaction_blocks_nobody(pg_url: str) -> None:
+    """SIGSTOP inside a transaction (the projection's, a snapshot's) leaves its locks held: the
+    server ends that session after a second, so the lease is taken all the same; and a
+    projection never waits on the event loop for another's (it skips its turn)."""
+    old = open_store(pg_url, lease_s=1.0)
+    stuck = old._connection()
+    stuck.execute("BEGIN")
+    stuck.execute("SELECT 1 FROM lease FOR UPDATE")  # as a snapshot's fence does, then stops
+    stuck.execute("SELECT seq FROM projection FOR UPDATE")  # as the projection does
+    new = open_store(pg_url, take=False)
+    try:
+        new.journal.append(opened(signed_quote("x")))  # (not committed: no lease yet)
+        new.journal.rollback()
+        started = time.monotonic()
+        while not _took(new):
+            assert time.monotonic() - started < 5, "the stuck session still holds the lease"
+            time.sleep(0.1)
+        new.journal.append(opened(signed_quote("y")))
+        new.journal.commit()
+        t = time.monotonic()
+        new.project()
+        assert time.monotonic() - t < 0.4  # never waits for a lock on the loop
+        assert [q.quote_id for q in new.quotes_since()] == ["y"]
+        with psycopg.connect(pg_url, password=PASSWORD) as other:  # another's projection
+            other.execute("SELECT seq FROM projection FOR UPDATE")
+            new.journal.append(opened(signed_quote("z")))
+            t = time.monotonic()
+            assert new.project() == 0  # its turn skipped, not waited for
+            assert time.monotonic() - t < 0.4
+        assert new.project() == 1
+    finally:
+        new.close()
+        old.close()

@@ -80,7 +80,11 @@ def project(conn: Any, *, budget_s: float | None = None, savepoints: bool = Fals
         out_of_time = False
         try:
             cur.execute("BEGIN IMMEDIATE")
-            (seq,) = cur.execute("SELECT seq FROM projection").fetchone()
+            position = cur.execute("SELECT seq FROM projection").fetchone()
+            if position is None:  # PostgreSQL: another instance is projecting (SKIP LOCKED)
+                cur.execute("ROLLBACK")
+                return done
+            (seq,) = position
             # Entries are read one by one, not fetched by the batch: a half-millisecond slice
             # projects a dozen of them, and fetching 256 bodies to use a dozen was the
             # projection's largest cost at saturation (12 % of the loop, profiled).

@@ -31,6 +31,13 @@ from solver.io.store.schema import INSERT_FILL, SAVE_REBALANCE, StoreError
 CONNECT_TIMEOUT_S = 3
 STATEMENT_TIMEOUT_MS = 2000
 """No statement may hold the event loop longer than this (the lease is a few seconds)."""
+LOCK_TIMEOUT_MS = 500
+"""Nor wait for a lock longer than this (a lock is held for a statement or a short batch)."""
+IDLE_IN_TRANSACTION_MS = 1000
+"""A session that stops in the middle of a transaction (a process stopped by SIGSTOP inside
+its projection or a snapshot) is ended by the server after this long, so the locks it holds —
+the lease row among them — cannot stop the next active. Every transaction of the store runs
+its statements back to back on the event loop: milliseconds."""
 TCP_USER_TIMEOUT_MS = 2000
 
 
@@ -46,7 +53,9 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
-def connect(url: str, password_env: str | None, *, autocommit: bool = True) -> psycopg.Connection:
+def connect(
+    url: str, password_env: str | None, *, autocommit: bool = True, application_name: str = "solver"
+) -> psycopg.Connection:
     """A connection to ``url``, its password from the variable ``password_env`` (if any).
     Raises :class:`StoreError` naming the redacted URL."""
     password = os.environ.get(password_env) if password_env else None
@@ -55,7 +64,11 @@ def connect(url: str, password_env: str | None, *, autocommit: bool = True) -> p
     kwargs: dict[str, Any] = {
         "autocommit": autocommit,
         "connect_timeout": CONNECT_TIMEOUT_S,
-        "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c TimeZone=UTC",
+        "options": (
+            f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c lock_timeout={LOCK_TIMEOUT_MS} "
+            f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c TimeZone=UTC"
+        ),
+        "application_name": application_name,
         "keepalives": 1,
         "keepalives_idle": 5,
         "keepalives_interval": 1,
@@ -99,8 +112,9 @@ TRANSLATED: dict[str, str] = {
     ),
     "BEGIN IMMEDIATE": "BEGIN",
     # Two instances may both project (a fenced-out one finishing its turn): the position is
-    # locked for the batch, so the second reads where the first stopped.
-    "SELECT seq FROM projection": "SELECT seq FROM projection FOR UPDATE",
+    # locked for the batch; the second, finding it locked, projects nothing this time rather
+    # than wait on the event loop (the projection reads no row and stops).
+    "SELECT seq FROM projection": "SELECT seq FROM projection FOR UPDATE SKIP LOCKED",
 }
 """SQLite statements with no PostgreSQL twin, by their exact text."""
 _NUMBERED = re.compile(r"\?(\d+)")

@@ -76,6 +76,7 @@ class PgStore(Store):
         self.sample_requests = sample_requests
         self._sample_below = int(sample_requests * 2**64)
         self._raw: psycopg.Connection | None = None
+        self.lease = Lease(account or "?", lease_s)
         raw = self._connection()
         try:
             migrate_pg(raw)
@@ -87,7 +88,6 @@ class PgStore(Store):
         self._syncer = None
         self.account = account
         self._writer = writer
-        self.lease = Lease(account or "?", lease_s)
         self.journal = PgJournal(self._connection, self.lease)  # type: ignore[assignment]
         self._requests: list[tuple[Any, ...]] = []
         self._projected_at: int | None = None
@@ -102,7 +102,8 @@ class PgStore(Store):
                 log.warning("the store's connection to %s broke: connecting again", self.shown)
                 with contextlib.suppress(psycopg.Error):
                     raw.close()
-            raw = self._raw = connect(self.url, self._password_env)
+            name = f"solver {self.lease.holder}"[:63]  # who, in pg_stat_activity
+            raw = self._raw = connect(self.url, self._password_env, application_name=name)
             self._adapter = PgConn(raw)
         return raw
 
@@ -199,7 +200,7 @@ class PgStore(Store):
             # A cut connection (the commit before it may have found it whole): the projection
             # is one transaction with its position, so it runs again on a new one.
             done = project(self._conn, budget_s=budget_s, savepoints=True)
-        if done == 0:
+        if done == 0 and self.unprojected() == 0:  # not a turn skipped for another's lock
             self._projected_at = appended
         return done
 

@@ -56,7 +56,10 @@ RELEASE = """
 UPDATE lease SET expires_at = now()
 WHERE account = %(account)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
 """
-HOLDER = "SELECT holder, epoch, expires_at, expires_at > now() FROM lease WHERE account = %s"
+HOLDER = (
+    "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now()), expires_at > now() "
+    "FROM lease WHERE account = %s"
+)
 
 
 class FencedError(StoreError):
@@ -69,6 +72,8 @@ class LeaseHolder:
     holder: str
     epoch: int
     live: bool
+    left_s: float
+    """Seconds until it expires by the database's clock (negative: expired)."""
 
 
 def holder_id() -> str:
@@ -167,4 +172,4 @@ def current_holder(conn: psycopg.Connection, account: str) -> LeaseHolder | None
     row = conn.execute(HOLDER, (account,)).fetchone()
     if row is None:
         return None
-    return LeaseHolder(str(row[0]), int(row[1]), bool(row[3]))
+    return LeaseHolder(str(row[0]), int(row[1]), bool(row[3]), float(row[2]))

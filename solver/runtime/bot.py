@@ -68,6 +68,7 @@ from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.paper import PaperBook
 from solver.runtime.ports import MessageSigner, Ports, Refresh
 from solver.runtime.signing import message_signer, quote_signer
+from solver.runtime.standby import StandbyTarget
 from solver.runtime.start_checks import KEY_NOT_REGISTERED, signing_key_problem
 from solver.runtime.upkeep import Upkeep, UpkeepPorts
 from solver.runtime.wiring import build_desk
@@ -565,7 +566,13 @@ class LiveBot:
         keeper = self.lease_keeper
         if keeper is not None:  # a standby until the lease is ours: no bus, nothing decided
             self.recover()  # the desk as the journal has it now, then followed (lease_keeper)
-            if not await keeper.take(stop, self._follow):
+            standby = await self._serve_standby(keeper)
+            try:
+                taken = await keeper.take(stop, self._follow)
+            finally:
+                if standby is not None:  # the active's own control API takes the address
+                    await standby.stop()
+            if not taken:
                 await self._stop_standby()
                 return
             self._keeper_task = asyncio.create_task(keeper.run(stop))
@@ -630,6 +637,13 @@ class LiveBot:
                 await asyncio.sleep(0.1)
         finally:
             await self._stop(inner, tasks)
+
+    async def _serve_standby(self, keeper: LeaseKeeper) -> ControlServer | None:
+        """A standby's metrics, health (503) and status on ``metrics.listen`` (standby.py)."""
+        if not self.config.metrics.listen:
+            return None
+        app = create_control_app(StandbyTarget(keeper, self.view), self.metrics)
+        return await serve_control(app, self.config.metrics.listen)
 
     async def _stop_standby(self) -> None:
         """Stopped before the lease was ours: nothing was started but the store and alerts."""

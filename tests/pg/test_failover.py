@@ -33,6 +33,11 @@ async def test_kill_9_of_the_active_and_the_standby_quotes_within_the_lease(
         try:
             await asker.offer_after(0, "a first offer", 20)
             assert pair.subscribed() == 1  # the standby holds no subscription
+            code, health = await pair.control("b", "/healthz")
+            assert code == 503 and "standby" in health["reasons"][0], health
+            code, status = await pair.control("b", "/control/status")
+            assert code == 200 and status["state"] == "STANDBY", status
+            assert status["lease"]["role"] == "standby" and status["lease"]["held_by"]["live"]
             a.process.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             assert await asyncio.wait_for(a.process.wait(), 10) == -signal.SIGKILL
@@ -50,6 +55,8 @@ async def test_kill_9_of_the_active_and_the_standby_quotes_within_the_lease(
         found = re.search(r"epoch 2\): the desk holds (\d+) open quotes", b.output())
         assert found is not None, b.output()
         assert int(found.group(1)) >= first[2], (found.group(0), spans)
+        code, status = await pair.control("b", "/control/status")
+        assert (status["lease"]["role"], status["lease"]["epoch"]) == ("active", 2), status
         b.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(b.process.wait(), 20) == 0, b.output()
 

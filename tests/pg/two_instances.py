@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +29,7 @@ from tests.app.test_cli_run import write_config
 from tests.pg.cluster import PASSWORD, PASSWORD_ENV
 
 KEY_ENV = "SOLVER_TWO_INSTANCES_KEY"
+TOKEN = "two-instances-test-token-0123456789"
 LEASE_S = 2.0
 EXIT_FENCED = 75
 
@@ -58,7 +60,15 @@ class Pair:
     env: dict[str, str]
     configs: dict[str, Path]
     tmp: Path
+    ports: dict[str, int]
     running: list[Instance] = field(default_factory=list)
+
+    async def control(self, name: str, path: str) -> tuple[int, dict[str, Any]]:
+        """``GET path`` of instance ``name``'s control API: status code and JSON."""
+        url = f"http://127.0.0.1:{self.ports[name]}{path}"
+        async with httpx.AsyncClient(timeout=5) as http:
+            response = await http.get(url, headers={"authorization": f"Bearer {TOKEN}"})
+        return response.status_code, response.json()
 
     async def start(self, name: str) -> Instance:
         log = self.tmp / f"{name}.log"
@@ -112,6 +122,13 @@ class Pair:
         return spans
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 @contextlib.asynccontextmanager
 async def two_instances(sandbox: Sandbox, url: str, tmp: Path) -> AsyncIterator[Pair]:
     """Two configs of one account (one key), one PostgreSQL journal, each its own local path
@@ -120,9 +137,12 @@ async def two_instances(sandbox: Sandbox, url: str, tmp: Path) -> AsyncIterator[
     account = key.public_key.implicit_account_id()
     fund(sandbox, account, DEFAULT_BALANCES)
     configs = {}
+    ports = {}
     for name in ("a", "b"):
+        ports[name] = _free_port()
         overrides: dict[str, Any] = {
             **bot_overrides(sandbox, account, KEY_ENV, tmp / name / "local"),
+            "metrics.listen": f"127.0.0.1:{ports[name]}",
             "storage.url": url,
             "storage.password_env": PASSWORD_ENV,
             "storage.lease_s": LEASE_S,
@@ -133,7 +153,8 @@ async def two_instances(sandbox: Sandbox, url: str, tmp: Path) -> AsyncIterator[
     env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
     env[KEY_ENV] = key.to_text()
     env[PASSWORD_ENV] = PASSWORD
-    pair = Pair(sandbox, url, env, configs, tmp)
+    env["SOLVER_CONTROL_TOKEN"] = TOKEN
+    pair = Pair(sandbox, url, env, configs, tmp, ports)
     try:
         yield pair
     finally:

@@ -15,8 +15,10 @@ import pytest
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState
 from solver.io.store.migrations import SCHEMA_VERSION
+from solver.io.store.pg.conn import PgConn
 from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
+from solver.io.store.projection import project
 from solver.io.store.schema import NonceReusedError, StoreError
 from tests.io.store_helpers import ACCOUNT, T0, move, opened, record, signed_quote
 from tests.io.test_journal import one_of_each_kind
@@ -207,13 +209,16 @@ def test_an_instance_stopped_inside_a_transaction_blocks_nobody(pg_url: str) -> 
         new.project()
         assert time.monotonic() - t < 0.4  # never waits for a lock on the loop
         assert [q.quote_id for q in new.quotes_since()] == ["y"]
-        with psycopg.connect(pg_url, password=PASSWORD) as other:  # another's projection
-            other.execute("SELECT seq FROM projection FOR UPDATE")
-            new.journal.append(opened(signed_quote("z")))
-            t = time.monotonic()
-            assert new.project() == 0  # its turn skipped, not waited for
-            assert time.monotonic() - t < 0.4
-        assert new.project() == 1
+        new.journal.append(opened(signed_quote("z")))
+        new.commit()
+        with psycopg.connect(pg_url, password=PASSWORD) as mine:
+            adapter = PgConn(mine)
+            with psycopg.connect(pg_url, password=PASSWORD) as other:  # another's projection
+                other.execute("SELECT seq FROM projection FOR UPDATE")
+                t = time.monotonic()
+                assert project(adapter, savepoints=True) == 0  # its turn skipped, not waited
+                assert time.monotonic() - t < 0.4
+        assert {q.quote_id for q in new.quotes_since()} == {"y", "z"}  # projected meanwhile
     finally:
         new.close()
         old.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +41,7 @@ from solver.io.store.migrations import migrate_pg
 from solver.io.store.pg.conn import PgConn, connect, redact
 from solver.io.store.pg.journal import PgJournal
 from solver.io.store.pg.lease import Lease, LeaseHolder, current_holder
+from solver.io.store.pg.projector import Projector
 from solver.io.store.projection import SELECT_ENTRIES, pending, project
 from solver.io.store.retention import Pruned
 from solver.io.store.schema import INSERT_NONCE, INSERT_REQUEST, NonceReusedError, StoreError, ts
@@ -90,6 +92,7 @@ class PgStore(Store):
         self._writer = writer
         self.journal = PgJournal(self._connection, self.lease)  # type: ignore[assignment]
         self._requests: list[tuple[Any, ...]] = []
+        self._projector: Projector | None = None
         self._projected_at: int | None = None
 
     # ------------------------------------------------------------------ connection
@@ -120,10 +123,18 @@ class PgStore(Store):
         try:
             if not self.journal.fenced:  # type: ignore[attr-defined]
                 self.commit()
+                if self._projector is not None:  # what the thread had not reached yet
+                    self._projector.stop()
+                    self._projector = None
+                    with contextlib.suppress(StoreError):
+                        self._project_here(0.5)
         finally:
             self._close()
 
     def _close(self) -> None:
+        if self._projector is not None:
+            self._projector.stop()
+            self._projector = None
         raw, self._raw = self._raw, None
         if raw is None:
             return
@@ -135,10 +146,18 @@ class PgStore(Store):
     # ------------------------------------------------------------------ the lease
 
     def try_take_lease(self) -> bool:
+        """Take the lease if it is free; once it is, the projection runs in its own thread."""
         try:
-            return self.lease.try_take(self._connection())
+            taken = self.lease.try_take(self._connection())
         except psycopg.Error as exc:
             raise StoreError(f"cannot take the lease in {self.shown}: {exc}") from None
+        if taken and self._projector is None and self._writer:
+            name = f"solver {self.lease.holder} projection"[:63]
+            self._projector = Projector(
+                lambda: connect(self.url, self._password_env, application_name=name)
+            )
+            self._projector.start()
+        return taken
 
     def refresh_lease(self) -> None:
         """Extend the lease (:class:`FencedError` if lost, :class:`StoreError` if the
@@ -187,7 +206,31 @@ class PgStore(Store):
         except psycopg.Error as exc:
             raise StoreError(f"cannot read how far {self.shown} is projected: {exc}") from None
 
+    def _fresh(self) -> None:
+        """The active's own reads (status windows, history through it) see everything it
+        committed: the loop catches up with the thread first (a few milliseconds at most: the
+        thread is a pass behind)."""
+        if not self._writer:
+            return
+        give_up = time.monotonic() + 0.5
+        while self._project_here(0.05) or self.unprojected():
+            if time.monotonic() > give_up:  # the thread holds the position: close enough
+                return
+            time.sleep(0.002)
+
     def project(self, budget_s: float | None = None) -> int:
+        """The upkeep's slice: nothing while the thread projects (it reports a failure that
+        lasts); else on this connection, as on SQLite."""
+        projector = self._projector
+        if projector is not None and projector.running:
+            self.commit()
+            failure = projector.failure()
+            if failure is not None:
+                raise StoreError(f"cannot project the journal: {failure}")
+            return 0
+        return self._project_here(budget_s)
+
+    def _project_here(self, budget_s: float | None) -> int:
         self.commit()
         appended = self.journal.appended
         if self._projected_at == appended:

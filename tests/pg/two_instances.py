@@ -70,8 +70,9 @@ class Pair:
             response = await http.get(url, headers={"authorization": f"Bearer {TOKEN}"})
         return response.status_code, response.json()
 
-    async def start(self, name: str) -> Instance:
-        log = self.tmp / f"{name}.log"
+    async def start(self, name: str, run: int = 1) -> Instance:
+        """Start instance ``name`` (its ``run``-th time: its own log)."""
+        log = self.tmp / f"{name}{run}.log"
         with log.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "solver.cli", "--traceback", "run", "--config",
@@ -82,6 +83,18 @@ class Pair:
         instance = Instance(name, process, log)
         self.running.append(instance)
         return instance
+
+    async def new_answer(self, since: float, what: str, timeout_s: float) -> float:
+        """When the relay first received an answer after ``since`` from a connection that had
+        sent none before it (the new active's, judged from the relay's side)."""
+        before = {a.conn_id for a in self.sandbox.bus.arrivals if a.at <= since}
+
+        def fresh() -> list[float]:
+            arrivals = list(self.sandbox.bus.arrivals)
+            return [a.at for a in arrivals if a.at > since and a.conn_id not in before]
+
+        await eventually(lambda: bool(fresh()), what, timeout_s, 0.02)
+        return min(fresh())
 
     def subscribed(self) -> int:
         """Connections subscribed to quote requests."""

@@ -72,6 +72,17 @@ FAULTS = (
     "store_immutable",
 )
 OPERATOR_AFTER_S = 60.0
+EXPLAINS = {
+    "store": ("store_immutable",),
+    "stale": ("ledger_stall", "ledger_down", "sandbox_restart", "kill9"),
+    "ledger": ("ledger_stall", "ledger_down", "sandbox_restart"),
+    "balances": ("ledger_stall", "ledger_down", "sandbox_restart"),
+    "salt": ("ledger_stall", "ledger_down", "sandbox_restart"),
+    "bus": ("bus_restart", "sandbox_restart", "kill9"),
+    "connect": ("bus_restart", "sandbox_restart", "kill9"),
+}
+"""Which faults can explain a pause, by a word of its reason; a reconciliation pause is never
+explained (no outside balance change is made)."""
 
 
 @dataclass
@@ -82,8 +93,8 @@ class Run:
     faults: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     operator_actions: list[dict[str, Any]] = field(default_factory=list)
-    restarts: int = 0
-    fault_until: float = 0.0
+    active: set[str] = field(default_factory=set)
+    lifted: dict[str, float] = field(default_factory=dict)  # kind -> when it last ended (run s)
     skipped: Counter[str] = field(default_factory=Counter)
 
     def now(self) -> float:
@@ -139,11 +150,23 @@ async def inject(kind: str, sb: Sandbox, bot: Bot, store: Path, account: str, ru
     """One fault, lifted again before returning when it lasts."""
     start = run.now()
     lasted = 0.0
+    run.active.add(kind)
+    try:
+        lasted = await _apply(kind, sb, bot, store, account, run)
+    finally:
+        run.active.discard(kind)
+        run.lifted[kind] = run.now()
+    if lasted >= 0:
+        run.faults.append({"at": start, "kind": kind, "lasted_s": lasted})
+
+
+async def _apply(kind: str, sb: Sandbox, bot: Bot, store: Path, account: str, run: Run) -> float:
+    """Inject ``kind`` and lift it; how long it lasted (-1: could not be injected here)."""
+    lasted = 0.0
     if kind == "kill9":
         bot.kill(signal.SIGKILL)
         await asyncio.sleep(1.0)
         bot.ensure()
-        run.restarts += 1
     elif kind == "ledger_stall":
         sb.rpc_faults.stall_s, lasted = 20.0, 20.0
         await asyncio.sleep(lasted)
@@ -165,14 +188,21 @@ async def inject(kind: str, sb: Sandbox, bot: Bot, store: Path, account: str, ru
         targets = [store.parent, *sorted(store.parent.glob(store.name + "*"))]
         if not chattr("+i", targets):
             run.skipped[kind] += 1
-            return
+            return -1.0
         lasted = 10.0
         try:
             await asyncio.sleep(lasted)
         finally:
             chattr("-i", targets)
-    run.faults.append({"at": start, "kind": kind, "lasted_s": lasted})
-    run.fault_until = time.monotonic()
+    return lasted
+
+
+def explaining(reasons: str) -> tuple[str, ...] | None:
+    """The fault kinds that can explain a pause with these reasons; None: nothing can."""
+    if "reconcil" in reasons or "mismatch" in reasons:
+        return None
+    kinds = {k for word, ks in EXPLAINS.items() if word in reasons for k in ks}
+    return tuple(sorted(kinds)) if kinds else FAULTS
 
 
 def chattr(flag: str, targets: list[Path]) -> bool:
@@ -207,20 +237,29 @@ async def sample(http: httpx.AsyncClient, url: str, run: Run) -> dict[str, Any] 
 
 
 async def operate(http: httpx.AsyncClient, url: str, doc: dict[str, Any], run: Run) -> None:
-    """Resume a pause that outlived every fault by ``OPERATOR_AFTER_S``, as an operator would."""
-    if doc.get("state") != "PAUSED" and not doc.get("paused"):
+    """Resume a pause that outlived by ``OPERATOR_AFTER_S`` every fault that could explain it
+    (or any pause nothing explains), as an operator would, and count it."""
+    paused = doc.get("paused") or {}
+    if doc.get("state") != "PAUSED" and not paused:
         return
-    if time.monotonic() - run.fault_until < OPERATOR_AFTER_S:
-        return
+    kinds = explaining(orjson.dumps(paused).decode())
+    if kinds is not None:
+        if run.active & set(kinds):
+            return
+        ended = max((run.lifted.get(k, -1e9) for k in kinds), default=-1e9)
+        first_paused = next(
+            (s["at"] for s in reversed(run.samples) if s.get("up") and not s.get("paused")), 0.0
+        )
+        if run.now() - max(ended, first_paused) < OPERATOR_AFTER_S:
+            return
     body: dict[str, Any] = {}
     reply = await http.post(url + "/control/resume", json=body, timeout=10)
     if reply.status_code >= 400:
         body = {"accept_balances": True}
         reply = await http.post(url + "/control/resume", json=body, timeout=10)
     run.operator_actions.append(
-        {"at": run.now(), "paused": doc.get("paused"), "body": body, "status": reply.status_code}
+        {"at": run.now(), "paused": paused, "body": body, "status": reply.status_code}
     )
-    run.fault_until = time.monotonic()  # give the resume its own minute
 
 
 def journal_hashes(store: Path) -> tuple[set[str], list[str]]:
@@ -259,7 +298,9 @@ def relay_answers(sb: Sandbox, account: str) -> list[tuple[str, str]]:
     return out
 
 
-def figures(run: Run, sb: Sandbox, account: str, store: Path, end_iso: str) -> dict[str, Any]:
+def figures(
+    run: Run, sb: Sandbox, account: str, store: Path, end_iso: str, bot_starts: int
+) -> dict[str, Any]:
     answers = relay_answers(sb, account)
     journaled, journal_nonces = journal_hashes(store)
     relay_nonces = [nonce for _, nonce in answers]
@@ -267,7 +308,7 @@ def figures(run: Run, sb: Sandbox, account: str, store: Path, end_iso: str) -> d
     return {
         "faults": dict(Counter(x["kind"] for x in run.faults)),
         "faults_skipped": dict(run.skipped),
-        "bot_starts": run.restarts + 1,
+        "bot_starts": bot_starts,
         "pauses_true": sum(1 for p in pauses if p["explained"]),
         "pauses_false": sum(1 for p in pauses if not p["explained"]),
         "pause_episodes": pauses,
@@ -332,8 +373,7 @@ async def soak(results: Path, seconds: float, quick: bool, progress: Progress) -
             next_fault = time.monotonic() + rng.uniform(*gaps)
             fault: asyncio.Task[None] | None = None
             while time.monotonic() < end:
-                if bot.ensure():
-                    run.restarts += 1
+                bot.ensure()
                 doc = await sample(http, url, run)
                 if doc is not None and (fault is None or fault.done()):
                     await operate(http, url, doc, run)
@@ -353,7 +393,7 @@ async def soak(results: Path, seconds: float, quick: bool, progress: Progress) -
                 await asyncio.sleep(1.0)
         end_iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 30))
         bot.kill(signal.SIGTERM)
-        result = figures(run, sb, account, store, end_iso)
+        result = figures(run, sb, account, store, end_iso, bot.starts)
     shutil.rmtree(state / "sandbox", ignore_errors=True)
     return {
         "seconds": seconds,

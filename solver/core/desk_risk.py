@@ -15,7 +15,7 @@ from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Alert, OperatorReply, PauseChanged
 from solver.core.inventory import Reservation
-from solver.core.pauses import GLOBAL, OPERATOR, RISK_KINDS, SHUTTING_DOWN, Pause
+from solver.core.pauses import GLOBAL, OPERATOR, RISK_KINDS, SHUTTING_DOWN, STORE_ERROR, Pause
 from solver.core.risk import Breach, check_mismatch, check_pnl, check_stale
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class RiskDesk:
             ev.OperatorPause: self._operator_pause,
             ev.OperatorResume: self._operator_resume,
             ev.ShutdownStarted: self._shutdown,
+            ev.StoreWorks: self._store_works,
         }
 
     def appliers(self) -> dict[type, Callable[[Any], None]]:
@@ -159,6 +160,18 @@ class RiskDesk:
         actions.append(PauseChanged(pause, active=False))
         detail = f"the gap was explained by fills whose quote_status was missed: {pause.reason}"
         actions.append(Alert(RECONCILIATION, detail, resolved=True))
+
+    def _store_works(self, event: ev.StoreWorks, now: datetime) -> list[Action]:
+        """The safe rule for a ``store_error`` pause to lift itself: the executor says every
+        fact the store refused is committed now, so nothing unrecorded is left to lose."""
+        actions: list[Action] = []
+        pause = self.pauses.get(GLOBAL, STORE_ERROR)
+        if pause is not None:
+            self.record(f.PauseCleared(GLOBAL, STORE_ERROR, now, "recovered"), actions)
+            actions.append(PauseChanged(pause, active=False))
+            detail = f"the store works again ({event.detail}); it had failed: {pause.reason}"
+            actions.append(Alert(STORE_ERROR, detail, resolved=True))
+        return actions
 
     def _own_flow(self, event: ev.OwnFlowSettled, now: datetime) -> list[Action]:
         actions: list[Action] = []

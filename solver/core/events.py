@@ -51,6 +51,14 @@ class QuoteNotSent:
 
 
 @value
+class StoreWorks:
+    """The store committed again after failing, with every fact it had refused now in it: a
+    ``store_error`` pause has lost its cause (issue 24: a storage fault needs no operator)."""
+
+    detail: str
+
+
+@value
 class RelayReplied:
     """The relay's reply to a ``quote_response``: ``OK``, or an explicit error (its reason)."""
 
@@ -188,6 +196,7 @@ Event = (
     QuoteRequested
     | QuoteSigned
     | QuoteNotSent
+    | StoreWorks
     | RelayReplied
     | ConnectionLost
     | ConnectionRestored

@@ -12,7 +12,9 @@ Kinds:
   the operator must resume; a condition still in force pauses again at once, and ``resume``
   says so). ``reconciliation`` takes ``resume --accept-balances`` (a plain ``resume`` refuses
   while it holds), or lifts itself when verified fills explained its whole gap (issue 24).
-- ``store_error``: a quote could not be made durable; cleared by ``resume``.
+- ``store_error``: a quote could not be made durable (or the store failed elsewhere); lifts
+  itself once the store commits again with every refused fact in it (``StoreWorks``, issue
+  24), or ``resume``.
 - ``shutting_down``: the process is stopping.
 """
 

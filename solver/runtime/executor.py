@@ -127,6 +127,11 @@ class Executor:
             self._observers[kind].append(observer)
 
     @property
+    def journal_clean(self) -> bool:
+        """Nothing the journal refused is waiting, and its last commit worked."""
+        return not self._unjournaled and not self.journal_failing.failures
+
+    @property
     def sent(self) -> int:
         """Answers that left, every pair (:attr:`sent_by_pair`)."""
         return sum(self.sent_by_pair.values())
@@ -303,11 +308,13 @@ class Executor:
             self._loop.call_soon(self._flush_soon)
 
     def _flush(self) -> None:
+        journal = self._journal
+        if journal is not None and journal.wait_commit(self._resume_flush):
+            return  # still scheduled: the answers wait in the outbox for the commit
         self._flush_scheduled = False
         batch = self._outbox
         if batch:
             self._outbox = []
-        journal = self._journal
         if journal is not None:
             self._append_again()
             written = bool(batch or self._uncommitted)
@@ -329,8 +336,9 @@ class Executor:
                     self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
                 return
             self._uncommitted = []
-            if written:
-                self.journal_failing.worked()
+            if written and self.journal_failing.worked() and not self._unjournaled:
+                # Every fact it refused is in it now: a store_error pause lost its cause.
+                self.feed(ev.StoreWorks("the journal commits again"), self.clock())
         if not batch:
             return
         if len(batch) == 1:  # one answer is one write anyway: nothing to cork
@@ -340,6 +348,10 @@ class Executor:
                 timed = self._send(batch)
         if timed:
             self._time_responses(timed)
+
+    def _resume_flush(self) -> None:
+        """The journal can commit again (the store's checkpoint pass ended): flush soon."""
+        self._loop.call_soon(self._flush_soon)
 
     def _append_again(self) -> None:
         """Facts the desk applied but the journal lost (a failed append or commit), in their

@@ -40,8 +40,11 @@ class Repeats:
             )  # fmt: skip
         return False
 
-    def worked(self) -> None:
-        """It worked: the end of a streak is said once, with its count."""
-        if self.failures:
-            self.log.warning("%s works again (after %d failures)", self.what, self.failures)
-            self.failures = 0
+    def worked(self) -> bool:
+        """It worked: the end of a streak is said once, with its count; True when this ended
+        a streak (the caller may act on the recovery once)."""
+        if not self.failures:
+            return False
+        self.log.warning("%s works again (after %d failures)", self.what, self.failures)
+        self.failures = 0
+        return True

@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from solver.core import events as ev
+from solver.core.pauses import STORE_ERROR
 from solver.errors import SolverError
 from solver.io.store.retention import Pruned
 from solver.runtime.gc_pacer import GcPacer
@@ -96,6 +97,9 @@ class TickDoor(Protocol):
 
     def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]: ...
 
+    @property
+    def journal_clean(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class UpkeepPorts:
@@ -153,7 +157,15 @@ class Upkeep:
             )
 
     def store_worked(self) -> None:
-        self.store_failing.worked()
+        """A store operation worked: after a failing streak, and with nothing the journal
+        refused still waiting, the ``store_error`` pause has lost its cause (``StoreWorks``)."""
+        executor = self.ports.executor
+        ended_streak = self.store_failing.worked()
+        # A pause restored from the journal after a restart has no streak in this process:
+        # the view says it holds, and a write that worked now is its recovery too.
+        held = any(p.kind == STORE_ERROR for p in self.ports.view.pauses)
+        if (ended_streak or held) and executor.journal_clean:
+            executor.feed(ev.StoreWorks("the store writes again"), self.ports.clock())
 
     def close(self, now: datetime) -> None:
         """At shutdown: a snapshot, and as much projection as :data:`SHUTDOWN_PROJECT_S`

@@ -6,8 +6,9 @@ The operator's chaos run: under flow, as root, ``chattr +i`` on the store's dire
 behind the journal" was logged at every 20 ms tick. Here, as there, the real ``solver run``
 quotes a flow of requests while its store is made immutable for real: it must pause with
 ``store_error`` and keep running, its status must answer 200 from memory all along, its log
-must say the failure once (then count), and once the store is mutable again ``solver resume``
-must take it back to quoting (``store_error`` waits for an operator, docs/operations.md)."""
+must say the failure once (then count), and once the store is mutable again it must go back to
+quoting by itself: the pause lifts once the store commits with every refused fact in it, and
+no operator is needed (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ async def _status(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
     return doc
 
 
-async def test_an_immutable_store_mid_flow_pauses_and_the_bot_lives_and_resumes(
+async def test_an_immutable_store_mid_flow_pauses_and_the_bot_lives_and_recovers_alone(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "var" / "solver.sqlite"  # its own directory: the one made immutable
@@ -91,21 +92,16 @@ async def test_an_immutable_store_mid_flow_pauses_and_the_bot_lives_and_resumes(
                 assert len(during) < 15, "\n".join(during)  # said once, then counted
                 assert "store_error" in "\n".join(during)  # the alert was logged
 
-                # Writable again: the operator resumes (store_error waits for one), and the
-                # bot quotes again.
-                async def resumed() -> bool:
-                    response = await http.post(
-                        url + "/control/resume", json={"pair": None}, headers=headers()
-                    )
-                    return response.status_code == 200
-
-                deadline = time.monotonic() + 20
-                while not await resumed():
+                # Writable again: no operator; the pause lifts itself once the store commits.
+                deadline = time.monotonic() + 30
+                while (await _status(http, url))["state"] != "RUNNING":
                     assert time.monotonic() < deadline, (await _status(http, url))["paused"]
-                    await asyncio.sleep(0.2)
-                assert (await _status(http, url))["state"] == "RUNNING"
+                    await asyncio.sleep(0.1)
+                assert "the store works again" in child.output()
                 count = len(answered)
-                await eventually(lambda: sum(answered[count:]) >= 1, "a quote after resume", 20)
+                await eventually(
+                    lambda: sum(answered[count:]) >= 1, "a quote after the recovery", 20
+                )
             finally:
                 for task in flow:
                     task.cancel()

@@ -187,6 +187,20 @@ def test_a_failed_store_pauses_and_never_keeps_the_reservation() -> None:
     assert any(isinstance(a, Alert) and a.kind == "store_error" for a in actions)
 
 
+def test_a_store_error_pause_lifts_itself_when_the_store_works_again() -> None:
+    desk = make_desk()
+    desk.receive(ev.QuoteRequested(request("q1")), at(1))
+    desk.receive(ev.QuoteNotSent("q1", "disk I/O error", store_error=True), at(1))
+    desk.receive(ev.OperatorPause(None, "maintenance"), at(1))
+    actions = desk.receive(ev.StoreWorks("the journal commits again"), at(5))
+    (alert,) = [a for a in actions if isinstance(a, Alert)]
+    assert alert.kind == "store_error" and alert.resolved
+    assert "the store works again" in alert.detail and "disk I/O error" in alert.detail
+    # Only the store's pause lifts: the operator's holds until the operator resumes it.
+    assert desk.pauses.reason("*") == "operator: maintenance"
+    assert desk.receive(ev.StoreWorks("again"), at(6)) == []  # nothing left to lift
+
+
 def test_resume_says_why_the_bot_stays_paused() -> None:
     desk = make_desk()
     desk.receive(ev.OperatorPause(None, "maintenance"), at(1))

@@ -5,6 +5,7 @@ the store while this one holds it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sqlite3
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -21,7 +23,14 @@ import pytest
 from solver.io.store.owner import StoreBusyError, lock_path, read_holder
 from solver.io.store.sqlite_store import Store, StoreError
 from tests.chattr import immutable, require_chattr, store_paths
-from tests.io.store_helpers import ACCOUNT, append_quotes, checkpointed, record, signed_quote
+from tests.io.store_helpers import (
+    ACCOUNT,
+    append_quotes,
+    checkpointed,
+    committed_view,
+    record,
+    signed_quote,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,6 +155,68 @@ def test_the_writer_checkpoints_itself_when_enough_was_written(tmp_path: Path) -
         assert store.checkpoints is not None and store.checkpoints.passes == 1
 
 
+def pass_started(store: Store) -> bool:
+    """Ask for a pass until one runs in the store's thread (the WAL's flush comes first)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        store.checkpoint_if_due()
+        if store.checkpoints is not None and store.checkpoints.passing:
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def test_what_is_appended_during_a_pass_waits_for_its_end_then_commits(tmp_path: Path) -> None:
+    """The pass runs in the store's thread on the owner's connection: appends meanwhile are
+    held (not in SQLite), the executor's commit is told to wait (``wait_commit``), and once
+    the pass ended they are written in order and committed: durable as before."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1) as store:
+        record(store, signed_quote("a"))
+        assert pass_started(store)  # once the thread flushed the WAL, the pass starts in it
+        assert store.checkpoints is not None
+        store.checkpoints.pacing.min_entries = 1000  # and no other after it
+        append_quotes(store, signed_quote("b"), signed_quote("c"))
+        assert store.journal.held is not None and len(store.journal.held) == 2
+        resumed: list[str] = []
+        assert store.journal.wait_commit(lambda: resumed.append("flush"))
+        assert checkpointed(store)  # the owner takes the connection back at a next look
+        assert resumed == ["flush"] and store.journal.held is None
+        assert not store.journal.wait_commit(lambda: resumed.append("again"))
+        store.journal.commit()
+        with committed_view(db) as conn:  # what a kill -9 now would leave
+            rows = conn.execute("SELECT body FROM journal ORDER BY seq").fetchall()
+        assert [orjson.loads(body)["quote_id"] for (body,) in rows] == ["a", "b", "c"]
+        assert store.checkpoints.passes == 1 and resumed == ["flush"]
+
+
+def test_a_pass_under_an_event_loop_wakes_the_waiting_commit_through_the_loop(
+    tmp_path: Path,
+) -> None:
+    """With a running loop the thread tells the loop when the pass ended (no ticker needed),
+    and a commit that cannot wait (a snapshot, a status read) waits for the pass itself."""
+    db = tmp_path / "bot.sqlite"
+
+    async def run(store: Store) -> None:
+        loop = asyncio.get_running_loop()
+        record(store, signed_quote("a"))
+        assert pass_started(store)
+        append_quotes(store, signed_quote("b"))
+        ended = loop.create_future()
+        assert store.journal.wait_commit(lambda: ended.set_result(True))
+        assert await asyncio.wait_for(ended, 10)
+        store.journal.commit()
+        assert pass_started(store)  # another pass; this commit waits for it
+        append_quotes(store, signed_quote("c"))
+        store.journal.commit()
+        assert store.journal.held is None and not store._conn.in_transaction
+
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1) as store:
+        asyncio.run(run(store))
+        assert store.checkpoints is not None and store.checkpoints.passes == 2
+        assert len(store.journal.load()[1]) == 3
+
+
 def test_a_backup_while_the_store_is_held_is_a_consistent_database(tmp_path: Path) -> None:
     db = tmp_path / "bot.sqlite"
     copy = tmp_path / "copies" / "bot.bak"
@@ -195,3 +266,22 @@ def test_the_wal_flush_ahead_of_a_pass_keeps_the_lock(tmp_path: Path) -> None:
             assert checkpointed(store)
         done = _open_elsewhere(db, create=False)
         assert done.returncode == 2 and "in use by a running bot" in done.stdout, done.stdout
+
+
+def test_the_projection_and_the_pruning_wait_a_tick_while_a_pass_has_the_connection(
+    tmp_path: Path,
+) -> None:
+    """The ticker's slices of projection and pruning do not wait for a pass on the event loop:
+    they do nothing until it ended (and go on at a next tick)."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1) as store:
+        record(store, signed_quote("a"))
+        assert pass_started(store)
+        assert store.checkpoints is not None
+        store.checkpoints.pacing.min_entries = 1000
+        append_quotes(store, signed_quote("b"))
+        assert store.project() == 0
+        step = store.prune(datetime.now(UTC))
+        assert not step.done and step.rows == 0
+        assert checkpointed(store)
+        assert store.project() == 1  # the held entry, once the pass ended

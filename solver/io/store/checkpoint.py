@@ -1,26 +1,47 @@
-"""The store's checkpoints, from the writer's own connection (the "Checkpoints" part of
-:mod:`solver.io.store.sqlite_store`'s docstring): ``wal_checkpoint(PASSIVE)`` paced by what was
-written (:class:`Pacing`).
+"""The store's checkpoints, on the writer's own connection, in a thread of the store (the
+"Checkpoints" part of :mod:`solver.io.store.sqlite_store`'s docstring): ``wal_checkpoint(PASSIVE)``
+paced by what was written (:class:`Pacing`).
 
-Until issue 24 a background thread checkpointed on a connection of its own, so that copying
-the WAL into the database never held the event loop. The store is now opened in exclusive
-locking mode (one connection per database, no memory-mapped ``-shm``), so that thread cannot
-open it: the owner calls :meth:`Checkpoints.maybe` between two of its commits (the bot's
-ticker, every 20 ms) and the same pacing decides when a pass is worth its cost. With no other
-connection reading, each pass copies every frame, so the next commit writes the WAL from its
-start again: the file never grows past what a pass period writes, and the writer's separate
-RESTART (and the thread's signal for it) went away with the thread.
+Until issue 24 a background thread checkpointed on a connection of its own. The store is now
+opened in exclusive locking mode (one connection per database, no memory-mapped ``-shm``), so
+that thread cannot open it. The first cut ran the passes on the event loop between two commits
+(the ticker, every 20 ms). A quick ``quote_path`` A/B against ``929db96`` on a busy machine then
+showed, at 2,000 requests/s, p50 44 vs 4.9 ms and p99 97 vs 21 ms. Measured in the bot (every
+tick and commit over 2 ms logged during a quick run): each pass held the loop 3–12 ms, and the
+first commit after it 2–3 ms more; strace of a pass on the loop's thread: three ``fdatasync``
+calls — the WAL's rest, the database's after the copy, and the restarted WAL's header inside
+that next commit — 0.2–8 ms each here, tens of ms while other work writes. Short of CPU
+(other processes took 1.1–1.5 of the 2 cores), each such stall left a queue the next one found
+unfinished: 31 of 177 ticks late by more than 5 ms in that run's 2,000/s phase, the worst ≤
+50 ms. The syncs were the cause, not the copy (~1 ms).
 
-What a pass holds the loop for, and what is left of the thread. A pass is a copy (~1 ms for a
-512-entry WAL here) and two syncs: the WAL's before it (~4 ms: everything written since the
-last pass) and the database's after it (~5 ms: the pages it copied), measured on this machine
-at ~10 ms for the whole pass. The first of them is taken off the loop: when a pass is due, a
-thread (:class:`WalSyncer`) flushes the WAL on a descriptor of its own first, and the pass runs
-at one of the next looks, once that is done: it then finds little to sync (a pass ~5 ms,
-measured; the database's sync cannot be moved: its pages are written by the pass itself).
-The thread never touches SQLite, and its descriptor is of the WAL, not of the database (closing
-a descriptor of the database file would drop the connection's lock: POSIX locks belong to the
-process); it is closed only after the connection.
+So a pass now runs in :class:`Checkpointer`, on the same connection (opened with
+``check_same_thread=False``; SQLite's connection mutex serialises the two threads, Python's
+sqlite3 releases the GIL while SQLite works, and the thread has a cursor of its own):
+
+1. When :class:`Pacing` says a pass is due, the thread first flushes the WAL on a descriptor
+   of its own (no SQLite) while the owner goes on committing.
+2. At a next look (the ticker), the owner commits and hands the connection over. Until the
+   pass ended, the journal keeps what is appended in :attr:`SqliteJournal.held` (the desk
+   goes on deciding and signing), the projection waits, and the executor's group commit waits
+   (``wait_commit``) instead of the event loop; anything else that needs SQLite (a snapshot, a
+   status read, a backup, a store closing) waits for the pass's end.
+3. The thread checkpoints, then starts the WAL over with a one-page write (``PRAGMA
+   user_version`` set to what it is), so the header's sync is paid there too, and tells the
+   loop (``call_soon_threadsafe``).
+4. On the loop, the held rows go to SQLite's transaction in order, and the executor commits
+   them and only then sends their answers: a journal commit that returned is durable as
+   before, and nothing unrecorded is sent.
+
+Measured in the bot (quick runs, each pass logged): a pass takes 7–19 ms in the thread (up to
+34 ms with 1.4–1.6 other cores busy); ending it costs the loop 0.02–3 ms (writing up to 256
+held rows); answers that arrived during a pass wait for its end, 6–35 ms at 2,000/s (a pass
+every ~0.25 s, so ~4 % of the answers), up to ~90 ms at saturation, where the loop is slow to
+take the connection back. The checkpoint no longer shows among the ticks over 2 ms; in the
+quick A/B runs that followed, 2–9 ticks of 59–200 were late by more than 5 ms at 2,000/s
+(31 of 177 before). What is left is that wait: one connection cannot commit while it
+checkpoints, and it keeps p99 at 2,000/s above ``929db96``'s (1.26–2.07× in three quick runs;
+CHANGELOG, issue 24).
 """
 
 from __future__ import annotations
@@ -30,6 +51,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,9 +68,10 @@ rebalances)."""
 class Pacing:
     """When the next checkpoint pass is due; time is an argument.
 
-    Why not a pass every period regardless: a pass that catches up with the whole WAL makes
-    the writer's next commit start the file over, and SQLite then syncs the reused WAL's header
-    inside that commit, on the event loop's thread, before the answer it carries is sent. Every
+    Why not a pass every period regardless: each pass syncs the WAL and the database, and
+    starts the WAL over (a sync of its header); answers arriving meanwhile wait for its end.
+    Before the pass moved to a thread, the header's sync ran inside the next commit, on the
+    event loop's thread, before the answer it carries was sent. Every
     0.25 s, a bot answering 10 requests a second paid that fsync on a third of its answers (3.6
     a second, 0.2–0.3 ms each on an idle disk, measured with strace; a cloud volume's fsync
     takes milliseconds). From ~2,000 answers a second a pass still comes every period or two."""
@@ -69,44 +92,88 @@ class Pacing:
         return True
 
 
-class WalSyncer(threading.Thread):
-    """Flushes the WAL to disk from its own thread when asked (:meth:`request`), so that the
-    pass that follows syncs little of it on the event loop. Its descriptor of the WAL stays
-    open until :meth:`stop` (after the connection is closed)."""
+class Checkpointer(threading.Thread):
+    """Runs the passes on the owner's connection, off the event loop (module docstring).
 
-    def __init__(self, wal: Path) -> None:
-        super().__init__(name=f"store-wal-sync:{wal.name}", daemon=True)
+    :meth:`start_pass` hands it the connection (the owner has committed and appends nothing to
+    SQLite until the pass ended: :attr:`SqliteJournal.held`); it checkpoints, starts the WAL
+    over with a one-page write (``PRAGMA user_version`` set to what it is), then sets
+    :attr:`done` and calls the ``ended`` callback given (the bot's: the loop's
+    ``call_soon_threadsafe``). Its cursor is its own; SQLite's connection mutex serialises
+    it with anything the owner's thread still runs on the connection (a read), and the GIL is
+    released while SQLite works."""
+
+    def __init__(self, conn: sqlite3.Connection, wal: Path, user_version: int) -> None:
+        super().__init__(name=f"store-checkpoint:{wal.name}", daemon=True)
+        self._conn = conn
         self._wal = wal
         self._fd: int | None = None
+        self._flush = False
+        self._restart_sql = f"PRAGMA user_version = {int(user_version)}"
         self._wanted = threading.Event()
         self._stopping = False
-        self.synced = threading.Event()
-        self.synced.set()
+        self._ended: Callable[[], None] | None = None
+        self.done = threading.Event()
+        self.done.set()
+        self.flushed = threading.Event()
+        self.flushed.set()
+        self.took_s = 0.0
+        self.error: sqlite3.Error | None = None
 
-    def request(self) -> None:
-        self.synced.clear()
+    def flush_wal(self) -> None:
+        """Flush the WAL to disk on the thread's own descriptor while the owner goes on
+        committing (no SQLite): the pass that follows then syncs little of it."""
+        self.flushed.clear()
+        self._flush = True
+        self._wanted.set()
+
+    def start_pass(self, ended: Callable[[], None] | None) -> None:
+        self.done.clear()
+        self.error = None
+        self._ended = ended
         self._wanted.set()
 
     def run(self) -> None:
+        cur = self._conn.cursor()  # this thread's own
         try:
             while True:
                 self._wanted.wait()
                 self._wanted.clear()
                 if self._stopping:
                     return
+                if self._flush:
+                    self._flush = False
+                    try:
+                        os.fdatasync(self._descriptor())
+                    except OSError as exc:  # the pass syncs it anyway
+                        log.debug("cannot sync %s ahead of a checkpoint: %s", self._wal, exc)
+                    self.flushed.set()
+                    continue
+                started = time.perf_counter()
                 try:
-                    os.fdatasync(self._descriptor())
-                except OSError as exc:  # the pass syncs it anyway
-                    log.debug("cannot sync %s ahead of a checkpoint: %s", self._wal, exc)
-                finally:
-                    self.synced.set()
+                    cur.execute("PRAGMA wal_checkpoint(PASSIVE)")  # its row: not read
+                    # Every frame is in the database now (nobody else reads): this write
+                    # starts the WAL over and syncs its header here, not in the next commit.
+                    cur.execute(self._restart_sql)
+                except sqlite3.Error as exc:
+                    self.error = exc
+                self.took_s = time.perf_counter() - started
+                ended, self._ended = self._ended, None
+                self.done.set()
+                if ended is not None:
+                    try:
+                        ended()
+                    except Exception as exc:  # a loop closed meanwhile: the owner polls
+                        log.debug("checkpoint pass ended, owner not told: %s", exc)
         finally:
+            cur.close()
             if self._fd is not None:
                 os.close(self._fd)
 
     def _descriptor(self) -> int:
-        """A descriptor of the WAL as it is now (SQLite keeps the file while it is open; a new
-        file, after the store was reopened, gets a new descriptor)."""
+        """A descriptor of the WAL as it is now (a new file, after the store was reopened,
+        gets a new one). Of the WAL, never of the database: closing a descriptor of the
+        database file would drop the connection's lock (POSIX locks are the process's)."""
         if self._fd is not None and os.fstat(self._fd).st_ino != os.stat(self._wal).st_ino:
             os.close(self._fd)
             self._fd = None
@@ -115,6 +182,7 @@ class WalSyncer(threading.Thread):
         return self._fd
 
     def stop(self) -> None:
+        """After the pass in progress (the owner waited for it): the thread ends."""
         self._stopping = True
         self._wanted.set()
         self.join()
@@ -123,40 +191,47 @@ class WalSyncer(threading.Thread):
 @dataclass(slots=True)
 class Checkpoints:
     """The writer's checkpoints: it looks at most every ``every_s`` (the old thread's period)
-    whether :class:`Pacing` says a pass is due, and makes it on its own connection — once the
-    :class:`WalSyncer` (if any) has flushed the WAL."""
+    whether :class:`Pacing` says a pass is due, and hands the pass to the
+    :class:`Checkpointer` (None: a reader's store, the pass runs in the caller)."""
 
     every_s: float
     pacing: Pacing
-    syncer: WalSyncer | None = None
+    thread: Checkpointer | None = None
     next_look: float = 0.0
-    pending: bool = False
-    """A pass is due and waits for the WAL's flush."""
+    flushing: bool = False
+    """A pass is due and waits for the thread's flush of the WAL (the owner still commits)."""
+    passing: bool = False
+    """A pass runs in the thread: the owner's thread leaves the connection to it."""
     passes: int = 0
+    unreported: int = 0
+    """Passes that ended since :meth:`Store.checkpoint_if_due` last said so."""
+    error: str | None = None
+    """A pass's failure, raised by the next :meth:`Store.checkpoint_if_due`."""
     last_pass_s: float = 0.0
-    """How long the last pass held the caller (seconds), for people and tests."""
+    """How long the last pass took (seconds; in the thread: not the event loop's time)."""
     longest_pass_s: float = field(default=0.0)
 
-    def maybe(self, conn: sqlite3.Connection, appended: int, now: float) -> bool:
-        """A pass if one is due (the caller committed first); True if it made one. Raises
+    def due(self, appended: int, now: float) -> bool:
+        """Whether a pass should start now (looking at most every :attr:`every_s`)."""
+        if self.flushing or self.passing or now < self.next_look:
+            return False
+        self.next_look = now + self.every_s
+        return self.pacing.due(appended, now)
+
+    def ended(self, took_s: float, error: sqlite3.Error | None) -> None:
+        """Count a pass that ended (on the owner's thread)."""
+        self.passing = False
+        self.last_pass_s = took_s
+        self.longest_pass_s = max(self.longest_pass_s, took_s)
+        if error is not None:
+            self.error = str(error)
+            return
+        self.passes += 1
+        self.unreported += 1
+
+    def inline(self, conn: sqlite3.Connection) -> None:
+        """A pass in the caller's thread (a store without the thread). Raises
         :class:`sqlite3.Error`."""
-        if not self.pending:
-            if now < self.next_look:
-                return False
-            self.next_look = now + self.every_s
-            if not self.pacing.due(appended, now):
-                return False
-            if self.syncer is not None:
-                self.pending = True
-                self.syncer.request()
-        if self.pending:
-            assert self.syncer is not None
-            if not self.syncer.synced.is_set():
-                return False  # at a next look: the loop does not wait for the flush
-            self.pending = False
         started = time.perf_counter()
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        self.last_pass_s = time.perf_counter() - started
-        self.longest_pass_s = max(self.longest_pass_s, self.last_pass_s)
-        self.passes += 1
-        return True
+        self.ended(time.perf_counter() - started, None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,13 @@ class SqliteJournal:
         self._conn = conn
         self._cur = conn.cursor()
         self.appended = 0
+        self.held: list[tuple[str, tuple[Any, ...]]] | None = None
+        """While the store's checkpoint pass has the connection (in its thread): the rows
+        appended meanwhile, written to SQLite, in order, when the pass ends (the store sets
+        it; :meth:`wait_commit`)."""
+        self.settle: Callable[[], None] | None = None
+        """The store's: waits for a pass in progress to end and writes :attr:`held`."""
+        self._resume: list[Callable[[], None]] = []
         self.lost: str | None = None
         """Set when the store committed the open transaction for another reason (projection,
         a status read, a write of its own) and that commit failed: what the driver appended
@@ -52,6 +59,16 @@ class SqliteJournal:
     def append(self, fact: f.Fact) -> None:
         """Append ``fact`` to the open transaction; ``commit`` makes it durable (a
         ``QuoteOpened`` carries its signed answer, kept for disputes)."""
+        held = self.held
+        if held is not None:  # the checkpoint pass has the connection: SQLite gets it after
+            if type(fact) is f.QuoteOpened:
+                body = orjson.dumps(f.encode(fact)).decode()
+                held.append((INSERT_ENTRY, (f.micros(fact.created_at), "quote_opened", body)))
+            else:
+                body_text = orjson.dumps(f.encode(fact)).decode()
+                held.append((INSERT_ENTRY, (f.micros(_at(fact)), f.kind_of(fact), body_text)))
+            self.appended += 1
+            return
         cur = self._cur
         try:
             if not self._conn.in_transaction:
@@ -70,7 +87,10 @@ class SqliteJournal:
     def commit(self) -> None:
         """Make everything appended so far durable (the group commit). Raises
         :class:`StoreError` when it fails, or when the store's own commit of what was
-        appended failed since the last call (:attr:`lost`)."""
+        appended failed since the last call (:attr:`lost`). While a checkpoint pass runs,
+        this waits for it to end (:meth:`wait_commit` does not)."""
+        if self.held is not None and self.settle is not None:
+            self.settle()
         lost, self.lost = self.lost, None
         if self._conn.in_transaction:
             try:
@@ -80,6 +100,22 @@ class SqliteJournal:
                 raise StoreError(f"cannot commit the journal: {exc}") from None
         if lost is not None:
             raise StoreError(f"cannot commit the journal: {lost}")
+
+    def wait_commit(self, resume: Callable[[], None]) -> bool:
+        """True when :meth:`commit` would wait for the store's checkpoint pass (in its
+        thread): ``resume`` is then called, on the owner's thread, once it ended and what was
+        appended meanwhile is in SQLite's transaction. False: commit now."""
+        if self.held is None:
+            return False
+        if resume not in self._resume:
+            self._resume.append(resume)
+        return True
+
+    def resumed(self) -> None:
+        """The pass ended (the store, after writing :attr:`held`): call those waiting."""
+        waiting, self._resume = self._resume, []
+        for resume in waiting:
+            resume()
 
     def rollback(self) -> None:
         if self._conn.in_transaction:

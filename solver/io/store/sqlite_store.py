@@ -18,12 +18,12 @@ by SQL text) in one group transaction per turn of the event loop; no ORM.
 
 Checkpoints. SQLite's own auto-checkpoint runs inside whichever commit crosses 1000 WAL pages,
 stalling that commit for several milliseconds every ~130 quotes. Here it is switched off and
-the writer checkpoints itself between two of its commits, in PASSIVE mode, when the bot's
-ticker asks (:meth:`Store.checkpoint_if_due`, every 20 ms): it looks every 0.25 s
-(``checkpoint_every_s``) and makes a pass once 512 journal entries are new, or 30 s after its
-last pass (:class:`~solver.io.store.checkpoint.Pacing`: a pass that catches up makes the next
-commit sync the reused WAL's header on the event loop, which a quiet bot paid several times a
-second). Checkpoints keep the WAL short (each page read searches the WAL index), and
+the writer checkpoints itself between two of its commits, in PASSIVE mode, from a thread of
+the store, when the bot's ticker asks (:meth:`Store.checkpoint_if_due`, every 20 ms): it looks
+every 0.25 s (``checkpoint_every_s``) and makes a pass once 512 journal entries are new, or 30
+s after its last pass (:class:`~solver.io.store.checkpoint.Pacing`: each pass costs syncs, and
+the answers that arrive during it wait for its end; a quiet bot once paid them several times
+a second). Checkpoints keep the WAL short (each page read searches the WAL index), and
 ``journal_size_limit`` truncates the file after a burst.
 
 What changed with issue 24, and why. Until then a background thread checkpointed on a
@@ -37,12 +37,15 @@ before its first access: SQLite keeps the WAL index in the process's heap (no ``
 nothing mapped) and holds a lock on the database file until the connection closes, so a second
 opener is refused (:mod:`solver.io.store.owner` names the holder). Exclusive means one
 connection, so the thread could not open the store any more: its passes now run on the
-writer's connection with the same pacing, and hold the event loop while they copy and sync (a
-pass every 512 entries copies a few MB: ~10 ms here, ~4–7 ms since a small thread flushes the
-WAL ahead of it, :class:`~solver.io.store.checkpoint.WalSyncer`; the pass's time is in
-``Checkpoints.last_pass_s``, figures in docs/operations.md). With no other connection reading,
-every pass copies the whole WAL, so the next commit starts the file over by itself (and syncs
-its header, as before, now once a pass): the separate RESTART went away with the thread. The
+writer's connection, in a thread of the store
+(:class:`~solver.io.store.checkpoint.Checkpointer`), with the same pacing. The first cut ran
+them on the event loop, and their syncs held it (3–12 ms a pass, and 2–3 ms more in the next
+commit; a quick A/B had p50 44 vs 4.9 ms at 2,000/s on a busy machine). Now the loop goes on
+deciding and signing during a pass, the journal holds what is appended meanwhile
+(:attr:`SqliteJournal.held`), and the executor's commit waits for the pass's end (6–35 ms
+measured, for ~4 % of the answers at 2,000/s); figures in :mod:`~solver.io.store.checkpoint`.
+With no other connection reading, every pass copies the whole WAL, and the pass starts the
+file over itself (a one-page write): the separate RESTART went away with the old thread. The
 checkpoint's own fsyncs stay (an unsynced checkpoint can corrupt the database on power loss).
 
 Readers in other processes (``solver history``, exports) cannot open a store the bot holds:
@@ -50,25 +53,27 @@ they go through the bot's control API while it runs (it reads its own store, and
 with SQLite's online backup API, :meth:`Store.backup`), and open the file only while it is
 stopped.
 
-One connection per ``Store``, used from the thread that opened it (the event loop's).
+One connection per ``Store``, used from the thread that opened it (the event loop's), and lent
+to the store's checkpoint thread for each pass.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from solver.core.market import QuoteRequest
 from solver.io.store.backup import backup_to
-from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpoints, Pacing, WalSyncer
+from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpointer, Checkpoints, Pacing
 from solver.io.store.checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store.journal import SqliteJournal
 from solver.io.store.migrations import SCHEMA_VERSION, migrate, schema_version
@@ -157,7 +162,8 @@ class Store(StoreQueries):
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, isolation_level=None)
+            # The checkpoint pass runs on this connection from its own thread (Checkpointer).
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
         try:
@@ -192,6 +198,7 @@ class Store(StoreQueries):
                 self._conn.close()
                 raise
             self.holder = holder
+        self.checkpoints: Checkpoints | None = None
         self._cur = self._conn.cursor()
         self._pruner = Pruner()
         self.journal = SqliteJournal(self._conn)
@@ -200,14 +207,15 @@ class Store(StoreQueries):
         self._projected_at: int | None = None  # journal.appended when nothing was left
         if create:  # the writer: what a killed run appended but did not project yet
             self.project()
-        self.checkpoints: Checkpoints | None = None
-        self._syncer: WalSyncer | None = None
         if checkpoint_every_s is not None:
             pacing = Pacing(time.monotonic(), min_entries=checkpoint_min_entries)
+            thread = None
             if create:
-                self._syncer = WalSyncer(Path(f"{self.path}-wal"))
-                self._syncer.start()
-            self.checkpoints = Checkpoints(checkpoint_every_s, pacing, self._syncer)
+                wal = Path(f"{self.path}-wal")
+                thread = Checkpointer(self._conn, wal, schema_version(self._conn))
+                thread.start()
+                self.journal.settle = self._settle
+            self.checkpoints = Checkpoints(checkpoint_every_s, pacing, thread)
 
     def close(self) -> None:
         try:
@@ -218,12 +226,14 @@ class Store(StoreQueries):
     def _close(self) -> None:
         """Close (SQLite folds the WAL back in and removes it), then the lock file: the lock
         is free from here."""
+        checkpoints = self.checkpoints
         try:
+            if checkpoints is not None and checkpoints.thread is not None:
+                checkpoints.thread.done.wait()  # the connection back from a pass in progress
+                checkpoints.thread.stop()
+                checkpoints.thread = None
             self._conn.close()
         finally:
-            if self._syncer is not None:  # after the connection: see WalSyncer
-                self._syncer.stop()
-                self._syncer = None
             if self.holder is not None:
                 remove_holder(self.path, self.holder.pid)
                 self.holder = None
@@ -242,20 +252,87 @@ class Store(StoreQueries):
         self.holder = holder
 
     def checkpoint_if_due(self) -> bool:
-        """Copy the WAL into the database if :class:`~solver.io.store.checkpoint.Pacing` says
-        a pass is due (the owner's ticker calls this between its commits); True if it made
-        one. Raises :class:`StoreError`."""
+        """Start a pass copying the WAL into the database if
+        :class:`~solver.io.store.checkpoint.Pacing` says one is due (the owner's ticker calls
+        this between its commits); the pass runs in the store's thread. True if a pass ended
+        since the last call. Raises :class:`StoreError` (a pass that failed)."""
         checkpoints = self.checkpoints
         if checkpoints is None:
             return False
-        now = time.monotonic()
-        if not checkpoints.pending and now < checkpoints.next_look:
-            return False  # no SQL at all: the ticker asks 50 times a second
+        thread = checkpoints.thread
+        if checkpoints.passing and thread is not None and thread.done.is_set():
+            self._pass_ended()  # the loop's callback has not run yet (or there is no loop)
+        if checkpoints.error is not None:
+            error, checkpoints.error = checkpoints.error, None
+            raise StoreError(f"cannot checkpoint the store {self.path}: {error}")
+        ended = checkpoints.unreported > 0
+        checkpoints.unreported = 0
+        if checkpoints.flushing:
+            assert thread is not None
+            if not thread.flushed.is_set():
+                return ended  # at a next look: nobody waits for the flush
+            checkpoints.flushing = False
+        elif not checkpoints.due(self.journal.appended, time.monotonic()):
+            return ended  # no SQL at all: the ticker asks 50 times a second
+        elif thread is not None:
+            checkpoints.flushing = True
+            thread.flush_wal()
+            return ended
         try:
-            self.commit()
-            return checkpoints.maybe(self._conn, self.journal.appended, now)
+            self.commit()  # the pass needs the connection outside any transaction
+            if thread is None:
+                checkpoints.inline(self._conn)
+                checkpoints.unreported = 0
+                return True
         except sqlite3.Error as exc:
             raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self.journal.held = []
+        checkpoints.passing = True
+        thread.start_pass(None if loop is None else self._on_loop(loop))
+        return ended
+
+    def _on_loop(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        def ended() -> None:  # in the checkpointer's thread
+            loop.call_soon_threadsafe(self._pass_ended)
+
+        return ended
+
+    def _settle(self) -> None:
+        """Wait for a checkpoint pass in progress, then take the connection back (the owner's
+        thread, before anything that needs SQLite and cannot wait for the loop's callback)."""
+        checkpoints = self.checkpoints
+        if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
+            return
+        checkpoints.thread.done.wait()
+        self._pass_ended()
+
+    def _pass_ended(self) -> None:
+        """On the owner's thread, once the pass ended (at most once a pass): what the journal
+        held meanwhile goes to SQLite's transaction, in order, and those waiting to commit
+        resume. Writing it failing is the journal's :attr:`~SqliteJournal.lost`: its next
+        commit fails and nothing it held is sent."""
+        checkpoints = self.checkpoints
+        if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
+            return
+        checkpoints.ended(checkpoints.thread.took_s, checkpoints.thread.error)
+        journal = self.journal
+        held, journal.held = journal.held, None
+        if held:
+            cur = self._cur
+            try:
+                if not self._conn.in_transaction:
+                    cur.execute("BEGIN")
+                for sql, params in held:
+                    cur.execute(sql, params)
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    cur.execute("ROLLBACK")
+                journal.lost = str(exc)
+        journal.resumed()
 
     def backup(self, dest: str | Path) -> int:
         """A consistent copy of the whole store at ``dest`` (a new file), made with SQLite's
@@ -278,7 +355,9 @@ class Store(StoreQueries):
     def commit(self) -> None:
         """Commit what the journal and :meth:`record_request` appended (the group commit). A
         failure rolls all of it back, and the journal's own next commit fails too
-        (:attr:`SqliteJournal.lost`): the driver then sends none of the answers it held."""
+        (:attr:`SqliteJournal.lost`): the driver then sends none of the answers it held.
+        Waits for a checkpoint pass in progress."""
+        self._settle()
         if self._conn.in_transaction:
             try:
                 self._cur.execute("COMMIT")
@@ -291,6 +370,7 @@ class Store(StoreQueries):
     def _fresh(self) -> None:
         """The writer's own reads (status windows, exports) see everything it journaled."""
         if self._writer:
+            self._settle()
             self.project()
 
     def unprojected(self) -> int:
@@ -308,6 +388,8 @@ class Store(StoreQueries):
         a new entry: the ticker calls this 50 times a second, and a caught-up projection's
         transaction (locks, reads, commit) cost ~120 µs of the event loop each time (median, timed
         in the idle bot), ~8 µs for the call now."""
+        if self.journal.held is not None:
+            return 0  # a checkpoint pass has the connection (its thread): at a next tick
         self.commit()
         appended = self.journal.appended
         if self._projected_at == appended:
@@ -333,7 +415,10 @@ class Store(StoreQueries):
         """Delete what the store may forget that is older than ``before``
         (:mod:`solver.io.store.retention`: quotes never traded, journal entries the desk no
         longer needs, old balance snapshots and request samples), after committing what was
-        appended; ``budget_s``: at most about this long. Writer only."""
+        appended; ``budget_s``: at most about this long. Writer only. Nothing (not done)
+        while a checkpoint pass has the connection: the next tick goes on."""
+        if self.journal.held is not None:
+            return Pruned()
         self.commit()
         return self._pruner.prune(self._conn, before, budget_s=budget_s)
 
@@ -367,6 +452,10 @@ class Store(StoreQueries):
         r = request
         row = (ts(at), r.quote_id, r.asset_in, r.asset_out, r.exact_in, str(r.amount),
                r.min_deadline_ms, r.partner_id, outcome, reason)  # fmt: skip
+        held = self.journal.held
+        if held is not None:  # a checkpoint pass has the connection: written after it
+            held.append((INSERT_REQUEST, row))
+            return True
         try:  # in the journal's open transaction: committed with the next group commit
             if not self._conn.in_transaction:
                 self._cur.execute("BEGIN")

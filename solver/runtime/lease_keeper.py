@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -76,7 +77,7 @@ class LeaseKeeper:
         lease = self.lease
         return {
             "role": lease.role,
-            "since": lease.role_since,
+            "since": datetime.fromtimestamp(lease.role_since, UTC).isoformat(),
             "epoch": lease.epoch,
             "holder": lease.holder,
             "lease_s": lease.duration_s,

@@ -71,11 +71,16 @@ class Cluster:
             conn.execute(f'CREATE DATABASE "{name}"')
         return name
 
-    def terminate(self, database: str) -> int:
-        """``pg_terminate_backend`` of every connection to ``database``; how many."""
+    def terminate(self, database: str, pid: int | None = None) -> int:
+        """``pg_terminate_backend`` of the connections to ``database`` (only those of the bot
+        process ``pid``, by the name each store connection carries); how many."""
         sql = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
+        params: tuple[object, ...] = (database,)
+        if pid is not None:
+            sql += " AND application_name LIKE %s"
+            params = (database, f"solver %:{pid}:%")
         with self.admin() as conn:
-            return len(conn.execute(sql, (database,)).fetchall())
+            return len(conn.execute(sql, params).fetchall())
 
 
 def _as_owner(argv: list[str]) -> list[str]:

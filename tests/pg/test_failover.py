@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from tests.app.harness import eventually, running_sandbox
+from tests.app.store_children import solver
 from tests.pg.cluster import Cluster
 from tests.pg.two_instances import EXIT_FENCED, LEASE_S, Asker, two_instances
 
@@ -38,6 +39,10 @@ async def test_sigterm_hands_over_and_kill_9_fails_over_within_the_lease(
             code, status = await pair.control("b", "/control/status")
             assert code == 200 and status["state"] == "STANDBY", status
             assert status["lease"]["role"] == "standby" and status["lease"]["held_by"]["live"]
+            code, out = await solver(
+                pair.env, tmp_path, "status", "--config", str(pair.configs["b"])
+            )
+            assert code == 0 and "STANDBY" in out and "lease held by" in out, out
             # A clean stop releases the lease: the standby takes over without waiting for it
             # to expire, and the stopped instance, started again, stands by.
             a.process.send_signal(signal.SIGTERM)
@@ -88,9 +93,9 @@ async def test_a_stopped_active_resumes_fenced_and_a_cut_connection_is_made_agai
         asker.start()
         try:
             await asker.offer_after(0, "a first offer", 20)
-            # Every connection to the journal cut: both instances connect again at their next
-            # use, and the active keeps its lease (it is in the database, not the connection).
-            assert pg_cluster.terminate(database) >= 2
+            # The active's connections cut: it connects again at its next use, and keeps its
+            # lease (it is in the database, not the connection).
+            assert pg_cluster.terminate(database, pid=a.process.pid) >= 2  # journal, projection
             cut = time.monotonic()
             await asker.offer_after(cut + 0.5, "a to quote after the cut", LEASE_S + 5)
             assert a.process.returncode is None, a.output()
@@ -104,6 +109,7 @@ async def test_a_stopped_active_resumes_fenced_and_a_cut_connection_is_made_agai
             code = await asyncio.wait_for(a.process.wait(), 20)
             assert code == EXIT_FENCED, a.output()
             assert "fenced out of the lease" in a.output()
+            assert "ALERT: lease_lost" in a.output()
             await asker.offer_after(time.monotonic(), "b to go on quoting", 10)
         finally:
             await asker.stop()

@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import chaos, quote_path, replay, sandbox_load, soak
+from benchmarks import chaos, failover, quote_path, replay, sandbox_load, soak
 from benchmarks.common import RESULTS_DIR, Progress, wait_for_quiet
 
 NAMES = ("quote_path", "sandbox_load", "replay")  # the default set (make bench)
-OPT_IN = ("soak", "chaos")  # long: only with --only
+OPT_IN = ("soak", "chaos", "failover")  # long, or needing PostgreSQL: only with --only
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -155,6 +155,10 @@ async def main_async(args: argparse.Namespace) -> int:
                     seconds=args.chaos_seconds,
                     command=command,
                     quiet=quiet,
+                )
+            elif name == "failover":
+                result = await failover.run(
+                    args.results, quick=args.quick, command=command, quiet=quiet
                 )
             elif name == "replay":
                 result = await replay.run(

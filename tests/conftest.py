@@ -5,6 +5,8 @@ from __future__ import annotations
 from tests.app.browser import SKIP_REASON, chromium_path
 from tests.signer.helpers import TOKEN_SKIP_REASON, softhsm_module
 
+pytest_plugins = ("tests.pg.fixtures",)  # pg_cluster, pg_url, store_overrides
+
 
 def pytest_report_header() -> list[str]:
     """Say up front whether the status page is tested in a real browser and the signer with a

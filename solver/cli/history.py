@@ -34,6 +34,7 @@ from rich.table import Table
 
 from solver.cli import EXIT_OK, print_json
 from solver.cli.store_access import add_store_arguments, open_or_bot, register_backup, target
+from solver.cli.store_copy import register_copy
 from solver.config import TokenSpec
 from solver.core.lifecycle import TrackedQuote
 from solver.errors import ConfigError
@@ -109,6 +110,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
     export.set_defaults(handler=cmd_export)
     register_backup(commands)
+    register_copy(commands)
 
 
 def _positive_int(text: str) -> int:

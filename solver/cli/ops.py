@@ -249,6 +249,13 @@ def status_table(doc: Mapping[str, Any], url: str, config: BotConfig | None = No
     for scope, reason in sorted(paused.items()):
         if scope != "*":
             row("  paused", f"{names.scope(scope)}: {reason}")
+    lease = doc.get("lease")
+    if isinstance(lease, Mapping):  # PostgreSQL: which instance of the account this is
+        since, epoch = lease.get("since"), lease.get("epoch")
+        row("role", f"{lease.get('role')} since {since}, epoch {epoch}", "lease")
+        held = lease.get("held_by")
+        if isinstance(held, Mapping) and held.get("holder"):
+            table.add_row("  lease held by", f"{held['holder']} (epoch {held.get('epoch')})")
     if "open_quotes" in doc:
         row("open quotes", str(doc["open_quotes"]), "open_quotes")
     if "open_exposure_usd" in doc:

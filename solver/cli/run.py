@@ -60,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_bot(args: argparse.Namespace) -> int:
     from solver.runtime.bot import LiveBot
+    from solver.runtime.lease_keeper import EXIT_FENCED
 
     overrides = overrides_of(args)
     config = load_bot_config(args.config, overrides=overrides or None)
@@ -72,7 +73,7 @@ def run_bot(args: argparse.Namespace) -> int:
     if args.shutdown_wait < 0:
         raise ConfigError("--shutdown-wait must be >= 0")
 
-    async def main() -> None:
+    async def main() -> bool:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -88,8 +89,10 @@ def run_bot(args: argparse.Namespace) -> int:
             describe_overrides(overrides),
         )
         await bot.run(stop, grace_s=args.shutdown_wait)
+        return bot.fenced
 
-    run_service(main())
+    if run_service(main()):
+        return EXIT_FENCED  # the lease was lost: docs/operations.md, "Two instances"
     return 0
 
 

@@ -26,6 +26,7 @@ from solver.config import TokenSpec, load_bot_config
 from solver.errors import ConfigError
 from solver.io.control import DEFAULT_TOKEN_ENV, parse_listen, url_host
 from solver.io.store.owner import StoreBusyError
+from solver.io.store.pg.store import PgStore
 from solver.io.store.sqlite_store import Store
 
 READER_WAIT_MS = 250
@@ -40,6 +41,11 @@ class StoreTarget:
     tokens: dict[str, TokenSpec]
     pairs: list[tuple[str, str]]
     listen: str | None
+    url: str | None = None
+    """``storage.url``: the store is PostgreSQL, read directly whoever runs (no lock to ask
+    around: the instances share it)."""
+    password_env: str | None = None
+    account: str = ""
 
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,19 +69,29 @@ def target(args: argparse.Namespace) -> StoreTarget:
     pairs: list[tuple[str, str]] = []
     listen: str | None = None
     path: Path | None = Path(args.db) if args.db else None
+    url: str | None = None
+    password_env: str | None = None
+    account = ""
     if args.config:
         config = load_bot_config(args.config)  # validates the file; the key is not loaded
         tokens = dict(config.tokens)
         pairs = [(p.base, p.quote) for p in config.pairs]
         path = path or config.storage.path
         listen = config.metrics.listen
+        if not args.db and config.storage.url is not None:
+            url, password_env = config.storage.url, config.storage.password_env
+            account = config.account.id
     if path is None:
         raise ConfigError("give --config FILE (its storage.path) or --db PATH")
-    return StoreTarget(path, tokens, pairs, listen)
+    return StoreTarget(path, tokens, pairs, listen, url, password_env, account)
 
 
 def open_or_bot(args: argparse.Namespace, where: StoreTarget) -> Store | ControlClient:
     """The store itself, or — when a running bot holds it — a client of that bot's API."""
+    if where.url is not None:  # PostgreSQL: read directly, a reader (no lease, no projection)
+        return PgStore(
+            where.url, password_env=where.password_env, account=where.account, writer=False
+        )
     try:
         return Store(
             where.path, create=False, checkpoint_every_s=None, busy_timeout_ms=READER_WAIT_MS

@@ -347,12 +347,46 @@ class QuoteSpec(BaseModel):
     (``price_guard``); a pair's own ``max_giveaway_bps`` overrides it."""
 
 
+def postgres_url(value: str | None) -> str | None:
+    """A ``postgresql://`` URL with no password in it: the password is a secret, and a secret
+    never lives in YAML (``storage.password_env`` names the variable that holds it)."""
+    if value is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise PydanticCustomError(
+            "storage_url", "storage.url must be a postgresql:// URL (SQLite: storage.path)"
+        )
+    if parts.password is not None:
+        raise PydanticCustomError(
+            "storage_url",
+            "storage.url must not hold a password: put it in an environment variable and "
+            "name it in storage.password_env",
+        )
+    return value
+
+
 class StorageSpec(BaseModel):
-    """The SQLite store of quotes and settlements (WAL)."""
+    """The store of quotes and settlements: SQLite (WAL, one instance), or PostgreSQL shared by
+    several instances of one account, one active under a lease (docs/operations.md, "Two
+    instances")."""
 
     model_config = STRICT
     path: Path = Path("var/solver.sqlite")
-    """Relative paths are relative to the working directory."""
+    """The SQLite store; with ``url``, where the instance keeps its local files (its alert
+    spool, ``<path>.alerts.json``), one path per instance. Relative paths are relative to the
+    working directory."""
+    url: Annotated[str | None, AfterValidator(postgres_url)] = None
+    """``postgresql://user@host:port/database``: the journal on PostgreSQL (one database per
+    account), instead of SQLite. Never with a password in it."""
+    password_env: str | None = None
+    """The environment variable holding the PostgreSQL password (none: the server's other
+    means, e.g. a Unix socket with peer authentication, or ``~/.pgpass``)."""
+    lease_s: Annotated[float, Field(ge=1, le=60, allow_inf_nan=False)] = 5.0
+    """How long the active instance's lease lasts without a refresh (refreshed every third of
+    it); a standby takes over at most about this long after the active dies."""
     sample_requests: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
     """Fraction of quote requests kept with their outcome (0: none, 1: all); sampled by id."""
     synchronous: Literal["normal", "full"] = "normal"

@@ -53,6 +53,8 @@ from solver.io.metrics import Metrics
 from solver.io.notify import Notifier
 from solver.io.paper_metrics import PaperMetrics, PaperSnapshot
 from solver.io.price_feeds import PriceFeeds
+from solver.io.store.pg.lease import FencedError
+from solver.io.store.pg.store import PgStore
 from solver.io.store.sqlite_store import Store, StoreError
 from solver.io.swap_client import SwapApiClient
 from solver.protocol.bus import QuoteStatusEvent
@@ -61,10 +63,12 @@ from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.rebalance.rebalancer import Rebalancer
 from solver.runtime.durable_alerts import DurableAlerts
 from solver.runtime.executor import Executor
+from solver.runtime.lease_keeper import LEASE_LOST, LeaseKeeper
 from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.paper import PaperBook
 from solver.runtime.ports import MessageSigner, Ports, Refresh
 from solver.runtime.signing import message_signer, quote_signer
+from solver.runtime.standby import StandbyTarget
 from solver.runtime.start_checks import KEY_NOT_REGISTERED, signing_key_problem
 from solver.runtime.upkeep import Upkeep, UpkeepPorts
 from solver.runtime.wiring import build_desk
@@ -102,21 +106,22 @@ class LiveBot:
         self._ledger_failing = False
         self.tokens = sorted(config.tokens)
         # Shadow mode signs nothing, so it writes no journal: it must never touch a live store.
-        self.store = store or (
-            Store(
-                config.storage.path,
-                sample_requests=config.storage.sample_requests,
-                synchronous=config.storage.synchronous,
-                account=config.account.id,
-            )
-            if use_store and not shadow
-            else None
-        )
+        self.store = store or (open_store(config) if use_store and not shadow else None)
+        self.fenced = False
+        """The lease was lost: the run ended at once (the CLI exits with ``EXIT_FENCED``)."""
+        self._stop_event: asyncio.Event | None = None
+        self._keeper_task: asyncio.Task[None] | None = None
         self.desk: Desk = build_desk(config, shadow=shadow)
         self.view = DeskView(self.desk)  # what everyone but the executor reads
         self.metrics = Metrics(
             pairs=[(pair.base, pair.quote) for pair in config.pairs],
             symbols={asset: token.symbol for asset, token in config.tokens.items()},
+        )
+        # PostgreSQL: one active instance per account, under a lease (lease_keeper.py).
+        self.lease_keeper = (
+            LeaseKeeper(self.store, self._lease_lost, self.metrics.registry)
+            if isinstance(self.store, PgStore)
+            else None
         )
         # Shadow mode's paper book: simulated fills, inventory and PnL apart from the real ones.
         self.paper = (
@@ -250,6 +255,16 @@ class LiveBot:
         self.rebalancer = (
             self._rebalancer(message_signer(config, key)) if config.rebalance.enabled else None
         )
+        if isinstance(self.store, PgStore) and self.lease_keeper is not None:
+            self.store.journal.on_fenced = self.lease_keeper.fenced  # type: ignore[attr-defined]
+
+    def _lease_lost(self, exc: FencedError) -> None:
+        """Fenced out: nothing more is committed, so nothing is sent (the journal refuses every
+        commit from now on); say it and end the run."""
+        self.fenced = True
+        self.notifier.notify(LEASE_LOST, f"{exc}; this instance stopped quoting and exits")
+        if self._stop_event is not None:
+            self._stop_event.set()
 
     def _signer_alert(self, kind: str, detail: str, resolved: bool) -> None:
         """The signer process went away, came back, or is too slow (an alert, logged)."""
@@ -317,6 +332,8 @@ class LiveBot:
         self.refresh_paper_metrics()
         now = self.clock()
         self.metrics.heartbeat(now.timestamp())  # SolverHeartbeatStale; shadow mode too
+        if self.lease_keeper is not None:
+            self.lease_keeper.export()
         if self.durable is not None:
             self.durable.beat(now)
 
@@ -516,6 +533,17 @@ class LiveBot:
             )
         return len(facts)
 
+    def _follow(self) -> int:
+        """A standby's desk takes what the active committed since the last call (PostgreSQL
+        only); how many facts."""
+        assert isinstance(self.store, PgStore)
+        applied = 0
+        while facts := self.store.journal.tail():  # type: ignore[attr-defined]
+            for fact in facts:
+                self.desk.apply(fact)
+            applied += len(facts)
+        return applied
+
     async def warm_up(self) -> None:
         """Fetch every cached input once before answering anything."""
         await asyncio.gather(self.refresh_salt(), self.refresh_balances(), self.refresh_fee())
@@ -534,9 +562,30 @@ class LiveBot:
         """Quote until ``stop`` is set, then stop quoting and return (``grace_s``: first let
         open quotes settle for at most that long; the journal makes it unnecessary)."""
         self.notifier.start()  # alerts raised from here on are delivered
+        self._stop_event = stop
+        keeper = self.lease_keeper
+        if keeper is not None:  # a standby until the lease is ours: no bus, nothing decided
+            self.recover()  # the desk as the journal has it now, then followed (lease_keeper)
+            standby = await self._serve_standby(keeper)
+            try:
+                taken = await keeper.take(stop, self._follow)
+            finally:
+                if standby is not None:  # the active's own control API takes the address
+                    await standby.stop()
+            if not taken:
+                await self._stop_standby()
+                return
+            self._keeper_task = asyncio.create_task(keeper.run(stop))
+            log.warning(
+                "active for %s (epoch %s): the desk holds %d open quotes from the journal",
+                self.account,
+                keeper.lease.epoch,
+                len(self.view.open_quotes),
+            )
         if self.durable is not None:
             self.durable.start(self.clock())  # the previous run's incidents, before any new
-        self.recover()
+        if keeper is None:
+            self.recover()
         if self.shadow:
             log.warning(
                 "SHADOW mode: quotes are decided but never signed or sent; a paper book "
@@ -589,6 +638,21 @@ class LiveBot:
         finally:
             await self._stop(inner, tasks)
 
+    async def _serve_standby(self, keeper: LeaseKeeper) -> ControlServer | None:
+        """A standby's metrics, health (503) and status on ``metrics.listen`` (standby.py)."""
+        if not self.config.metrics.listen:
+            return None
+        app = create_control_app(StandbyTarget(keeper, self.view), self.metrics)
+        return await serve_control(app, self.config.metrics.listen)
+
+    async def _stop_standby(self) -> None:
+        """Stopped before the lease was ours: nothing was started but the store and alerts."""
+        await self.http.aclose()
+        if self.store is not None:
+            self.store.close()
+        await self.notifier.aclose(NOTIFIER_CLOSE_S)
+        log.info("stopped as a standby")
+
     async def _check_signing_key(self) -> None:
         """Refuse to start when the account does not hold the key (start_checks.py): the
         alert is delivered (within NOTIFIER_CLOSE_S), what was opened is closed, and the
@@ -636,6 +700,10 @@ class LiveBot:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, SolverError, TimeoutError):
                 await asyncio.wait_for(task, 3)
+        if self._keeper_task is not None:  # refreshing until the last commit is made
+            self._keeper_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper_task
         # Reads in flight (polls, checks, refreshes) are cut short: the journal keeps what is
         # open, and the next start asks again.
         with contextlib.suppress(TimeoutError):
@@ -649,11 +717,31 @@ class LiveBot:
             await self.control.stop()
         if self.store is not None:
             self.upkeep.close(self.clock())
-            self.store.close()
+            self.store.close()  # PostgreSQL: the lease is released last, for a standby
         await self.notifier.aclose(NOTIFIER_CLOSE_S)
         if self.durable is not None:
             self.durable.stop()  # what was not delivered stays in the spool, untold
         log.info("stopped: %s", self.summary())
+
+
+def open_store(config: BotConfig) -> Store:
+    """The store the config names: PostgreSQL (``storage.url``) or SQLite (the default)."""
+    spec = config.storage
+    if spec.url is not None:
+        return PgStore(
+            spec.url,
+            password_env=spec.password_env,
+            account=config.account.id,
+            lease_s=spec.lease_s,
+            local_path=spec.path,
+            sample_requests=spec.sample_requests,
+        )
+    return Store(
+        spec.path,
+        sample_requests=spec.sample_requests,
+        synchronous=spec.synchronous,
+        account=config.account.id,
+    )
 
 
 def _coro(fn: Callable[..., object]) -> Callable[..., Awaitable[None]]:

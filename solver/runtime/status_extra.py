@@ -28,7 +28,7 @@ status from a desk, a config and a store without starting a bot.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from solver.errors import SolverError
@@ -76,6 +76,18 @@ def status_extra(sources: StatusSources) -> dict[str, Any]:
         "symbols": {a: t.symbol for a, t in tokens.items()},
     }
     if sources.store is not None:
+        from solver.io.store.pg.store import PgStore  # a store by backend, not a port's concern
+
+        if isinstance(sources.store, PgStore):  # several instances: which one is this
+            lease = sources.store.lease
+            doc["lease"] = {
+                "role": lease.role,
+                "since": datetime.fromtimestamp(lease.role_since, UTC).isoformat(),
+                "epoch": lease.epoch,
+                "holder": lease.holder,
+                "lease_s": lease.duration_s,
+                "store": sources.store.shown,
+            }
         try:
             doc["recent_fills"] = recent_fills(sources.store)
         except SolverError as exc:

@@ -164,7 +164,11 @@ async def status(http: httpx.AsyncClient, base: str) -> dict[str, Any]:
     return doc
 
 
-async def test_kill_9_keeps_pauses_pnl_baseline_and_open_quotes(tmp_path: Path) -> None:
+async def test_kill_9_keeps_pauses_pnl_baseline_and_open_quotes(
+    tmp_path: Path, store_overrides: dict[str, Any]
+) -> None:
+    """On SQLite and on PostgreSQL (where the restart first waits for its own dead run's lease
+    to expire, as a standby would)."""
     async with running_sandbox(tmp_path) as sandbox:
         key = SecretKey.generate()
         account = key.public_key.implicit_account_id()
@@ -178,6 +182,7 @@ async def test_kill_9_keeps_pauses_pnl_baseline_and_open_quotes(tmp_path: Path) 
             "risk.max_daily_loss_usd": 1000.0,
             "risk.max_drawdown_usd": 100_000.0,
             "log.level": "INFO",
+            **store_overrides,
         }
         config = write_config(tmp_path / "bot.yaml", overrides)
         env = {**os.environ, KEY_ENV: key.to_text(), "SOLVER_CONTROL_TOKEN": TOKEN}
@@ -206,6 +211,8 @@ async def test_kill_9_keeps_pauses_pnl_baseline_and_open_quotes(tmp_path: Path) 
                 assert after["state"] == "PAUSED"
                 assert after["open_quotes"] == before["open_quotes"] == 1
                 assert after["reserved"] == before["reserved"]
+                if store_overrides:  # PostgreSQL: the new run holds the next epoch of the lease
+                    assert (after["lease"]["role"], after["lease"]["epoch"]) == ("active", 2)
                 # The PnL baseline survived: the loss is still a loss (a new baseline says 0).
                 await eventually_async(
                     lambda: _pnl_below(http, base, -1_900.0), "the marked PnL after restart"

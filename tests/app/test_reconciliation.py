@@ -91,8 +91,10 @@ async def fresh_snapshot(bot: LiveBot) -> None:
     )
 
 
-async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(tmp_path: Path) -> None:
-    async with live_bot(tmp_path) as bot:
+async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(
+    tmp_path: Path, store_overrides: dict[str, Any]
+) -> None:
+    async with live_bot(tmp_path, overrides=store_overrides) as bot:
         app, store = bot.app, store_of(bot)
         user = bot.new_user({NEAR: 10 * E24})
         offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24)
@@ -144,14 +146,16 @@ async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(tmp_path: Path)
         assert app.desk.inventory.reserved == {} and store.open_alerts() == []
 
 
-async def test_a_quote_whose_execution_fails_is_lost_and_released(tmp_path: Path) -> None:
+async def test_a_quote_whose_execution_fails_is_lost_and_released(
+    tmp_path: Path, store_overrides: dict[str, Any]
+) -> None:
     """The user's funds vanish between publish and execution: the batch fails on the ledger.
     The relay notifies a solver only of an executed quote (protocol-notes 6; the sandbox's
     order since issue 23), so the bot hears nothing: the quote stays open until its deadline,
     then is LOST and its reservation released; nothing moved, and the balances reconcile."""
     async with live_bot(
         tmp_path,
-        overrides={"quote.deadline_margin_ms": 300},
+        overrides={**store_overrides, "quote.deadline_margin_ms": 300},
         sandbox_bus={"settlement_delay_ms": 1000},
     ) as bot:
         app, ledger = bot.app, bot.sandbox.ledger
@@ -188,11 +192,16 @@ async def test_a_quote_whose_execution_fails_is_lost_and_released(tmp_path: Path
         assert store_of(bot).open_alerts() == []
 
 
-async def test_a_quote_nobody_uses_is_lost_after_its_deadline(tmp_path: Path) -> None:
+async def test_a_quote_nobody_uses_is_lost_after_its_deadline(
+    tmp_path: Path, store_overrides: dict[str, Any]
+) -> None:
     """``min_deadline_ms`` 1000 plus a 300 ms margin: the quote runs out while the bot stayed
     connected and nobody named it, so it is LOST without asking ``is_nonce_used`` (no status
     can have been missed), and its reservation is released."""
-    async with live_bot(tmp_path, overrides={"quote.deadline_margin_ms": 300}) as bot:
+    async with live_bot(
+        tmp_path,
+        overrides={**store_overrides, "quote.deadline_margin_ms": 300},
+    ) as bot:
         app = bot.app
         free_usdc = app.desk.inventory.free(USDC)
         offer = await one_offer(bot, NEAR, USDC, exact_in=10 * E24, min_deadline_ms=1000)

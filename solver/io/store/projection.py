@@ -20,7 +20,6 @@ keeps it, and it is never lost.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from typing import Any
 
@@ -28,6 +27,7 @@ import orjson
 
 from solver.core import facts as f
 from solver.io.store.schema import (
+    DB_ERRORS,
     INSERT_QUOTE,
     INSERT_REBALANCE_STEP,
     INSERT_TRANSITION,
@@ -55,7 +55,7 @@ RESOLVE_ALERTS = "UPDATE alerts SET resolved_at = ? WHERE kind = ? AND resolved_
 BATCH = 256
 
 
-def pending(conn: sqlite3.Connection) -> int:
+def pending(conn: Any) -> int:
     """Journal entries not projected yet."""
     row = conn.execute(
         "SELECT COALESCE(MAX(seq), 0) - (SELECT seq FROM projection) FROM journal"
@@ -63,8 +63,11 @@ def pending(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-def project(conn: sqlite3.Connection, *, budget_s: float | None = None) -> int:
+def project(conn: Any, *, budget_s: float | None = None, savepoints: bool = False) -> int:
     """Project journal entries into the query tables; returns how many were projected.
+
+    ``savepoints``: every entry in its own savepoint, quotes too (PostgreSQL: one failed
+    statement aborts the whole transaction, where SQLite fails only the statement).
 
     ``budget_s``: stop after about this long (the ticker's share); None: until caught up. The
     connection must have no transaction open (the caller commits its group first)."""
@@ -77,13 +80,17 @@ def project(conn: sqlite3.Connection, *, budget_s: float | None = None) -> int:
         out_of_time = False
         try:
             cur.execute("BEGIN IMMEDIATE")
-            (seq,) = cur.execute("SELECT seq FROM projection").fetchone()
+            position = cur.execute("SELECT seq FROM projection").fetchone()
+            if position is None:  # PostgreSQL: another instance is projecting (SKIP LOCKED)
+                cur.execute("ROLLBACK")
+                return done
+            (seq,) = position
             # Entries are read one by one, not fetched by the batch: a half-millisecond slice
             # projects a dozen of them, and fetching 256 bodies to use a dozen was the
             # projection's largest cost at saturation (12 % of the loop, profiled).
             entries = conn.execute(SELECT_ENTRIES, (seq, BATCH))
             for entry_seq, kind, body in entries:
-                _project_entry(cur, entry_seq, kind, body)
+                _project_entry(cur, entry_seq, kind, body, savepoints)
                 seq = entry_seq
                 read += 1
                 if deadline is not None and time.perf_counter() > deadline:
@@ -93,7 +100,7 @@ def project(conn: sqlite3.Connection, *, budget_s: float | None = None) -> int:
             done += read
             cur.execute("UPDATE projection SET seq = ?", (seq,))
             cur.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             if conn.in_transaction:
                 cur.execute("ROLLBACK")
             raise StoreError(f"cannot project the journal: {exc}") from None
@@ -101,19 +108,19 @@ def project(conn: sqlite3.Connection, *, budget_s: float | None = None) -> int:
             return done
 
 
-def _project_entry(cur: sqlite3.Cursor, seq: int, kind: str, body: str) -> None:
+def _project_entry(cur: Any, seq: int, kind: str, body: str, savepoints: bool) -> None:
     try:
         doc = orjson.loads(body)
         fact = f.decode(kind, doc)
-        if type(fact) is f.QuoteOpened:  # one INSERT: all or nothing by itself
+        if type(fact) is f.QuoteOpened and not savepoints:  # one INSERT: all or nothing
             _apply(cur, fact, doc)
         else:
             with_savepoint(cur, lambda: _apply(cur, fact, doc))
-    except (f.FactError, orjson.JSONDecodeError, sqlite3.Error) as exc:
+    except (f.FactError, orjson.JSONDecodeError, *DB_ERRORS) as exc:  # type: ignore[misc]
         log.error("journal entry %d (%s) not projected: %s", seq, kind, exc)
 
 
-def with_savepoint(cur: sqlite3.Cursor, work: Any) -> None:
+def with_savepoint(cur: Any, work: Any) -> None:
     """``work`` all or nothing inside the batch: a failing entry leaves no half rows."""
     cur.execute("SAVEPOINT entry")
     try:
@@ -125,7 +132,7 @@ def with_savepoint(cur: sqlite3.Cursor, work: Any) -> None:
     cur.execute("RELEASE entry")
 
 
-def _apply(cur: sqlite3.Cursor, fact: f.Fact, doc: dict[str, Any]) -> None:
+def _apply(cur: Any, fact: f.Fact, doc: dict[str, Any]) -> None:
     if type(fact) is f.QuoteOpened:
         q = fact
         row = (q.quote_id, q.quote_hash, ts(q.created_at), ts(q.deadline), q.asset_in,
@@ -168,7 +175,7 @@ def _apply(cur: sqlite3.Cursor, fact: f.Fact, doc: dict[str, Any]) -> None:
             cur.execute(INSERT_REBALANCE_STEP, step)
 
 
-def _moved(cur: sqlite3.Cursor, fact: f.QuoteMoved) -> None:
+def _moved(cur: Any, fact: f.QuoteMoved) -> None:
     at = ts(fact.at)
     old = cur.execute(SELECT_STATE, (fact.quote_id,)).fetchone()
     cur.execute(

@@ -10,7 +10,6 @@ first project what it journaled (``_fresh``), so they see everything.
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, ParamSpec, TextIO, TypeVar
@@ -20,6 +19,7 @@ import orjson
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.schema import (
+    DB_ERRORS,
     REBALANCE_COLUMNS,
     SELECT_FILLS,
     SELECT_QUOTES,
@@ -56,7 +56,7 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
     def read(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreError(f"cannot read the store ({method.__name__}): {exc}") from None
 
     return read
@@ -65,7 +65,9 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
 class StoreQueries:
     """The queries of a store; :class:`~solver.io.store.sqlite_store.Store` is one."""
 
-    _conn: sqlite3.Connection
+    _conn: Any
+    """A ``sqlite3.Connection``, or :class:`solver.io.store.pg.conn.PgConn`, which takes the
+    same SQL (``?`` parameters) to PostgreSQL: one set of queries for both backends."""
 
     def _fresh(self) -> None:
         """The writer's own reads see everything it journaled (the store projects first)."""

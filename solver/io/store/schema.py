@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any, TextIO
 
 import orjson
+import psycopg
 
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.rebalance_record import FIELDS, RebalanceRecord
@@ -29,6 +30,11 @@ from solver.errors import SolverError
 
 class StoreError(SolverError):
     """The store cannot be opened or written (missing file, not a database, disk full...)."""
+
+
+DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+"""What either backend raises (SQLite, or PostgreSQL through :mod:`solver.io.store.pg`): the
+queries and the projection are shared, and translate both into :class:`StoreError`."""
 
 
 class NonceReusedError(StoreError):
@@ -317,7 +323,7 @@ def fill_row(row: tuple[Any, ...]) -> Fill:
 # ------------------------------------------------------------------------------ export
 
 
-def export_rows(conn: sqlite3.Connection, table: str, fmt: str, out: TextIO) -> int:
+def export_rows(conn: Any, table: str, fmt: str, out: TextIO) -> int:
     """Stream ``table`` to ``out`` as CSV or JSON Lines (see ``Store.export``); the row count."""
     if table not in TABLES:
         raise StoreError(f"unknown table {table!r}: one of {', '.join(TABLES)}")
@@ -344,6 +350,6 @@ def export_rows(conn: sqlite3.Connection, table: str, fmt: str, out: TextIO) -> 
     return count
 
 
-def _batches(cursor: sqlite3.Cursor, size: int = 500) -> Iterator[tuple[Any, ...]]:
+def _batches(cursor: Any, size: int = 500) -> Iterator[tuple[Any, ...]]:
     while rows := cursor.fetchmany(size):
         yield from rows

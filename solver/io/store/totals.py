@@ -9,10 +9,10 @@ reads them.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from solver.core.lifecycle import QuoteState
 
@@ -59,7 +59,7 @@ class PairTotals:
 
 
 def pair_totals(
-    conn: sqlite3.Connection,
+    conn: Any,
     since: str,
     pair: tuple[str, str] | None = None,
     decimals: Mapping[str, int] | None = None,

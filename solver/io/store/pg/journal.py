@@ -1,0 +1,254 @@
+"""The desk's journal on PostgreSQL, fenced by the lease (DESIGN "Persistence is the desk's
+journal"; the SQLite twin: :mod:`solver.io.store.journal`).
+
+:meth:`PgJournal.append` only encodes the fact and keeps it in memory: no round trip per fact.
+:meth:`PgJournal.commit` — the group commit, once per loop turn, before any answer of the turn
+leaves — writes the turn's facts in ONE statement, which is also ONE transaction::
+
+    WITH fence AS (SELECT 1 FROM lease WHERE account = .. AND holder = .. AND epoch = ..
+                   AND expires_at > now() FOR UPDATE)
+    INSERT INTO journal (at, kind, body) SELECT .. FROM fence, unnest(..) ..
+
+If this instance does not hold the lease with its epoch, unexpired, the fence has no row and
+nothing is inserted: the commit raises :class:`~solver.io.store.pg.lease.FencedError` and the
+executor sends none of the turn's answers. ``FOR UPDATE`` makes a successor's taking wait until
+the commit is over, so what the old active sent is always in the journal the successor replays.
+It is also one round trip on the event loop (~0.2 ms on loopback: docs/operations.md), which is
+why the connection is synchronous: the executor commits synchronously at the end of its turn and
+nothing of the turn may run before the commit returns anyway.
+
+Before the statement, the lease's own clock is asked (:meth:`Lease.check`): an instance past
+its deadline commits nothing, whatever the database would say.
+
+A connection that breaks (the server restarted, ``pg_terminate_backend``) is made again inside
+the commit, which then learns from the journal's last entry whether its batch landed before the
+break (under the lease nobody else writes it) and writes it only if not: no entry twice, none
+lost, and no ``store_error`` pause for a cut connection. A commit that cannot connect again
+fails as a SQLite commit does (nothing of it is written; the executor pauses quoting and
+appends the desk's facts again).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import orjson
+import psycopg
+
+from solver.core import facts as f
+from solver.io.store.journal import _at
+from solver.io.store.pg.lease import FencedError, Lease
+from solver.io.store.schema import StoreError
+
+log = logging.getLogger("solver.store")
+
+FENCED_INSERT = """
+WITH fence AS (
+    SELECT 1 FROM lease
+    WHERE account = %s AND holder = %s AND epoch = %s AND expires_at > now() FOR UPDATE
+)
+INSERT INTO journal (at, kind, body)
+SELECT v.at, v.kind, v.body
+FROM fence, unnest(%s::bigint[], %s::text[], %s::text[]) WITH ORDINALITY AS v(at, kind, body, n)
+ORDER BY v.n
+RETURNING seq
+"""
+FENCE = (
+    "SELECT 1 FROM lease WHERE account = %s AND holder = %s AND epoch = %s "
+    "AND expires_at > now() FOR UPDATE"
+)
+
+
+class PgJournal:
+    """The journal of a :class:`~solver.io.store.pg.store.PgStore` (same interface as
+    :class:`~solver.io.store.journal.SqliteJournal`)."""
+
+    def __init__(self, conn: Callable[[], psycopg.Connection], lease: Lease) -> None:
+        self._conn = conn
+        self.lease = lease
+        self.appended = 0
+        """Facts appended since this journal was opened (only grows; read by pacings)."""
+        self.committed_seq = 0
+        """The journal position of the last entry this instance committed."""
+        self.lost: str | None = None
+        self._at: list[int] = []
+        self._kind: list[str] = []
+        self._body: list[str] = []
+        self.on_fenced: Callable[[FencedError], None] | None = None
+        """Told once, when a commit finds the lease lost (the bot stops and exits)."""
+        self._fenced: FencedError | None = None
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced is not None
+
+    def append(self, fact: f.Fact) -> None:
+        if self._fenced is not None:
+            raise self._fenced
+        self._at.append(f.micros(_at(fact)))
+        self._kind.append(f.kind_of(fact))
+        self._body.append(orjson.dumps(f.encode(fact)).decode())
+        self.appended += 1
+
+    def wait_commit(self, resume: Callable[[], None]) -> bool:
+        """Never: nothing else uses this connection between two commits (the projection has
+        its own, :mod:`solver.io.store.pg.projector`), so a commit never waits for it."""
+        return False
+
+    def pending(self) -> int:
+        return len(self._at)
+
+    def commit(self) -> None:
+        """Write every appended fact, fenced; :class:`FencedError` (a
+        :class:`~solver.io.store.schema.StoreError`) if the lease is lost, :class:`StoreError`
+        if the database failed: none of them is written."""
+        if self._fenced is not None:
+            self.rollback()
+            raise self._fenced
+        if not self._at:
+            return
+        rows = (self._at, self._kind, self._body)
+        self._at, self._kind, self._body = [], [], []
+        try:
+            fence = self.lease.fence_params()
+        except FencedError as exc:
+            self._fence(exc)
+            raise
+        try:
+            seqs = self._conn().execute(FENCED_INSERT, (*fence, *rows)).fetchall()
+        except psycopg.OperationalError as exc:  # the connection broke: did the batch land?
+            seqs = self._again(fence, rows, exc)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot commit the journal: {exc}") from None
+        if not seqs:
+            try:
+                self.lease.lose("the database refused the commit's fence")
+            except FencedError as exc:
+                self._fence(exc)
+                raise
+        self.committed_seq = int(seqs[-1][0])
+
+    def _again(
+        self,
+        fence: tuple[str, str, int],
+        rows: tuple[list[int], list[str], list[str]],
+        exc: Exception,
+    ) -> list[tuple[Any, ...]]:
+        """The commit's connection broke (``pg_terminate_backend``, a server restart): connect
+        again and find out whether the batch landed before it broke. Under the lease this
+        instance is the journal's only writer, so the journal's last entry says it: still the
+        last one this instance committed, the batch did not land and is written now (fenced, as
+        ever); further on, it did. Raises :class:`StoreError` when that cannot be known."""
+        try:
+            conn = self._conn()  # a new connection (the store replaces a broken one)
+            row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
+            last = int(row[0]) if row is not None else 0
+            if last > self.committed_seq:
+                log.warning("the journal's connection broke after its commit: it landed")
+                return [(seq,) for seq in range(self.committed_seq + 1, last + 1)]
+            log.warning("the journal's connection broke (%s): committing on a new one", exc)
+            seqs: list[tuple[Any, ...]] = conn.execute(FENCED_INSERT, (*fence, *rows)).fetchall()
+        except (psycopg.Error, StoreError) as again:
+            raise StoreError(f"cannot commit the journal: {exc}; then: {again}") from None
+        return seqs
+
+    def _fence(self, exc: FencedError) -> None:
+        first = self._fenced is None
+        self._fenced = exc
+        if first:
+            log.critical("%s: nothing more is committed, sent or signed", exc)
+            if self.on_fenced is not None:
+                self.on_fenced(exc)
+
+    def rollback(self) -> None:
+        self._at, self._kind, self._body = [], [], []
+
+    # ------------------------------------------------------------------ reading
+
+    def load(self) -> tuple[dict[str, Any] | None, list[f.Fact]]:
+        """The latest desk snapshot (or None) and every fact committed after it, in order
+        (the successor calls this after taking the lease: nothing is committed after it)."""
+        conn = self._conn()
+        try:
+            row = conn.execute(
+                "SELECT seq, body FROM desk_snapshots ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            snapshot: dict[str, Any] | None = None
+            after = 0
+            if row is not None:
+                after = int(row[0])
+                snapshot = orjson.loads(row[1])
+            facts: list[f.Fact] = []
+            sql = "SELECT seq, kind, body FROM journal WHERE seq > %s ORDER BY seq"
+            last = after
+            for seq, kind, body in conn.execute(sql, (after,)):
+                try:
+                    facts.append(f.decode(kind, orjson.loads(body)))
+                except (f.FactError, orjson.JSONDecodeError) as exc:
+                    raise StoreError(
+                        f"journal entry {seq} ({kind}) cannot be read: {exc}"
+                    ) from None
+                last = int(seq)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read the journal: {exc}") from None
+        except orjson.JSONDecodeError as exc:
+            raise StoreError(
+                f"the desk snapshot at journal entry {after} is damaged: {exc}"
+            ) from None
+        self.committed_seq = last
+        return snapshot, facts
+
+    def tail(self, limit: int = 5000) -> list[f.Fact]:
+        """Facts committed since the last one :meth:`load` or this returned, in order, at most
+        ``limit`` (a standby follows the active's journal with this, so its desk is current
+        when it takes over). Raises :class:`StoreError`."""
+        sql = "SELECT seq, kind, body FROM journal WHERE seq > %s ORDER BY seq LIMIT %s"
+        facts: list[f.Fact] = []
+        try:
+            rows = self._conn().execute(sql, (self.committed_seq, limit)).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read the journal: {exc}") from None
+        for seq, kind, body in rows:
+            try:
+                facts.append(f.decode(kind, orjson.loads(body)))
+            except (f.FactError, orjson.JSONDecodeError) as exc:
+                raise StoreError(f"journal entry {seq} ({kind}) cannot be read: {exc}") from None
+            self.committed_seq = int(seq)
+        return facts
+
+    def write_snapshot(self, body: Mapping[str, Any], at: datetime) -> int:
+        """A desk snapshot covering every fact committed so far, fenced like a commit (a
+        fenced-out instance's desk is not the journal's any more)."""
+        self.commit()
+        conn = self._conn()
+        try:
+            fence = self.lease.fence_params()
+        except FencedError as exc:
+            self._fence(exc)
+            raise
+        try:
+            with conn.transaction():
+                if conn.execute(FENCE, fence).fetchone() is None:
+                    raise FencedError("the database refused the snapshot's fence")
+                seq = self.committed_seq
+                conn.execute(
+                    "INSERT INTO desk_snapshots (seq, at, body) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (seq) DO UPDATE SET at = EXCLUDED.at, body = EXCLUDED.body",
+                    (seq, f.micros(at), orjson.dumps(dict(body)).decode()),
+                )
+                conn.execute(
+                    "DELETE FROM desk_snapshots WHERE seq < (SELECT seq FROM desk_snapshots "
+                    "ORDER BY seq DESC LIMIT 1 OFFSET 1)"
+                )
+        except FencedError as exc:
+            try:
+                self.lease.lose(str(exc))
+            except FencedError as lost:
+                self._fence(lost)
+                raise
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot write the desk snapshot: {exc}") from None
+        return seq

@@ -1,0 +1,224 @@
+"""The journal and the query tables on a real PostgreSQL: the same facts in, the same desk and
+the same rows out as SQLite; and the lease's fence on every commit."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from solver.core import facts as f
+from solver.core.lifecycle import QuoteState
+from solver.io.store.migrations import SCHEMA_VERSION
+from solver.io.store.pg.conn import PgConn
+from solver.io.store.pg.lease import FencedError
+from solver.io.store.pg.store import PgStore
+from solver.io.store.projection import project
+from solver.io.store.schema import NonceReusedError, StoreError
+from tests.io.store_helpers import ACCOUNT, T0, move, opened, record, signed_quote
+from tests.io.test_journal import one_of_each_kind
+from tests.pg.cluster import PASSWORD, PASSWORD_ENV, Cluster
+
+
+def _took(store: PgStore) -> bool:
+    try:
+        return store.try_take_lease()
+    except StoreError:  # a lock timeout while the stuck session lives
+        return False
+
+
+def open_store(url: str, lease_s: float = 2.0, take: bool = True) -> PgStore:
+    store = PgStore(url, password_env=PASSWORD_ENV, account=ACCOUNT, lease_s=lease_s)
+    if take:
+        assert store.try_take_lease()
+    return store
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PgStore]:
+    s = open_store(pg_url)
+    yield s
+    s.close()
+
+
+def test_every_kind_of_fact_comes_back_in_order(store: PgStore, pg_url: str) -> None:
+    facts = one_of_each_kind()
+    for fact in facts:
+        store.journal.append(fact)
+    store.journal.commit()
+    store.close()
+    again = open_store(pg_url)
+    try:
+        assert again.journal.load() == (None, facts)
+        assert again.schema_version == SCHEMA_VERSION
+    finally:
+        again.close()
+
+
+def test_the_query_tables_and_exports_are_projected(store: PgStore) -> None:
+    a, b = signed_quote("qa"), signed_quote("qb", at=T0 + timedelta(seconds=1))
+    record(store, a, b)
+    move(store, "qa", QuoteState.WON, intent_hash="i1")
+    move(store, "qa", QuoteState.SETTLED, intent_hash="i1", tx_hash="t1",
+         fill=f.FillPrices(1.0, 2.0, 0.5))  # fmt: skip
+    store.journal.append(f.Markout("qa", 60, -0.25, T0))
+    store.journal.append(f.PauseSet("*", "daily_loss", "too much", T0))
+    store.project()
+    quotes = store.quotes_since(limit=10)
+    assert [q.quote_id for q in quotes] == ["qb", "qa"]
+    assert quotes[1].state == QuoteState.SETTLED
+    fills = store.fills_since()
+    assert [(x.quote_id, x.markouts) for x in fills] == [("qa", {"60": -0.25})]
+    assert [a.kind for a in store.open_alerts()] == ["daily_loss"]
+    assert store.signed_data("qa") == opened(a).signed_data
+    assert store.stats(3600 * 24 * 365 * 30, T0 + timedelta(days=1))["settled"] == 1
+    assert store.fill_totals(T0 - timedelta(days=1))[0][2] == 1
+    assert store.pair_totals()[0].fills == 1
+    out = io.StringIO()
+    assert store.export("quotes", "jsonl", out) == 2
+    assert store.unprojected() == 0
+
+
+def test_nonce_registers_refuse_repeats(store: PgStore) -> None:
+    prefixes = {store.claim_nonce_prefix(T0) for _ in range(3)}
+    assert store.nonce_prefixes(ACCOUNT) == prefixes
+    store.register_nonce(ACCOUNT, b"\x01" * 32, T0)
+    with pytest.raises(NonceReusedError):
+        store.register_nonce(ACCOUNT, b"\x01" * 32, T0)
+    assert store.nonce_used_before(ACCOUNT, b"\x01" * 32)
+
+
+def test_a_second_instance_stands_by_until_the_lease_is_free(store: PgStore, pg_url: str) -> None:
+    standby = open_store(pg_url, take=False)
+    try:
+        assert not standby.try_take_lease()
+        holder = standby.lease_holder()
+        assert holder is not None and holder.holder == store.lease.holder and holder.live
+        store.close()  # a clean stop releases it
+        assert standby.try_take_lease()
+        assert standby.lease.epoch == 2
+    finally:
+        standby.close()
+
+
+def test_a_commit_after_the_lease_is_taken_writes_nothing(pg_url: str) -> None:
+    old = open_store(pg_url, lease_s=1.0)
+    old.journal.append(opened(signed_quote("before")))
+    old.journal.commit()
+    time.sleep(1.1)  # expired by the database's clock: the standby takes it
+    new = open_store(pg_url, take=False)
+    try:
+        assert new.try_take_lease()
+        old.lease.valid_until = time.monotonic() + 60  # even if its own clock were wrong
+        old.journal.append(opened(signed_quote("after")))
+        with pytest.raises(FencedError):
+            old.journal.commit()
+        with pytest.raises(FencedError):  # and every later one, at once
+            old.journal.append(opened(signed_quote("later")))
+        _, facts = new.journal.load()
+        assert [x.quote_id for x in facts if isinstance(x, f.QuoteOpened)] == ["before"]
+    finally:
+        old.close()
+        new.close()
+
+
+def test_its_own_clock_stops_the_active_before_the_database_would(store: PgStore) -> None:
+    store.lease.valid_until = time.monotonic() - 0.001  # a refresh missed (SIGSTOP, a stall)
+    store.journal.append(opened(signed_quote("late")))
+    with pytest.raises(FencedError, match="not refreshed in time"):
+        store.journal.commit()
+
+
+def test_a_taking_waits_for_the_commit_in_flight_and_sees_it(pg_url: str) -> None:
+    """The fence locks the lease row: a successor's upsert waits for the old active's commit and
+    then replays it; it never takes the lease between the fence and the insert."""
+    old = open_store(pg_url, lease_s=1.0)
+    with psycopg.connect(pg_url, password=PASSWORD, autocommit=True) as admin:
+        # The old active's commit passes its fence, then its insert takes 1.5 s (a slow disk).
+        admin.execute(
+            "CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(1.5); "
+            "RETURN NEW; END $$ LANGUAGE plpgsql"
+        )
+        admin.execute("CREATE TRIGGER slow BEFORE INSERT ON journal FOR EACH ROW "
+                      "EXECUTE FUNCTION slow()")  # fmt: skip
+    old.journal.append(opened(signed_quote("in-flight")))
+    done: list[BaseException | None] = []
+
+    def commit() -> None:
+        try:
+            old.journal.commit()
+            done.append(None)
+        except BaseException as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    time.sleep(1.1)  # the lease expires by the database's clock while the insert runs
+    new = open_store(pg_url, take=False)
+    try:
+        started = time.monotonic()
+        assert new.try_take_lease()  # but the taking waits for the commit
+        thread.join(10)
+        assert done == [None]
+        assert time.monotonic() - started > 0.2
+        _, facts = new.journal.load()
+        assert [x.quote_id for x in facts if isinstance(x, f.QuoteOpened)] == ["in-flight"]
+    finally:
+        new.close()
+        old.close()
+
+
+def test_the_password_is_never_in_a_repr_or_an_error(pg_cluster: Cluster) -> None:
+    url = pg_cluster.url("postgres").replace("solver@", f"solver:{PASSWORD}@")
+    store = PgStore(url, account=ACCOUNT)
+    try:
+        assert PASSWORD not in repr(store) and PASSWORD not in store.shown
+    finally:
+        store.close()
+    bad = url.replace(f"127.0.0.1:{pg_cluster.port}", "127.0.0.1:1")
+    with pytest.raises(StoreError) as caught:
+        PgStore(bad, account=ACCOUNT)
+    assert PASSWORD not in str(caught.value)
+
+
+def test_an_instance_stopped_inside_a_transaction_blocks_nobody(pg_url: str) -> None:
+    """SIGSTOP inside a transaction (the projection's, a snapshot's) leaves its locks held: the
+    server ends that session after a second, so the lease is taken all the same; and a
+    projection never waits on the event loop for another's (it skips its turn)."""
+    old = open_store(pg_url, lease_s=1.0)
+    stuck = old._connection()
+    stuck.execute("BEGIN")
+    stuck.execute("SELECT 1 FROM lease FOR UPDATE")  # as a snapshot's fence does, then stops
+    stuck.execute("SELECT seq FROM projection FOR UPDATE")  # as the projection does
+    new = open_store(pg_url, take=False)
+    try:
+        new.journal.append(opened(signed_quote("x")))  # (not committed: no lease yet)
+        new.journal.rollback()
+        started = time.monotonic()
+        while not _took(new):
+            assert time.monotonic() - started < 5, "the stuck session still holds the lease"
+            time.sleep(0.1)
+        new.journal.append(opened(signed_quote("y")))
+        new.journal.commit()
+        t = time.monotonic()
+        new.project()
+        assert time.monotonic() - t < 0.4  # never waits for a lock on the loop
+        assert [q.quote_id for q in new.quotes_since()] == ["y"]
+        new.journal.append(opened(signed_quote("z")))
+        new.commit()
+        with psycopg.connect(pg_url, password=PASSWORD) as mine:
+            adapter = PgConn(mine)
+            with psycopg.connect(pg_url, password=PASSWORD) as other:  # another's projection
+                other.execute("SELECT seq FROM projection FOR UPDATE")
+                t = time.monotonic()
+                assert project(adapter, savepoints=True) == 0  # its turn skipped, not waited
+                assert time.monotonic() - t < 0.4
+        assert {q.quote_id for q in new.quotes_since()} == {"y", "z"}  # projected meanwhile
+    finally:
+        new.close()
+        old.close()

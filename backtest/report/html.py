@@ -1,11 +1,13 @@
 """``report.html``: one self-contained page a person reads after a replay.
 
-Sections, in order (each documented in ``docs/backtest.md``, "The report"): a banner when the
-kill switch halted the replay; what ran (strategies, parameters, digests, settings); the
-headline figures; PnL and inventory over time; PnL against the hold benchmark; per pair;
-statistics with their sample sizes; breakdowns per hour, day and week;
-markouts; win rates by edge and size; inventory; outcomes (lost, skipped, refused) and skips
-over time; latency; and every figure of ``summary.json``.
+Sections, in order (each documented in ``docs/backtest.md``, "The report"): a banner for what
+a reader must know before trusting the figures (:mod:`backtest.report.trust`: data that did not
+all arrive, fills from unobserved competition); a banner when the kill switch halted the
+replay; what ran (strategies, parameters, digests, settings); the headline figures; PnL and
+inventory over time; PnL against the hold benchmark; per pair; statistics with their sample
+sizes; breakdowns per hour, day and week; markouts; win rates by edge and size; inventory;
+outcomes (lost, skipped, refused) and skips over time; latency; and every figure of
+``summary.json``.
 
 Amounts a person reads are in whole units with the token's symbol (:mod:`backtest.units`);
 ``summary.json`` keeps the smallest units. Plots are PNGs embedded as base64, so the file can be
@@ -22,7 +24,7 @@ from typing import Any
 
 from backtest.engine import ReplayResult
 from backtest.measure.measurements import HORIZONS_S
-from backtest.report import plots
+from backtest.report import plots, trust
 from backtest.report.tables import halted_note
 from backtest.units import format_whole
 
@@ -50,6 +52,7 @@ th, td { text-align: left; padding: 0.2em 0.7em; border-bottom: 1px solid #ddd;
   vertical-align: top; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 th { font-weight: 600; white-space: nowrap; background: #f6f6f6; }
+.warning { border: 2px solid #b60; background: #fff4e0; padding: 0.6em 1em; margin: 1em 0; }
 .halted { border: 2px solid #b00; background: #fee; padding: 0.6em 1em; margin: 1em 0; }
 .note { color: #555; font-size: 0.88em; }
 img { max-width: 100%; }
@@ -240,6 +243,10 @@ def render_html(
         f"<h1>{_e(title)}</h1>",
         _note(f"Stream time {span}; fill model {figures['fill_model']}, seed {figures['seed']}."),
     ]
+    for message in trust.warnings(figures):
+        parts.append(
+            f'<div class="warning"><strong>Before trusting this:</strong> {_e(message)}</div>'
+        )
     note = halted_note(figures)
     halted_at = None
     if note is not None:

@@ -82,6 +82,10 @@ class StreamStats:
     malformed: list[tuple[int, str]] = field(default_factory=list)
     """(line number, reason) of the first :data:`MAX_MALFORMED_KEPT` malformed lines."""
     malformed_total: int = 0
+    truncated: str | None = None
+    """Why the stream ended early, or None: a gzip part cut short, or a last line cut short
+    (no line end, and not an event). Reading keeps what came before; ``solver backtest run``
+    exits with its own code unless ``--allow-truncated`` (docs/backtest.md)."""
 
     @property
     def total_events(self) -> int:
@@ -96,6 +100,7 @@ class StreamStats:
             "blank_lines": self.blank_lines,
             "malformed_total": self.malformed_total,
             "malformed": [list(item) for item in self.malformed],
+            "truncated": self.truncated,
         }
 
 
@@ -294,6 +299,8 @@ class StreamReader(Iterator[StreamEvent]):
                             raise Malformed(f"{kind}: data must be an object")
                         event = parser(self, ts, data, obj)
                     except Malformed as bad:
+                        if line[-1:] != b"\n":  # the last line, cut short mid-write
+                            self._truncated(number, f"the last line ({number}) is cut short")
                         self._malformed(number, bad)
                         continue
                     events[kind] = events.get(kind, 0) + 1
@@ -302,6 +309,7 @@ class StreamReader(Iterator[StreamEvent]):
             except EOFError:
                 # A gzip part cut short (a recorder killed mid-write): keep what was read.
                 self._number = number
+                self._truncated(number, f"the gzip stream is cut short after line {number}")
                 self._malformed(number + 1, Malformed("truncated gzip stream: the file ends here"))
             except (OSError, gzip.BadGzipFile, zlib.error) as exc:
                 path = self._current
@@ -324,6 +332,12 @@ class StreamReader(Iterator[StreamEvent]):
         if len(stats.malformed) < MAX_MALFORMED_KEPT:
             reason = f"{self._current}: {bad}" if self._prefix else str(bad)
             stats.malformed.append((number, reason))
+
+    def _truncated(self, number: int, why: str) -> None:
+        stats = self.stats
+        if stats.truncated is None:
+            where = f"{self._current}: " if self._prefix else ""
+            stats.truncated = f"{where}{why}"
 
     def _unsorted(self, number: int, ts: datetime, last: datetime) -> None:
         path = self._current

@@ -83,6 +83,7 @@ from backtest.stream.events import (
     StatusEvent,
     StreamEvent,
 )
+from backtest.unobserved import Coverage, require_competition
 from solver.config import BotConfig
 from solver.core import facts as f
 from solver.core.actions import Alert, PauseChanged, SignAndSend
@@ -132,6 +133,9 @@ class ReplayResult:
     open_at_end: int
     """Quotes the desk still held open when the replay ended (deadline not passed yet)."""
     halted: dict[str, str] | None
+    coverage: Coverage
+    """How much competition was observed, what the fills rest on (:mod:`backtest.unobserved`)."""
+    header: Header | None = None
 
 
 class Replay:
@@ -142,11 +146,12 @@ class Replay:
         *,
         on_fill: Callable[[FillRecord], None] | None = None,
         progress: Callable[[Progress], None] | None = None,
-        observe: Callable[[float, bool], None] | None = None,
+        observe: Callable[[float, str | None, bool], None] | None = None,
     ) -> None:
         """``on_fill`` gets every fill once its markouts are known (``fills.csv``);
-        ``progress`` is called every :data:`PROGRESS_EVERY` events; ``observe`` gets the edge and
-        the fill model's verdict of every answer in time (calibration)."""
+        ``progress`` is called every :data:`PROGRESS_EVERY` events; ``observe`` gets the edge,
+        the fill model's verdict (None: won, else why it lost) and whether a competitor was
+        observed, for every answer in time (calibration)."""
         self.config = config
         self.settings = settings
         self.decimals = {asset: token.decimals for asset, token in config.tokens.items()}
@@ -181,6 +186,9 @@ class Replay:
             wait_ms=float(config.bus.wait_ms),
             settlement_delay_ms=settings.settlement_delay_ms,
             observe=observe,
+            coverage=Coverage(
+                settings.fill.unobserved.mode if settings.fill.model == "competitor" else "-"
+            ),
         )
         self.now = EPOCH
         """The simulated clock: the time of the work being done (a request as it reaches the
@@ -220,6 +228,7 @@ class Replay:
         self._clock_us = -(2**62)
         self.halted: dict[str, str] | None = None
         self._started = False
+        self._header: Header | None = None
         self._handlers: dict[type, Callable[[Any, int], None]] = {
             RequestEvent: self._on_request,
             PriceEvent: self._on_price,
@@ -310,6 +319,9 @@ class Replay:
             raise RuntimeError("a Replay runs once: make a new one for another run")
         self._started = True
         self._check_header(header)
+        if self.settings.fill.model == "competitor":
+            require_competition(header, self.settings.fill.unobserved, f"stream {header.source!r}")
+        self._header = header
 
     def _setup(self, start_at: datetime, first_prices: dict[str, float]) -> dict[str, int]:
         """Fund the ledger; tell the desk the fee, salt, static prices and first balances; the
@@ -350,6 +362,8 @@ class Replay:
             self.settler.balances(self.tokens),
             len(self.desk.book.quotes),
             self.halted,
+            self.relay.coverage,
+            self._header,
         )
 
     def _counts(self) -> None:

@@ -74,6 +74,31 @@ class TakerSpec(BaseModel):
     """No user accepts an answer worse than this, whatever the draw."""
 
 
+class CompetitionPrior(BaseModel):
+    """The competition assumed where none was observed at all: the best competitor's edge
+    against the reference, bps given to the user (negative: it charges), normal."""
+
+    model_config = _STRICT
+    edge_bps: Annotated[float, Field(ge=-1_000, le=1_000, allow_inf_nan=False)]
+    sd_bps: Annotated[float, Field(gt=0, le=1_000, allow_inf_nan=False)]
+
+
+class UnobservedSpec(BaseModel):
+    """Requests without an observed competitor (:mod:`backtest.unobserved`), ``competitor``
+    model only. ``model`` (default): race a competitor drawn from the ones observed (per pair,
+    size and time of day), or from ``prior`` before any was observed; ``exclude``: never filled
+    (lost ``unobserved``); ``uncontested``: won whenever the taker accepts (the assumption that
+    nobody else answered: an upper bound, and the sandbox's parity test)."""
+
+    model_config = _STRICT
+    mode: Literal["model", "exclude", "uncontested"] = "model"
+    prior: CompetitionPrior | None = None
+    min_observed: Annotated[int, Field(ge=1, le=1_000_000)] = 20
+    """Observations a bucket needs before its competitors are drawn from (else a coarser one)."""
+    window: Annotated[int, Field(ge=1, le=1_000_000)] = 500
+    """The most recent observed competitors kept per bucket: the model follows the market."""
+
+
 class FillSpec(BaseModel):
     """Which quotes win (see :mod:`backtest.fills`); ``a`` and ``b`` are the logistic's, and
     ``taker`` the limit every model applies first."""
@@ -84,7 +109,13 @@ class FillSpec(BaseModel):
     """Log-odds of winning at zero edge."""
     b: Annotated[float, Field(allow_inf_nan=False)] = 0.05
     """Change of the log-odds per basis point of edge given to the user."""
+    fitted: Literal["competition", "joint"] = "competition"
+    """What ``a`` and ``b`` describe (``logistic``): ``competition``, beating the competitor
+    (the taker is applied first, then the curve); ``joint``, the user taking the answer at all
+    (fitted from a store, where refusals and lost races look alike: the taker is already in the
+    curve and is not applied again)."""
     taker: TakerSpec = Field(default_factory=TakerSpec)
+    unobserved: UnobservedSpec = Field(default_factory=UnobservedSpec)
 
 
 class BacktestSettings(BaseModel):

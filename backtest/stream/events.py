@@ -36,6 +36,11 @@ class Header:
     created: datetime
     source: str
     tokens: dict[str, TokenInfo]
+    competitor_share: float | None = None
+    """How competition was observed: the share of requests whose best competing answer the
+    source asked for (the recorder's ``--competitor-share``, 0 without ``--competitors``;
+    synth's ``competitor_share``); None when the source did not say. A replay computes the
+    coverage it actually got, per pair; this says whether any was sought (issue 25)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,7 +166,10 @@ def _parse_header(line: bytes, path: str) -> Header:
         if type(decimals) is not int or not 0 <= decimals <= 38:
             raise fail(f"header tokens.{asset}.decimals must be an integer 0..38")
         tokens[asset] = TokenInfo(symbol, decimals)
-    return Header(created=created, source=source, tokens=tokens)
+    share = obj.get("competitor_share")
+    if share is not None and (type(share) not in (int, float) or not 0 <= share <= 1):
+        raise fail("header competitor_share must be a number 0..1 (or absent)")
+    return Header(created, source, tokens, None if share is None else float(share))
 
 
 class StreamReader(Iterator[StreamEvent]):
@@ -473,7 +476,7 @@ def _merge_headers(headers: Sequence[Header], paths: Sequence[Path]) -> Header:
                     path=str(path),
                     line=1,
                 )
-    return Header(created=first.created, source=first.source, tokens=tokens)
+    return Header(first.created, first.source, tokens, first.competitor_share)
 
 
 def read_stream(path: PathLike | Sequence[PathLike], *, strict: bool = False) -> StreamReader:

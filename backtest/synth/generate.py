@@ -121,8 +121,15 @@ def _has_weight(item: str) -> bool:
     return "/" not in tail and tail.replace(".", "", 1).strip().isdigit()
 
 
-def header_for(tokens: Mapping[str, TokenSpec], *, start: datetime, source: str) -> Header:
+def header_for(
+    tokens: Mapping[str, TokenSpec],
+    *,
+    start: datetime,
+    source: str,
+    competitor_share: float | None = None,
+) -> Header:
     return Header(
+        competitor_share=competitor_share,
         created=start,
         source=source,
         tokens={
@@ -305,7 +312,10 @@ def synthesize(
     )
     if source is None:
         source = f"synth seed={seed} rate={params.rate_per_s:g}/s duration={duration_s:g}s"
-    with StreamWriter(out, header_for(tokens, start=start, source=source)) as writer:
+    with StreamWriter(
+        out,
+        header_for(tokens, start=start, source=source, competitor_share=params.competitor_share),
+    ) as writer:
         writer.write_all(events)
     summary.bytes = writer.bytes_written
     return summary

@@ -70,8 +70,12 @@ def test_write_fit_gives_a_backtest_config(tmp_path: Path) -> None:
         path = write_fit(tmp_path / name, fit, "a\nstore")
         loaded = load_settings(path)
         assert (loaded.fill.model, loaded.fill.a, loaded.fill.b) == ("logistic", 0.25, 0.07)
-    assert json.loads((tmp_path / "fit.json").read_text()) == fit.settings()
-    assert yaml.safe_load((tmp_path / "fit.yaml").read_text()) == fit.settings()
+    written = {"fill": {**fit.settings()["fill"], "fitted": "competition"}}
+    assert json.loads((tmp_path / "fit.json").read_text()) == written
+    assert yaml.safe_load((tmp_path / "fit.yaml").read_text()) == written
+    joint = write_fit(tmp_path / "joint.yaml", fit, "a store", "joint")
+    assert load_settings(joint).fill.fitted == "joint"  # the taker is in the curve already
+    assert "fitted: joint" in joint.read_text()
 
 
 # ------------------------------------------------------------------------------ store

@@ -20,7 +20,7 @@ from backtest.fills import (
     make_fill_model,
     seeded,
 )
-from backtest.settings import FillSpec, LatencySpec, TakerSpec, load_settings
+from backtest.settings import FillSpec, LatencySpec, TakerSpec, UnobservedSpec, load_settings
 from backtest.takers import TakerModel
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
@@ -50,7 +50,7 @@ def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
         (True, 1000, 100, 99, True),  # exact-in: more out than the best competitor
         (True, 1000, 100, 100, False),  # a tie is not better for the user
         (True, 1000, 100, 101, False),
-        (True, 1000, 100, None, True),  # nobody else answered
+        (True, 1000, 100, None, True),  # unobserved, uncontested: the upper bound
         (False, 100, 1000, 101, True),  # exact-out: less in than the best competitor
         (False, 100, 1000, 100, False),
         (False, 100, 1000, 99, False),
@@ -60,7 +60,9 @@ def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
 def test_competitor_model(
     exact_in: bool, amount_in: int, amount_out: int, best: int | None, wins: bool
 ) -> None:
-    verdict = CompetitorFill(WIDE).decide(quote(exact_in, amount_in, amount_out), best, -20.0)
+    uncontested = UnobservedSpec(mode="uncontested")
+    model = CompetitorFill(WIDE, uncontested)
+    verdict = model.decide(quote(exact_in, amount_in, amount_out), best, -20.0)
     assert verdict == (None if wins else LOST_COMPETITOR)
 
 

@@ -350,10 +350,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise type(exc)(f"{exc}{where}") from None
     fit = calibration.require()
-    path = write_fit(args.out, fit, source)
+    path = write_fit(args.out, fit, source, obs.fitted)
     for message in calibration.warnings:
         warn(message)
-    report = {"out": str(path), "plot": str(plot), **calibration_summary(calibration)}
+    report = {
+        "out": str(path),
+        "plot": str(plot),
+        "fitted": obs.fitted,
+        **calibration_summary(calibration),
+    }
     report["skipped"] = dict(sorted(obs.skipped.items()))
     print_json(report)
     return EXIT_OK

@@ -205,5 +205,5 @@ def test_calibration_from_a_stream_replay(
     assert main([*argv, "--backtest-config", str(backtest), "--out", str(out)]) == 0
     line = json.loads(capsys.readouterr().out)
     assert (line["a"], line["b"]) == pytest.approx((fit.a, fit.b), rel=1e-3)
-    assert line["quotes"] == fit.n
+    assert line["quotes"] == fit.n and line["fitted"] == "competition"
     assert main(["backtest", "calibrate", str(stream), "--out", str(out)]) == 2

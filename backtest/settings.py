@@ -11,10 +11,11 @@ in a small YAML given with ``solver backtest run --backtest-config FILE`` (every
     starting_usd: 100000       # tokens not in ``balances`` start with this much USD at first price
     settlement_delay_ms: 1000  # a won quote settles this long after its request
     fee_pips: 0                # the ledger's protocol fee (1 pip = 1e-6)
-    latency: {kind: fixed, ms: 0}          # or {kind: lognormal, median_ms: 40, sigma: 0.5}
+    latency: {kind: lognormal, median_ms: 40, sigma: 0.5}  # or {kind: fixed, ms: 0}
     fill:                                  # always | competitor | logistic (with a, b)
       model: competitor
       taker: {kind: lognormal, tolerance_bps: 60, sigma: 0.5, max_bps: 500}
+      unobserved: {mode: model, prior: null, min_observed: 20, window: 500}
     seed: 0                    # numpy / nonce randomness; same seed, same result
     sign: false                # sign quotes and settle through the verifier's full checks
     kill_switch: true          # the desk's PnL and stale-data kill switch (false: off)
@@ -45,12 +46,16 @@ FILL_MODELS: tuple[FillModelName, ...] = ("always", "competitor", "logistic")
 class LatencySpec(BaseModel):
     """Time from a request to our answer reaching the bus (network + decision).
 
-    ``fixed``: always ``ms``. ``lognormal``: ``median_ms * exp(sigma * N(0, 1))``. The decision
-    runs at ``request ts + latency``; an answer later than ``bus.wait_ms`` loses.
+    ``fixed``: always ``ms``. ``lognormal`` (the default): ``median_ms * exp(sigma * N(0, 1))``.
+    The decision runs at ``request ts + latency``; an answer later than ``bus.wait_ms`` loses.
+    The default is not zero because no answer is instantaneous: the bot decides in about 1 ms
+    (benchmarks/quote_path.md: p50 0.86 ms, p99 2.7 ms at 500 requests/s on loopback); the rest
+    of the 40 ms median is an assumed network round trip to the relay, not a measurement
+    (docs/backtest.md, "Reading a backtest before trusting it": measure yours).
     """
 
     model_config = _STRICT
-    kind: Literal["fixed", "lognormal"] = "fixed"
+    kind: Literal["fixed", "lognormal"] = "lognormal"
     ms: Annotated[float, Field(ge=0, le=60_000, allow_inf_nan=False)] = 0.0
     median_ms: Annotated[float, Field(gt=0, le=60_000, allow_inf_nan=False)] = 40.0
     sigma: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.5

@@ -169,6 +169,14 @@ def _note(text: str) -> str:
     return f'<p class="note">{_e(text)}</p>'
 
 
+def latency_setting(spec: Mapping[str, Any]) -> str:
+    """The latency model in words, with only the figures its kind uses (a ``fixed`` model has
+    a ``median_ms`` too, its unused default, which read as if it applied)."""
+    if spec["kind"] == "fixed":
+        return f"fixed {num(spec['ms'], 1)} ms"
+    return f"lognormal, median {num(spec['median_ms'], 1)} ms, sigma {num(spec['sigma'])}"
+
+
 def _what_ran(figures: Mapping[str, Any]) -> list[str]:
     config = figures.get("config")
     if not config:
@@ -181,7 +189,7 @@ def _what_ran(figures: Mapping[str, Any]) -> list[str]:
         ["bot config digest", config["digest"]],
         ["backtest settings digest", config["backtest_digest"]],
         ["fill model", json.dumps(bt["fill"], sort_keys=True)],
-        ["latency", json.dumps(bt["latency"], sort_keys=True)],
+        ["latency", latency_setting(bt["latency"])],
         ["settlement delay", f"{bt['settlement_delay_ms']} ms"],
         ["kill switch", "on" if bt["kill_switch"] else "off (--no-kill-switch)"],
         ["risk limits", json.dumps(config["risk"], sort_keys=True)],

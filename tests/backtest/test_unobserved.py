@@ -95,3 +95,14 @@ def test_excluded_requests_are_never_filled(tmp_path: Path) -> None:
     comp = figures["competition"]
     assert comp["fills_unobserved"] == 0 and figures["won"] > 0
     assert 0 < figures["lost"]["unobserved"] <= comp["unobserved"]  # the rest: taker_limit
+
+
+def test_the_latency_row_shows_only_what_its_kind_uses() -> None:
+    """Issue 25, finding 4: a fixed latency read as ``median_ms: 40``."""
+    from backtest.report.html import latency_setting
+    from backtest.settings import LatencySpec, validate_settings
+
+    fixed = LatencySpec(kind="fixed", ms=0).model_dump()
+    assert latency_setting(fixed) == "fixed 0.0 ms"
+    default = validate_settings({}).latency  # on by default: no answer is instantaneous
+    assert latency_setting(default.model_dump()) == "lognormal, median 40.0 ms, sigma 0.50"

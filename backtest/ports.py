@@ -247,6 +247,7 @@ class SimulatedRelay:
             prices.price_out,
             pending.edge_bps,
             prices.realized_usd,
+            observed=pending.observed,
         )
         m.on_fill(record, at_us)
         m.on_balances(self.desk.inventory.confirmed, at_us / 1e6)

@@ -45,6 +45,7 @@ from backtest.measure.detail import (
     DrawdownWatch,
     LatencyHistogram,
     PairBook,
+    PairStats,
     PeriodBook,
     Timeline,
     TradeBook,
@@ -75,6 +76,8 @@ class FillRecord:
     markouts: dict[int, float] = field(default_factory=dict)
     done_us: int = 0
     """When its last markout is due (µs since the epoch): after the tick at that time, done."""
+    observed: bool = True
+    """Whether its request's competitor was observed (else the competition was modelled)."""
 
 
 class Downsampled:
@@ -147,6 +150,9 @@ class Measurements:
         self._exposure_t0 = self._exposure_t = 0.0
         self._exposure_started = False
         self.pairs = PairBook(pair_names or {}, self.symbols)
+        self.by_competition = {True: PairStats(), False: PairStats()}
+        """Fills and markouts by whether the request's competitor was observed: adverse
+        selection hides in the fills nobody raced against on the record."""
         self.daily = DailyBook()
         self.periods = {name: PeriodBook(name) for name in ("hour", "day", "week")}
         self.trades = TradeBook()
@@ -285,7 +291,8 @@ class Measurements:
         self.won += 1
         notional = record.amount_in * record.price_in / self.scale[record.asset_in]
         self.volume += notional
-        for stats in self.pairs.both(record.asset_in, record.asset_out):
+        for stats in (*self.pairs.both(record.asset_in, record.asset_out),
+                      self.by_competition[record.observed]):  # fmt: skip
             stats.won += 1
             stats.volume_usd += notional
             stats.realized_usd += record.realized_usd
@@ -304,6 +311,7 @@ class Measurements:
             notional = record.amount_in * record.price_in / self.scale[record.asset_in]
             for stats in self.pairs.both(record.asset_in, record.asset_out):
                 stats.markout(horizon_s, value_usd, notional)
+            self.by_competition[record.observed].markout(horizon_s, value_usd, notional)
             if horizon_s == HORIZONS_S[-1]:
                 self.trades.add(value_usd)
 

@@ -133,6 +133,34 @@ def markouts_table(figures: Mapping[str, Any]) -> str:
     return table(["horizon", "fills", "mean bps", "± 95 % bps", "total USD"], rows)
 
 
+FLOW_LABELS = {"observed": "competitor observed", "unobserved": "competitor not observed"}
+
+
+def markouts_by_competition(figures: Mapping[str, Any]) -> str:
+    """Mean markout (bps, ± 95 %) per horizon for the fills whose competitor was observed and
+    for the others: a gap between them is the flow the record did not see."""
+    rows = []
+    for key, label in FLOW_LABELS.items():
+        stats = figures.get("by_competition", {}).get(key)
+        if stats is None:  # a summary from before issue 25
+            continue
+        cells = [stats["realized_bps"], *(stats["markouts_bps"][f"{h}s"] for h in HORIZONS_S)]
+        rows.append(
+            [
+                label,
+                count(cells[0]["n"]),
+                *(
+                    "—"
+                    if c["mean"] is None
+                    else f"{num(c['mean'])} ± {num(None if c['se'] is None else 1.96 * c['se'])}"
+                    for c in cells
+                ),
+            ]
+        )
+    head = ["fills", "n", "at the fill", *(f"+{h} s" for h in HORIZONS_S)]
+    return table(head, rows)
+
+
 def inventory_table(
     figures: Mapping[str, Any], symbols: Mapping[str, str], decimals: Mapping[str, int]
 ) -> str:
@@ -281,7 +309,11 @@ def render_html(
         ],
         "Statistics": stats_html.statistics(figures),
         "Breakdown": stats_html.breakdown(figures),
-        "Markouts": [markouts_table(figures), _img("Markouts", plots.markouts(figures))],
+        "Markouts": [
+            markouts_table(figures),
+            markouts_by_competition(figures),
+            _img("Markouts", plots.markouts(figures)),
+        ],
         "Win rate by edge and size": [_img("Win rates", plots.win_rates(result))],
         "Inventory": [inventory_table(figures, symbols, result.desk.pnl.decimals)],
         "Outcomes": [

@@ -121,10 +121,16 @@ def _pair(stats: PairStats) -> dict[str, Any]:
 
 
 def pairs(result: ReplayResult) -> dict[str, Any]:
-    """Per pair (``BASE/QUOTE``, both directions), and ``all`` of them together."""
+    """Per pair (``BASE/QUOTE``, both directions), ``all`` of them together, and the fills by
+    whether their competitor was observed (``by_competition``: ``observed``, ``unobserved``)."""
     book = result.measures.pairs
     out = {name: _pair(book.pairs[name]) for name in sorted(book.pairs)}
-    return {"pairs": out, "all": _pair(book.all)}
+    flows = result.measures.by_competition
+    return {
+        "pairs": out,
+        "all": _pair(book.all),
+        "by_competition": {"observed": _pair(flows[True]), "unobserved": _pair(flows[False])},
+    }
 
 
 # ------------------------------------------------------------------------------ the run

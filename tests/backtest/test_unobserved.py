@@ -65,6 +65,12 @@ def test_the_win_rate_does_not_follow_the_observed_share(
         assert comp["coverage"] == pytest.approx(share, abs=0.03)
         assert comp["decided"] == comp["observed"] + comp["unobserved"] > 2_000
         assert set(comp["by_pair"]) == {"wNEAR/USDC", "ETH/USDC"}
+        # Markouts split the fills the same way (the table and plot of the report).
+        flows = figures["by_competition"]
+        assert flows["unobserved"]["won"] == comp["fills_unobserved"]
+        assert flows["observed"]["won"] + flows["unobserved"]["won"] == figures["won"]
+    page = (tmp_path / "o0.1" / "report.html").read_text()
+    assert "competitor not observed" in page
 
 
 def test_no_observed_competition_is_refused_without_a_prior(

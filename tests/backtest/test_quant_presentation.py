@@ -46,8 +46,8 @@ def test_the_markout_plot_shows_a_small_adverse_move_under_a_large_edge() -> Non
     # Issue 25: the same move split by whether the competitor was observed, on an axis that
     # shows a 1 bps adverse move even when the data move less.
     lines = by_competition.get_lines()
-    moved = {round(float(y), 6) for line in lines for y in line.get_ydata()}
-    assert -0.8 in moved and 0.0 in moved
+    split = {round(float(y), 6) for line in lines for y in line.get_ydata()}
+    assert -0.8 in split and 0.0 in split
     low, high = by_competition.get_ylim()
     assert low <= -1.0 and high >= 1.0 and high - low < 3
 
@@ -68,8 +68,8 @@ def test_a_run_without_overrides_warns_of_nothing(
     assert main([*argv, "--backtest-config", str(backtest), "--out", str(tmp_path / "a")]) == 0
     # Nothing about overrides; the only line is what the fills rest on (a third of this
     # stream's requests have no competitor: tests/backtest/test_unobserved.py).
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "without an observed competitor" in err[0], err
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "without an observed competitor" in lines[0], lines
     # A bad --set is the command line's fault, not the file's.
     bad = [*argv, "--out", str(tmp_path / "b"), "--set", "risk.max_stale_s=-1"]
     assert main(bad) == 2

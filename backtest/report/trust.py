@@ -21,6 +21,11 @@ UNOBSERVED_FILLS_WARN = 0.2
 their outcome is the competition model's, not the record's."""
 
 
+NO_MODEL_WARN = 0.05
+"""Warn when more than this share of answers had no competitor to race (none observed yet, no
+prior): a stream that does not say it sought no competition, and records none."""
+
+
 def data_quality(stream: Mapping[str, Any]) -> list[str]:
     """One sentence per problem with the stream as read: truncation, malformed lines."""
     out: list[str] = []
@@ -49,6 +54,13 @@ def competition(figures: Mapping[str, Any]) -> list[str]:
     if not comp or not comp.get("decided"):
         return []
     out: list[str] = []
+    no_model = int((figures.get("lost") or {}).get("unobserved_no_model", 0))
+    if no_model > NO_MODEL_WARN * comp["decided"]:
+        out.append(
+            f"{no_model:,} of {comp['decided']:,} answers were lost for want of a competition "
+            f"model ({comp['observed']:,} competitors observed, no prior): set "
+            "fill.unobserved.prior"
+        )
     share = comp.get("fills_unobserved_share")
     if share is not None and share > UNOBSERVED_FILLS_WARN:
         out.append(

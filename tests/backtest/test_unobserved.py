@@ -9,6 +9,7 @@ competitor changed, replayed with ``config/default.yaml``. Reading "no competito
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,19 @@ def test_the_latency_row_shows_only_what_its_kind_uses() -> None:
     assert latency_setting(fixed) == "fixed 0.0 ms"
     default = validate_settings({}).latency  # on by default: no answer is instantaneous
     assert latency_setting(default.model_dump()) == "lognormal, median 40.0 ms, sigma 0.50"
+
+
+def test_a_stream_that_does_not_say_and_records_no_competitor_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An old stream (no competitor_share in its header) without competitor events: nothing to
+    refuse up front, so every answer is lost for want of a model, and the run says so."""
+    from backtest.stream.read import read_stream
+    from backtest.stream.write import write_stream
+
+    with read_stream(_stream(tmp_path, 0.0)) as reader:
+        header, events = reader.header, list(reader)
+    old = write_stream(tmp_path / "old.jsonl.gz", replace(header, competitor_share=None), events)
+    figures = _run(old, tmp_path / "old", *_spread(2))
+    assert figures["won"] == 0 and figures["lost"]["unobserved_no_model"] > 2_000
+    assert "lost for want of a competition model" in capsys.readouterr().err

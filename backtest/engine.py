@@ -78,6 +78,7 @@ from backtest.settle import LedgerSettler
 from backtest.stream.events import (
     CompetitorEvent,
     Header,
+    InformedEvent,
     PriceEvent,
     RequestEvent,
     StatusEvent,
@@ -105,7 +106,7 @@ TICK_S = 1.0
 """The desk's clock in the replay: a tick every second of stream time (shorter if the config's
 balance, price or salt max age is under two seconds, so inputs refreshed at ticks stay fresh)."""
 PROGRESS_EVERY = 8192
-REC_REQUEST, REC_PRICE, REC_COMPETITOR, REC_STATUS = 0, 1, 2, 3
+REC_REQUEST, REC_PRICE, REC_COMPETITOR, REC_STATUS, REC_INFORMED = 0, 1, 2, 3, 4
 """Kinds of compact records (:meth:`Replay.run_records`)."""
 Record = tuple[Any, ...]
 _T = TypeVar("_T")
@@ -234,6 +235,7 @@ class Replay:
             PriceEvent: self._on_price,
             CompetitorEvent: self._on_competitor,
             StatusEvent: self._on_status,
+            InformedEvent: self._on_informed,
         }
 
     @property
@@ -279,7 +281,7 @@ class Replay:
         A record is ``(kind, t_us, ...)`` with ``t_us`` the event time in µs since the epoch:
         ``(REC_REQUEST, t_us, quote_id, asset_in, asset_out, exact_in, amount, min_deadline_ms,
         partner_id)``, ``(REC_PRICE, t_us, asset, usd)``, ``(REC_COMPETITOR, t_us, quote_id,
-        best_amount)``, ``(REC_STATUS, t_us)``.
+        best_amount)``, ``(REC_STATUS, t_us)``, ``(REC_INFORMED, t_us, quote_id)``.
         """
         self._begin(header)
         it = itertools.chain.from_iterable(batches)
@@ -307,6 +309,8 @@ class Replay:
                 on_competitor(record[2], record[3], t_us)
             elif kind == REC_PRICE:
                 on_price(record[2], record[3], _at(record[1]), t_us)
+            elif kind == REC_INFORMED:
+                self._informed(record[2], t_us)
             else:
                 events["status"] += 1
             count += 1
@@ -505,6 +509,14 @@ class Replay:
     def _competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
         self.measures.events["competitor"] += 1
         self.competitors.add(quote_id, best_amount, t_us)
+
+    def _on_informed(self, event: InformedEvent, t_us: int) -> None:
+        self._informed(event.quote_id, t_us)
+
+    def _informed(self, quote_id: str, t_us: int) -> None:
+        """A generator's label: this request was informed (markouts are split by it)."""
+        self.measures.events["informed"] += 1
+        self.relay.informed.add(quote_id, 1, t_us)
 
     def _on_status(self, event: StatusEvent, t_us: int) -> None:
         self.measures.events["status"] += 1  # the recorder's own quotes: nothing to replay

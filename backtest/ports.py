@@ -87,6 +87,8 @@ class Pending:
     t_us: int
     observed: bool = True
     """Whether the request's competitor was observed (set when decided)."""
+    informed: bool = False
+    """Whether the stream labelled the request informed (synth only; set when decided)."""
 
 
 class LedgerNonceOracle:
@@ -127,6 +129,8 @@ class SimulatedRelay:
         self.observe = observe
         self.coverage = coverage if coverage is not None else Coverage("-")
         self.competitors = CompetitorBook((int(wait_ms) + settlement_delay_ms + 60_000) * 1000)
+        self.informed = CompetitorBook(self.competitors.ttl_us)
+        """Requests the stream labelled informed (a generator's ``informed`` events)."""
         # Outcomes are due a constant delay after their request, so they come due in the order
         # they were scheduled: a FIFO, merged with the ticks by time (outcomes first on a tie).
         self.resolves: deque[tuple[int, Pending]] = deque()
@@ -189,6 +193,8 @@ class SimulatedRelay:
         request = quote.request
         best = self.competitors.pop(request.quote_id)
         observed = pending.observed = best is not None
+        if self.informed:
+            pending.informed = self.informed.pop(request.quote_id) is not None
         self.coverage.judged(request.asset_in, request.asset_out, observed)
         lost = self.fill_model.decide(
             quote, best, pending.edge_bps, pending.notional_usd, pending.t_us
@@ -248,6 +254,7 @@ class SimulatedRelay:
             pending.edge_bps,
             prices.realized_usd,
             observed=pending.observed,
+            informed=pending.informed,
         )
         m.on_fill(record, at_us)
         m.on_balances(self.desk.inventory.confirmed, at_us / 1e6)

@@ -25,7 +25,7 @@ from typing import Any
 from backtest.engine import ReplayResult
 from backtest.measure.measurements import HORIZONS_S
 from backtest.report import plots, trust
-from backtest.report.tables import halted_note
+from backtest.report.tables import halted_note, markout_groups
 from backtest.units import format_whole
 
 SECTIONS = (
@@ -133,17 +133,12 @@ def markouts_table(figures: Mapping[str, Any]) -> str:
     return table(["horizon", "fills", "mean bps", "± 95 % bps", "total USD"], rows)
 
 
-FLOW_LABELS = {"observed": "competitor observed", "unobserved": "competitor not observed"}
-
-
 def markouts_by_competition(figures: Mapping[str, Any]) -> str:
     """Mean markout (bps, ± 95 %) per horizon for the fills whose competitor was observed and
-    for the others: a gap between them is the flow the record did not see."""
+    for the others, and for informed and uninformed flow when the stream labels it: a gap
+    between the two is flow the record did not see, or adverse selection."""
     rows = []
-    for key, label in FLOW_LABELS.items():
-        stats = figures.get("by_competition", {}).get(key)
-        if stats is None:  # a summary from before issue 25
-            continue
+    for label, stats in markout_groups(figures):
         cells = [stats["realized_bps"], *(stats["markouts_bps"][f"{h}s"] for h in HORIZONS_S)]
         rows.append(
             [
@@ -158,7 +153,15 @@ def markouts_by_competition(figures: Mapping[str, Any]) -> str:
             ]
         )
     head = ["fills", "n", "at the fill", *(f"+{h} s" for h in HORIZONS_S)]
-    return table(head, rows)
+    note = (
+        ""
+        if (figures.get("by_flow") or {}).get("labelled")
+        else _note(
+            "The stream does not label informed requests (only synthetic streams can): no split "
+            "by informed flow."
+        )
+    )
+    return table(head, rows) + note
 
 
 def inventory_table(

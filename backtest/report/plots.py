@@ -21,6 +21,7 @@ from typing import Any
 from backtest.engine import ReplayResult
 from backtest.measure.detail import LATENCY_CAP_MS
 from backtest.measure.measurements import HORIZONS_S, SIZE_BINS_PER_DECADE
+from backtest.report.tables import markout_groups
 
 DPI = 80
 TOP_REASONS = 6
@@ -189,19 +190,16 @@ def markouts_figure(figures: Mapping[str, Any]) -> Any:
         ax.errorbar([x + offset for x in xs], ys, yerr=err, label=label, **style)
         moved = [y - ys[0] for y in ys]
         move.errorbar([x + offset for x in xs], moved, yerr=err, **style)
-    # The same move for the fills whose competitor was observed and the others.
-    for k, (key, label) in enumerate(
-        (("observed", "competitor observed"), ("unobserved", "competitor not observed"))
-    ):
-        stats = figures.get("by_competition", {}).get(key)
-        if stats is None:  # a summary from before issue 25
-            continue
+    # The same move for the fills whose competitor was observed and the others, and for
+    # informed and uninformed flow when the stream labels it.
+    groups = markout_groups(figures)
+    for k, (label, stats) in enumerate(groups):
         cells = [stats["realized_bps"], *(stats["markouts_bps"][f"{h}s"] for h in HORIZONS_S)]
         if cells[0]["mean"] is None:
             continue
         ys = [c["mean"] if c["mean"] is not None else math.nan for c in cells]
         err = [1.96 * c["se"] if c["se"] is not None else 0.0 for c in cells]
-        offset = (k - 0.5) * 0.08
+        offset = (k - (len(groups) - 1) / 2) * 0.06
         flows.errorbar(
             [x + offset for x in xs], [y - ys[0] for y in ys], yerr=err, capsize=3, ms=4,
             fmt="o-", label=f"{label} ({cells[0]['n']} fills)",
@@ -213,7 +211,7 @@ def markouts_figure(figures: Mapping[str, Any]) -> Any:
     flows.set_xticks(xs, [HORIZON_LABELS.get(h, f"+{h} s") for h in horizons])
     ax.set_ylabel("bps of notional\n(mean, 95 % interval)")
     move.set_ylabel("move since the fill, bps\n(below 0: against us)")
-    flows.set_ylabel("move since the fill, bps\nby competition")
+    flows.set_ylabel("move since the fill, bps\nby competition, flow")
     for axis in (ax, move, flows):
         axis.grid(alpha=0.3)
     ax.legend(fontsize=8)

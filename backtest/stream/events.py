@@ -64,6 +64,16 @@ class CompetitorEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class InformedEvent:
+    """A label, not an observation: the request ``quote_id`` was informed (its direction follows
+    the coming price move). Only a generator knows this (synth writes it after the request);
+    the replay splits markouts by it (issue 25). Readers before it skip the kind."""
+
+    ts: datetime
+    quote_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class StatusEvent:
     ts: datetime
     quote_hash: str
@@ -71,4 +81,4 @@ class StatusEvent:
     tx_hash: str | None
 
 
-StreamEvent = RequestEvent | PriceEvent | CompetitorEvent | StatusEvent
+StreamEvent = RequestEvent | PriceEvent | CompetitorEvent | StatusEvent | InformedEvent

@@ -44,6 +44,7 @@ from backtest.stream.events import (
     FORMAT_VERSION,
     CompetitorEvent,
     Header,
+    InformedEvent,
     PriceEvent,
     RequestEvent,
     StatusEvent,
@@ -420,6 +421,9 @@ class StreamReader(Iterator[StreamEvent]):
             raise Malformed("missing best_amount")
         return CompetitorEvent(ts, quote_id, u128_field(data["best_amount"], "best_amount"))
 
+    def _informed(self, ts: datetime, data: dict[str, Any], obj: dict[str, Any]) -> InformedEvent:
+        return InformedEvent(ts, text_field(data, "quote_id", max_len=MAX_QUOTE_ID_LEN))
+
     def _status(self, ts: datetime, data: dict[str, Any], obj: dict[str, Any]) -> StatusEvent:
         quote_hash = text_field(data, "quote_hash")
         intent_hash = text_field(data, "intent_hash")
@@ -458,6 +462,7 @@ _PARSERS: dict[str, _Parser] = {
     "price": StreamReader._price,
     "competitor": StreamReader._competitor,
     "quote_status": StreamReader._status,
+    "informed": StreamReader._informed,
 }
 
 

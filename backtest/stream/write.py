@@ -21,6 +21,7 @@ from backtest.stream.events import (
     FORMAT_VERSION,
     CompetitorEvent,
     Header,
+    InformedEvent,
     PriceEvent,
     RequestEvent,
     StatusEvent,
@@ -74,6 +75,13 @@ def event_to_json(event: StreamEvent) -> dict[str, Any]:
             "ts": ts,
             "kind": "competitor",
             "data": {"quote_id": event.quote_id, "best_amount": str(event.best_amount)},
+        }
+    if isinstance(event, InformedEvent):
+        return {
+            "v": FORMAT_VERSION,
+            "ts": ts,
+            "kind": "informed",
+            "data": {"quote_id": event.quote_id},
         }
     if isinstance(event, StatusEvent):
         return {

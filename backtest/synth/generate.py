@@ -41,7 +41,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from backtest.stream.events import Header, PriceEvent, StreamEvent, TokenInfo
+from backtest.stream.events import Header, InformedEvent, PriceEvent, StreamEvent, TokenInfo
 from backtest.stream.format import PathLike
 from backtest.stream.write import StreamWriter
 from backtest.synth.flow import Draws, PricePath, RequestMaker
@@ -266,6 +266,9 @@ def _events(
             summary.requests_by_pair[key] = summary.requests_by_pair.get(key, 0) + 1
             yield request
             produced += 1
+            if informed:  # a label for the replay's markouts (docs/backtest.md)
+                yield InformedEvent(ts, request.request.quote_id)
+                produced += 1
             if competitor is not None:
                 summary.competitors += 1
                 yield competitor

@@ -119,10 +119,11 @@ def require_competition(header: Header, spec: UnobservedSpec, stream: str = "the
     """Refuse a stream in which no competition was sought, unless a prior stands in for it."""
     if spec.mode == "model" and spec.prior is None and header.competitor_share == 0:
         raise ConfigError(
-            f"{stream}: no competitor was observed (competitor_share 0 in its header: recorded "
-            "without --competitors), and the competitor model will not assume there was none. "
-            "Give a prior (fill.unobserved.prior: {edge_bps: 8, sd_bps: 6} in the backtest "
-            "config), or fill.unobserved.mode: uncontested for the upper bound"
+            f"{stream}: no competitor was observed (competitor_share 0 in its header: the "
+            "recorder without --competitors, or synth --competitor-share 0), and the competitor "
+            "model will not assume there was none. Give a prior (fill.unobserved.prior: "
+            "{edge_bps: -8, sd_bps: 6} in the backtest config: the best competitor charging "
+            "8 bps), or fill.unobserved.mode: uncontested for the upper bound"
         )
 
 

@@ -36,9 +36,9 @@ from typing import Protocol
 
 import numpy as np
 
-from backtest.settings import FillSpec, LatencySpec, UnobservedSpec
+from backtest.settings import FillSpec, LatencySpec, RaceSpec, UnobservedSpec
 from backtest.takers import TakerModel
-from backtest.unobserved import CompetitionModel, competitor_edge_bps
+from backtest.unobserved import CompetitionModel, Race, competitor_edge_bps
 from solver.core.quoting import Quote
 
 # Why a quote lost (summary ``lost`` keys).
@@ -52,6 +52,8 @@ LOST_UNOBSERVED = "unobserved"
 """``fill.unobserved.mode: exclude``: a request whose competition was not observed."""
 LOST_NO_MODEL = "unobserved_no_model"
 """Nothing to draw a competitor from yet (no observation, no prior)."""
+LOST_RACE = "competitor_faster"
+"""An answer equal to the competitor's, which answered first (``fill.race``)."""
 
 _BLOCK = 4096
 
@@ -105,12 +107,14 @@ class FillModel(Protocol):
         edge_bps: float,
         notional_usd: float = 0.0,
         t_us: int = 0,
+        latency_ms: float = 0.0,
     ) -> str | None:
         """None when the quote wins, else why it lost (``LOST_*``).
 
         ``best_amount`` is the recorded best competing answer (None: none recorded),
         ``edge_bps`` the user's gain against the reference (:func:`edge_bps`) at decision time,
-        ``notional_usd`` and ``t_us`` (the request's time) place it for the competition model.
+        ``notional_usd`` and ``t_us`` (the request's time) place it for the competition model,
+        ``latency_ms`` is how long our answer took (a tie goes to whoever answered first).
         """
         ...
 
@@ -128,6 +132,7 @@ class AlwaysFill:
         edge_bps: float,
         notional_usd: float = 0.0,
         t_us: int = 0,
+        latency_ms: float = 0.0,
     ) -> str | None:
         return None if self.takers.accepts(quote.request.quote_id, edge_bps) else LOST_TAKER
 
@@ -136,13 +141,17 @@ class CompetitorFill:
     name = "competitor"
 
     def __init__(
-        self, takers: TakerModel | None = None, unobserved: UnobservedSpec | None = None
+        self,
+        takers: TakerModel | None = None,
+        unobserved: UnobservedSpec | None = None,
+        race: RaceSpec | None = None,
     ) -> None:
         self.takers = takers if takers is not None else TakerModel()
         spec = unobserved if unobserved is not None else UnobservedSpec()
         self.unobserved = spec.mode
         seed = self.takers.seed
         self.competition = CompetitionModel(spec, seed) if spec.mode == "model" else None
+        self.race = Race(race if race is not None else RaceSpec(), seed)
 
     def decide(
         self,
@@ -151,6 +160,7 @@ class CompetitorFill:
         edge_bps: float,
         notional_usd: float = 0.0,
         t_us: int = 0,
+        latency_ms: float = 0.0,
     ) -> str | None:
         request = quote.request
         competition = self.competition
@@ -177,6 +187,8 @@ class CompetitorFill:
             )
         if not self.takers.accepts(request.quote_id, edge_bps):
             return LOST_TAKER
+        if ours == best_amount:  # a tie: the relay's user takes the first of equal answers
+            return None if self.race.first(request.quote_id, latency_ms) else LOST_RACE
         if exact_in:
             return None if ours > best_amount else LOST_COMPETITOR
         return None if ours < best_amount else LOST_COMPETITOR
@@ -214,6 +226,7 @@ class LogisticFill:
         edge_bps: float,
         notional_usd: float = 0.0,
         t_us: int = 0,
+        latency_ms: float = 0.0,
     ) -> str | None:
         draw = self._uniforms.next()  # drawn first: one per answer, whatever the taker says
         if not self.joint and not self.takers.accepts(quote.request.quote_id, edge_bps):
@@ -227,7 +240,7 @@ def make_fill_model(spec: FillSpec, seed: int) -> FillModel:
     if spec.model == "always":
         return AlwaysFill(takers)
     if spec.model == "competitor":
-        return CompetitorFill(takers, spec.unobserved)
+        return CompetitorFill(takers, spec.unobserved, spec.race)
     return LogisticFill(spec.a, spec.b, seeded(seed, 1), takers, joint=spec.fitted == "joint")
 
 

@@ -85,6 +85,7 @@ class Pending:
     edge_bps: float
     notional_usd: float
     t_us: int
+    latency_ms: float
     observed: bool = True
     """Whether the request's competitor was observed (set when decided)."""
     informed: bool = False
@@ -164,6 +165,7 @@ class SimulatedRelay:
             edge_bps(amount_in, v_in, quote.amount_out, v_out),
             amount_in * v_in,
             self._t_us,
+            self._latency,
         )
         if self._latency > self.wait_ms:
             self._lose(pending, LOST_LATE)
@@ -197,7 +199,7 @@ class SimulatedRelay:
             pending.informed = self.informed.pop(request.quote_id) is not None
         self.coverage.judged(request.asset_in, request.asset_out, observed)
         lost = self.fill_model.decide(
-            quote, best, pending.edge_bps, pending.notional_usd, pending.t_us
+            quote, best, pending.edge_bps, pending.notional_usd, pending.t_us, pending.latency_ms
         )
         if self.observe is not None:
             self.observe(pending.edge_bps, lost, observed)

@@ -104,6 +104,18 @@ class UnobservedSpec(BaseModel):
     """The most recent observed competitors kept per bucket: the model follows the market."""
 
 
+class RaceSpec(BaseModel):
+    """When our answer equals the best competitor's, the one that reached the relay first wins
+    (:class:`backtest.unobserved.Race`). The competitor's latency is drawn per request,
+    ``median_ms * exp(sigma * N(0, 1))``; the default is the default of our own (a race between
+    equals: about half the ties each). ``median_ms: 0``: the competitor always answers first
+    (every tie lost, as before issue 25)."""
+
+    model_config = _STRICT
+    median_ms: Annotated[float, Field(ge=0, le=60_000, allow_inf_nan=False)] = 40.0
+    sigma: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.5
+
+
 class FillSpec(BaseModel):
     """Which quotes win (see :mod:`backtest.fills`); ``a`` and ``b`` are the logistic's, and
     ``taker`` the limit every model applies first."""
@@ -121,6 +133,7 @@ class FillSpec(BaseModel):
     curve and is not applied again)."""
     taker: TakerSpec = Field(default_factory=TakerSpec)
     unobserved: UnobservedSpec = Field(default_factory=UnobservedSpec)
+    race: RaceSpec = Field(default_factory=RaceSpec)
 
 
 class BacktestSettings(BaseModel):

@@ -35,7 +35,7 @@ import math
 from collections import deque
 from statistics import NormalDist
 
-from backtest.settings import UnobservedSpec
+from backtest.settings import RaceSpec, UnobservedSpec
 from backtest.stream.events import Header
 from solver.errors import ConfigError
 
@@ -113,6 +113,29 @@ class CompetitionModel:
         if prior is None:
             return None
         return prior.edge_bps + prior.sd_bps * _NORMAL.inv_cdf(u)
+
+
+class Race:
+    """Who answered first when two answers are equal: ours (its latency) or the competitor's,
+    drawn from ``RaceSpec`` by a hash of ``(seed, quote_id)`` (the competitor belongs to the
+    request, as its price does)."""
+
+    def __init__(self, spec: RaceSpec, seed: int) -> None:
+        self.spec = spec
+        self._key = f"race:{seed}:".encode()
+
+    def competitor_ms(self, quote_id: str) -> float:
+        spec = self.spec
+        if spec.sigma == 0 or spec.median_ms == 0:
+            return spec.median_ms
+        digest = hashlib.blake2b(self._key + quote_id.encode(), digest_size=8).digest()
+        u = (int.from_bytes(digest, "little") + 0.5) / _TWO_64
+        return spec.median_ms * math.exp(spec.sigma * _NORMAL.inv_cdf(u))
+
+    def first(self, quote_id: str, latency_ms: float) -> bool:
+        """Whether our answer, ``latency_ms`` after the request, came before the competitor's
+        (a dead heat goes to the competitor)."""
+        return latency_ms < self.competitor_ms(quote_id)
 
 
 def require_competition(header: Header, spec: UnobservedSpec, stream: str = "the stream") -> None:

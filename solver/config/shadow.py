@@ -9,8 +9,8 @@ limit wins: an upper bound). ``competitor`` is not offered: live, no competing a
 
 ``fill`` has the shape of the backtest settings' ``fill`` section, so a calibration's output can
 be pasted here. The fields mirror :class:`backtest.settings.FillSpec` (the configuration does
-not import the backtest) but for ``unobserved`` (the ``competitor`` model's); a test holds the
-two in step.
+not import the backtest) but for ``unobserved`` and ``race`` (the ``competitor`` model's); a
+test holds the two in step.
 """
 
 from __future__ import annotations

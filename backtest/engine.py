@@ -78,11 +78,13 @@ from backtest.settle import LedgerSettler
 from backtest.stream.events import (
     CompetitorEvent,
     Header,
+    InformedEvent,
     PriceEvent,
     RequestEvent,
     StatusEvent,
     StreamEvent,
 )
+from backtest.unobserved import Coverage, require_competition
 from solver.config import BotConfig
 from solver.core import facts as f
 from solver.core.actions import Alert, PauseChanged, SignAndSend
@@ -104,7 +106,7 @@ TICK_S = 1.0
 """The desk's clock in the replay: a tick every second of stream time (shorter if the config's
 balance, price or salt max age is under two seconds, so inputs refreshed at ticks stay fresh)."""
 PROGRESS_EVERY = 8192
-REC_REQUEST, REC_PRICE, REC_COMPETITOR, REC_STATUS = 0, 1, 2, 3
+REC_REQUEST, REC_PRICE, REC_COMPETITOR, REC_STATUS, REC_INFORMED = 0, 1, 2, 3, 4
 """Kinds of compact records (:meth:`Replay.run_records`)."""
 Record = tuple[Any, ...]
 _T = TypeVar("_T")
@@ -132,6 +134,9 @@ class ReplayResult:
     open_at_end: int
     """Quotes the desk still held open when the replay ended (deadline not passed yet)."""
     halted: dict[str, str] | None
+    coverage: Coverage
+    """How much competition was observed, what the fills rest on (:mod:`backtest.unobserved`)."""
+    header: Header | None = None
 
 
 class Replay:
@@ -142,11 +147,12 @@ class Replay:
         *,
         on_fill: Callable[[FillRecord], None] | None = None,
         progress: Callable[[Progress], None] | None = None,
-        observe: Callable[[float, bool], None] | None = None,
+        observe: Callable[[float, str | None, bool], None] | None = None,
     ) -> None:
         """``on_fill`` gets every fill once its markouts are known (``fills.csv``);
-        ``progress`` is called every :data:`PROGRESS_EVERY` events; ``observe`` gets the edge and
-        the fill model's verdict of every answer in time (calibration)."""
+        ``progress`` is called every :data:`PROGRESS_EVERY` events; ``observe`` gets the edge,
+        the fill model's verdict (None: won, else why it lost) and whether a competitor was
+        observed, for every answer in time (calibration)."""
         self.config = config
         self.settings = settings
         self.decimals = {asset: token.decimals for asset, token in config.tokens.items()}
@@ -181,6 +187,9 @@ class Replay:
             wait_ms=float(config.bus.wait_ms),
             settlement_delay_ms=settings.settlement_delay_ms,
             observe=observe,
+            coverage=Coverage(
+                settings.fill.unobserved.mode if settings.fill.model == "competitor" else "-"
+            ),
         )
         self.now = EPOCH
         """The simulated clock: the time of the work being done (a request as it reaches the
@@ -220,11 +229,13 @@ class Replay:
         self._clock_us = -(2**62)
         self.halted: dict[str, str] | None = None
         self._started = False
+        self._header: Header | None = None
         self._handlers: dict[type, Callable[[Any, int], None]] = {
             RequestEvent: self._on_request,
             PriceEvent: self._on_price,
             CompetitorEvent: self._on_competitor,
             StatusEvent: self._on_status,
+            InformedEvent: self._on_informed,
         }
 
     @property
@@ -270,7 +281,7 @@ class Replay:
         A record is ``(kind, t_us, ...)`` with ``t_us`` the event time in µs since the epoch:
         ``(REC_REQUEST, t_us, quote_id, asset_in, asset_out, exact_in, amount, min_deadline_ms,
         partner_id)``, ``(REC_PRICE, t_us, asset, usd)``, ``(REC_COMPETITOR, t_us, quote_id,
-        best_amount)``, ``(REC_STATUS, t_us)``.
+        best_amount)``, ``(REC_STATUS, t_us)``, ``(REC_INFORMED, t_us, quote_id)``.
         """
         self._begin(header)
         it = itertools.chain.from_iterable(batches)
@@ -298,6 +309,8 @@ class Replay:
                 on_competitor(record[2], record[3], t_us)
             elif kind == REC_PRICE:
                 on_price(record[2], record[3], _at(record[1]), t_us)
+            elif kind == REC_INFORMED:
+                self._informed(record[2], t_us)
             else:
                 events["status"] += 1
             count += 1
@@ -310,6 +323,9 @@ class Replay:
             raise RuntimeError("a Replay runs once: make a new one for another run")
         self._started = True
         self._check_header(header)
+        if self.settings.fill.model == "competitor":
+            require_competition(header, self.settings.fill.unobserved, f"stream {header.source!r}")
+        self._header = header
 
     def _setup(self, start_at: datetime, first_prices: dict[str, float]) -> dict[str, int]:
         """Fund the ledger; tell the desk the fee, salt, static prices and first balances; the
@@ -350,6 +366,8 @@ class Replay:
             self.settler.balances(self.tokens),
             len(self.desk.book.quotes),
             self.halted,
+            self.relay.coverage,
+            self._header,
         )
 
     def _counts(self) -> None:
@@ -491,6 +509,14 @@ class Replay:
     def _competitor(self, quote_id: str, best_amount: int, t_us: int) -> None:
         self.measures.events["competitor"] += 1
         self.competitors.add(quote_id, best_amount, t_us)
+
+    def _on_informed(self, event: InformedEvent, t_us: int) -> None:
+        self._informed(event.quote_id, t_us)
+
+    def _informed(self, quote_id: str, t_us: int) -> None:
+        """A generator's label: this request was informed (markouts are split by it)."""
+        self.measures.events["informed"] += 1
+        self.relay.informed.add(quote_id, 1, t_us)
 
     def _on_status(self, event: StatusEvent, t_us: int) -> None:
         self.measures.events["status"] += 1  # the recorder's own quotes: nothing to replay

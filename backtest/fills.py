@@ -13,7 +13,10 @@ model decides that, in two steps:
 - ``always``: every answer in time within the taker's limit wins. An upper bound on volume.
 - ``competitor``: win when strictly better for the user than the recorded best competing answer
   (exact-in: our ``amount_out > best_amount``; exact-out: our ``amount_in < best_amount``).
-  A request without a competitor event is won if the taker accepts it (nobody else answered).
+  A request without a competitor event is one whose competition was not observed, not one
+  nobody answered: by default it races a competitor drawn from the observed ones
+  (:mod:`backtest.unobserved`, ``fill.unobserved``), lost ``competitor_model`` when that one is
+  better; ``exclude`` loses it (``unobserved``); ``uncontested`` wins it if the taker accepts.
 - ``logistic``: win with probability ``1 / (1 + exp(-(a + b * edge_bps)))``, where ``edge_bps`` is
   what the user gains against the reference price (negative when we charge a spread). ``a`` and
   ``b`` come from ``solver backtest calibrate`` (:mod:`backtest.calibration.calibrate`). The draws
@@ -33,8 +36,9 @@ from typing import Protocol
 
 import numpy as np
 
-from backtest.settings import FillSpec, LatencySpec
+from backtest.settings import FillSpec, LatencySpec, RaceSpec, UnobservedSpec
 from backtest.takers import TakerModel
+from backtest.unobserved import CompetitionModel, Race, competitor_edge_bps
 from solver.core.quoting import Quote
 
 # Why a quote lost (summary ``lost`` keys).
@@ -42,6 +46,14 @@ LOST_COMPETITOR = "competitor"
 LOST_MODEL = "model"
 LOST_LATE = "late"
 LOST_TAKER = "taker_limit"
+LOST_MODELLED = "competitor_model"
+"""Beaten by a competitor drawn for a request whose competition was not observed."""
+LOST_UNOBSERVED = "unobserved"
+"""``fill.unobserved.mode: exclude``: a request whose competition was not observed."""
+LOST_NO_MODEL = "unobserved_no_model"
+"""Nothing to draw a competitor from yet (no observation, no prior)."""
+LOST_RACE = "competitor_faster"
+"""An answer equal to the competitor's, which answered first (``fill.race``)."""
 
 _BLOCK = 4096
 
@@ -88,11 +100,21 @@ class FillModel(Protocol):
     name: str
     takers: TakerModel
 
-    def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
+    def decide(
+        self,
+        quote: Quote,
+        best_amount: int | None,
+        edge_bps: float,
+        notional_usd: float = 0.0,
+        t_us: int = 0,
+        latency_ms: float = 0.0,
+    ) -> str | None:
         """None when the quote wins, else why it lost (``LOST_*``).
 
-        ``best_amount`` is the recorded best competing answer (None: none recorded) and
-        ``edge_bps`` the user's gain against the reference (:func:`edge_bps`) at decision time.
+        ``best_amount`` is the recorded best competing answer (None: none recorded),
+        ``edge_bps`` the user's gain against the reference (:func:`edge_bps`) at decision time,
+        ``notional_usd`` and ``t_us`` (the request's time) place it for the competition model,
+        ``latency_ms`` is how long our answer took (a tie goes to whoever answered first).
         """
         ...
 
@@ -103,33 +125,90 @@ class AlwaysFill:
     def __init__(self, takers: TakerModel | None = None) -> None:
         self.takers = takers if takers is not None else TakerModel()
 
-    def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
+    def decide(
+        self,
+        quote: Quote,
+        best_amount: int | None,
+        edge_bps: float,
+        notional_usd: float = 0.0,
+        t_us: int = 0,
+        latency_ms: float = 0.0,
+    ) -> str | None:
         return None if self.takers.accepts(quote.request.quote_id, edge_bps) else LOST_TAKER
 
 
 class CompetitorFill:
     name = "competitor"
 
-    def __init__(self, takers: TakerModel | None = None) -> None:
+    def __init__(
+        self,
+        takers: TakerModel | None = None,
+        unobserved: UnobservedSpec | None = None,
+        race: RaceSpec | None = None,
+    ) -> None:
         self.takers = takers if takers is not None else TakerModel()
+        spec = unobserved if unobserved is not None else UnobservedSpec()
+        self.unobserved = spec.mode
+        seed = self.takers.seed
+        self.competition = CompetitionModel(spec, seed) if spec.mode == "model" else None
+        self.race = Race(race if race is not None else RaceSpec(), seed)
 
-    def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
-        if not self.takers.accepts(quote.request.quote_id, edge_bps):
-            return LOST_TAKER
+    def decide(
+        self,
+        quote: Quote,
+        best_amount: int | None,
+        edge_bps: float,
+        notional_usd: float = 0.0,
+        t_us: int = 0,
+        latency_ms: float = 0.0,
+    ) -> str | None:
+        request = quote.request
+        competition = self.competition
         if best_amount is None:
-            return None
-        if quote.request.exact_in:
-            return None if quote.amount_out > best_amount else LOST_COMPETITOR
-        return None if quote.amount_in < best_amount else LOST_COMPETITOR
+            if not self.takers.accepts(request.quote_id, edge_bps):
+                return LOST_TAKER
+            if competition is None:
+                return LOST_UNOBSERVED if self.unobserved == "exclude" else None
+            drawn = competition.draw(
+                request.quote_id, request.asset_in, request.asset_out, notional_usd, t_us
+            )
+            if drawn is None:
+                return LOST_NO_MODEL
+            return None if edge_bps > drawn else LOST_MODELLED
+        exact_in = request.exact_in
+        ours = quote.amount_out if exact_in else quote.amount_in
+        if competition is not None:  # observed, whatever the taker says of our answer
+            competition.observe(
+                request.asset_in,
+                request.asset_out,
+                notional_usd,
+                t_us,
+                competitor_edge_bps(edge_bps, exact_in, ours, best_amount),
+            )
+        if not self.takers.accepts(request.quote_id, edge_bps):
+            return LOST_TAKER
+        if ours == best_amount:  # a tie: the relay's user takes the first of equal answers
+            return None if self.race.first(request.quote_id, latency_ms) else LOST_RACE
+        if exact_in:
+            return None if ours > best_amount else LOST_COMPETITOR
+        return None if ours < best_amount else LOST_COMPETITOR
 
 
 class LogisticFill:
     name = "logistic"
 
     def __init__(
-        self, a: float, b: float, rng: np.random.Generator, takers: TakerModel | None = None
+        self,
+        a: float,
+        b: float,
+        rng: np.random.Generator,
+        takers: TakerModel | None = None,
+        *,
+        joint: bool = False,
     ) -> None:
         self.a, self.b = a, b
+        self.joint = joint
+        """The curve is the joint one (a store's): the taker is in it, not applied again."""
         self.takers = takers if takers is not None else TakerModel()
         self._uniforms = _Uniforms(rng)
 
@@ -140,9 +219,17 @@ class LogisticFill:
         e = math.exp(z)  # no overflow for very negative z
         return e / (1.0 + e)
 
-    def decide(self, quote: Quote, best_amount: int | None, edge_bps: float) -> str | None:
+    def decide(
+        self,
+        quote: Quote,
+        best_amount: int | None,
+        edge_bps: float,
+        notional_usd: float = 0.0,
+        t_us: int = 0,
+        latency_ms: float = 0.0,
+    ) -> str | None:
         draw = self._uniforms.next()  # drawn first: one per answer, whatever the taker says
-        if not self.takers.accepts(quote.request.quote_id, edge_bps):
+        if not self.joint and not self.takers.accepts(quote.request.quote_id, edge_bps):
             return LOST_TAKER
         return None if draw < self.probability(edge_bps) else LOST_MODEL
 
@@ -153,8 +240,8 @@ def make_fill_model(spec: FillSpec, seed: int) -> FillModel:
     if spec.model == "always":
         return AlwaysFill(takers)
     if spec.model == "competitor":
-        return CompetitorFill(takers)
-    return LogisticFill(spec.a, spec.b, seeded(seed, 1), takers)
+        return CompetitorFill(takers, spec.unobserved, spec.race)
+    return LogisticFill(spec.a, spec.b, seeded(seed, 1), takers, joint=spec.fitted == "joint")
 
 
 class CompetitorBook:

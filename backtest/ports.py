@@ -30,6 +30,7 @@ from datetime import datetime
 from backtest.fills import LOST_LATE, CompetitorBook, FillModel, edge_bps
 from backtest.measure.measurements import FillRecord, Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
+from backtest.unobserved import Coverage
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.quoting import Quote
@@ -83,6 +84,12 @@ class Pending:
     requested_at: datetime
     edge_bps: float
     notional_usd: float
+    t_us: int
+    latency_ms: float
+    observed: bool = True
+    """Whether the request's competitor was observed (set when decided)."""
+    informed: bool = False
+    """Whether the stream labelled the request informed (synth only; set when decided)."""
 
 
 class LedgerNonceOracle:
@@ -110,7 +117,8 @@ class SimulatedRelay:
         desk: DeskView,
         wait_ms: float,
         settlement_delay_ms: int,
-        observe: Callable[[float, bool], None] | None = None,
+        observe: Callable[[float, str | None, bool], None] | None = None,
+        coverage: Coverage | None = None,
     ) -> None:
         self.settler = settler
         self.fill_model = fill_model
@@ -120,7 +128,10 @@ class SimulatedRelay:
         self.wait_ms = wait_ms
         self.delay_us = settlement_delay_ms * 1000
         self.observe = observe
+        self.coverage = coverage if coverage is not None else Coverage("-")
         self.competitors = CompetitorBook((int(wait_ms) + settlement_delay_ms + 60_000) * 1000)
+        self.informed = CompetitorBook(self.competitors.ttl_us)
+        """Requests the stream labelled informed (a generator's ``informed`` events)."""
         # Outcomes are due a constant delay after their request, so they come due in the order
         # they were scheduled: a FIFO, merged with the ticks by time (outcomes first on a tie).
         self.resolves: deque[tuple[int, Pending]] = deque()
@@ -153,6 +164,8 @@ class SimulatedRelay:
             self._ts,
             edge_bps(amount_in, v_in, quote.amount_out, v_out),
             amount_in * v_in,
+            self._t_us,
+            self._latency,
         )
         if self._latency > self.wait_ms:
             self._lose(pending, LOST_LATE)
@@ -179,10 +192,17 @@ class SimulatedRelay:
         a taker took it: the driver then sets its clock to the outcome's time and calls
         :meth:`settle` (a loss reaches nobody, so it needs no time)."""
         quote = pending.quote
-        best = self.competitors.pop(quote.request.quote_id)
-        lost = self.fill_model.decide(quote, best, pending.edge_bps)
+        request = quote.request
+        best = self.competitors.pop(request.quote_id)
+        observed = pending.observed = best is not None
+        if self.informed:
+            pending.informed = self.informed.pop(request.quote_id) is not None
+        self.coverage.judged(request.asset_in, request.asset_out, observed)
+        lost = self.fill_model.decide(
+            quote, best, pending.edge_bps, pending.notional_usd, pending.t_us, pending.latency_ms
+        )
         if self.observe is not None:
-            self.observe(pending.edge_bps, lost is None)
+            self.observe(pending.edge_bps, lost, observed)
         if lost is not None:
             self._lose(pending, lost)
             return False
@@ -213,6 +233,7 @@ class SimulatedRelay:
             self.feed(ev.QuoteStatusSeen(pending.signed.quote_hash, intent_hash))
             return
         m.on_resolved(pending.edge_bps, pending.notional_usd, won=True)
+        self.coverage.filled(pending.observed)
         self._statuses[intent_hash] = SETTLED
         self._settled = None
         # OPEN → WON → SETTLED (the SETTLED fact carries the fill's prices), then the balances.
@@ -234,6 +255,8 @@ class SimulatedRelay:
             prices.price_out,
             pending.edge_bps,
             prices.realized_usd,
+            observed=pending.observed,
+            informed=pending.informed,
         )
         m.on_fill(record, at_us)
         m.on_balances(self.desk.inventory.confirmed, at_us / 1e6)

@@ -11,10 +11,11 @@ in a small YAML given with ``solver backtest run --backtest-config FILE`` (every
     starting_usd: 100000       # tokens not in ``balances`` start with this much USD at first price
     settlement_delay_ms: 1000  # a won quote settles this long after its request
     fee_pips: 0                # the ledger's protocol fee (1 pip = 1e-6)
-    latency: {kind: fixed, ms: 0}          # or {kind: lognormal, median_ms: 40, sigma: 0.5}
+    latency: {kind: lognormal, median_ms: 40, sigma: 0.5}  # or {kind: fixed, ms: 0}
     fill:                                  # always | competitor | logistic (with a, b)
       model: competitor
       taker: {kind: lognormal, tolerance_bps: 60, sigma: 0.5, max_bps: 500}
+      unobserved: {mode: model, prior: null, min_observed: 20, window: 500}
     seed: 0                    # numpy / nonce randomness; same seed, same result
     sign: false                # sign quotes and settle through the verifier's full checks
     kill_switch: true          # the desk's PnL and stale-data kill switch (false: off)
@@ -45,12 +46,16 @@ FILL_MODELS: tuple[FillModelName, ...] = ("always", "competitor", "logistic")
 class LatencySpec(BaseModel):
     """Time from a request to our answer reaching the bus (network + decision).
 
-    ``fixed``: always ``ms``. ``lognormal``: ``median_ms * exp(sigma * N(0, 1))``. The decision
-    runs at ``request ts + latency``; an answer later than ``bus.wait_ms`` loses.
+    ``fixed``: always ``ms``. ``lognormal`` (the default): ``median_ms * exp(sigma * N(0, 1))``.
+    The decision runs at ``request ts + latency``; an answer later than ``bus.wait_ms`` loses.
+    The default is not zero because no answer is instantaneous: the bot decides in about 1 ms
+    (benchmarks/quote_path.md: p50 0.86 ms, p99 2.7 ms at 500 requests/s on loopback); the rest
+    of the 40 ms median is an assumed network round trip to the relay, not a measurement
+    (docs/backtest.md, "Reading a backtest before trusting it": measure yours).
     """
 
     model_config = _STRICT
-    kind: Literal["fixed", "lognormal"] = "fixed"
+    kind: Literal["fixed", "lognormal"] = "lognormal"
     ms: Annotated[float, Field(ge=0, le=60_000, allow_inf_nan=False)] = 0.0
     median_ms: Annotated[float, Field(gt=0, le=60_000, allow_inf_nan=False)] = 40.0
     sigma: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.5
@@ -74,6 +79,43 @@ class TakerSpec(BaseModel):
     """No user accepts an answer worse than this, whatever the draw."""
 
 
+class CompetitionPrior(BaseModel):
+    """The competition assumed where none was observed at all: the best competitor's edge
+    against the reference, bps given to the user (negative: it charges), normal."""
+
+    model_config = _STRICT
+    edge_bps: Annotated[float, Field(ge=-1_000, le=1_000, allow_inf_nan=False)]
+    sd_bps: Annotated[float, Field(gt=0, le=1_000, allow_inf_nan=False)]
+
+
+class UnobservedSpec(BaseModel):
+    """Requests without an observed competitor (:mod:`backtest.unobserved`), ``competitor``
+    model only. ``model`` (default): race a competitor drawn from the ones observed (per pair,
+    size and time of day), or from ``prior`` before any was observed; ``exclude``: never filled
+    (lost ``unobserved``); ``uncontested``: won whenever the taker accepts (the assumption that
+    nobody else answered: an upper bound, and the sandbox's parity test)."""
+
+    model_config = _STRICT
+    mode: Literal["model", "exclude", "uncontested"] = "model"
+    prior: CompetitionPrior | None = None
+    min_observed: Annotated[int, Field(ge=1, le=1_000_000)] = 20
+    """Observations a bucket needs before its competitors are drawn from (else a coarser one)."""
+    window: Annotated[int, Field(ge=1, le=1_000_000)] = 500
+    """The most recent observed competitors kept per bucket: the model follows the market."""
+
+
+class RaceSpec(BaseModel):
+    """When our answer equals the best competitor's, the one that reached the relay first wins
+    (:class:`backtest.unobserved.Race`). The competitor's latency is drawn per request,
+    ``median_ms * exp(sigma * N(0, 1))``; the default is the default of our own (a race between
+    equals: about half the ties each). ``median_ms: 0``: the competitor always answers first
+    (every tie lost, as before issue 25)."""
+
+    model_config = _STRICT
+    median_ms: Annotated[float, Field(ge=0, le=60_000, allow_inf_nan=False)] = 40.0
+    sigma: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.5
+
+
 class FillSpec(BaseModel):
     """Which quotes win (see :mod:`backtest.fills`); ``a`` and ``b`` are the logistic's, and
     ``taker`` the limit every model applies first."""
@@ -84,7 +126,14 @@ class FillSpec(BaseModel):
     """Log-odds of winning at zero edge."""
     b: Annotated[float, Field(allow_inf_nan=False)] = 0.05
     """Change of the log-odds per basis point of edge given to the user."""
+    fitted: Literal["competition", "joint"] = "competition"
+    """What ``a`` and ``b`` describe (``logistic``): ``competition``, beating the competitor
+    (the taker is applied first, then the curve); ``joint``, the user taking the answer at all
+    (fitted from a store, where refusals and lost races look alike: the taker is already in the
+    curve and is not applied again)."""
     taker: TakerSpec = Field(default_factory=TakerSpec)
+    unobserved: UnobservedSpec = Field(default_factory=UnobservedSpec)
+    race: RaceSpec = Field(default_factory=RaceSpec)
 
 
 class BacktestSettings(BaseModel):

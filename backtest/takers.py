@@ -38,10 +38,11 @@ _NORMAL = NormalDist()
 class TakerModel:
     """Per-request price limits of simulated users. Pure: no state changes between calls."""
 
-    __slots__ = ("_fixed", "_key", "spec")
+    __slots__ = ("_fixed", "_key", "seed", "spec")
 
     def __init__(self, spec: TakerSpec | None = None, seed: int = 0) -> None:
         self.spec = spec if spec is not None else TakerSpec()
+        self.seed = seed
         self._key = f"taker:{seed}:".encode()
         s = self.spec
         self._fixed: float | None = None

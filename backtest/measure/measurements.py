@@ -45,6 +45,7 @@ from backtest.measure.detail import (
     DrawdownWatch,
     LatencyHistogram,
     PairBook,
+    PairStats,
     PeriodBook,
     Timeline,
     TradeBook,
@@ -75,6 +76,10 @@ class FillRecord:
     markouts: dict[int, float] = field(default_factory=dict)
     done_us: int = 0
     """When its last markout is due (µs since the epoch): after the tick at that time, done."""
+    observed: bool = True
+    """Whether its request's competitor was observed (else the competition was modelled)."""
+    informed: bool = False
+    """Whether the stream labelled its request informed (synth's ``informed`` events)."""
 
 
 class Downsampled:
@@ -147,6 +152,11 @@ class Measurements:
         self._exposure_t0 = self._exposure_t = 0.0
         self._exposure_started = False
         self.pairs = PairBook(pair_names or {}, self.symbols)
+        self.by_competition = {True: PairStats(), False: PairStats()}
+        self.by_flow = {True: PairStats(), False: PairStats()}
+        """The same by whether the stream labelled the request informed."""
+        """Fills and markouts by whether the request's competitor was observed: adverse
+        selection hides in the fills nobody raced against on the record."""
         self.daily = DailyBook()
         self.periods = {name: PeriodBook(name) for name in ("hour", "day", "week")}
         self.trades = TradeBook()
@@ -285,7 +295,9 @@ class Measurements:
         self.won += 1
         notional = record.amount_in * record.price_in / self.scale[record.asset_in]
         self.volume += notional
-        for stats in self.pairs.both(record.asset_in, record.asset_out):
+        pair, everything = self.pairs.both(record.asset_in, record.asset_out)
+        split = (self.by_competition[record.observed], self.by_flow[record.informed])
+        for stats in (pair, everything, *split):
             stats.won += 1
             stats.volume_usd += notional
             stats.realized_usd += record.realized_usd
@@ -304,6 +316,8 @@ class Measurements:
             notional = record.amount_in * record.price_in / self.scale[record.asset_in]
             for stats in self.pairs.both(record.asset_in, record.asset_out):
                 stats.markout(horizon_s, value_usd, notional)
+            self.by_competition[record.observed].markout(horizon_s, value_usd, notional)
+            self.by_flow[record.informed].markout(horizon_s, value_usd, notional)
             if horizon_s == HORIZONS_S[-1]:
                 self.trades.add(value_usd)
 

@@ -1,11 +1,13 @@
 """``report.html``: one self-contained page a person reads after a replay.
 
-Sections, in order (each documented in ``docs/backtest.md``, "The report"): a banner when the
-kill switch halted the replay; what ran (strategies, parameters, digests, settings); the
-headline figures; PnL and inventory over time; PnL against the hold benchmark; per pair;
-statistics with their sample sizes; breakdowns per hour, day and week;
-markouts; win rates by edge and size; inventory; outcomes (lost, skipped, refused) and skips
-over time; latency; and every figure of ``summary.json``.
+Sections, in order (each documented in ``docs/backtest.md``, "The report"): a banner for what
+a reader must know before trusting the figures (:mod:`backtest.report.trust`: data that did not
+all arrive, fills from unobserved competition); a banner when the kill switch halted the
+replay; what ran (strategies, parameters, digests, settings); the headline figures; PnL and
+inventory over time; PnL against the hold benchmark; per pair; statistics with their sample
+sizes; breakdowns per hour, day and week; markouts; win rates by edge and size; inventory;
+outcomes (lost, skipped, refused) and skips over time; latency; and every figure of
+``summary.json``.
 
 Amounts a person reads are in whole units with the token's symbol (:mod:`backtest.units`);
 ``summary.json`` keeps the smallest units. Plots are PNGs embedded as base64, so the file can be
@@ -22,8 +24,8 @@ from typing import Any
 
 from backtest.engine import ReplayResult
 from backtest.measure.measurements import HORIZONS_S
-from backtest.report import plots
-from backtest.report.tables import halted_note
+from backtest.report import plots, trust
+from backtest.report.tables import halted_note, markout_groups
 from backtest.units import format_whole
 
 SECTIONS = (
@@ -50,6 +52,7 @@ th, td { text-align: left; padding: 0.2em 0.7em; border-bottom: 1px solid #ddd;
   vertical-align: top; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 th { font-weight: 600; white-space: nowrap; background: #f6f6f6; }
+.warning { border: 2px solid #b60; background: #fff4e0; padding: 0.6em 1em; margin: 1em 0; }
 .halted { border: 2px solid #b00; background: #fee; padding: 0.6em 1em; margin: 1em 0; }
 .note { color: #555; font-size: 0.88em; }
 img { max-width: 100%; }
@@ -130,6 +133,37 @@ def markouts_table(figures: Mapping[str, Any]) -> str:
     return table(["horizon", "fills", "mean bps", "± 95 % bps", "total USD"], rows)
 
 
+def markouts_by_competition(figures: Mapping[str, Any]) -> str:
+    """Mean markout (bps, ± 95 %) per horizon for the fills whose competitor was observed and
+    for the others, and for informed and uninformed flow when the stream labels it: a gap
+    between the two is flow the record did not see, or adverse selection."""
+    rows = []
+    for label, stats in markout_groups(figures):
+        cells = [stats["realized_bps"], *(stats["markouts_bps"][f"{h}s"] for h in HORIZONS_S)]
+        rows.append(
+            [
+                label,
+                count(cells[0]["n"]),
+                *(
+                    "—"
+                    if c["mean"] is None
+                    else f"{num(c['mean'])} ± {num(None if c['se'] is None else 1.96 * c['se'])}"
+                    for c in cells
+                ),
+            ]
+        )
+    head = ["fills", "n", "at the fill", *(f"+{h} s" for h in HORIZONS_S)]
+    note = (
+        ""
+        if (figures.get("by_flow") or {}).get("labelled")
+        else _note(
+            "The stream does not label informed requests (only synthetic streams can): no split "
+            "by informed flow."
+        )
+    )
+    return table(head, rows) + note
+
+
 def inventory_table(
     figures: Mapping[str, Any], symbols: Mapping[str, str], decimals: Mapping[str, int]
 ) -> str:
@@ -166,6 +200,14 @@ def _note(text: str) -> str:
     return f'<p class="note">{_e(text)}</p>'
 
 
+def latency_setting(spec: Mapping[str, Any]) -> str:
+    """The latency model in words, with only the figures its kind uses (a ``fixed`` model has
+    a ``median_ms`` too, its unused default, which read as if it applied)."""
+    if spec["kind"] == "fixed":
+        return f"fixed {num(spec['ms'], 1)} ms"
+    return f"lognormal, median {num(spec['median_ms'], 1)} ms, sigma {num(spec['sigma'])}"
+
+
 def _what_ran(figures: Mapping[str, Any]) -> list[str]:
     config = figures.get("config")
     if not config:
@@ -178,7 +220,7 @@ def _what_ran(figures: Mapping[str, Any]) -> list[str]:
         ["bot config digest", config["digest"]],
         ["backtest settings digest", config["backtest_digest"]],
         ["fill model", json.dumps(bt["fill"], sort_keys=True)],
-        ["latency", json.dumps(bt["latency"], sort_keys=True)],
+        ["latency", latency_setting(bt["latency"])],
         ["settlement delay", f"{bt['settlement_delay_ms']} ms"],
         ["kill switch", "on" if bt["kill_switch"] else "off (--no-kill-switch)"],
         ["risk limits", json.dumps(config["risk"], sort_keys=True)],
@@ -240,6 +282,10 @@ def render_html(
         f"<h1>{_e(title)}</h1>",
         _note(f"Stream time {span}; fill model {figures['fill_model']}, seed {figures['seed']}."),
     ]
+    for message in trust.warnings(figures):
+        parts.append(
+            f'<div class="warning"><strong>Before trusting this:</strong> {_e(message)}</div>'
+        )
     note = halted_note(figures)
     halted_at = None
     if note is not None:
@@ -266,7 +312,11 @@ def render_html(
         ],
         "Statistics": stats_html.statistics(figures),
         "Breakdown": stats_html.breakdown(figures),
-        "Markouts": [markouts_table(figures), _img("Markouts", plots.markouts(figures))],
+        "Markouts": [
+            markouts_table(figures),
+            markouts_by_competition(figures),
+            _img("Markouts", plots.markouts(figures)),
+        ],
         "Win rate by edge and size": [_img("Win rates", plots.win_rates(result))],
         "Inventory": [inventory_table(figures, symbols, result.desk.pnl.decimals)],
         "Outcomes": [

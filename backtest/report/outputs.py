@@ -13,7 +13,8 @@ and peak, see :mod:`backtest.measure.measurements`), ``fees_paid_usd``, ``start_
 ``end_equity_usd``, ``start_inventory`` and ``final_inventory`` (per asset, smallest units as
 strings), ``markouts_usd`` (per horizon of the desk, ``1s`` / ``10s`` / ``60s`` / ``300s``:
 ``mean``, ``total``, ``n``), ``events`` (counts by kind), ``open_at_end`` (quotes the desk still
-held open), ``halted`` (the desk's kill switch: when and why, or null),
+held open), ``halted`` (the desk's kill switch: when and why, or null), ``competition``
+(how much competition was observed and what the fills rest on: :mod:`backtest.unobserved`),
 ``fill_model``, ``seed``, ``first_ts``, ``last_ts``; the breakdowns of
 :mod:`backtest.report.tables` (``pnl_split``, ``daily``, ``drawdown``, ``pairs``, ``all``,
 ``latency_ms``, ``outcomes_over_time``); the benchmark and statistics of
@@ -188,6 +189,9 @@ def summary(
         "events": dict(sorted(t.events.items())),
         "open_at_end": result.open_at_end,
         "halted": result.halted,
+        "competition": result.coverage.summary(
+            t.pairs.names, result.header.competitor_share if result.header else None
+        ),
         "fill_model": fill_model,
         "seed": seed,
         "first_ts": _time(t.first_ts) if t.first_ts else None,

@@ -21,6 +21,7 @@ from typing import Any
 from backtest.engine import ReplayResult
 from backtest.measure.detail import LATENCY_CAP_MS
 from backtest.measure.measurements import HORIZONS_S, SIZE_BINS_PER_DECADE
+from backtest.report.tables import markout_groups
 
 DPI = 80
 TOP_REASONS = 6
@@ -169,12 +170,13 @@ def markouts(figures: Mapping[str, Any]) -> str:
 def markouts_figure(figures: Mapping[str, Any]) -> Any:
     """Mean markout in bps of notional per horizon (fill = realized edge), ± 1.96 se, per pair
     and for all pairs (top); below, the move since the fill: each horizon's mean minus the
-    fill-time edge, so a 0.8 bps adverse move is not lost under a 25 bps edge. Neither axis is
-    forced to include zero: the scale follows the data."""
+    fill-time edge, so a 0.8 bps adverse move is not lost under a 25 bps edge; at the bottom the
+    same move for fills whose competitor was observed and the others. The top axis follows the
+    data; the two below span at least ±1.2 bps, so a 1 bps adverse move is visible."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 5.6))
-    ax, move = fig.subplots(2, 1, sharex=True, height_ratios=[1.3, 1])
+    fig = Figure(figsize=(9, 7.6))
+    ax, move, flows = fig.subplots(3, 1, sharex=True, height_ratios=[1.3, 1, 1])
     horizons = [0, *HORIZONS_S]
     xs = list(range(len(horizons)))
     series = [("all pairs", figures["all"]), *list(figures["pairs"].items())]
@@ -188,13 +190,33 @@ def markouts_figure(figures: Mapping[str, Any]) -> Any:
         ax.errorbar([x + offset for x in xs], ys, yerr=err, label=label, **style)
         moved = [y - ys[0] for y in ys]
         move.errorbar([x + offset for x in xs], moved, yerr=err, **style)
-    move.axhline(0, color="black", lw=0.6)
-    move.set_xticks(xs, [HORIZON_LABELS.get(h, f"+{h} s") for h in horizons])
+    # The same move for the fills whose competitor was observed and the others, and for
+    # informed and uninformed flow when the stream labels it.
+    groups = markout_groups(figures)
+    for k, (label, stats) in enumerate(groups):
+        cells = [stats["realized_bps"], *(stats["markouts_bps"][f"{h}s"] for h in HORIZONS_S)]
+        if cells[0]["mean"] is None:
+            continue
+        ys = [c["mean"] if c["mean"] is not None else math.nan for c in cells]
+        err = [1.96 * c["se"] if c["se"] is not None else 0.0 for c in cells]
+        offset = (k - (len(groups) - 1) / 2) * 0.06
+        flows.errorbar(
+            [x + offset for x in xs], [y - ys[0] for y in ys], yerr=err, capsize=3, ms=4,
+            fmt="o-", label=f"{label} ({cells[0]['n']} fills)",
+        )  # fmt: skip
+    for axis in (move, flows):
+        axis.axhline(0, color="black", lw=0.6)
+        low, high = axis.get_ylim()  # at least ±1.2 bps, so a 1 bps adverse move shows
+        axis.set_ylim(min(low, -1.2), max(high, 1.2))
+    flows.set_xticks(xs, [HORIZON_LABELS.get(h, f"+{h} s") for h in horizons])
     ax.set_ylabel("bps of notional\n(mean, 95 % interval)")
     move.set_ylabel("move since the fill, bps\n(below 0: against us)")
-    for axis in (ax, move):
+    flows.set_ylabel("move since the fill, bps\nby competition, flow")
+    for axis in (ax, move, flows):
         axis.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if flows.get_legend_handles_labels()[0]:
+        flows.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

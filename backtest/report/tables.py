@@ -121,10 +121,37 @@ def _pair(stats: PairStats) -> dict[str, Any]:
 
 
 def pairs(result: ReplayResult) -> dict[str, Any]:
-    """Per pair (``BASE/QUOTE``, both directions), and ``all`` of them together."""
+    """Per pair (``BASE/QUOTE``, both directions), ``all`` of them together, and the fills by
+    whether their competitor was observed (``by_competition``: ``observed``, ``unobserved``) and
+    by whether the stream labelled them informed (``by_flow``: ``labelled`` says whether it
+    labels any; ``informed``, ``uninformed``)."""
     book = result.measures.pairs
     out = {name: _pair(book.pairs[name]) for name in sorted(book.pairs)}
-    return {"pairs": out, "all": _pair(book.all)}
+    flows = result.measures.by_competition
+    return {
+        "pairs": out,
+        "all": _pair(book.all),
+        "by_competition": {"observed": _pair(flows[True]), "unobserved": _pair(flows[False])},
+        "by_flow": {
+            "labelled": result.measures.events.get("informed", 0) > 0,
+            "informed": _pair(result.measures.by_flow[True]),
+            "uninformed": _pair(result.measures.by_flow[False]),
+        },
+    }
+
+
+def markout_groups(figures: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The fills split by competition (observed or not) and, when the stream labels it, by
+    flow (informed or not): ``(label, stats)`` (a summary from before issue 25 has none)."""
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    competition = figures.get("by_competition") or {}
+    for key, label in (("observed", "competitor observed"), ("unobserved", "not observed")):
+        if key in competition:
+            out.append((label, competition[key]))
+    flow = figures.get("by_flow") or {}
+    if flow.get("labelled"):
+        out += [("informed flow", flow["informed"]), ("uninformed flow", flow["uninformed"])]
+    return out
 
 
 # ------------------------------------------------------------------------------ the run

@@ -36,6 +36,11 @@ class Header:
     created: datetime
     source: str
     tokens: dict[str, TokenInfo]
+    competitor_share: float | None = None
+    """How competition was observed: the share of requests whose best competing answer the
+    source asked for (the recorder's ``--competitor-share``, 0 without ``--competitors``;
+    synth's ``competitor_share``); None when the source did not say. A replay computes the
+    coverage it actually got, per pair; this says whether any was sought (issue 25)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,16 @@ class CompetitorEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class InformedEvent:
+    """A label, not an observation: the request ``quote_id`` was informed (its direction follows
+    the coming price move). Only a generator knows this (synth writes it after the request);
+    the replay splits markouts by it (issue 25). Readers before it skip the kind."""
+
+    ts: datetime
+    quote_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class StatusEvent:
     ts: datetime
     quote_hash: str
@@ -66,4 +81,4 @@ class StatusEvent:
     tx_hash: str | None
 
 
-StreamEvent = RequestEvent | PriceEvent | CompetitorEvent | StatusEvent
+StreamEvent = RequestEvent | PriceEvent | CompetitorEvent | StatusEvent | InformedEvent

@@ -28,8 +28,22 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from backtest.engine import REC_COMPETITOR, REC_PRICE, REC_REQUEST, REC_STATUS, Record, micros
-from backtest.stream.events import CompetitorEvent, PriceEvent, RequestEvent, StreamEvent
+from backtest.engine import (
+    REC_COMPETITOR,
+    REC_INFORMED,
+    REC_PRICE,
+    REC_REQUEST,
+    REC_STATUS,
+    Record,
+    micros,
+)
+from backtest.stream.events import (
+    CompetitorEvent,
+    InformedEvent,
+    PriceEvent,
+    RequestEvent,
+    StreamEvent,
+)
 from backtest.stream.format import PathLike, StreamError
 from backtest.stream.read import StreamStats, read_stream
 
@@ -51,6 +65,8 @@ def record(event: StreamEvent) -> Record:
         return (REC_COMPETITOR, t_us, event.quote_id, event.best_amount)  # type: ignore[union-attr]
     if kind is PriceEvent:
         return (REC_PRICE, t_us, event.asset, event.usd)  # type: ignore[union-attr]
+    if kind is InformedEvent:
+        return (REC_INFORMED, t_us, event.quote_id)  # type: ignore[union-attr]
     return (REC_STATUS, t_us)
 
 

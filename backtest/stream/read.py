@@ -44,6 +44,7 @@ from backtest.stream.events import (
     FORMAT_VERSION,
     CompetitorEvent,
     Header,
+    InformedEvent,
     PriceEvent,
     RequestEvent,
     StatusEvent,
@@ -82,6 +83,10 @@ class StreamStats:
     malformed: list[tuple[int, str]] = field(default_factory=list)
     """(line number, reason) of the first :data:`MAX_MALFORMED_KEPT` malformed lines."""
     malformed_total: int = 0
+    truncated: str | None = None
+    """Why the stream ended early, or None: a gzip part cut short, or a last line cut short
+    (no line end, and not an event). Reading keeps what came before; ``solver backtest run``
+    exits with its own code unless ``--allow-truncated`` (docs/backtest.md)."""
 
     @property
     def total_events(self) -> int:
@@ -96,6 +101,7 @@ class StreamStats:
             "blank_lines": self.blank_lines,
             "malformed_total": self.malformed_total,
             "malformed": [list(item) for item in self.malformed],
+            "truncated": self.truncated,
         }
 
 
@@ -161,7 +167,10 @@ def _parse_header(line: bytes, path: str) -> Header:
         if type(decimals) is not int or not 0 <= decimals <= 38:
             raise fail(f"header tokens.{asset}.decimals must be an integer 0..38")
         tokens[asset] = TokenInfo(symbol, decimals)
-    return Header(created=created, source=source, tokens=tokens)
+    share = obj.get("competitor_share")
+    if share is not None and (type(share) not in (int, float) or not 0 <= share <= 1):
+        raise fail("header competitor_share must be a number 0..1 (or absent)")
+    return Header(created, source, tokens, None if share is None else float(share))
 
 
 class StreamReader(Iterator[StreamEvent]):
@@ -294,6 +303,8 @@ class StreamReader(Iterator[StreamEvent]):
                             raise Malformed(f"{kind}: data must be an object")
                         event = parser(self, ts, data, obj)
                     except Malformed as bad:
+                        if line[-1:] != b"\n":  # the last line, cut short mid-write
+                            self._truncated(number, f"the last line ({number}) is cut short")
                         self._malformed(number, bad)
                         continue
                     events[kind] = events.get(kind, 0) + 1
@@ -302,6 +313,7 @@ class StreamReader(Iterator[StreamEvent]):
             except EOFError:
                 # A gzip part cut short (a recorder killed mid-write): keep what was read.
                 self._number = number
+                self._truncated(number, f"the gzip stream is cut short after line {number}")
                 self._malformed(number + 1, Malformed("truncated gzip stream: the file ends here"))
             except (OSError, gzip.BadGzipFile, zlib.error) as exc:
                 path = self._current
@@ -324,6 +336,12 @@ class StreamReader(Iterator[StreamEvent]):
         if len(stats.malformed) < MAX_MALFORMED_KEPT:
             reason = f"{self._current}: {bad}" if self._prefix else str(bad)
             stats.malformed.append((number, reason))
+
+    def _truncated(self, number: int, why: str) -> None:
+        stats = self.stats
+        if stats.truncated is None:
+            where = f"{self._current}: " if self._prefix else ""
+            stats.truncated = f"{where}{why}"
 
     def _unsorted(self, number: int, ts: datetime, last: datetime) -> None:
         path = self._current
@@ -403,6 +421,9 @@ class StreamReader(Iterator[StreamEvent]):
             raise Malformed("missing best_amount")
         return CompetitorEvent(ts, quote_id, u128_field(data["best_amount"], "best_amount"))
 
+    def _informed(self, ts: datetime, data: dict[str, Any], obj: dict[str, Any]) -> InformedEvent:
+        return InformedEvent(ts, text_field(data, "quote_id", max_len=MAX_QUOTE_ID_LEN))
+
     def _status(self, ts: datetime, data: dict[str, Any], obj: dict[str, Any]) -> StatusEvent:
         quote_hash = text_field(data, "quote_hash")
         intent_hash = text_field(data, "intent_hash")
@@ -441,6 +462,7 @@ _PARSERS: dict[str, _Parser] = {
     "price": StreamReader._price,
     "competitor": StreamReader._competitor,
     "quote_status": StreamReader._status,
+    "informed": StreamReader._informed,
 }
 
 
@@ -459,7 +481,7 @@ def _merge_headers(headers: Sequence[Header], paths: Sequence[Path]) -> Header:
                     path=str(path),
                     line=1,
                 )
-    return Header(created=first.created, source=first.source, tokens=tokens)
+    return Header(first.created, first.source, tokens, first.competitor_share)
 
 
 def read_stream(path: PathLike | Sequence[PathLike], *, strict: bool = False) -> StreamReader:

@@ -123,8 +123,11 @@ def sampled(quote_id: str, share: float) -> bool:
     return int.from_bytes(digest, "big") < share * (1 << 64)
 
 
-def header_from_config(config: BotConfig, created: datetime, source: str) -> Header:
+def header_from_config(
+    config: BotConfig, created: datetime, source: str, competitor_share: float | None = None
+) -> Header:
     return Header(
+        competitor_share=competitor_share,
         created=created,
         source=source,
         tokens={
@@ -384,7 +387,7 @@ class Recorder:
         config = self.config
         started = time.monotonic()
         source = f"record {config.bus.ws_url}"
-        header = header_from_config(config, self.clock(), source)
+        header = header_from_config(config, self.clock(), source, self.competitor_share)
         try:
             writer = await asyncio.to_thread(
                 StreamWriter, self.out, header, rotate_bytes=self.rotate_bytes

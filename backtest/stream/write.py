@@ -21,6 +21,7 @@ from backtest.stream.events import (
     FORMAT_VERSION,
     CompetitorEvent,
     Header,
+    InformedEvent,
     PriceEvent,
     RequestEvent,
     StatusEvent,
@@ -32,18 +33,19 @@ _WRITE_BUFFER: Final = 1 << 16
 
 
 def _header_line(header: Header) -> bytes:
-    return orjson.dumps(
-        {
-            "v": FORMAT_VERSION,
-            "kind": "header",
-            "created": format_ts(header.created),
-            "source": header.source,
-            "tokens": {
-                asset: {"symbol": info.symbol, "decimals": info.decimals}
-                for asset, info in header.tokens.items()
-            },
-        }
-    )
+    line: dict[str, Any] = {
+        "v": FORMAT_VERSION,
+        "kind": "header",
+        "created": format_ts(header.created),
+        "source": header.source,
+        "tokens": {
+            asset: {"symbol": info.symbol, "decimals": info.decimals}
+            for asset, info in header.tokens.items()
+        },
+    }
+    if header.competitor_share is not None:  # unsaid: the bytes of a stream before issue 25
+        line["competitor_share"] = header.competitor_share
+    return orjson.dumps(line)
 
 
 def event_to_json(event: StreamEvent) -> dict[str, Any]:
@@ -73,6 +75,13 @@ def event_to_json(event: StreamEvent) -> dict[str, Any]:
             "ts": ts,
             "kind": "competitor",
             "data": {"quote_id": event.quote_id, "best_amount": str(event.best_amount)},
+        }
+    if isinstance(event, InformedEvent):
+        return {
+            "v": FORMAT_VERSION,
+            "ts": ts,
+            "kind": "informed",
+            "data": {"quote_id": event.quote_id},
         }
     if isinstance(event, StatusEvent):
         return {

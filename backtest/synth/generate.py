@@ -41,7 +41,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from backtest.stream.events import Header, PriceEvent, StreamEvent, TokenInfo
+from backtest.stream.events import Header, InformedEvent, PriceEvent, StreamEvent, TokenInfo
 from backtest.stream.format import PathLike
 from backtest.stream.write import StreamWriter
 from backtest.synth.flow import Draws, PricePath, RequestMaker
@@ -121,8 +121,15 @@ def _has_weight(item: str) -> bool:
     return "/" not in tail and tail.replace(".", "", 1).strip().isdigit()
 
 
-def header_for(tokens: Mapping[str, TokenSpec], *, start: datetime, source: str) -> Header:
+def header_for(
+    tokens: Mapping[str, TokenSpec],
+    *,
+    start: datetime,
+    source: str,
+    competitor_share: float | None = None,
+) -> Header:
     return Header(
+        competitor_share=competitor_share,
         created=start,
         source=source,
         tokens={
@@ -259,6 +266,9 @@ def _events(
             summary.requests_by_pair[key] = summary.requests_by_pair.get(key, 0) + 1
             yield request
             produced += 1
+            if informed:  # a label for the replay's markouts (docs/backtest.md)
+                yield InformedEvent(ts, request.request.quote_id)
+                produced += 1
             if competitor is not None:
                 summary.competitors += 1
                 yield competitor
@@ -305,7 +315,10 @@ def synthesize(
     )
     if source is None:
         source = f"synth seed={seed} rate={params.rate_per_s:g}/s duration={duration_s:g}s"
-    with StreamWriter(out, header_for(tokens, start=start, source=source)) as writer:
+    with StreamWriter(
+        out,
+        header_for(tokens, start=start, source=source, competitor_share=params.competitor_share),
+    ) as writer:
         writer.write_all(events)
     summary.bytes = writer.bytes_written
     return summary

@@ -9,7 +9,8 @@ limit wins: an upper bound). ``competitor`` is not offered: live, no competing a
 
 ``fill`` has the shape of the backtest settings' ``fill`` section, so a calibration's output can
 be pasted here. The fields mirror :class:`backtest.settings.FillSpec` (the configuration does
-not import the backtest); a test holds the two in step.
+not import the backtest) but for ``unobserved`` and ``race`` (the ``competitor`` model's); a
+test holds the two in step.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class ShadowFillSpec(BaseModel):
     """Log-odds of winning at zero edge."""
     b: Annotated[float, Field(allow_inf_nan=False)] = 0.05
     """Change of the log-odds per basis point of edge given to the user."""
+    fitted: Literal["competition", "joint"] = "competition"
+    """What ``a`` and ``b`` describe: the race alone (the taker applied first) or, fitted from
+    a store, taker and race together (the taker not applied again)."""
     taker: ShadowTakerSpec = Field(default_factory=ShadowTakerSpec)
 
 

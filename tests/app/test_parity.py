@@ -211,7 +211,15 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
         {
             "balances": {a: str(v) for a, v in BALANCES.items()},
             # The sandbox takers' rule: a user takes the best offer within 60 bps of the price.
-            "fill": {"model": "competitor", "taker": {"kind": "fixed", "tolerance_bps": 60}},
+            # No competitor was recorded and the sandbox's takers do take every offer within
+            # it: unobserved requests are uncontested here (the default would model them).
+            "fill": {
+                "model": "competitor",
+                "taker": {"kind": "fixed", "tolerance_bps": 60},
+                "unobserved": {"mode": "uncontested"},
+            },
+            # The replay answers at the recorder's time: this test pins its latency.
+            "latency": {"kind": "fixed", "ms": 0},
         }
     )
     replay = Replay(config, settings)

@@ -70,8 +70,12 @@ def test_write_fit_gives_a_backtest_config(tmp_path: Path) -> None:
         path = write_fit(tmp_path / name, fit, "a\nstore")
         loaded = load_settings(path)
         assert (loaded.fill.model, loaded.fill.a, loaded.fill.b) == ("logistic", 0.25, 0.07)
-    assert json.loads((tmp_path / "fit.json").read_text()) == fit.settings()
-    assert yaml.safe_load((tmp_path / "fit.yaml").read_text()) == fit.settings()
+    written = {"fill": {**fit.settings()["fill"], "fitted": "competition"}}
+    assert json.loads((tmp_path / "fit.json").read_text()) == written
+    assert yaml.safe_load((tmp_path / "fit.yaml").read_text()) == written
+    joint = write_fit(tmp_path / "joint.yaml", fit, "a store", "joint")
+    assert load_settings(joint).fill.fitted == "joint"  # the taker is in the curve already
+    assert "fitted: joint" in joint.read_text()
 
 
 # ------------------------------------------------------------------------------ store
@@ -201,5 +205,5 @@ def test_calibration_from_a_stream_replay(
     assert main([*argv, "--backtest-config", str(backtest), "--out", str(out)]) == 0
     line = json.loads(capsys.readouterr().out)
     assert (line["a"], line["b"]) == pytest.approx((fit.a, fit.b), rel=1e-3)
-    assert line["quotes"] == fit.n
+    assert line["quotes"] == fit.n and line["fitted"] == "competition"
     assert main(["backtest", "calibrate", str(stream), "--out", str(out)]) == 2

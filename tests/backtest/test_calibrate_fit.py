@@ -284,6 +284,8 @@ def test_the_command_reports_intervals_and_a_plot(
         pytest.fail(capsys.readouterr().err)
     report = json.loads(capsys.readouterr().out)
     assert report["quotes"] == 3_000 and report["plot"] == str(tmp_path / "fit.png")
+    # A store cannot tell a refusal from a lost race: the joint model, said so, taker not reapplied.
+    assert report["fitted"] == "joint" and load_settings(out).fill.fitted == "joint"
     assert report["a_95"][0] < A0 < report["a_95"][1]
     assert report["b_95"][0] < B0 < report["b_95"][1]
     assert (tmp_path / "fit.png").read_bytes()[:8] == PNG

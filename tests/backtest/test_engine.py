@@ -307,8 +307,12 @@ def test_competitor_events_count_until_the_outcome_is_decided() -> None:
         competitor(2.5, "late", 10**30),  # after the outcome (1 s + 1 s): too late to matter
         competitor(2.5, "never-asked", 1),
     ]
-    _, result = run(events, fill={"model": "competitor"})
+    # Unobserved requests uncontested, so "late" (its competitor came too late) wins.
+    _, result = run(events, fill={"model": "competitor", "unobserved": {"mode": "uncontested"}})
     assert result.measures.lost == {"competitor": 1} and result.measures.won == 1
+    # By default its competition is modelled on what was observed: the one beaten "early".
+    _, result = run(events, fill={"model": "competitor"})
+    assert result.measures.lost == {"competitor": 1, "competitor_model": 1}
 
 
 def test_the_kill_switch_pauses_quoting_after_a_drawdown() -> None:

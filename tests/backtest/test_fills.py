@@ -11,6 +11,7 @@ import pytest
 from backtest.fills import (
     LOST_COMPETITOR,
     LOST_MODEL,
+    LOST_RACE,
     LOST_TAKER,
     AlwaysFill,
     CompetitorFill,
@@ -20,7 +21,14 @@ from backtest.fills import (
     make_fill_model,
     seeded,
 )
-from backtest.settings import FillSpec, LatencySpec, TakerSpec, load_settings
+from backtest.settings import (
+    FillSpec,
+    LatencySpec,
+    RaceSpec,
+    TakerSpec,
+    UnobservedSpec,
+    load_settings,
+)
 from backtest.takers import TakerModel
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
@@ -50,7 +58,7 @@ def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
         (True, 1000, 100, 99, True),  # exact-in: more out than the best competitor
         (True, 1000, 100, 100, False),  # a tie is not better for the user
         (True, 1000, 100, 101, False),
-        (True, 1000, 100, None, True),  # nobody else answered
+        (True, 1000, 100, None, True),  # unobserved, uncontested: the upper bound
         (False, 100, 1000, 101, True),  # exact-out: less in than the best competitor
         (False, 100, 1000, 100, False),
         (False, 100, 1000, 99, False),
@@ -60,8 +68,26 @@ def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
 def test_competitor_model(
     exact_in: bool, amount_in: int, amount_out: int, best: int | None, wins: bool
 ) -> None:
-    verdict = CompetitorFill(WIDE).decide(quote(exact_in, amount_in, amount_out), best, -20.0)
-    assert verdict == (None if wins else LOST_COMPETITOR)
+    uncontested = UnobservedSpec(mode="uncontested")
+    first = RaceSpec(median_ms=0)  # the competitor always answers first: a tie is lost
+    model = CompetitorFill(WIDE, uncontested, first)
+    verdict = model.decide(quote(exact_in, amount_in, amount_out), best, -20.0)
+    tie = best is not None and best == (amount_out if exact_in else amount_in)
+    assert verdict == (None if wins else LOST_RACE if tie else LOST_COMPETITOR)
+
+
+def test_a_tie_goes_to_whoever_answered_first() -> None:
+    """Issue 25: a competitor that answers faster wins a tie, a slower one loses it. Its
+    latency belongs to the request (a hash of seed and quote_id), lognormal around 40 ms."""
+    model = CompetitorFill(WIDE, UnobservedSpec(mode="uncontested"), RaceSpec())
+    q = quote(True, 1000, 100)
+    rival = model.race.competitor_ms(q.request.quote_id)
+    assert model.race.competitor_ms(q.request.quote_id) == rival  # the same competitor
+    assert model.decide(q, 100, -20.0, latency_ms=rival - 1) is None
+    assert model.decide(q, 100, -20.0, latency_ms=rival + 1) == LOST_RACE
+    assert model.decide(q, 99, -20.0, latency_ms=1e6) is None  # a better price needs no race
+    spread = [model.race.competitor_ms(f"q{i}") for i in range(4000)]
+    assert sorted(spread)[2000] == pytest.approx(40.0, rel=0.05)
 
 
 def test_always_wins_within_the_takers_limit() -> None:

@@ -30,14 +30,26 @@ def test_the_markout_plot_shows_a_small_adverse_move_under_a_large_edge() -> Non
         "markouts_bps": {h: _cell(m) for h, m in
                          {"1s": 24.9, "10s": 24.6, "60s": 24.4, "300s": 24.2}.items()},
     }  # fmt: skip
-    fig = markouts_figure({"all": stats, "pairs": {"wNEAR/USDC": stats}})
-    top, move = fig.axes[:2]
+    flat = {
+        "realized_bps": _cell(25.0),
+        "markouts_bps": {h: _cell(25.0) for h in ("1s", "10s", "60s", "300s")},
+    }
+    flows = {"observed": flat, "unobserved": stats}
+    fig = markouts_figure({"all": stats, "pairs": {"wNEAR/USDC": stats}, "by_competition": flows})
+    top, move, by_competition = fig.axes[:3]
     low, high = top.get_ylim()
     assert low > 20 and high < 30  # the scale follows the data: zero is not forced in
     moved = [y for line in move.get_lines() for y in line.get_ydata()]
     assert any(abs(y + 0.8) < 1e-9 for y in moved)  # the +5 min mean, 0.8 bps below the fill
     low, high = move.get_ylim()
     assert high - low < 3  # a 0.8 bps move fills the panel
+    # Issue 25: the same move split by whether the competitor was observed, on an axis that
+    # shows a 1 bps adverse move even when the data move less.
+    lines = by_competition.get_lines()
+    split = {round(float(y), 6) for line in lines for y in line.get_ydata()}
+    assert -0.8 in split and 0.0 in split
+    low, high = by_competition.get_ylim()
+    assert low <= -1.0 and high >= 1.0 and high - low < 3
 
 
 def test_calibrate_help_prints_the_percent_sign_once(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,7 +66,10 @@ def test_a_run_without_overrides_warns_of_nothing(
     stream, config, backtest = files
     argv = ["backtest", "run", str(stream), "--config", str(config), "--no-progress"]
     assert main([*argv, "--backtest-config", str(backtest), "--out", str(tmp_path / "a")]) == 0
-    assert capsys.readouterr().err == ""
+    # Nothing about overrides; the only line is what the fills rest on (a third of this
+    # stream's requests have no competitor: tests/backtest/test_unobserved.py).
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "without an observed competitor" in lines[0], lines
     # A bad --set is the command line's fault, not the file's.
     bad = [*argv, "--out", str(tmp_path / "b"), "--set", "risk.max_stale_s=-1"]
     assert main(bad) == 2

@@ -61,7 +61,9 @@ def test_the_file_holds_exactly_the_generated_events(tmp_path: Path) -> None:
         "price": summary.prices,
         "quote_request": summary.requests,
         "competitor": summary.competitors,
+        "informed": summary.informed,  # a label per informed request (issue 25)
     }
+    assert reader.header.competitor_share == 0.85  # how competition was observed
 
 
 def test_statistics_are_roughly_what_was_asked(tmp_path: Path) -> None:

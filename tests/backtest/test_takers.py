@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from backtest.fills import LOST_TAKER, FillModel, edge_bps, make_fill_model
-from backtest.settings import FILL_MODELS, FillSpec, TakerSpec, load_settings
+from backtest.settings import FILL_MODELS, FillSpec, TakerSpec, UnobservedSpec, load_settings
 from backtest.takers import TakerModel
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
@@ -29,10 +29,15 @@ def edge_of(q: Quote) -> float:
     return edge_bps(q.amount_in, 3.0 / 1e24, q.amount_out, 1.0 / 1e6)
 
 
+UNCONTESTED = UnobservedSpec(mode="uncontested")
+
+
 def models(seed: int, taker: TakerSpec | None = None) -> list[FillModel]:
     spec = taker or TakerSpec()
     return [
-        make_fill_model(FillSpec(model=m, a=50.0, b=0.0, taker=spec), seed) for m in FILL_MODELS
+        # Competition left out (uncontested): what is tested is the taker alone.
+        make_fill_model(FillSpec(model=m, a=50.0, b=0.0, taker=spec, unobserved=UNCONTESTED), seed)
+        for m in FILL_MODELS
     ]
 
 

@@ -39,6 +39,9 @@ from solver.config import load_bot_config
 from solver.errors import ConfigError
 
 FILL_MODELS = ("always", "competitor", "logistic")
+EXIT_TRUNCATED = 4
+"""``backtest run``: the stream ended early (a gzip cut short, a last line cut short). The
+outputs are written, from what was read; ``--allow-truncated`` exits 0 instead."""
 
 
 def _non_negative_int(text: str) -> int:
@@ -89,6 +92,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     run.add_argument(
         "--strict", action="store_true", help="stop at the first malformed stream line"
+    )
+    run.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help=f"a stream that ends early (a cut gzip, a last line cut short) exits 0, not "
+        f"{EXIT_TRUNCATED}",
     )
     run.add_argument(
         "--prefetch",
@@ -185,6 +194,7 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from backtest.engine import Replay
+    from backtest.report import trust
     from backtest.report.outputs import FillsCsv, summary, write_json, write_report, write_series
     from backtest.report.tables import config_block, halted_note
     from backtest.settings import load_settings
@@ -233,7 +243,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     figures["stream"] = {
         "file": Path(args.stream).name,
+        "lines": stats.lines,
         "malformed_lines": stats.malformed_total,
+        "malformed": [list(item) for item in stats.malformed],
+        "truncated": stats.truncated,
         "unknown_kinds": stats.unknown_kinds,
     }
     figures["config"] = config_block(config, settings)
@@ -258,10 +271,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_report(
         out / "report.html", result, figures, symbols, title=f"Backtest: {Path(args.stream).name}"
     )
-    if stats.malformed_total:
-        first = stats.malformed[0] if stats.malformed else None
-        where = f" (first: line {first[0]}: {first[1]})" if first else ""
-        warn(f"{stats.malformed_total} malformed stream lines skipped{where}")
+    for message in trust.warnings(figures):
+        warn(message)
     halted = halted_note(figures)
     if halted is not None:
         warn(f"replay {halted}")
@@ -280,6 +291,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             "requests_per_s": round(tracker.requests / elapsed, 1) if elapsed > 0 else None,
         }
     )
+    if stats.truncated and not args.allow_truncated:
+        warn(f"exit {EXIT_TRUNCATED}: the stream ended early (--allow-truncated to accept it)")
+        return EXIT_TRUNCATED
     return EXIT_OK
 
 
@@ -336,10 +350,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise type(exc)(f"{exc}{where}") from None
     fit = calibration.require()
-    path = write_fit(args.out, fit, source)
+    path = write_fit(args.out, fit, source, obs.fitted)
     for message in calibration.warnings:
         warn(message)
-    report = {"out": str(path), "plot": str(plot), **calibration_summary(calibration)}
+    report = {
+        "out": str(path),
+        "plot": str(plot),
+        "fitted": obs.fitted,
+        **calibration_summary(calibration),
+    }
     report["skipped"] = dict(sorted(obs.skipped.items()))
     print_json(report)
     return EXIT_OK

@@ -72,6 +72,7 @@ KIND_NAMES = {
     "PriceEvent": "price",
     "CompetitorEvent": "competitor",
     "StatusEvent": "quote_status",
+    "InformedEvent": "informed",
 }
 SETTINGS = {"starting_usd": 10_000_000, "kill_switch": False, "fill": {"model": "competitor"}}
 

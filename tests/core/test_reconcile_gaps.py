@@ -294,3 +294,24 @@ def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None
     feed(desk, at(t + 0.2), theft)
     assert desk.pauses.get(GLOBAL, "reconciliation") is not None
     assert desk.stats.outcomes["SETTLED"] == 0
+
+
+def test_recent_lost_keeps_a_window_and_a_cap_dropping_the_oldest_first() -> None:
+    """The quotes a gap may come from: those lost in the window, at most ``max_kept``, the
+    oldest dropped first (and findable by hash only while kept)."""
+    from solver.core.desk_gaps import RecentLost
+
+    desk = desk_with()
+    quotes = [open_quote(desk, f"q{i}", at(0)) for i in range(6)]
+    kept = RecentLost(window_s=10.0, max_kept=3)
+    for i, quote in enumerate(quotes[:3]):
+        kept.add(quote, at(i))
+    assert list(kept.quotes) == ["q0", "q1", "q2"]
+    kept.add(quotes[3], at(3))  # the cap: q0 goes
+    assert list(kept.quotes) == ["q1", "q2", "q3"]
+    assert kept.find_hash(quotes[0].quote_hash) is None
+    assert kept.find_hash(quotes[1].quote_hash) is quotes[1]
+    kept.add(quotes[4], at(12.5))  # the window: q1 and q2 (lost at 1 and 2) are too old
+    assert list(kept.quotes) == ["q3", "q4"]
+    kept.add(quotes[5], at(30))  # everything before 20 goes
+    assert list(kept.quotes) == ["q5"] and set(kept.by_hash.values()) == {"q5"}

@@ -103,10 +103,7 @@ def test_hot_path_reuses_labelled_children(monkeypatch: pytest.MonkeyPatch) -> N
     def no_labels(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError(".labels() called on the hot path")
 
-    for family in (m._skips._counter, m._outcomes._counter, m._bad_frames):
-        monkeypatch.setattr(family, "labels", no_labels)
-    for family in (m._requests._counter, m._volume._counter):
-        monkeypatch.setattr(family, "labels", no_labels)  # preset for every pair
+    monkeypatch.setattr(m._bad_frames, "labels", no_labels)  # the others are plain counts
     m.inc_skip("rate_limited", pair)
     m.inc_outcome("LOST", pair)
     m.inc_bad_frame("not_an_object")
@@ -115,6 +112,8 @@ def test_hot_path_reuses_labelled_children(monkeypatch: pytest.MonkeyPatch) -> N
     m.add_volume(10.0, pair)
     assert value(m, "solver_skips_total", pair="wNEAR/USDC", reason="rate_limited") == 2
     assert value(m, "solver_quote_outcomes_total", pair="wNEAR/USDC", state="LOST") == 2
+    assert value(m, "solver_quote_requests_total", pair="other") == 1
+    assert value(m, "solver_volume_usd_total", pair="wNEAR/USDC") == 10.0
 
 
 def test_preset_creates_zero_series() -> None:

@@ -206,7 +206,6 @@ class LiveBot:
             ),
         )
         self.sample_requests = self.store is not None and config.storage.sample_requests > 0
-        self.samples_lost = 0
         self.feeds = PriceFeeds(
             self.view,
             self.executor.feed,  # prices are desk events, with their source
@@ -303,16 +302,12 @@ class LiveBot:
         now = self.clock()
         actions = self.executor.request(request, now)
         if self.sample_requests and self.store is not None:
+            # A sample, not a record the bot needs: written with the group commit in a
+            # savepoint; one the store refuses is counted and said there, never lost silently
+            # and never costing the quote (``SqliteJournal.extra_failed``).
             first = actions[0] if actions else None
             reason = getattr(first, "reason", None)
-            try:
-                self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
-            except StoreError as exc:
-                # A sample, not a record the bot needs: counted, and said (first, then every
-                # 1,000th) rather than left to the quote path.
-                self.samples_lost += 1
-                if self.samples_lost % 1000 == 1:
-                    log.warning("request sample not stored (%d so far): %s", self.samples_lost, exc)
+            self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
 
     def _on_shadow_quote(self, quote: Quote, now: datetime) -> None:
         """Shadow mode: the paper book decides whether a simulated user takes ``quote``."""

@@ -916,38 +916,48 @@ def test_another_process_reads_the_store_once_the_writer_is_gone(db: Path) -> No
     assert read().split() == ["q1,q2", "2"]
 
 
-def test_group_commit_batches_facts_and_a_bad_one_is_refused_alone(db: Path) -> None:
+def test_group_commit_writes_the_batch_at_once_and_a_bad_row_fails_it_whole(db: Path) -> None:
+    """Appends wait in memory and the commit writes them with one ``executemany`` (issue 29).
+    A row SQLite refuses fails the whole group commit: the transaction is rolled back, nothing
+    of the batch is in the journal (the executor sends none of its answers) and the next batch
+    commits as usual."""
     first = signed_quote("g1")
     with Store(db, account=ACCOUNT, sample_requests=1.0) as store:
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
         append_quotes(store, first)
         store.record_request(first[2], "quoted", T0)
-        # Not committed yet: another connection does not see it.
-        assert (count(db, "quotes"), count(db, "journal"), count(db, "requests")) == (0, 0, 0)
+        assert statements == [] and not store._conn.in_transaction  # nothing in SQLite yet
+        store.journal.commit()
+        assert (count(db, "journal"), count(db, "requests")) == (1, 1)
         store._conn.execute(
             "CREATE TEMP TRIGGER refuse_g2 BEFORE INSERT ON journal "
             """WHEN NEW.body LIKE '%"quote_id":"g2"%' BEGIN SELECT RAISE(ABORT, 'refused'); END"""
         )
-        with pytest.raises(StoreError, match="refused"):
-            append_quotes(store, signed_quote("g2", amount_in=7))
         append_quotes(store, signed_quote("g3"))
+        append_quotes(store, signed_quote("g2", amount_in=7))
+        with pytest.raises(StoreError, match="refused"):
+            store.journal.commit()
+        assert count(db, "journal") == 1 and not store._conn.in_transaction
+        assert store.journal.rows == []
+        append_quotes(store, signed_quote("g4"))
         move(store, "g1", S.WON, T0, intent_hash="I")
         store.journal.append(f.PauseSet("*", "stale_data", "old prices", T0))
-        store.project()
+        store.project()  # the store's own commit writes what waits first
         with committed_view(db) as other:
             ids = [r[0] for r in other.execute("SELECT quote_id FROM quotes ORDER BY quote_id")]
             kinds = [r[0] for r in other.execute("SELECT kind FROM journal ORDER BY seq")]
-        assert ids == ["g1", "g3"]
+        assert ids == ["g1", "g4"]
         assert kinds == ["quote_opened", "quote_opened", "quote_moved", "pause_set"]
-        assert (count(db, "requests"), count(db, "alerts"), count(db, "transitions")) == (1, 1, 1)
+        assert (count(db, "alerts"), count(db, "transitions")) == (1, 1)
         # A later ordinary write commits any pending batch first.
-        append_quotes(store, signed_quote("g4"))
+        append_quotes(store, signed_quote("g5"))
         store.register_nonce(ACCOUNT, bytes(32), T0)
         assert count(db, "journal") == 5 and count(db, "quotes") == 2  # projected: a tick later
-        store.project()
-        assert count(db, "quotes") == 3
         # A rollback drops the whole open batch, and nothing else.
-        append_quotes(store, signed_quote("g5"))
+        append_quotes(store, signed_quote("g6"))
         store.journal.rollback()
+        store.journal.commit()
         assert count(db, "journal") == 5
 
 
@@ -1010,7 +1020,7 @@ def test_many_facts_in_one_transaction_cost_one_commit(db: Path) -> None:
         append_quotes(store, *quotes)
         for i in range(0, 500, 2):
             move(store, f"b{i}", S.LOST, T0 + timedelta(seconds=61))
-        assert store._conn.in_transaction
+        assert len(store.journal.rows) == 750  # waiting for the one commit
         assert count(db, "journal") == 0
         store.project()
         assert not store._conn.in_transaction

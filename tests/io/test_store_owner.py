@@ -177,11 +177,11 @@ def test_what_is_appended_during_a_pass_waits_for_its_end_then_commits(tmp_path:
         assert store.checkpoints is not None
         store.checkpoints.pacing.min_entries = 1000  # and no other after it
         append_quotes(store, signed_quote("b"), signed_quote("c"))
-        assert store.journal.held is not None and len(store.journal.held) == 2
+        assert store.journal.held and len(store.journal.rows) == 2
         resumed: list[str] = []
         assert store.journal.wait_commit(lambda: resumed.append("flush"))
         assert checkpointed(store)  # the owner takes the connection back at a next look
-        assert resumed == ["flush"] and store.journal.held is None
+        assert resumed == ["flush"] and not store.journal.held
         assert not store.journal.wait_commit(lambda: resumed.append("again"))
         store.journal.commit()
         with committed_view(db) as conn:  # what a kill -9 now would leave
@@ -209,7 +209,7 @@ def test_a_pass_under_an_event_loop_wakes_the_waiting_commit_through_the_loop(
         assert pass_started(store)  # another pass; this commit waits for it
         append_quotes(store, signed_quote("c"))
         store.journal.commit()
-        assert store.journal.held is None and not store._conn.in_transaction
+        assert not store.journal.held and not store._conn.in_transaction
 
     with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1) as store:
         asyncio.run(run(store))

@@ -156,10 +156,12 @@ def test_a_request_sample_the_store_refuses_is_counted_and_said(
     )
     pair = config.pairs[0]
     request = QuoteRequest("sampled-1", pair.quote, pair.base, True, 1000, 60_000)
-    with caplog.at_level("WARNING", logger="solver.bot"):
+    with caplog.at_level("WARNING", logger="solver.store"):
         bot._on_quote(request)
+        bot.store.commit()
         bot._on_quote(dataclasses.replace(request, quote_id="sampled-2"))
-    assert bot.samples_lost == 2
+        bot.store.commit()
+    assert bot.store.journal.extra_failed == 2
     said = [r.getMessage() for r in caplog.records if "request sample not stored" in r.getMessage()]
     assert len(said) == 1 and "disk full" in said[0]
     assert bot.desk.stats.requests == 2  # both requests went through the desk

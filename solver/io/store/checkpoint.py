@@ -22,15 +22,15 @@ sqlite3 releases the GIL while SQLite works, and the thread has a cursor of its 
 1. When :class:`Pacing` says a pass is due, the thread first flushes the WAL on a descriptor
    of its own (no SQLite) while the owner goes on committing.
 2. At a next look (the ticker), the owner commits and hands the connection over. Until the
-   pass ended, the journal keeps what is appended in :attr:`SqliteJournal.held` (the desk
+   pass ended, the journal keeps what is appended in :attr:`SqliteJournal.rows` (the desk
    goes on deciding and signing), the projection waits, and the executor's group commit waits
    (``wait_commit``) instead of the event loop; anything else that needs SQLite (a snapshot, a
    status read, a backup, a store closing) waits for the pass's end.
 3. The thread checkpoints, then starts the WAL over with a one-page write (``PRAGMA
    user_version`` set to what it is), so the header's sync is paid there too, and tells the
    loop (``call_soon_threadsafe``).
-4. On the loop, the held rows go to SQLite's transaction in order, and the executor commits
-   them and only then sends their answers: a journal commit that returned is durable as
+4. On the loop, the executor commits the rows that waited (one ``executemany``) and only
+   then sends their answers: a journal commit that returned is durable as
    before, and nothing unrecorded is sent.
 
 Measured in the bot (quick runs, each pass logged): a pass takes 7–19 ms in the thread (up to

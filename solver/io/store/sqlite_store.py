@@ -232,6 +232,10 @@ class Store(StoreQueries):
                 checkpoints.thread.done.wait()  # the connection back from a pass in progress
                 checkpoints.thread.stop()
                 checkpoints.thread = None
+            # Cursors first: one holding a statement (the journal's executemany) keeps the
+            # connection, and its lock on the file, open past close() (sqlite3_close_v2).
+            self.journal.close()
+            self._cur.close()
             self._conn.close()
         finally:
             if self.holder is not None:
@@ -300,7 +304,7 @@ class Store(StoreQueries):
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        self.journal.held = []
+        self.journal.held = True
         checkpoints.passing = True
         thread.start_pass(None if loop is None else self._on_loop(loop))
         return ended
@@ -321,27 +325,14 @@ class Store(StoreQueries):
         self._pass_ended()
 
     def _pass_ended(self) -> None:
-        """On the owner's thread, once the pass ended (at most once a pass): what the journal
-        held meanwhile goes to SQLite's transaction, in order, and those waiting to commit
-        resume. Writing it failing is the journal's :attr:`~SqliteJournal.lost`: its next
-        commit fails and nothing it held is sent."""
+        """On the owner's thread, once the pass ended (at most once a pass): those waiting to
+        commit what the journal appended meanwhile (:attr:`~SqliteJournal.rows`) resume."""
         checkpoints = self.checkpoints
         if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
             return
         checkpoints.ended(checkpoints.thread.took_s, checkpoints.thread.error)
         journal = self.journal
-        held, journal.held = journal.held, None
-        if held:
-            cur = self._cur
-            try:
-                if not self._conn.in_transaction:
-                    cur.execute("BEGIN")
-                for sql, params in held:
-                    cur.execute(sql, params)
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    cur.execute("ROLLBACK")
-                journal.lost = str(exc)
+        journal.held = False
         journal.resumed()
 
     def backup(self, dest: str | Path) -> int:
@@ -368,14 +359,15 @@ class Store(StoreQueries):
         (:attr:`SqliteJournal.lost`): the driver then sends none of the answers it held.
         Waits for a checkpoint pass in progress."""
         self._settle()
-        if self._conn.in_transaction:
-            try:
+        try:
+            self.journal.write()
+            if self._conn.in_transaction:
                 self._cur.execute("COMMIT")
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    self._cur.execute("ROLLBACK")
-                self.journal.lost = str(exc)
-                raise StoreError(f"cannot commit recorded quotes: {exc}") from None
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._cur.execute("ROLLBACK")
+            self.journal.lost = str(exc)
+            raise StoreError(f"cannot commit recorded quotes: {exc}") from None
 
     def _fresh(self) -> None:
         """The writer's own reads (status windows, exports) see everything it journaled."""
@@ -398,7 +390,7 @@ class Store(StoreQueries):
         a new entry: the ticker calls this 50 times a second, and a caught-up projection's
         transaction (locks, reads, commit) cost ~120 µs of the event loop each time (median, timed
         in the idle bot), ~8 µs for the call now."""
-        if self.journal.held is not None:
+        if self.journal.held:
             return 0  # a checkpoint pass has the connection (its thread): at a next tick
         self.commit()
         appended = self.journal.appended
@@ -427,7 +419,7 @@ class Store(StoreQueries):
         longer needs, old balance snapshots and request samples), after committing what was
         appended; ``budget_s``: at most about this long. Writer only. Nothing (not done)
         while a checkpoint pass has the connection: the next tick goes on."""
-        if self.journal.held is not None:
+        if self.journal.held:
             return Pruned()
         self.commit()
         return self._pruner.prune(self._conn, before, budget_s=budget_s)
@@ -462,16 +454,7 @@ class Store(StoreQueries):
         r = request
         row = (ts(at), r.quote_id, r.asset_in, r.asset_out, r.exact_in, str(r.amount),
                r.min_deadline_ms, r.partner_id, outcome, reason)  # fmt: skip
-        held = self.journal.held
-        if held is not None:  # a checkpoint pass has the connection: written after it
-            held.append((INSERT_REQUEST, row))
-            return True
-        try:  # in the journal's open transaction: committed with the next group commit
-            if not self._conn.in_transaction:
-                self._cur.execute("BEGIN")
-            self._cur.execute(INSERT_REQUEST, row)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot record request {r.quote_id}: {exc}") from None
+        self.journal.extra.append((INSERT_REQUEST, row))  # written with the next group commit
         return True
 
     # ------------------------------------------------------------------ records

@@ -309,8 +309,6 @@ class Executor:
 
     def _flush(self) -> None:
         journal = self._journal
-        if journal is not None and journal.wait_commit(self._resume_flush):
-            return  # still scheduled: the answers wait in the outbox for the commit
         self._flush_scheduled = False
         batch = self._outbox
         if batch:
@@ -348,10 +346,6 @@ class Executor:
                 timed = self._send(batch)
         if timed:
             self._time_responses(timed)
-
-    def _resume_flush(self) -> None:
-        """The journal can commit again (the store's checkpoint pass ended): flush soon."""
-        self._loop.call_soon(self._flush_soon)
 
     def _append_again(self) -> None:
         """Facts the desk applied but the journal lost (a failed append or commit), in their

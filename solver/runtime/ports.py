@@ -99,10 +99,6 @@ class Journal(Protocol):
     def commit(self) -> None:
         """Make every appended fact durable, or raise a ``SolverError`` (none of them is)."""
 
-    def wait_commit(self, resume: Callable[[], None]) -> bool:
-        """True when :meth:`commit` would have to wait (the store's checkpoint pass has its
-        connection): ``resume`` is called from the loop once it need not. False: commit now."""
-
 
 class Sender(Protocol):
     """Where answers go: the relay (live: the bus websocket)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -69,9 +69,6 @@ class Recorder:
         self._txn.append(fact)
         if type(fact) is f.QuoteOpened and fact.signed_data is not None:
             self.signed[quote_id] = fact.signed_data
-
-    def wait_commit(self, resume: Callable[[], None]) -> bool:
-        return False
 
     def commit(self) -> None:
         if self.fail_commit:

@@ -22,26 +22,21 @@ sqlite3 releases the GIL while SQLite works, and the thread has a cursor of its 
 1. When :class:`Pacing` says a pass is due, the thread first flushes the WAL on a descriptor
    of its own (no SQLite) while the owner goes on committing.
 2. At a next look (the ticker), the owner commits and hands the connection over. Until the
-   pass ended, the journal keeps what is appended in :attr:`SqliteJournal.rows` (the desk
-   goes on deciding and signing), the projection waits, and the executor's group commit waits
-   (``wait_commit``) instead of the event loop; anything else that needs SQLite (a snapshot, a
-   status read, a backup, a store closing) waits for the pass's end.
+   pass ended, the desk goes on deciding and signing, the projection waits, and the
+   executor's group commits go to the spill file (:mod:`solver.io.store.spill`, issue 29;
+   until then they waited for the pass's end); anything else that needs SQLite (a snapshot,
+   a status read, a backup, a store closing) waits for the pass's end.
 3. The thread checkpoints, then starts the WAL over with a one-page write (``PRAGMA
    user_version`` set to what it is), so the header's sync is paid there too, and tells the
    loop (``call_soon_threadsafe``).
-4. On the loop, the executor commits the rows that waited (one ``executemany``) and only
-   then sends their answers: a journal commit that returned is durable as
-   before, and nothing unrecorded is sent.
+4. On the loop, the connection is the owner's again; its next commit moves the spilled rows
+   into the journal first, in order, and empties the file.
 
 Measured in the bot (quick runs, each pass logged): a pass takes 7–19 ms in the thread (up to
-34 ms with 1.4–1.6 other cores busy); ending it costs the loop 0.02–3 ms (writing up to 256
-held rows); answers that arrived during a pass wait for its end, 6–35 ms at 2,000/s (a pass
-every ~0.25 s, so ~4 % of the answers), up to ~90 ms at saturation, where the loop is slow to
-take the connection back. The checkpoint no longer shows among the ticks over 2 ms; in the
-quick A/B runs that followed, 2–9 ticks of 59–200 were late by more than 5 ms at 2,000/s
-(31 of 177 before). What is left is that wait: one connection cannot commit while it
-checkpoints, and it keeps p99 at 2,000/s above ``929db96``'s (1.26–2.07× in three quick runs;
-CHANGELOG, issue 24).
+34 ms with 1.4–1.6 other cores busy). Before the spill file, answers that arrived during a pass
+waited for its end, 6–35 ms at 2,000/s (a pass every ~0.25 s, so ~4 % of the answers: the
+bot's p99 at 2,000/s, 1.26–2.07× ``929db96``'s in three quick runs; CHANGELOG, issue 24), up
+to ~90 ms at saturation. Now they leave as usual, their rows one ``write`` away.
 """
 
 from __future__ import annotations

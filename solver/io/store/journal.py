@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +35,7 @@ import orjson
 
 from solver.core import facts as f
 from solver.io.store.schema import StoreError
+from solver.io.store.spill import Spill
 
 log = logging.getLogger("solver.store")
 
@@ -54,11 +55,12 @@ class SqliteJournal:
         :attr:`extra_failed`, logged the first time and every 1,000th)."""
         self.extra_failed = 0
         self.held: bool = False
-        """While the store's checkpoint pass has the connection (in its thread): appends wait
-        in :attr:`rows` until the pass ended (the store sets it; :meth:`wait_commit`)."""
-        self.settle: Callable[[], None] | None = None
-        """The store's: waits for a pass in progress to end."""
-        self._resume: list[Callable[[], None]] = []
+        """While the store's checkpoint pass has the connection (in its thread): a commit
+        goes to :attr:`spill` (the store sets it)."""
+        self.spill: Spill | None = None
+        """The owner's spill file (:mod:`solver.io.store.spill`): where a commit made during a
+        checkpoint pass writes its rows, instead of waiting for the pass's end. None (a
+        reader, which has no checkpoint thread)."""
         self.lost: str | None = None
         """Set when the store committed the open transaction for another reason (projection,
         a status read, a write of its own) and that commit failed: what the driver appended
@@ -80,21 +82,30 @@ class SqliteJournal:
             self.rows.append((f.micros(_at(fact)), f.kind_of(fact), body))
         self.appended += 1
 
-    def write(self) -> None:
-        """Put what waits (:attr:`rows`, :attr:`extra`) into SQLite's transaction (opened if
-        none is), in order; the caller commits. Raises ``sqlite3.Error``; what waited is
-        dropped either way (the caller rolls back: it was not recorded)."""
-        rows, extra = self.rows, self.extra
-        if not (rows or extra):
-            return
+    def write_and_commit(self) -> None:
+        """Put what waits into SQLite's transaction (opened if none is), in order — the rows
+        spilled during a checkpoint pass first, then :attr:`rows`, :attr:`extra` — and commit
+        it; the spill file is emptied once SQLite committed. Raises ``sqlite3.Error``: what
+        was appended is then dropped (the caller rolls back: it was not recorded), what was
+        spilled is kept (its answers may have left) for the next commit."""
+        spill = self.spill
+        spilled = spill.rows if spill is not None else []
+        rows = spilled + self.rows if spilled else self.rows
+        extra = self.extra
         self.rows, self.extra = [], []
         cur = self._cur
-        if not self._conn.in_transaction:
-            cur.execute("BEGIN")
-        if rows:
-            cur.executemany(INSERT_ENTRY, rows)
-        if extra:
-            self._write_extra(extra)
+        if rows or extra:
+            if not self._conn.in_transaction:
+                cur.execute("BEGIN")
+            if rows:
+                cur.executemany(INSERT_ENTRY, rows)
+            if extra:
+                self._write_extra(extra)
+        if self._conn.in_transaction:
+            cur.execute("COMMIT")
+        if spilled:
+            assert spill is not None
+            spill.emptied()
 
     def _write_extra(self, extra: list[tuple[str, tuple[Any, ...]]]) -> None:
         cur = self._cur
@@ -115,35 +126,29 @@ class SqliteJournal:
         """Make everything appended so far durable (the group commit). Raises
         :class:`StoreError` when it fails, or when the store's own commit of what was
         appended failed since the last call (:attr:`lost`). While a checkpoint pass runs,
-        this waits for it to end (:meth:`wait_commit` does not)."""
-        if self.held and self.settle is not None:
-            self.settle()
+        the rows go to the spill file instead, and the commit never waits for the pass."""
+        if self.held:  # the owner's checkpoint pass has the connection
+            self._spill()
+            return
         lost, self.lost = self.lost, None
         try:
-            self.write()
-            if self._conn.in_transaction:
-                self._cur.execute("COMMIT")
+            self.write_and_commit()
         except sqlite3.Error as exc:
             self.rollback()
             raise StoreError(f"cannot commit the journal: {exc}") from None
         if lost is not None:
             raise StoreError(f"cannot commit the journal: {lost}")
 
-    def wait_commit(self, resume: Callable[[], None]) -> bool:
-        """True when :meth:`commit` would wait for the store's checkpoint pass (in its
-        thread): ``resume`` is then called, on the owner's thread, once it ended and what was
-        appended meanwhile is in SQLite's transaction. False: commit now."""
-        if not self.held:
-            return False
-        if resume not in self._resume:
-            self._resume.append(resume)
-        return True
-
-    def resumed(self) -> None:
-        """The pass ended (the store says): call those waiting."""
-        waiting, self._resume = self._resume, []
-        for resume in waiting:
-            resume()
+    def _spill(self) -> None:
+        """The commit during a checkpoint pass: the rows go to the spill file (raises
+        :class:`StoreError`, and they are dropped: nothing of them may be sent)."""
+        lost, self.lost = self.lost, None
+        rows, self.rows = self.rows, []
+        if lost is not None:
+            raise StoreError(f"cannot commit the journal: {lost}")
+        if rows:
+            assert self.spill is not None
+            self.spill.write(rows)
 
     def close(self) -> None:
         """Release the cursor (the store closes the connection after)."""

@@ -40,10 +40,12 @@ connection, so the thread could not open the store any more: its passes now run 
 writer's connection, in a thread of the store
 (:class:`~solver.io.store.checkpoint.Checkpointer`), with the same pacing. The first cut ran
 them on the event loop, and their syncs held it (3–12 ms a pass, and 2–3 ms more in the next
-commit; a quick A/B had p50 44 vs 4.9 ms at 2,000/s on a busy machine). Now the loop goes on
-deciding and signing during a pass, the journal holds what is appended meanwhile
-(:attr:`SqliteJournal.held`), and the executor's commit waits for the pass's end (6–35 ms
-measured, for ~4 % of the answers at 2,000/s); figures in :mod:`~solver.io.store.checkpoint`.
+commit; a quick A/B had p50 44 vs 4.9 ms at 2,000/s on a busy machine). Then the loop went on
+deciding and signing during a pass but the executor's commit waited for the pass's end (6–35
+ms, for ~4 % of the answers at 2,000/s: the bot's p99). Since issue 29 a commit during a pass
+writes its rows to a spill file beside the store and its answers leave at once; the rows join
+the journal at the first commit after the pass (:mod:`~solver.io.store.spill`: the same
+durability as a WAL commit, and a killed owner's spill is recovered by the next).
 With no other connection reading, every pass copies the whole WAL, and the pass starts the
 file over itself (a one-page write): the separate RESTART went away with the old thread. The
 checkpoint's own fsyncs stay (an unsynced checkpoint can corrupt the database on power loss).
@@ -91,6 +93,7 @@ from solver.io.store.schema import (
     StoreError,
     ts,
 )
+from solver.io.store.spill import Spill, recover, spill_path
 from solver.protocol.nonce import PREFIX_LEN
 
 INSERT_NONCE_PREFIX = (
@@ -205,7 +208,15 @@ class Store(StoreQueries):
         self.account = account
         self._writer = create
         self._projected_at: int | None = None  # journal.appended when nothing was left
-        if create:  # the writer: what a killed run appended but did not project yet
+        if create:
+            # The writer: what a run killed during a checkpoint pass spilled, then what a
+            # killed run appended but did not project yet.
+            try:
+                recover(self._conn, spill_path(self.path))
+            except StoreError:
+                self._close()
+                raise
+            self.journal.spill = Spill(spill_path(self.path), sync=synchronous == "full")
             self.project()
         if checkpoint_every_s is not None:
             pacing = Pacing(time.monotonic(), min_entries=checkpoint_min_entries)
@@ -214,7 +225,6 @@ class Store(StoreQueries):
                 wal = Path(f"{self.path}-wal")
                 thread = Checkpointer(self._conn, wal, schema_version(self._conn))
                 thread.start()
-                self.journal.settle = self._settle
             self.checkpoints = Checkpoints(checkpoint_every_s, pacing, thread)
 
     def close(self) -> None:
@@ -235,6 +245,8 @@ class Store(StoreQueries):
             # Cursors first: one holding a statement (the journal's executemany) keeps the
             # connection, and its lock on the file, open past close() (sqlite3_close_v2).
             self.journal.close()
+            if self.journal.spill is not None:
+                self.journal.spill.close()
             self._cur.close()
             self._conn.close()
         finally:
@@ -325,15 +337,13 @@ class Store(StoreQueries):
         self._pass_ended()
 
     def _pass_ended(self) -> None:
-        """On the owner's thread, once the pass ended (at most once a pass): those waiting to
-        commit what the journal appended meanwhile (:attr:`~SqliteJournal.rows`) resume."""
+        """On the owner's thread, once the pass ended (at most once a pass): the connection
+        is the owner's again; the next commit moves the spilled rows into the journal."""
         checkpoints = self.checkpoints
         if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
             return
         checkpoints.ended(checkpoints.thread.took_s, checkpoints.thread.error)
-        journal = self.journal
-        journal.held = False
-        journal.resumed()
+        self.journal.held = False  # commits go to SQLite again (with what was spilled, first)
 
     def backup(self, dest: str | Path) -> int:
         """A consistent copy of the whole store at ``dest`` (a new file), made with SQLite's
@@ -360,9 +370,7 @@ class Store(StoreQueries):
         Waits for a checkpoint pass in progress."""
         self._settle()
         try:
-            self.journal.write()
-            if self._conn.in_transaction:
-                self._cur.execute("COMMIT")
+            self.journal.write_and_commit()
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 self._cur.execute("ROLLBACK")

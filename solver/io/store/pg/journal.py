@@ -93,11 +93,6 @@ class PgJournal:
         self._body.append(orjson.dumps(f.encode(fact)).decode())
         self.appended += 1
 
-    def wait_commit(self, resume: Callable[[], None]) -> bool:
-        """Never: nothing else uses this connection between two commits (the projection has
-        its own, :mod:`solver.io.store.pg.projector`), so a commit never waits for it."""
-        return False
-
     def pending(self) -> int:
         return len(self._at)
 

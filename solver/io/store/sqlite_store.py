@@ -208,14 +208,14 @@ class Store(StoreQueries):
         self.account = account
         self._writer = create
         self._projected_at: int | None = None  # journal.appended when nothing was left
-        if create:
-            # The writer: what a run killed during a checkpoint pass spilled, then what a
-            # killed run appended but did not project yet.
-            try:
-                recover(self._conn, spill_path(self.path))
-            except StoreError:
-                self._close()
-                raise
+        # What an owner killed during a checkpoint pass spilled belongs in the journal before
+        # anyone reads it (a reader too: a copy or an export of a killed bot's store).
+        try:
+            recover(self._conn, spill_path(self.path))
+        except StoreError:
+            self._close()
+            raise
+        if create:  # the writer: then what a killed run appended but did not project yet
             self.journal.spill = Spill(spill_path(self.path), sync=synchronous == "full")
             self.project()
         if checkpoint_every_s is not None:

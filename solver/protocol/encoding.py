@@ -4,40 +4,46 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
+from typing import Any, Literal
 
 import base58 as _base58
+import gmpy2
 
 from solver.protocol.errors import ProtocolError
 
 _ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # two base58 digits, "11".."zz"
+_GMP_TO_BITCOIN = bytes.maketrans(
+    b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv", _ALPHABET.encode("ascii")
+)  # GMP writes base-58 digits as 0-9, A-Z, a-v
+
+
+def _mpz_via_int(data: bytes, order: Literal["big"]) -> Any:
+    return gmpy2.mpz(int.from_bytes(data, order))
+
+
+# gmpy2 2.3 has mpz.from_bytes: 0.2 µs less than through a Python int
+_mpz_from_bytes: Callable[[bytes, Literal["big"]], Any] = getattr(
+    gmpy2.mpz, "from_bytes", _mpz_via_int
+)
 
 
 def b58encode(data: bytes) -> str:
     """Base58 text of ``data`` (keys, signatures, intent hashes; protocol-notes 1).
 
-    Four digits per step: the number is cut into chunks of 58**4 = 11,316,496 with ``%`` and
-    ``//`` (below 2**30, one CPython int digit: each a short division of the big int by a small
-    one, with no ``divmod`` call or tuple), and each chunk is written as two pairs (58**2 =
-    3,364) from a table. Chunks are written four digits wide, so the top one may start with
-    ``1`` (zero) digits: the text's leading ``1`` are stripped and one put back per leading zero
-    byte, as base58 writes them. 64 bytes (a signature): about 1.3x faster than the two-digit table
-    loop it replaces and as fast as the compiled ``based58``, about 4x faster than the
-    ``base58`` package (``benchmarks/signing_path.md``); property-tested against the package.
+    GMP's radix conversion (``mpz.digits(58)``, through gmpy2) and one ``bytes.translate`` to
+    the Bitcoin alphabet; leading zero bytes are one ``1`` each, as base58 writes them. 64 bytes
+    (a signature) in ~0.8 µs: ~6x faster than the best pure-Python version measured (58**4
+    chunks, ~5 µs), ~8x faster than the two-digit table it replaces and the compiled
+    ``based58``, ~25x faster than the ``base58`` package (``benchmarks/signing_path.md``);
+    property-tested against that package.
     """
-    number = int.from_bytes(data, "big")
-    pairs = _PAIRS
-    digits: list[str] = []
-    add = digits.append
-    while number:
-        chunk = number % 11316496
-        number //= 11316496
-        add(pairs[chunk % 3364])
-        add(pairs[chunk // 3364])
-    text = "".join(digits[::-1]).lstrip("1")
-    if data[:1] != b"\0":
+    if data and data[0]:
+        digits = _mpz_from_bytes(data, "big").digits(58).encode()
+        text: str = digits.translate(_GMP_TO_BITCOIN).decode()
         return text
-    return "1" * (len(data) - len(data.lstrip(b"\0"))) + text
+    rest = data.lstrip(b"\0")
+    return "1" * (len(data) - len(rest)) + (b58encode(rest) if rest else "")
 
 
 def b58decode(text: str, *, length: int | None = None, what: str = "base58 value") -> bytes:

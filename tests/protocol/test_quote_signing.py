@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.protocol import intents, quote_signing
+from solver.protocol import encoding, intents, quote_signing
 from solver.protocol.amounts import I128_MAX
 from solver.protocol.encoding import b58encode
 from solver.protocol.intents import (
@@ -305,3 +305,10 @@ def test_format_deadline_refuses_naive_times_and_bounds_its_cache() -> None:
         moment = start + timedelta(seconds=second, milliseconds=7)
         assert format_deadline(moment) == _old_format_deadline(moment)
     assert len(intents._SECONDS) <= intents._SECONDS_MAX
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=100))
+def test_gmpy2_without_from_bytes_reads_the_same_number(data: bytes) -> None:
+    assert encoding._mpz_via_int(data, "big") == encoding._mpz_from_bytes(data, "big")
+    assert int(encoding._mpz_via_int(data, "big")) == int.from_bytes(data, "big")

@@ -77,7 +77,7 @@ def _detached_signer() -> Callable[[bytes, bytes], bytes]:
     checks its result in Python. Calling libsodium's ``crypto_sign`` through PyNaCl's own cffi
     module writes into one 96-byte buffer (new per call: cffi releases the GIL, so a shared one
     could be written by two threads) and copies the 64 signature bytes: ~1 µs less than the
-    bindings and ~2 less than ``SigningKey.sign`` (``benchmarks/signing_path.md``). A PyNaCl
+    bindings and ~2.5 less than ``SigningKey.sign`` (``benchmarks/signing_path.md``). A PyNaCl
     without that module falls back to the bindings; a test holds both equal.
     """
     try:

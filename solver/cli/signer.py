@@ -112,7 +112,7 @@ def cmd_import_to_token(args: argparse.Namespace, secret_key: object) -> int:
 
     assert isinstance(secret_key, SecretKey)
     spec = token_spec(args)
-    seed = bytes(secret_key._signing)
+    seed = secret_key._secret[:32]  # libsodium layout: seed ‖ public key
     public = import_key(
         str(spec.module), spec.token_label, spec.key_label, _pin(spec), seed, secret_key.public_key
     )

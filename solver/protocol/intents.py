@@ -8,7 +8,7 @@ by :func:`semantic_problem`, which the verifier calls at execution time in the s
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -28,15 +28,51 @@ from solver.protocol.ids import AccountId, AssetId
 _WIRE = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_DAY = _EPOCH.toordinal()
+_MILLIS = [f".{ms:03d}Z" for ms in range(1000)]
+_SECONDS: dict[int, str] = {}
+"""Epoch second -> ``YYYY-MM-DDTHH:MM:SS``: the quotes of one second share it. Cleared when
+full, so a long run's distinct seconds do not pile up."""
+_SECONDS_MAX = 4096
+
+
+def _second_text(second: int) -> str:
+    text = _SECONDS.get(second)
+    if text is None:
+        if len(_SECONDS) >= _SECONDS_MAX:
+            _SECONDS.clear()
+        text = _SECONDS[second] = (_EPOCH + timedelta(seconds=second)).isoformat()[:19]
+    return text
+
+
 def format_deadline(moment: datetime) -> str:
-    """RFC 3339 UTC with milliseconds, e.g. ``2026-11-22T10:00:00.000Z`` (protocol-notes 2)."""
+    """RFC 3339 UTC with milliseconds, e.g. ``2026-11-22T10:00:00.000Z`` (protocol-notes 2).
+
+    The text of ``moment.isoformat(timespec="milliseconds")`` (truncated, not rounded) with
+    ``Z`` for ``+00:00``, built from the integer second and a per-second cache: 0.5 µs instead
+    of 1.7 (``isoformat`` with a ``timespec`` is slow; one per answer; a test holds the texts
+    equal).
+    """
     tz = moment.tzinfo
-    if tz is None:
-        raise ValueError("deadline must be timezone-aware")
-    utc = moment if tz is UTC else moment.astimezone(UTC)
-    # isoformat, not strftime: the same text for 1.5 µs instead of 2.6 (one per answer); a UTC
-    # time's isoformat always ends in "+00:00".
-    return utc.isoformat(timespec="milliseconds")[:-6] + "Z"
+    if tz is not UTC:
+        if tz is None:
+            raise ValueError("deadline must be timezone-aware")
+        moment = moment.astimezone(UTC)
+    second = (
+        (moment.toordinal() - _EPOCH_DAY) * 86400
+        + moment.hour * 3600
+        + moment.minute * 60
+        + moment.second
+    )
+    return (_SECONDS.get(second) or _second_text(second)) + _MILLIS[moment.microsecond // 1000]
+
+
+def format_deadline_ns(ns: int) -> str:
+    """:func:`format_deadline` of a time in integer nanoseconds since the Unix epoch (the
+    versioned nonce's unit, protocol-notes 3), with no ``datetime`` built."""
+    second, rest = divmod(ns, 1_000_000_000)
+    return (_SECONDS.get(second) or _second_text(second)) + _MILLIS[rest // 1_000_000]
 
 
 def parse_deadline(text: str) -> datetime:

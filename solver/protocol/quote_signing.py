@@ -9,6 +9,7 @@ hashed is the string that is sent.
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import struct
 from datetime import datetime
@@ -16,20 +17,44 @@ from typing import Any
 
 import orjson
 
-from solver.protocol.encoding import b58encode, b64encode
+from solver.protocol.encoding import b58encode
 from solver.protocol.intents import format_deadline
 from solver.protocol.keys import SecretKey
 from solver.protocol.signing import NEP413_TAG
 from solver.protocol.values import value
 
 _json_cache: dict[str, str] = {}
+"""An id -> its JSON string (``orjson``'s escaping). Asset ids come from the bot's own
+configuration, but a nep245 token id may hold any character, so each is escaped once."""
+_JSON_CACHE_MAX = 4096
+_HEAD = struct.Struct("<II").pack  # NEP413_TAG and the message's length (borsh u32)
+_TAG = struct.unpack("<I", NEP413_TAG)[0]
 
 
 def _json_str(value: str) -> str:
     cached = _json_cache.get(value)
     if cached is None:
+        if len(_json_cache) >= _JSON_CACHE_MAX:
+            _json_cache.clear()
         cached = _json_cache[value] = orjson.dumps(value).decode("utf-8")
     return cached
+
+
+def _message(
+    deadline: str, asset_in: str, amount_in: int, asset_out: str, amount_out: int, tail: str
+) -> str:
+    """The one template of the signed message; ``tail`` closes the diff and carries the
+    signer: ``"}}],"signer_id":<json>}`` (:func:`_tail`)."""
+    get = _json_cache.get
+    return (
+        f'{{"deadline":"{deadline}","intents":[{{"intent":"token_diff","diff":{{'
+        f'{get(asset_in) or _json_str(asset_in)}:"{amount_in}",'
+        f'{get(asset_out) or _json_str(asset_out)}:"-{amount_out}{tail}'
+    )
+
+
+def _tail(signer_id: str) -> str:
+    return '"}}],"signer_id":' + _json_str(signer_id) + "}"
 
 
 def token_diff_message(
@@ -42,12 +67,9 @@ def token_diff_message(
 ) -> str:
     """The solver's mirror diff ``{asset_in: "+amount_in", asset_out: "-amount_out"}``, one line,
     keys ``deadline, intents, signer_id`` (positive deltas are written without a sign)."""
-    return (
-        '{"deadline":"' + format_deadline(deadline) + '","intents":[{"intent":"token_diff","diff":{'
-        + _json_str(asset_in) + ':"' + str(amount_in) + '",'
-        + _json_str(asset_out) + ':"-' + str(amount_out) + '"}}],"signer_id":'
-        + _json_str(signer_id) + "}"
-    )  # fmt: skip
+    return _message(
+        format_deadline(deadline), asset_in, amount_in, asset_out, amount_out, _tail(signer_id)
+    )
 
 
 @value
@@ -66,9 +88,11 @@ class QuoteSigner:
 
     def __init__(self, key: SecretKey, signer_id: str, verifying_contract: str) -> None:
         self._key = key
+        self._sign = key.sign
         self.signer_id = signer_id
         self.verifying_contract = verifying_contract
         self.public_key = key.public_key.to_text()
+        self._tail = _tail(signer_id)
         recipient = verifying_contract.encode("utf-8")
         self._suffix = struct.pack("<I", len(recipient)) + recipient + b"\x00"
 
@@ -82,22 +106,24 @@ class QuoteSigner:
         asset_out: str,
         amount_out: int,
     ) -> SignedQuote:
-        message = token_diff_message(
-            self.signer_id, deadline, asset_in, amount_in, asset_out, amount_out
+        message = _message(
+            format_deadline(deadline), asset_in, amount_in, asset_out, amount_out, self._tail
         )
         raw = message.encode("utf-8")
+        # The NEP-413 preimage in one copy: tag and length, message, nonce, recipient, no
+        # callback (protocol-notes 1).
         digest = hashlib.sha256(
-            NEP413_TAG + struct.pack("<I", len(raw)) + raw + nonce + self._suffix
+            b"".join((_HEAD(_TAG, len(raw)), raw, nonce, self._suffix))
         ).digest()
         signed = {
             "standard": "nep413",
             "payload": {
                 "message": message,
-                "nonce": b64encode(nonce),
+                "nonce": binascii.b2a_base64(nonce, newline=False).decode("ascii"),  # b64encode
                 "recipient": self.verifying_contract,
             },
             "public_key": self.public_key,
-            "signature": "ed25519:" + b58encode(self._key.sign(digest)),
+            "signature": "ed25519:" + b58encode(self._sign(digest)),
         }
         return SignedQuote(signed, b58encode(digest), nonce, message, self.signer_id)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import base58
 import nacl.signing
 import pytest
@@ -9,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.errors import ProtocolError, SignatureError
+from solver.protocol import keys
 from solver.protocol.ids import is_implicit_account, validate_account_id
 from solver.protocol.keys import (
     PublicKey,
@@ -101,6 +104,31 @@ def test_sign_verify(seed: bytes, message: bytes) -> None:
     assert key.public_key.verify(message, signature)
     assert not key.public_key.verify(message + b"x", signature)
     assert not PublicKey(b"\x00" * 32).verify(message, signature)
+
+
+@settings(max_examples=100)
+@given(seeds, st.binary(max_size=300))
+def test_the_direct_libsodium_call_equals_the_bindings(seed: bytes, message: bytes) -> None:
+    key = SecretKey(seed)
+    secret = seed + key.public_key.raw
+    assert keys._detached(message, secret) == keys._bindings_sign(message, secret)
+    assert keys._detached(message, secret) == key.sign(message)
+
+
+def test_signing_from_threads_gives_each_its_own_signature() -> None:
+    """cffi releases the GIL while libsodium signs: no buffer may be shared between calls."""
+    key = SecretKey(bytes(range(32)))
+    messages = [i.to_bytes(32, "big") for i in range(400)]
+    expected = [nacl.signing.SigningKey(bytes(range(32))).sign(m).signature for m in messages]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(key.sign, messages)) == expected
+
+
+def test_the_sign_method_never_shows_the_secret() -> None:
+    key = SecretKey(bytes(range(32)))
+    for text in (repr(key.sign), str(key.sign)):
+        for fragment in _secret_fragments(key):
+            assert fragment not in text
 
 
 # ------------------------------------------------------------------------- secret keys

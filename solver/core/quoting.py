@@ -152,6 +152,8 @@ class QuotePipeline:
         self.bucket = TokenBucket(rate, max(1.0, rate))
         # 10**decimals as floats, once: USD notionals are estimates for limits, never amounts.
         self._unit = {asset: 10.0**dec for asset, dec in state.decimals.items()}
+        self._leads: dict[int, timedelta] = {}
+        """``min_deadline_ms`` -> the time from decision to the quote's deadline."""
 
     def decide(
         self, request: QuoteRequest, now: datetime, received_at: datetime | None = None
@@ -246,7 +248,13 @@ class QuotePipeline:
             return Skip(INSUFFICIENT_INVENTORY)
         if not self.bucket.take(now.timestamp()):
             return Skip(RATE_LIMITED)
-        deadline = now + timedelta(milliseconds=request.min_deadline_ms + s.deadline_margin_ms)
+        ms = request.min_deadline_ms
+        lead = self._leads.get(ms)
+        if lead is None:  # a handful of values in practice: built once each (issue 29)
+            if len(self._leads) >= 1024:
+                self._leads.clear()
+            lead = self._leads[ms] = timedelta(milliseconds=ms + s.deadline_margin_ms)
+        deadline = now + lead
         reserved = self.inventory.reserve(
             Reservation(
                 request.quote_id, request.asset_out, outflow, request.asset_in, amount_in, deadline

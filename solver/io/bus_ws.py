@@ -531,7 +531,7 @@ class BusWsClient:
             self.counters.callback_errors += 1
             log.exception("event callback failed")
             return
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):  # the bot's are plain calls
             task = asyncio.get_running_loop().create_task(self._guard(result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

@@ -58,6 +58,8 @@ class TcpProxy:
         self._flowing.set()
 
     async def close(self) -> None:
+        self.refusing = True  # a connection held in a black hole is reset, not left waiting
+        self._flowing.set()
         if self._server is not None:
             self._server.close()
         for writer in list(self._writers):

@@ -151,6 +151,7 @@ class Pair:
         received = {a.signature for a in self.sandbox.bus.arrivals}
         for asset, peak in exposure([q for q, sig in journal if sig in received]).items():
             free = DEFAULT_BALANCES.get(asset, 0) - FLOORS.get(asset, 0)
+            print(f"judge: at most {peak / free:.1%} of the spendable {asset} promised at once")
             assert peak <= free, f"{asset}: {peak} offered at once, {free} to spend"
         return spans
 

@@ -197,27 +197,41 @@ def _proc_stat() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / CLK_TCK, steal / CLK_TCK
 
 
+@dataclass(frozen=True)
+class ProcessTree:
+    """A process and its children, measured together (a PostgreSQL server: the postmaster and
+    its backends; see :func:`tree_cpu_seconds`)."""
+
+    pid: int
+
+
+Measured = int | ProcessTree | None
+"""What :class:`CpuMeter` measures under a name: a process, a tree, or this process (None)."""
+
+
+def cpu_of(what: Measured) -> float:
+    return tree_cpu_seconds(what.pid) if isinstance(what, ProcessTree) else cpu_seconds(what)
+
+
 class CpuMeter:
     """CPU used over an interval, in cores: by each named process, by the whole machine, and
     by everything else (other users of a shared machine: the figure that says whether a run
     was disturbed)."""
 
-    def __init__(self, pids: Mapping[str, int | None]) -> None:
+    def __init__(self, pids: Mapping[str, Measured]) -> None:
         self.pids = dict(pids)
         self._start: dict[str, float] = {}
         self._machine = (0.0, 0.0)
         self._wall = 0.0
 
     def start(self) -> None:
-        self._start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._start = {name: cpu_of(pid) for name, pid in self.pids.items()}
         self._machine = _proc_stat()
         self._wall = time.monotonic()
 
     def stop(self) -> dict[str, float]:
         wall = max(time.monotonic() - self._wall, 1e-9)
-        used = {
-            name: (cpu_seconds(pid) - self._start[name]) / wall for name, pid in self.pids.items()
-        }
+        used = {name: (cpu_of(pid) - self._start[name]) / wall for name, pid in self.pids.items()}
         busy, steal = _proc_stat()
         machine = (busy - self._machine[0]) / wall
         out = {name: round(v, 3) for name, v in used.items()}
@@ -281,6 +295,31 @@ def cpu_seconds(pid: int | None = None) -> float:
         return math.nan
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3 onwards)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and of its children: its own, its live children's, and those of
+    the children it has reaped (``cutime``/``cstime``: a PostgreSQL backend that ended still
+    counts). Grandchildren are not looked for (a postmaster's children do not fork)."""
+    own = _stat_fields(pid)
+    if own is None:
+        return math.nan
+    total = sum(int(x) for x in own[11:15])  # utime, stime, cutime, cstime
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and entry.name != str(pid):
+            fields = _stat_fields(entry.name)
+            if fields is not None and fields[1] == str(pid):  # ppid
+                total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
 
 
 def pin(pid: int, cpus: set[int]) -> bool:

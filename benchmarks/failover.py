@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Progress, machine_info, scratch_dir, write_json
-from tests.app.harness import eventually, running_sandbox
+from tests.app.harness import running_sandbox
 from tests.pg.cluster import PASSWORD, PASSWORD_ENV, SKIP_REASON, running_cluster
-from tests.pg.two_instances import LEASE_S, Asker, Instance, two_instances
+from tests.pg.two_instances import LEASE_S, Instance, active_and_standby, two_instances
 
 NAME = "failover"
 
@@ -38,16 +38,10 @@ async def rounds(scratch: Path, count: int, progress: Progress) -> dict[str, Any
             running_sandbox(scratch) as sandbox,
             two_instances(sandbox, url, scratch) as pair,
         ):
-            active = await pair.start("a")
-            await eventually(lambda: pair.subscribed() == 1, "a to subscribe", 60)
-            standby = await pair.start("b")
-            await standby.said("standby for", 60)
-            asker = Asker(sandbox.urls()["relay_rpc"])
-            asker.start()
             times: dict[str, list[float]] = {"sigterm": [], "kill_9": []}
             runs = {"a": 1, "b": 1}
-            try:
-                await asker.offer_after(0, "a first offer", 30)
+            async with active_and_standby(pair, 60) as (first, second, _):
+                active, standby = first, second
                 for index in range(count):
                     how = "sigterm" if index % 2 == 0 else "kill_9"
                     sent = time.monotonic()
@@ -63,8 +57,6 @@ async def rounds(scratch: Path, count: int, progress: Progress) -> dict[str, Any
                     restarted: Instance = await pair.start(name, run=runs[name])
                     await restarted.said("standby for", 60)
                     active, standby = standby, restarted
-            finally:
-                await asker.stop()
             spans = pair.judge()
             answers = sum(count for _, _, count in spans.values())
     return {"lease_s": LEASE_S, "times_s": times, "instances_answering": len(spans),

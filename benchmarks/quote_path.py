@@ -40,6 +40,7 @@ from benchmarks.common import (
     ROOT,
     Child,
     CpuMeter,
+    Measured,
     Progress,
     calibrate,
     cpu_seconds,
@@ -69,6 +70,9 @@ from benchmarks.quote_path_driver import (
     run_phase,
 )
 from benchmarks.quote_path_inprocess import cprofile_desk_executor, desk_executor_only
+from benchmarks.quote_path_pg import fence_cost, pg_names, pg_server
+from benchmarks.quote_path_pg import figures as pg_figures
+from benchmarks.quote_path_pg import overrides as pg_overrides
 from benchmarks.quote_path_profile import profile_phases, pyspy_profile
 from benchmarks.quote_path_report import markdown, plot
 from benchmarks.quote_path_signers import figures as signer_figures
@@ -90,6 +94,7 @@ from benchmarks.quote_path_systems import (
 from benchmarks.sandbox_proc import start_sandbox, stop_sandbox
 from sandbox.config import SandboxConfig, load_sandbox_config
 from solver.protocol.keys import SecretKey
+from tests.pg.cluster import running_cluster
 
 NAME = "quote_path"
 DEFAULT_BASELINE = "77868b2"  # the commit before the desk work (issue 10)
@@ -106,6 +111,7 @@ class Options:
     deflate: bool = True  # accept permessage-deflate, as the sandbox relay (uvicorn) does
     baseline: str = DEFAULT_BASELINE  # a git revision, or "none"
     signers: bool = True  # issue 28: the bot through `solver signer serve` (file, token)
+    pg: bool = True  # issue 27: the bot with its journal on PostgreSQL (bot_pg)
     command: str = ""
     quiet: dict[str, Any] | None = None
 
@@ -157,7 +163,7 @@ async def measured_run(
     system: System,
     systems: list[System],
     phase: Phase,
-    pids: dict[str, int | None],
+    pids: dict[str, Measured],
     progress: Progress,
     after_s: float,
 ) -> PhaseData:
@@ -196,7 +202,10 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
     names = ["bot", "minimal"] if options.baseline == "none" else ["bot", "baseline", "minimal"]
     signer_systems, signer_notes = signer_names() if options.signers else ([], [])
     names += signer_systems
-    trees: dict[str, Path] = {"bot": ROOT, "minimal": ROOT} | {n: ROOT for n in signer_systems}
+    pg_systems, pg_notes = pg_names() if options.pg else ([], [])
+    names += pg_systems
+    trees: dict[str, Path] = {n: ROOT for n in names}
+    fence: dict[str, Any] | None = None
     signer_children: dict[str, Child] = {}
     baseline_sha = None
     if "baseline" in names:
@@ -214,6 +223,10 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
     errors: list[str] = []
     try:
         async with contextlib.AsyncExitStack() as stack:
+            if pg_systems:  # a server of its own, stopped after its bot (the stack's order)
+                cluster = stack.enter_context(running_cluster())
+                progress.log("PostgreSQL started for bot_pg: timing the fence per group commit")
+                fence = fence_cost(cluster, quick)
             for system in systems:
                 server = await stack.enter_async_context(
                     serve(
@@ -237,6 +250,9 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
                         signer_children[system.name] = child
                         stack.push_async_callback(stop_child, child)
                         config = config.with_overrides(remote_overrides(socket))
+                    if system.name in pg_systems:
+                        local = scratch / f"{system.name}-local"
+                        config = config.with_overrides(pg_overrides(cluster, local))
                     if system.name == "bot":  # its control API and /metrics, as deployed
                         listen = f"127.0.0.1:{free_port()}"
                         config = config.with_overrides({"metrics.listen": listen})
@@ -252,7 +268,8 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
                     f"{system.name} pid {system.child.pid} subscribed; solver from "
                     f"{system.imports_from}"
                 )
-            pids: dict[str, int | None] = {s.name: s.child.pid for s in systems if s.child}
+            pids: dict[str, Measured] = {s.name: s.child.pid for s in systems if s.child}
+            pids |= {f"{n}_postgres": pg_server(cluster) for n in pg_systems}
             pids |= {"sandbox": sandbox.child.pid, "driver": None}
             pids |= {f"{n}_signer": c.pid for n, c in signer_children.items()}
             after_s = 0.0 if quick else AFTER_WORK_S
@@ -327,6 +344,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
             else None,
             "min_deadline_ms": MIN_DEADLINE_MS,
             "signer_notes": signer_notes,
+            "pg_notes": pg_notes,
             "answer_grace_s": ANSWER_GRACE_S,
             "saturation_inflight": SAT_INFLIGHT,
             "latency": "driver clock: before writing the event -> reading the quote_response",
@@ -340,6 +358,9 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
         "issue11_targets": issue11_targets(summary, worst_stall(runs, "bot"), bot_nonce),
         "issue28_signers": signer_figures(runs, ["bot", *signer_systems])
         if signer_systems
+        else None,
+        "issue27_pg": {"figures": pg_figures(runs, ["bot", *pg_systems]), "fence": fence}
+        if pg_systems
         else None,
         "runs": runs,
         "systems": described,

@@ -25,7 +25,7 @@ import orjson
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from benchmarks.common import CpuMeter, Progress, summarize
+from benchmarks.common import CpuMeter, Measured, Progress, summarize
 from solver.errors import SolverError
 from solver.protocol.signing import parse_signed, verify_signed
 
@@ -289,7 +289,7 @@ class Relay:
 
 
 async def run_phase(
-    relay: Relay, phase: Phase, progress: Progress, pids: dict[str, int | None]
+    relay: Relay, phase: Phase, progress: Progress, pids: dict[str, Measured]
 ) -> PhaseData:
     """Send one phase to ``relay``'s system and wait for its answers (at most the grace)."""
     data = PhaseData(phase)
@@ -352,6 +352,16 @@ def phase_figures(data: PhaseData, system: str) -> dict[str, Any]:
                 )
             }
             if in_window and system + "_signer" in data.cpu
+            else {}
+        ),
+        # The PostgreSQL server's CPU (postmaster and backends) for a bot on that journal.
+        **(
+            {
+                "cpu_us_per_answer_postgres": round(
+                    data.cpu[system + "_postgres"] * window_s / in_window * 1e6, 1
+                )
+            }
+            if in_window and system + "_postgres" in data.cpu
             else {}
         ),
         "latency_ms": summarize([x / 1e6 for x in data.latencies_ns], 4),

@@ -16,6 +16,7 @@ from typing import Any
 
 from benchmarks.common import (
     Child,
+    Measured,
     Progress,
     Stages,
     analyse_collapsed,
@@ -106,7 +107,7 @@ async def pyspy_profile(
     scratch: Path,
     progress: Progress,
     phase: Phase,
-    pids: dict[str, int | None],
+    pids: dict[str, Measured],
 ) -> tuple[dict[str, Any] | None, PhaseData | None]:
     """py-spy on the running bot during one more phase; (None, None) without py-spy."""
     out = scratch / f"pyspy-bot-{phase.kind}-{int(phase.rate)}.txt"

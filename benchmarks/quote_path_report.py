@@ -11,6 +11,7 @@ import numpy as np
 from benchmarks.common import dirty_note, md_table, plot_stages, profile_markdown, stage_table
 from benchmarks.quote_path_compare import METRIC_LABELS, spread
 from benchmarks.quote_path_driver import PhaseData
+from benchmarks.quote_path_pg import section as pg_section
 from benchmarks.quote_path_signers import section as signer_section
 from solver.runtime.upkeep import TICK_S
 
@@ -302,7 +303,7 @@ def _profiles(r: dict[str, Any]) -> list[str]:
 def markdown(r: dict[str, Any]) -> str:
     lines = _header(r)
     if r["runs"]:
-        lines += _issue11(r) + _issue10(r) + signer_section(r) + _runs(r)
+        lines += _issue11(r) + _issue10(r) + signer_section(r) + pg_section(r) + _runs(r)
     lines += _inprocess_and_logs(r) + _profiles(r)
     if r["errors"]:
         lines += ["## Errors", "", *[f"- {e}" for e in r["errors"]], ""]

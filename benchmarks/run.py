@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import chaos, failover, quote_path, replay, sandbox_load, soak
+from benchmarks import chaos, failover, pg_fence, quote_path, replay, sandbox_load, soak
 from benchmarks.common import RESULTS_DIR, Progress, wait_for_quiet
 
 NAMES = ("quote_path", "sandbox_load", "replay")  # the default set (make bench)
-OPT_IN = ("soak", "chaos", "failover")  # long, or needing PostgreSQL: only with --only
+OPT_IN = ("soak", "chaos", "failover", "pg_fence")  # long, or needing PostgreSQL: --only
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,6 +75,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="quote_path: leave out the bot signing through 'solver signer serve' (key file, "
         "SoftHSM2 token; issue 28), which run beside the in-process bot by default",
+    )
+    parser.add_argument(
+        "--no-pg",
+        action="store_true",
+        help="quote_path: leave out the bot with its journal on PostgreSQL (bot_pg, issue 27; "
+        "a throwaway PostgreSQL 15 started for it), which runs beside the SQLite bot by default "
+        "when the PostgreSQL binaries are there",
     )
     parser.add_argument(
         "--replay-baseline",
@@ -137,6 +144,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     deflate=not args.no_deflate,
                     baseline=args.baseline,
                     signers=not args.no_signers,
+                    pg=not args.no_pg,
                     command=command,
                     quiet=quiet,
                 )
@@ -158,6 +166,10 @@ async def main_async(args: argparse.Namespace) -> int:
                 )
             elif name == "failover":
                 result = await failover.run(
+                    args.results, quick=args.quick, command=command, quiet=quiet
+                )
+            elif name == "pg_fence":
+                result = await pg_fence.run(
                     args.results, quick=args.quick, command=command, quiet=quiet
                 )
             elif name == "replay":

@@ -22,19 +22,11 @@ from solver.errors import ConfigError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.schema import StoreError
 from solver.io.store.sqlite_store import Store
+from solver.io.store.tables import numbered_keys, tables
 
-TABLES = (
-    "journal", "desk_snapshots", "quotes", "transitions", "fills", "balance_snapshots", "alerts",
-    "requests", "nonces", "nonce_prefixes", "rebalances", "rebalance_steps",
-)  # fmt: skip
-IDENTITY = {
-    "journal": "seq",
-    "transitions": "id",
-    "balance_snapshots": "id",
-    "alerts": "id",
-    "requests": "id",
-    "rebalance_steps": "id",
-}
+TABLES = tuple(t.name for t in tables("sqlite") if t.name != "projection")
+"""Every table of the store but the projection's position (set after the rows)."""
+IDENTITY = numbered_keys("postgresql")
 """Tables whose key PostgreSQL numbers: its sequence goes on after the last copied row."""
 
 

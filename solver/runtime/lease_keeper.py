@@ -130,10 +130,11 @@ class LeaseKeeper:
             except StoreError as exc:
                 left = lease.valid_until - time.monotonic()
                 log.error("lease not refreshed (%.1f s left before quoting stops): %s", left, exc)
-                if left <= 0:
-                    with contextlib.suppress(FencedError):
-                        lease.lose(f"not refreshed in time: {exc}")
-                    self.fenced(FencedError(f"the lease could not be refreshed in time: {exc}"))
+                if left <= 0:  # said as every fenced-out stop is ("fenced out of the lease")
+                    try:
+                        lease.lose(f"the lease could not be refreshed in time: {exc}")
+                    except FencedError as lost:
+                        self.fenced(lost)
                     return
                 wait = RETRY_S
             with contextlib.suppress(TimeoutError):

@@ -12,10 +12,10 @@ import signal
 import time
 from pathlib import Path
 
-from tests.app.harness import eventually, running_sandbox
+from tests.app.harness import running_sandbox
 from tests.app.store_children import solver
 from tests.pg.cluster import Cluster
-from tests.pg.two_instances import EXIT_FENCED, LEASE_S, Asker, two_instances
+from tests.pg.two_instances import EXIT_FENCED, LEASE_S, active_and_standby, two_instances
 
 
 async def test_sigterm_hands_over_and_kill_9_fails_over_within_the_lease(
@@ -25,14 +25,7 @@ async def test_sigterm_hands_over_and_kill_9_fails_over_within_the_lease(
         running_sandbox(tmp_path) as sandbox,
         two_instances(sandbox, pg_url, tmp_path) as pair,
     ):
-        a = await pair.start("a")
-        await eventually(lambda: pair.subscribed() == 1, "a to subscribe", 30)
-        b = await pair.start("b")
-        await b.said("standby for")
-        asker = Asker(sandbox.urls()["relay_rpc"])
-        asker.start()
-        try:
-            await asker.offer_after(0, "a first offer", 20)
+        async with active_and_standby(pair) as (a, b, asker):
             assert pair.subscribed() == 1  # the standby holds no subscription
             code, health = await pair.control("b", "/healthz")
             assert code == 503 and "standby" in health["reasons"][0], health
@@ -61,8 +54,6 @@ async def test_sigterm_hands_over_and_kill_9_fails_over_within_the_lease(
             print(f"failover after kill -9: {took - killed:.2f} s (lease {LEASE_S} s)")
             assert took - killed < LEASE_S + 2.0, a2.output()
             await asker.offer_after(time.monotonic(), "a to go on quoting", 10)
-        finally:
-            await asker.stop()
         spans = pair.judge()
         assert len(spans) == 3, spans
         # The standby followed the journal: at the taking its desk held every quote the old
@@ -85,14 +76,7 @@ async def test_a_stopped_active_resumes_fenced_and_a_cut_connection_is_made_agai
         running_sandbox(tmp_path) as sandbox,
         two_instances(sandbox, pg_url, tmp_path) as pair,
     ):
-        a = await pair.start("a")
-        await eventually(lambda: pair.subscribed() == 1, "a to subscribe", 30)
-        b = await pair.start("b")
-        await b.said("standby for")
-        asker = Asker(sandbox.urls()["relay_rpc"])
-        asker.start()
-        try:
-            await asker.offer_after(0, "a first offer", 20)
+        async with active_and_standby(pair) as (a, b, asker):
             # The active's connections cut: it connects again at its next use, and keeps its
             # lease (it is in the database, not the connection).
             assert pg_cluster.terminate(database, pid=a.process.pid) >= 2  # journal, projection
@@ -111,8 +95,6 @@ async def test_a_stopped_active_resumes_fenced_and_a_cut_connection_is_made_agai
             assert "fenced out of the lease" in a.output()
             assert "ALERT: lease_lost" in a.output()
             await asker.offer_after(time.monotonic(), "b to go on quoting", 10)
-        finally:
-            await asker.stop()
         spans = pair.judge()  # what a sent after SIGCONT, if anything, is in the journal too
         a_conn = [c for c, (first, _, _) in spans.items() if first < stopped]
         late = [x for x in list(pair.sandbox.bus.arrivals)[before:] if x.conn_id in a_conn]

@@ -4,6 +4,7 @@ the same rows out as SQLite; and the lease's fence on every commit."""
 from __future__ import annotations
 
 import io
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -14,12 +15,13 @@ import pytest
 
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState
-from solver.io.store.migrations import SCHEMA_VERSION
+from solver.io.store.migrations import SCHEMA_VERSION, migrate
 from solver.io.store.pg.conn import PgConn
 from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.projection import project
 from solver.io.store.schema import NonceReusedError, StoreError
+from solver.io.store.tables import tables
 from tests.io.store_helpers import ACCOUNT, T0, move, opened, record, signed_quote
 from tests.io.test_journal import one_of_each_kind
 from tests.pg.cluster import PASSWORD, PASSWORD_ENV, Cluster
@@ -222,3 +224,41 @@ def test_an_instance_stopped_inside_a_transaction_blocks_nobody(pg_url: str) -> 
     finally:
         new.close()
         old.close()
+
+
+PG_TYPES = {"TEXT": {"text"}, "INTEGER": {"integer", "bigint"}, "BLOB": {"bytea"}}
+
+
+def test_the_tables_are_sqlites_in_postgresqls_dialect(store: PgStore) -> None:
+    """Both backends' tables come from one declaration: the same columns, in the same order,
+    with the same types (as each spells them), nullability, defaults and keys."""
+    lite = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(lite)
+    raw = store._connection()
+    for table in tables("sqlite"):
+        want = [
+            (name, PG_TYPES[kind], bool(notnull) or bool(pk), default)
+            for _, name, kind, notnull, default, pk in lite.execute(
+                f"PRAGMA table_info({table.name})"
+            )
+        ]
+        got = raw.execute(
+            "SELECT column_name, data_type, is_nullable = 'NO', column_default "
+            "FROM information_schema.columns WHERE table_name = %s ORDER BY ordinal_position",
+            (table.name,),
+        ).fetchall()
+        assert [c[0] for c in got] == [c[0] for c in want], table.name
+        for (name, kinds, required, default), (_, kind, not_null, pg_default) in zip(
+            want, got, strict=True
+        ):
+            assert kind in kinds and not_null == required, (table.name, name)
+            assert (default is None) == (pg_default is None or "nextval" in str(pg_default))
+        lite_indexes = {r[1] for r in lite.execute(f"PRAGMA index_list({table.name})")}
+        pg_indexes = {
+            r[0]
+            for r in raw.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = %s", (table.name,)
+            )
+        }
+        named = {i for i in lite_indexes if not i.startswith("sqlite_autoindex")}
+        assert named == {i for i in pg_indexes if not i.endswith("_pkey")}, table.name

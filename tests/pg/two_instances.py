@@ -1,5 +1,7 @@
 """Helpers of the two-instance tests (issue 27): two ``solver run`` processes of one account on
-one PostgreSQL journal against a sandbox, and the judge that reads the relay's side."""
+one PostgreSQL journal against a sandbox (takers on or off), started as an active and a standby
+with a user asking for quotes (:func:`active_and_standby`), and the judge that reads the relay's
+side (:meth:`Pair.judge`)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +23,20 @@ import httpx
 import orjson
 import psycopg
 
+from sandbox.config import PairSpec, TakersSpec
 from sandbox.server import Sandbox
 from solver.core import facts as f
 from solver.protocol.keys import SecretKey
-from tests.app.harness import DEFAULT_BALANCES, bot_overrides, eventually, fund
+from tests.app.harness import (
+    DEFAULT_BALANCES,
+    FLOORS,
+    NEAR,
+    USDC,
+    bot_overrides,
+    eventually,
+    fund,
+    sandbox_config,
+)
 from tests.app.store_children import ask
 from tests.app.test_cli_run import write_config
 from tests.pg.cluster import PASSWORD, PASSWORD_ENV
@@ -118,8 +131,11 @@ class Pair:
 
     def judge(self) -> dict[str, tuple[float, float, int]]:
         """What the relay received, judged: every answer is in the journal, no nonce repeats,
-        and the connections' answering spans never overlap (at most one instance answers at
-        any moment). Returns each connection's ``(first, last, count)``."""
+        the connections' answering spans never overlap (at most one instance answers at any
+        moment), and the answers open at once never promise more of an asset than the account
+        was funded with above its floor (:func:`exposure`: whoever signed them; settled ones
+        still counted, inflows not, so it is a bound, not the desk's own figure). Returns each
+        connection's ``(first, last, count)``."""
         journal = self.journal()
         signatures = {sig for _, sig in journal}
         nonces = [fact.nonce for fact, _ in journal]
@@ -132,7 +148,30 @@ class Pair:
         ordered = sorted(spans.values())
         for (_, end, _), (start, _, _) in itertools.pairwise(ordered):
             assert end < start, f"two instances answered at the same time: {spans}"
+        received = {a.signature for a in self.sandbox.bus.arrivals}
+        for asset, peak in exposure([q for q, sig in journal if sig in received]).items():
+            free = DEFAULT_BALANCES.get(asset, 0) - FLOORS.get(asset, 0)
+            print(f"judge: at most {peak / free:.1%} of the spendable {asset} promised at once")
+            assert peak <= free, f"{asset}: {peak} offered at once, {free} to spend"
         return spans
+
+
+def exposure(quotes: list[f.QuoteOpened]) -> dict[str, int]:
+    """Per asset, the most the answers promised at once: the peak over time of the sum of
+    ``amount_out`` of the answers between their creation and their deadline."""
+    events: dict[str, list[tuple[datetime, int]]] = {}
+    for q in quotes:
+        events.setdefault(q.asset_out, []).extend(
+            [(q.created_at, q.amount_out), (q.deadline, -q.amount_out)]
+        )
+    peaks = {}
+    for asset, changes in events.items():
+        level = peak = 0
+        for _, change in sorted(changes, key=lambda c: (c[0], c[1])):  # ends first at a tie
+            level += change
+            peak = max(peak, level)
+        peaks[asset] = peak
+    return peaks
 
 
 def _free_port() -> int:
@@ -143,9 +182,28 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def two_instances(sandbox: Sandbox, url: str, tmp: Path) -> AsyncIterator[Pair]:
+async def sandbox_with_takers(tmp: Path) -> AsyncIterator[Sandbox]:
+    """The tests' sandbox with simulated takers trading wNEAR/USDC both ways (a few requests a
+    second, a second's wait), so quotes settle and balances move while instances fail over."""
+    config = sandbox_config(tmp / "sandbox")
+    takers = TakersSpec(
+        count=4,
+        requests_per_s=5.0,
+        size_usd_median=20.0,
+        wait_ms=1000,
+        pairs=[PairSpec(base=NEAR, quote=USDC)],
+    )
+    async with Sandbox(config.model_copy(update={"takers": takers}), run_takers=True) as sandbox:
+        yield sandbox
+
+
+@contextlib.asynccontextmanager
+async def two_instances(
+    sandbox: Sandbox, url: str, tmp: Path, urls: Mapping[str, str] | None = None
+) -> AsyncIterator[Pair]:
     """Two configs of one account (one key), one PostgreSQL journal, each its own local path
-    and control port; the password only in the environment."""
+    and control port; the password only in the environment. ``urls``: the database URL an
+    instance uses instead of ``url`` (through a proxy); the judge reads ``url``."""
     key = SecretKey.generate()
     account = key.public_key.implicit_account_id()
     fund(sandbox, account, DEFAULT_BALANCES)
@@ -156,7 +214,7 @@ async def two_instances(sandbox: Sandbox, url: str, tmp: Path) -> AsyncIterator[
         overrides: dict[str, Any] = {
             **bot_overrides(sandbox, account, KEY_ENV, tmp / name / "local"),
             "metrics.listen": f"127.0.0.1:{ports[name]}",
-            "storage.url": url,
+            "storage.url": (urls or {}).get(name, url),
             "storage.password_env": PASSWORD_ENV,
             "storage.lease_s": LEASE_S,
             "log.level": "INFO",
@@ -177,6 +235,25 @@ async def two_instances(sandbox: Sandbox, url: str, tmp: Path) -> AsyncIterator[
                     instance.process.send_signal(signal.SIGCONT)
                     instance.process.kill()
                 await asyncio.wait_for(instance.process.wait(), 10)
+
+
+@contextlib.asynccontextmanager
+async def active_and_standby(
+    pair: Pair, timeout_s: float = 30
+) -> AsyncIterator[tuple[Instance, Instance, Asker]]:
+    """Start ``a`` and wait until it subscribes (the active), then ``b`` until it stands by;
+    a user asks for quotes without a pause until the block ends, and ``a`` has answered one."""
+    active = await pair.start("a")
+    await eventually(lambda: pair.subscribed() == 1, "a to subscribe", timeout_s)
+    standby = await pair.start("b")
+    await standby.said("standby for", timeout_s)
+    asker = Asker(pair.sandbox.urls()["relay_rpc"])
+    asker.start()
+    try:
+        await asker.offer_after(0, "a first offer", timeout_s)
+        yield active, standby, asker
+    finally:
+        await asker.stop()
 
 
 class Asker:

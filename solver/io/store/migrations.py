@@ -1,4 +1,5 @@
-"""The SQLite store's schema, as its ordered list of migrations (conventions of the tables:
+"""The store's schema versions and how a store reaches the newest, on SQLite and PostgreSQL
+(the tables themselves: :mod:`solver.io.store.tables`; their conventions:
 :mod:`solver.io.store.schema`).
 
 Migration ``n`` takes a database from version ``n - 1`` to ``n``, and ``schema_version`` holds
@@ -6,6 +7,12 @@ the version reached. Opening an older database applies the missing ones, each in
 transaction, so a crash mid-migration leaves the last complete version. A shipped migration is
 never edited; a change is a new entry at the end. A database newer than the code is refused
 rather than guessed at.
+
+Versions 1 to 10 are SQLite's history (:data:`HISTORY`, SQL as it was shipped): an SQLite store
+older than version 10 walks it. A new store, on either backend, is created at version 10 from
+:data:`~solver.io.store.tables.TABLES` in one step, and a test checks that the history and the
+tables give the same schema. Every migration after 10 (:data:`LATER`) is written once, as
+dialect-free steps, and applied to both backends: one schema, two dialects.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ import logging
 import sqlite3
 from typing import Any
 
-from solver.io.store.schema import REBALANCE_FIELDS, StoreError
+from solver.io.store.schema import StoreError
+from solver.io.store.tables import BASELINE_VERSION, Step, baseline, render
 
 log = logging.getLogger("solver.store")
 _QUOTE_COLUMNS = (
@@ -34,7 +42,7 @@ _REBALANCE_DOC = ", ".join(
     )
 )  # fmt: skip
 """Migration 10's document of a ``rebalances`` row (its JSON columns embedded as JSON)."""
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+HISTORY: tuple[tuple[str, ...], ...] = (
     # 1: the quote journal: every signed quote, its nonce, and its state changes.
     (
         """CREATE TABLE quotes (
@@ -262,6 +270,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         FROM rebalances WHERE finished_at IS NULL ORDER BY created_at""",  # noqa: S608 (constants)
     ),
 )
+"""SQLite's migrations 1 to 10, frozen."""
+LATER: tuple[tuple[Step, ...], ...] = ()
+"""Migrations 11, 12, ... for both backends (``LATER[0]`` is migration 11)."""
+assert len(HISTORY) == BASELINE_VERSION
+MIGRATIONS: tuple[tuple[str, ...], ...] = HISTORY + tuple(
+    tuple(sql for step in steps for sql in render(step, "sqlite")) for steps in LATER
+)
+"""Every SQLite migration, in order (``MIGRATIONS[n - 1]`` is migration ``n``)."""
+PG_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    BASELINE_VERSION + 1 + i: tuple(sql for step in steps for sql in render(step, "postgresql"))
+    for i, steps in enumerate(LATER)
+}
+"""The PostgreSQL migrations after the baseline, by version."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -271,28 +292,39 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row is not None and row[0] is not None else 0
 
 
+def _newer(version: int) -> StoreError:
+    return StoreError(
+        f"the store is at schema version {version}, newer than this program's "
+        f"{SCHEMA_VERSION}: upgrade the program"
+    )
+
+
 def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     """Bring the database up to ``target``; return the version it was at.
 
     ``conn`` must be in autocommit mode (``isolation_level=None``). Each step runs under
     ``BEGIN IMMEDIATE`` and re-reads the version inside it, so two processes opening one old
-    database at once migrate it once.
+    database at once migrate it once. A new database whose target is at least version 10 is
+    created there in one step (:func:`~solver.io.store.tables.baseline`).
     """
-    start = schema_version(conn)
+    start = current = schema_version(conn)
     if start > SCHEMA_VERSION:
-        raise StoreError(
-            f"the store is at schema version {start}, newer than this program's "
-            f"{SCHEMA_VERSION}: upgrade the program"
-        )
-    for version in range(start + 1, target + 1):
-        if start:  # an existing store, said before it runs: a table rebuild (7) takes a while
-            log.info("migrating the store to schema version %d", version)
+        raise _newer(start)
+    while current < target:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if schema_version(conn) < version:
-                for statement in MIGRATIONS[version - 1]:
+            current = schema_version(conn)
+            if current < target:
+                if current == 0 and target >= BASELINE_VERSION:
+                    statements, reached = baseline("sqlite"), BASELINE_VERSION
+                else:
+                    statements, reached = MIGRATIONS[current], current + 1
+                if current:  # an existing store, said before it runs: a rebuild (7) takes a while
+                    log.info("migrating the store to schema version %d", reached)
+                for statement in statements:
                     conn.execute(statement)
-                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (reached,))
+                current = reached
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -300,174 +332,31 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     return start
 
 
-# ------------------------------------------------------------------------------ PostgreSQL
-
-PG_BASELINE: tuple[str, ...] = (
-    """CREATE TABLE journal (
-        seq BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        at BIGINT NOT NULL,
-        kind TEXT NOT NULL,
-        body TEXT NOT NULL
-    )""",
-    """CREATE TABLE desk_snapshots (
-        seq BIGINT PRIMARY KEY,
-        at BIGINT NOT NULL,
-        body TEXT NOT NULL
-    )""",
-    "CREATE TABLE projection (seq BIGINT NOT NULL)",
-    "INSERT INTO projection (seq) VALUES (0)",
-    """CREATE TABLE quotes (
-        quote_id TEXT PRIMARY KEY,
-        quote_hash TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        deadline TEXT NOT NULL,
-        asset_in TEXT NOT NULL,
-        asset_out TEXT NOT NULL,
-        amount_in TEXT NOT NULL,
-        amount_out TEXT NOT NULL,
-        fee TEXT NOT NULL,
-        nonce BYTEA NOT NULL,
-        signed_data TEXT NOT NULL,
-        state TEXT NOT NULL,
-        intent_hash TEXT,
-        tx_hash TEXT,
-        reason TEXT,
-        updated_at TEXT,
-        exact_in INTEGER,
-        partner_id TEXT
-    )""",
-    "CREATE INDEX quotes_created_at ON quotes (created_at)",
-    """CREATE TABLE transitions (
-        id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        quote_id TEXT NOT NULL,
-        old TEXT NOT NULL,
-        new TEXT NOT NULL,
-        at TEXT NOT NULL,
-        reason TEXT,
-        intent_hash TEXT,
-        tx_hash TEXT
-    )""",
-    "CREATE INDEX transitions_quote_id ON transitions (quote_id)",
-    """CREATE TABLE nonces (
-        account TEXT NOT NULL,
-        nonce TEXT NOT NULL,
-        quote_id TEXT,
-        signed_at TEXT NOT NULL,
-        PRIMARY KEY (account, nonce)
-    )""",
-    """CREATE TABLE nonce_prefixes (
-        account TEXT NOT NULL,
-        prefix BYTEA NOT NULL,
-        claimed_at TEXT NOT NULL,
-        PRIMARY KEY (account, prefix)
-    )""",
-    """CREATE TABLE fills (
-        quote_id TEXT PRIMARY KEY,
-        quote_hash TEXT NOT NULL,
-        intent_hash TEXT,
-        tx_hash TEXT,
-        at TEXT NOT NULL,
-        asset_in TEXT NOT NULL,
-        amount_in TEXT NOT NULL,
-        asset_out TEXT NOT NULL,
-        amount_out TEXT NOT NULL,
-        fee TEXT NOT NULL,
-        price_in_usd TEXT,
-        price_out_usd TEXT,
-        realized_pnl_usd TEXT,
-        markouts TEXT NOT NULL DEFAULT '{}'
-    )""",
-    "CREATE INDEX fills_at ON fills (at)",
-    """CREATE TABLE balance_snapshots (
-        id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        at TEXT NOT NULL,
-        asset TEXT NOT NULL,
-        amount TEXT NOT NULL,
-        expected TEXT
-    )""",
-    "CREATE INDEX balance_snapshots_at ON balance_snapshots (at)",
-    """CREATE TABLE alerts (
-        id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        at TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        detail TEXT NOT NULL,
-        resolved_at TEXT
-    )""",
-    "CREATE INDEX alerts_open ON alerts (kind) WHERE resolved_at IS NULL",
-    """CREATE TABLE requests (
-        id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        ts TEXT NOT NULL,
-        quote_id TEXT NOT NULL,
-        asset_in TEXT NOT NULL,
-        asset_out TEXT NOT NULL,
-        exact_in INTEGER NOT NULL,
-        amount TEXT NOT NULL,
-        min_deadline_ms INTEGER NOT NULL,
-        partner_id TEXT,
-        outcome TEXT NOT NULL,
-        reason TEXT
-    )""",
-    "CREATE INDEX requests_ts ON requests (ts)",
-    # Every column of a rebalance is TEXT, as in SQLite (solver.core.rebalance_record).
-    "CREATE TABLE rebalances (id TEXT PRIMARY KEY, "
-    + ", ".join(f"{column} TEXT" for column in REBALANCE_FIELDS if column != "id")
-    + ")",
-    "CREATE INDEX rebalances_created_at ON rebalances (created_at)",
-    """CREATE TABLE rebalance_steps (
-        id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        rebalance_id TEXT NOT NULL,
-        at TEXT NOT NULL,
-        state TEXT NOT NULL,
-        detail TEXT
-    )""",
-    "CREATE INDEX rebalance_steps_rebalance_id ON rebalance_steps (rebalance_id)",
-    # The lease (solver.io.store.pg.lease): one row per account, on the database's clock.
-    """CREATE TABLE lease (
-        account TEXT PRIMARY KEY,
-        holder TEXT NOT NULL,
-        epoch BIGINT NOT NULL,
-        acquired_at TIMESTAMPTZ NOT NULL,
-        expires_at TIMESTAMPTZ NOT NULL
-    )""",
-)
-"""A new PostgreSQL store, created at :data:`SCHEMA_VERSION` in one step: the same tables as
-SQLite's (times and amounts as the same TEXT, so the shared queries and exports read both), plus
-the ``lease``. PostgreSQL support began at version 10, so it has no history of its own."""
-PG_MIGRATIONS: dict[int, tuple[str, ...]] = {}
-"""From here on, a migration ``n > 10`` adds its SQLite statements to :data:`MIGRATIONS` and its
-PostgreSQL statements here, under ``n``, in the same commit: one schema, two dialects."""
 PG_LOCK = 27_0001
 """The advisory lock that serialises migrations of one PostgreSQL database."""
 
 
 def migrate_pg(conn: Any) -> int:
     """Bring a PostgreSQL store (a psycopg connection, autocommit) to :data:`SCHEMA_VERSION`;
-    return the version it was at. Instances starting together migrate once (an advisory lock,
-    and each step in its own transaction)."""
+    return the version it was at. PostgreSQL support began at version 10: a new store is
+    created there, then takes the later migrations. Instances starting together migrate once
+    (an advisory lock held through the migration)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
         start = int(row[0]) if row is not None and row[0] is not None else 0
         if start > SCHEMA_VERSION:
-            raise StoreError(
-                f"the store is at schema version {start}, newer than this program's "
-                f"{SCHEMA_VERSION}: upgrade the program"
-            )
-        if start == 0:
-            for statement in PG_BASELINE:
+            raise _newer(start)
+        current = start
+        if current == 0:
+            for statement in baseline("postgresql"):
                 conn.execute(statement)
-            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (PG_FIRST,))
-            start_at = PG_FIRST
-        else:
-            start_at = start
-        for version in range(start_at + 1, SCHEMA_VERSION + 1):
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (BASELINE_VERSION,))
+            current = BASELINE_VERSION
+        for version in range(current + 1, SCHEMA_VERSION + 1):
             log.info("migrating the store to schema version %d", version)
             for statement in PG_MIGRATIONS[version]:
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
     return start
-
-
-PG_FIRST = 10
-"""The schema version :data:`PG_BASELINE` creates."""

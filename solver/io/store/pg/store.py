@@ -5,7 +5,7 @@ journal"; docs/operations.md "Two instances").
 :class:`PgStore` is a :class:`~solver.io.store.sqlite_store.Store` to everything that uses one —
 the executor's journal port, the status pages, ``solver history``, exports, the rebalancer's
 nonce register — so the rest of the bot does not know which backend it runs on. The tables are
-SQLite's, in the same text conventions (:data:`~solver.io.store.migrations.PG_BASELINE`), and
+SQLite's, in the same text conventions (one declaration: :mod:`solver.io.store.tables`), and
 the queries and the projection are SQLite's code, run through
 :class:`~solver.io.store.pg.conn.PgConn`.
 

@@ -24,8 +24,9 @@ from solver.io.store.schema import StoreError
 from solver.io.store.sqlite_store import Store
 
 TABLES = (
-    "journal", "desk_snapshots", "quotes", "transitions", "fills", "balance_snapshots", "alerts",
-    "requests", "nonces", "nonce_prefixes", "rebalances", "rebalance_steps",
+    "journal", "desk_snapshots", "quotes", "quote_counts", "transitions", "fills",
+    "balance_snapshots", "alerts", "requests", "nonces", "nonce_prefixes", "rebalances",
+    "rebalance_steps",
 )  # fmt: skip
 IDENTITY = {
     "journal": "seq",
@@ -88,8 +89,13 @@ def copy_store(source: Store, target: PgStore) -> dict[str, int]:
                 raise StoreError(f"{target.shown} holds a journal already: nothing copied")
             for table in TABLES:
                 counts[table] = _copy_table(source, raw, table)
-            position = source._conn.execute("SELECT seq FROM projection").fetchone()
-            raw.execute("UPDATE projection SET seq = %s", (int(position[0]),))
+            position = source._conn.execute(
+                "SELECT seq, open_from, lost_sample_rate FROM projection"
+            ).fetchone()
+            raw.execute(
+                "UPDATE projection SET seq = %s, open_from = %s, lost_sample_rate = %s",
+                tuple(position),
+            )
             for table, column in IDENTITY.items():
                 raw.execute(
                     f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "  # noqa: S608

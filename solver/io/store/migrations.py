@@ -34,6 +34,35 @@ _REBALANCE_DOC = ", ".join(
     )
 )  # fmt: skip
 """Migration 10's document of a ``rebalances`` row (its JSON columns embedded as JSON)."""
+_V11 = (
+    # Every quote counted by the minute it was created in, its pair (a direction), the decimal
+    # digits of its amount_in and its state now: the totals and rates, exact, while a lost
+    # quote keeps a row only when it is sampled (storage.lost_quote_sample_rate).
+    """CREATE TABLE quote_counts (
+        minute TEXT NOT NULL,
+        asset_in TEXT NOT NULL,
+        asset_out TEXT NOT NULL,
+        size_bucket INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (minute, asset_in, asset_out, size_bucket, state)
+    ){rowid}""",
+    # The quotes an older store has rows for, counted as they are.
+    """INSERT INTO quote_counts (minute, asset_in, asset_out, size_bucket, state, n)
+    SELECT substr(created_at, 1, 16) || ':00.000000+00:00', asset_in, asset_out,
+           length(amount_in), state, COUNT(*)
+    FROM quotes GROUP BY 1, 2, 3, 4, 5""",
+    # How many quotes of its state a row stands for: 1 / the rate for a sampled quote while
+    # it is open or lost, 1 for every other (all of them keep their row) and every older row.
+    "ALTER TABLE quotes ADD COLUMN weight REAL NOT NULL DEFAULT 1",
+    # The journal entry of the oldest quote still open, where the projection's memory of the
+    # open quotes is rebuilt from; and the sample rate it used last (for the readers).
+    "ALTER TABLE projection ADD COLUMN open_from INTEGER",
+    "ALTER TABLE projection ADD COLUMN lost_sample_rate REAL",
+    "UPDATE projection SET open_from = seq",
+)
+"""Migration 11, in the SQL both backends take (``{rowid}``: SQLite's ``WITHOUT ROWID``;
+PostgreSQL's ``open_from`` is a BIGINT, as its ``seq``)."""
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: the quote journal: every signed quote, its nonce, and its state changes.
     (
@@ -261,6 +290,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                            'carried', json('true'))
         FROM rebalances WHERE finished_at IS NULL ORDER BY created_at""",  # noqa: S608 (constants)
     ),
+    # 11: lost quotes sampled (issue 29; solver.io.store.quote_rows).
+    tuple(sql.replace("{rowid}", " WITHOUT ROWID") for sql in _V11),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -433,7 +464,11 @@ PG_BASELINE: tuple[str, ...] = (
 """A new PostgreSQL store, created at :data:`SCHEMA_VERSION` in one step: the same tables as
 SQLite's (times and amounts as the same TEXT, so the shared queries and exports read both), plus
 the ``lease``. PostgreSQL support began at version 10, so it has no history of its own."""
-PG_MIGRATIONS: dict[int, tuple[str, ...]] = {}
+PG_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    11: tuple(
+        sql.replace("{rowid}", "").replace("open_from INTEGER", "open_from BIGINT") for sql in _V11
+    ),
+}
 """From here on, a migration ``n > 10`` adds its SQLite statements to :data:`MIGRATIONS` and its
 PostgreSQL statements here, under ``n``, in the same commit: one schema, two dialects."""
 PG_LOCK = 27_0001

@@ -41,6 +41,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -277,14 +278,32 @@ def journal_hashes(store: Path) -> tuple[set[str], list[str]]:
 
 
 def never_terminal(store: Path, cutoff_iso: str) -> int:
+    """Quotes past their deadline at ``cutoff_iso`` and not terminal: the won ones from their
+    rows, the open ones from the journal (an open quote has a row only if it is sampled, issue
+    29; the journal says which ended)."""
     with sqlite3.connect(store) as conn:
-        (count,) = conn.execute(
-            "SELECT count(*) FROM quotes WHERE state IN ('OPEN', 'WON', 'SETTLING') "
-            "AND deadline < ?",
+        (won,) = conn.execute(
+            "SELECT count(*) FROM quotes WHERE state IN ('WON', 'SETTLING') AND deadline < ?",
             (cutoff_iso,),
         ).fetchone()
+        rows = conn.execute(
+            "SELECT kind, body FROM journal WHERE kind IN ('quote_opened', 'quote_moved', "
+            "'quotes_lost') ORDER BY seq"
+        ).fetchall()
     conn.close()
-    return int(count)
+    cutoff = datetime.fromisoformat(cutoff_iso)
+    cutoff = cutoff if cutoff.tzinfo is not None else cutoff.replace(tzinfo=UTC)  # UTC, as stored
+    still_open: dict[str, datetime] = {}
+    for kind, body in rows:
+        fact = f.decode(kind, orjson.loads(body))
+        if type(fact) is f.QuoteOpened:
+            still_open[fact.quote_id] = fact.deadline
+        elif type(fact) is f.QuotesLost:
+            for quote_id in fact.quote_ids:
+                still_open.pop(quote_id, None)
+        elif type(fact) is f.QuoteMoved:
+            still_open.pop(fact.quote_id, None)
+    return int(won) + sum(1 for deadline in still_open.values() if deadline < cutoff)
 
 
 def relay_answers(sb: Sandbox, account: str) -> list[tuple[str, str]]:

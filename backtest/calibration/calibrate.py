@@ -14,7 +14,10 @@ edge_bps`), so ``b > 0`` means better prices win more often. Observations come f
   out. The reference prices at quote time are taken from the store's fills (the prices recorded
   with each settlement) and from ``price`` events of an optional stream (``--prices``): the last
   observation at or before the quote, else the first after it, within ``max_gap_s``. Quotes
-  without both prices, or with an asset of unknown decimals, are skipped and counted.
+  without both prices, or with an asset of unknown decimals, are skipped and counted. A store
+  keeps a sample of its lost quotes (``storage.lost_quote_sample_rate``, issue 29): each row
+  has its ``weight`` (1 / the rate for a sampled lost quote, 1 for the others), and the fit,
+  the buckets and the summary weigh them (:mod:`backtest.calibration.logistic_fit`).
 - **a stream replay** (``solver backtest calibrate STREAM --config FILE``): the stream's requests
   through the configured pipeline, each answer judged by the ``competitor`` model (with the
   settings' taker limits) against the stream's recorded competing answers; the logistic then
@@ -34,9 +37,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
 import yaml
 
+from backtest.calibration.buckets import quantiles
 from backtest.calibration.logistic_fit import (
     Calibration,
     CalibrationRefused,
@@ -79,22 +82,25 @@ LOST_STATES = frozenset({"LOST"})
 class Observations:
     edges: list[float] = field(default_factory=list)
     won: list[bool] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    """How many quotes each observation stands for (a store's sampled lost quotes: 1/rate)."""
     skipped: Counter[str] = field(default_factory=Counter)
     fitted: str = "joint"
     """What a win means here: ``competition`` (beat the competitor, taker refusals left out: a
     stream replay) or ``joint`` (the user took it: a store, where a refusal and a lost race
     look alike). Written into the fit (``fill.fitted``) so the taker is applied once."""
 
-    def add(self, edge: float, won: bool) -> None:
+    def add(self, edge: float, won: bool, weight: float = 1.0) -> None:
         self.edges.append(edge)
         self.won.append(won)
+        self.weights.append(weight)
 
     def fit(self) -> LogisticFit:
         """The bare fit (no checks); use :meth:`calibrate` for anything reported."""
-        return fit_logistic(self.edges, self.won)
+        return fit_logistic(self.edges, self.won, weights=self.weights)
 
     def calibrate(self, criteria: Criteria | None = None) -> Calibration:
-        return calibrate(self.edges, self.won, criteria)
+        return calibrate(self.edges, self.won, criteria, self.weights)
 
 
 class PriceBook:
@@ -155,11 +161,13 @@ def observations_from_store(
                 book.add(asset_in, t, float(p_in))
             if p_out is not None:
                 book.add(asset_out, t, float(p_out))
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(quotes)")}
+        weight = "weight" if "weight" in columns else "1.0"  # a store before issue 29: all rows
         rows = conn.execute(
-            "SELECT created_at, asset_in, asset_out, amount_in, amount_out, state FROM quotes "
-            "ORDER BY created_at, quote_id"
+            "SELECT created_at, asset_in, asset_out, amount_in, amount_out, state, "  # noqa: S608
+            f"{weight} FROM quotes ORDER BY created_at, quote_id"
         )
-        for created, asset_in, asset_out, amount_in, amount_out, state in rows:
+        for created, asset_in, asset_out, amount_in, amount_out, state, w in rows:
             if state in WON_STATES:
                 won = True
             elif state in LOST_STATES:
@@ -184,6 +192,7 @@ def observations_from_store(
                     price_out / 10 ** decimals[asset_out],
                 ),
                 won,
+                float(w),
             )
     except sqlite3.Error as exc:
         hint = ""
@@ -250,9 +259,13 @@ def write_fit(path: str | Path, fit: LogisticFit, source: str, fitted: str = "co
                 f"# 95 % intervals: a {a_lo:.4g} .. {a_hi:.4g}, b {b_lo:.4g} .. {b_hi:.4g}; "
                 f"50 % win at {fit.edge_at(0.5):.2f} bps of edge.\n"
             )
+        sample = ""
+        if fit.weight is not None:
+            sample = f" (lost quotes sampled: they stand for {fit.weight:.0f} quotes, weighed)"
         text = (
             f"# Fitted by solver backtest calibrate from {where}: {fit.n} quotes, {fit.won} "
-            f"won; log-likelihood {fit.log_likelihood:.3f}, converged: {fit.converged}.\n"
+            f"won{sample}; log-likelihood {fit.log_likelihood:.3f}, converged: "
+            f"{fit.converged}.\n"
             + intervals
             + "# P(win) = 1 / (1 + exp(-(a + b * edge_bps))); use with --backtest-config.\n"
             + _FITTED[fitted]
@@ -280,8 +293,8 @@ def _sig(value: float, digits: int = 4) -> float:
 
 def calibration_summary(calibration: Calibration) -> dict[str, object]:
     """The readable report of ``solver backtest calibrate`` (JSON-ready; docs/backtest.md)."""
-    x = calibration.edges
-    wins = int(calibration.won.sum())
+    x, y, w = calibration.edges, calibration.won, calibration.weights
+    wins = int(y.sum())
     summary: dict[str, object] = {
         "model": "P(win) = 1 / (1 + exp(-(a + b * edge_bps)))",
         "quotes": int(x.size),
@@ -289,6 +302,15 @@ def calibration_summary(calibration: Calibration) -> dict[str, object]:
         "lost": int(x.size) - wins,
         "edge_bps": calibration.edge_summary(),
     }
+    if w is not None:  # a sample of the lost quotes, weighed: what they stand for, and the rows
+        summary |= {
+            "quotes": round(float(w.sum())),
+            "won": round(float(w[y].sum())),
+            "lost": round(float(w[~y].sum())),
+            "rows": {"quotes": int(x.size), "won": wins, "lost": int(x.size) - wins},
+            "sampled": "lost quotes are a sample: each row weighs 1 / the sample rate "
+            "(storage.lost_quote_sample_rate); the fit, buckets and edges are weighted",
+        }
     fit = calibration.fit
     if fit is not None and calibration.ok:
         a_lo, a_hi = fit.a_interval()
@@ -305,7 +327,7 @@ def calibration_summary(calibration: Calibration) -> dict[str, object]:
                     "fitted": round(fit.probability(float(e)), 4),
                     "fitted_95": [round(p, 4) for p in fit.probability_interval(float(e))],
                 }
-                for e in np.quantile(x, [0.05, 0.5, 0.95])
+                for e in quantiles(x, [0.05, 0.5, 0.95], w)
             ],
             "log_likelihood": round(fit.log_likelihood, 3),
             "iterations": fit.iterations,

@@ -10,6 +10,12 @@ reference price (:func:`backtest.fills.edge_bps`), so ``b > 0`` means a better p
 - **Intervals**: the covariance of ``(a, b)`` is the inverse of the Fisher information at the
   estimate (``Xᵀ W X``), so a 95 % interval is ``estimate ± 1.96 se`` (Wald). The curve's band
   at an edge comes from the variance of ``a + b * edge`` (delta method on the log-odds).
+- **Weights**: observations may stand for several quotes each (a store keeps a sample of its
+  lost quotes, each weighing 1 / the sample rate: issue 29). The fit then maximises the
+  weighted likelihood, which is unbiased for the whole population, and its covariance is the
+  sandwich (robust) estimator ``I⁻¹ (Σ w² (y - p)² x xᵀ) I⁻¹``: the Fisher information of the
+  weighted likelihood would count each sampled row as many quotes seen, and the intervals
+  would be too narrow by about the square root of the weight.
 - **Checks** (:func:`calibrate`): a stream whose answers all had about the same edge (a constant
   spread), or with too few wins or losses, or in which every win had a better edge than every
   loss, cannot identify ``b``; Newton still "converges" on such data to numbers like
@@ -27,10 +33,21 @@ from typing import Any
 
 import numpy as np
 
+from backtest.calibration.buckets import Z95, Bucket, edge_buckets, misfits, quantiles, wilson
 from solver.errors import ConfigError
 
-Z95 = 1.959963984540054
-"""The two-sided 95 % quantile of the standard normal."""
+__all__ = [
+    "Z95",
+    "Bucket",
+    "Calibration",
+    "CalibrationRefused",
+    "Criteria",
+    "LogisticFit",
+    "calibrate",
+    "edge_buckets",
+    "fit_logistic",
+    "wilson",
+]
 
 
 class CalibrationRefused(ConfigError):
@@ -53,6 +70,8 @@ class LogisticFit:
     var_a: float = math.nan
     var_b: float = math.nan
     cov_ab: float = math.nan
+    weight: float | None = None
+    """The quotes the ``n`` observations stand for (None: unweighted, one each)."""
 
     @property
     def se_a(self) -> float:
@@ -93,6 +112,7 @@ def fit_logistic(
     edges: Sequence[float] | np.ndarray,
     won: Sequence[bool] | np.ndarray,
     *,
+    weights: Sequence[float] | np.ndarray | None = None,
     ridge: float = 1e-6,
     max_iter: int = 100,
     tol: float = 1e-10,
@@ -100,12 +120,18 @@ def fit_logistic(
     """Maximum-likelihood ``(a, b)`` with their covariance; needs won and lost observations.
 
     This is the bare fit: it does not judge whether the data identify the model (see
-    :func:`calibrate`, which every user-facing path goes through).
+    :func:`calibrate`, which every user-facing path goes through). ``weights``: how many
+    quotes each observation stands for (module doc, "Weights"); ``n`` and ``won`` count
+    observations.
     """
     x = np.asarray(edges, dtype=np.float64)
     y = np.asarray(won, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError("edges and outcomes must be two sequences of the same length")
+    w = np.ones(x.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != x.shape or not np.all(np.isfinite(w)) or not np.all(w > 0):
+        raise ValueError("weights must be positive, one per observation")
+    weighted = bool(np.any(w != 1.0))
     n, wins = int(x.size), int(y.sum())
     if n < 2 or wins in (0, n):
         raise ConfigError(
@@ -123,15 +149,15 @@ def fit_logistic(
     def loglik(b: np.ndarray) -> float:
         z = design @ b
         # log(1 + e^z) computed stably; the ridge is part of the objective.
-        return float(np.sum(y * z - np.logaddexp(0.0, z)) - 0.5 * ridge * b[1] ** 2)
+        return float(np.sum(w * (y * z - np.logaddexp(0.0, z))) - 0.5 * ridge * b[1] ** 2)
 
     current = loglik(beta)
     converged = False
     iterations = 0
     for iterations in range(1, max_iter + 1):  # noqa: B007 - the count is reported
         p = 1.0 / (1.0 + np.exp(-(design @ beta)))
-        gradient = design.T @ (y - p) - penalty @ beta
-        hessian = (design.T * (p * (1.0 - p))) @ design + penalty
+        gradient = design.T @ (w * (y - p)) - penalty @ beta
+        hessian = (design.T * (w * p * (1.0 - p))) @ design + penalty
         step = np.linalg.solve(hessian + 1e-12 * np.eye(2), gradient)
         t = 1.0
         while True:  # step halving keeps every iteration an improvement
@@ -152,11 +178,14 @@ def fit_logistic(
     # Fisher information at the estimate (no ridge), inverted, mapped to raw bps:
     # (a, b) = J (alpha, slope) with J = [[1, -mean/scale], [0, 1/scale]].
     p = 1.0 / (1.0 + np.exp(-(design @ beta)))
-    information = (design.T * (p * (1.0 - p))) @ design
+    information = (design.T * (w * p * (1.0 - p))) @ design
     try:
         cov_std = np.linalg.inv(information)
     except np.linalg.LinAlgError:
         cov_std = np.full((2, 2), math.inf)
+    if weighted and np.all(np.isfinite(cov_std)):  # the sandwich (module doc, "Weights")
+        meat = (design.T * (w * w * (y - p) ** 2)) @ design
+        cov_std = cov_std @ meat @ cov_std
     jacobian = np.array([[1.0, -mean / scale], [0.0, 1.0 / scale]])
     cov = jacobian @ cov_std @ jacobian.T
     return LogisticFit(
@@ -170,6 +199,7 @@ def fit_logistic(
         float(cov[0, 0]),
         float(cov[1, 1]),
         float(cov[0, 1]),
+        float(w.sum()) if weighted else None,
     )
 
 
@@ -186,71 +216,6 @@ class Criteria:
     """Below this spread of edges the slope is noise (a constant-spread strategy)."""
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """Observations whose edge falls in ``[lo, hi]``: the empirical win rate against the curve."""
-
-    lo: float
-    hi: float
-    n: int
-    wins: int
-    mean_edge: float
-    rate_interval: tuple[float, float]
-    """Wilson 95 % interval of the win rate."""
-    fitted: float | None = None
-    """Mean fitted probability of the bucket's observations (None without a fit)."""
-
-    @property
-    def rate(self) -> float:
-        return self.wins / self.n
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "edge_bps": [round(self.lo, 2), round(self.hi, 2)],
-            "quotes": self.n,
-            "won": self.wins,
-            "win_rate": round(self.rate, 4),
-            "fitted": None if self.fitted is None else round(self.fitted, 4),
-        }
-
-
-def wilson(wins: int, n: int) -> tuple[float, float]:
-    """The Wilson 95 % interval of a proportion (sane at 0 and n, unlike Wald)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p, z2 = wins / n, Z95 * Z95
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def edge_buckets(
-    x: np.ndarray, y: np.ndarray, fit: LogisticFit | None, count: int | None = None
-) -> list[Bucket]:
-    """Equal-count buckets of edge (ties kept together), about 50+ observations each."""
-    n = int(x.size)
-    if n == 0:
-        return []
-    count = count or max(1, min(12, n // 50))
-    cuts = np.unique(np.quantile(x, np.linspace(0.0, 1.0, count + 1)))
-    index = np.clip(np.searchsorted(cuts, x, side="right") - 1, 0, max(len(cuts) - 2, 0))
-    buckets = []
-    for i in range(max(len(cuts) - 1, 1)):
-        members = index == i
-        m = int(members.sum())
-        if m == 0:
-            continue
-        xs, wins = x[members], int(y[members].sum())
-        fitted = None
-        if fit is not None:
-            fitted = float(np.mean(1.0 / (1.0 + np.exp(-(fit.a + fit.b * xs)))))
-        bucket = Bucket(
-            float(xs.min()), float(xs.max()), m, wins, float(xs.mean()), wilson(wins, m), fitted
-        )
-        buckets.append(bucket)
-    return buckets
-
-
 @dataclass
 class Calibration:
     """A fit with everything needed to judge it: refusals, warnings, buckets, the data."""
@@ -258,6 +223,8 @@ class Calibration:
     edges: np.ndarray
     won: np.ndarray
     fit: LogisticFit | None = None
+    weights: np.ndarray | None = None
+    """How many quotes each observation stands for (None: one each)."""
     refusals: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     buckets: list[Bucket] = field(default_factory=list)
@@ -277,22 +244,24 @@ class Calibration:
         return self.fit
 
     def edge_summary(self) -> dict[str, float]:
-        x = self.edges
+        x, w = self.edges, self.weights
         if x.size == 0:
             return {}
-        q = np.quantile(x, [0.0, 0.05, 0.5, 0.95, 1.0])
+        q = quantiles(x, [0.0, 0.05, 0.5, 0.95, 1.0], w)
         keys = ("min", "p5", "median", "p95", "max")
-        return {k: round(float(v), 2) for k, v in zip(keys, q, strict=True)} | {
-            "sd": round(float(x.std()), 3)
-        }
+        sd = float(x.std()) if w is None else math.sqrt(float(np.cov(x, aweights=w, ddof=0)))
+        return {k: round(float(v), 2) for k, v in zip(keys, q, strict=True)} | {"sd": round(sd, 3)}
 
 
 def calibrate(
     edges: Sequence[float] | np.ndarray,
     won: Sequence[bool] | np.ndarray,
     criteria: Criteria | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
 ) -> Calibration:
-    """Fit and judge. Never raises on poor data: :meth:`Calibration.require` does."""
+    """Fit and judge. Never raises on poor data: :meth:`Calibration.require` does.
+    ``weights``: as :func:`fit_logistic`'s; the checks count observations (what identifies the
+    model is the rows there are, not the quotes they stand for)."""
     criteria = criteria or Criteria()
     x = np.asarray(edges, dtype=np.float64)
     y = np.asarray(won, dtype=bool)
@@ -300,7 +269,12 @@ def calibrate(
         raise ValueError("edges and outcomes must be two sequences of the same length")
     finite = np.isfinite(x)
     x, y = x[finite], y[finite]
-    result = Calibration(x, y)
+    w = None
+    if weights is not None:
+        w = np.asarray(weights, dtype=np.float64)[finite]
+        if np.all(w == 1.0):
+            w = None
+    result = Calibration(x, y, weights=w)
     refuse = result.refusals.append
     wins, losses = int(y.sum()), int((~y).sum())
     if wins < criteria.min_wins:
@@ -326,14 +300,14 @@ def calibrate(
             refuse("every won quote gave the user less than every lost one")
     if not result.refusals:
         _fit_and_judge(result)
-    result.buckets = edge_buckets(x, y.astype(np.float64), result.fit)
+    result.buckets = edge_buckets(x, y.astype(np.float64), result.fit, weights=w)
     if result.fit is not None:
-        _check_buckets(result)
+        result.warnings += misfits(x, y, result.fit, result.buckets, w)
     return result
 
 
 def _fit_and_judge(result: Calibration) -> None:
-    fit = fit_logistic(result.edges, result.won)
+    fit = fit_logistic(result.edges, result.won, weights=result.weights)
     refuse, warn = result.refusals.append, result.warnings.append
     if not fit.converged:
         refuse(f"the fit did not converge in {fit.iterations} iterations")
@@ -352,24 +326,3 @@ def _fit_and_judge(result: Calibration) -> None:
             f"{hi:.3g} includes 0 (price may not matter at all in these data)"
         )
     result.fit = fit
-
-
-def _check_buckets(result: Calibration) -> None:
-    """Warn where the curve misses the data by far more than chance (and by 5+ points)."""
-    fit = result.fit
-    assert fit is not None
-    x, y = result.edges, result.won
-    for bucket in result.buckets:
-        if bucket.n < 30 or bucket.fitted is None:
-            continue
-        members = (x >= bucket.lo) & (x <= bucket.hi)
-        p = 1.0 / (1.0 + np.exp(-(fit.a + fit.b * x[members])))
-        expected, var = float(p.sum()), float((p * (1 - p)).sum())
-        wins = int(y[members].sum())
-        z = (wins - expected) / math.sqrt(var) if var > 0 else math.inf
-        if abs(z) > 4 and abs(bucket.rate - bucket.fitted) > 0.05:
-            result.warnings.append(
-                f"edges {bucket.lo:.2f} .. {bucket.hi:.2f} bps: won {bucket.rate:.1%} of "
-                f"{bucket.n}, the curve says {bucket.fitted:.1%}: the logistic shape does not "
-                "fit there (see the plot)"
-            )

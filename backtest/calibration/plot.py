@@ -68,8 +68,10 @@ def plot_calibration(path: str | Path, calibration: Calibration, title: str) -> 
             bottom.set_xlim(middle - 5, middle + 5)
         else:
             bins = np.histogram_bin_edges(x, bins=min(60, max(5, x.size // 20)))
+        w = calibration.weights  # sampled lost quotes: drawn as the quotes they stand for
+        weights = None if w is None else [w[y], w[~y]]
         bottom.hist([x[y], x[~y]], bins=bins, stacked=True, color=["tab:green", "tab:gray"],
-                    label=["won", "lost"])  # fmt: skip
+                    label=["won", "lost"], weights=weights)  # fmt: skip
         bottom.legend(fontsize=8)
     bottom.ticklabel_format(axis="x", useOffset=False)
     bottom.set_xlabel("edge given to the user, bps (negative: we charge)")

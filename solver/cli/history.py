@@ -8,7 +8,13 @@ token symbols and decimals (the table shows whole units, ``1,234.5 wNEAR``) and 
 (named ``BASE/QUOTE`` as configured); the signing key is never loaded. CSV and JSON keep raw
 amounts in the smallest unit, as strings.
 
-``solver store export`` streams a whole table as CSV or JSON Lines, values as stored.
+Lost quotes keep a row only when sampled (``storage.lost_quote_sample_rate``, issue 29): the
+quotes listed are every other quote and that sample, each with its ``weight`` (how many quotes
+it stands for); the totals count every quote (``quote_counts``), from the start of the minute
+of ``--since``. Both outputs say so when the rate is below 1 (CSV and JSON on standard error).
+
+``solver store export`` streams a whole table as CSV or JSON Lines, values as stored
+(``quotes`` with its ``weight`` column; ``quote_counts`` the counts).
 
 ``solver store backup`` makes a consistent copy (:mod:`solver.cli.store_access`).
 
@@ -216,10 +222,12 @@ def cmd_history(args: argparse.Namespace) -> int:
         with source:
             decimals = {asset: spec.decimals for asset, spec in tokens.items()}
             sums = source.pair_totals(since, pair, decimals)
+            rate = source.lost_sample_rate()
             if args.kind == "fills":
                 rows = [fill_record(f) for f in source.fills_since(since, pair, args.limit)]
             elif args.kind == "quotes":
-                rows = [quote_record(q) for q in source.quotes_since(since, pair, args.limit)]
+                quotes = source.weighted_quotes_since(since, pair, args.limit)
+                rows = [quote_record(q, weight) for q, weight in quotes]
             else:
                 rows = []
     else:  # the running bot reads its own store
@@ -231,18 +239,32 @@ def cmd_history(args: argparse.Namespace) -> int:
         doc = source.request("GET", "/control/store/history?" + urlencode(query))
         rows = list(doc["rows"])
         sums = [totals_from_doc(t) for t in doc["totals"]]
+        rate = doc.get("lost_quote_sample_rate")
     totals = [totals_record(row, pairs, tokens) for row in sums]
+    note = sample_note(rate) if args.kind == "quotes" else None
     if args.kind == "pairs":
         rows = totals
+    if args.format in ("json", "csv") and note is not None:
+        print(f"note: {note}", file=sys.stderr)
     if args.format == "json":
         print_json(rows)
     elif args.format == "csv":
         _write_csv(rows, args.kind)
     else:
         if args.kind != "pairs":
-            _print_table(rows, args.kind, since, tokens)
+            _print_table(rows, args.kind, since, tokens, note)
         _print_totals(totals, since, tokens)
     return EXIT_OK
+
+
+def sample_note(rate: float | None) -> str | None:
+    """What a list of quote rows must say when lost quotes are sampled (None: every row)."""
+    if rate is None or rate >= 1:
+        return None
+    return (
+        f"lost quotes are sampled at rate {rate:g}: a lost row stands for {1 / rate:g} lost "
+        "quotes (its weight); every other quote has its row, and totals count every quote"
+    )
 
 
 def _write_csv(rows: list[dict[str, Any]], kind: str) -> None:
@@ -265,11 +287,15 @@ def _empty_record(kind: str) -> dict[str, Any]:
         return totals_record(PairTotals(("", "")), [], {})
     if kind == "fills":
         return fill_record(Fill("", "", epoch, "", 0, "", 0, 0))
-    return quote_record(TrackedQuote("", "", "", "", 0, 0, 0, epoch, b"", epoch))
+    return quote_record(TrackedQuote("", "", "", "", 0, 0, 0, epoch, b"", epoch), 1.0)
 
 
 def _print_table(
-    rows: list[dict[str, Any]], kind: str, since: datetime | None, tokens: dict[str, TokenSpec]
+    rows: list[dict[str, Any]],
+    kind: str,
+    since: datetime | None,
+    tokens: dict[str, TokenSpec],
+    note: str | None = None,
 ) -> None:
     when = f"since {since.isoformat(timespec='seconds')}" if since else "all time"
     table = Table(title=f"{kind}, {when}, newest first", title_justify="left")
@@ -298,6 +324,8 @@ def _print_table(
         table.add_row(*cells)
     if not rows:
         table.caption = f"no {kind}"
+    if note is not None:
+        table.caption = f"{table.caption}; {note}" if table.caption else note
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
 
@@ -305,7 +333,7 @@ def _print_table(
 def _print_totals(
     rows: list[dict[str, Any]], since: datetime | None, tokens: dict[str, TokenSpec]
 ) -> None:
-    when = f"since {since.isoformat(timespec='seconds')}" if since else "all time"
+    when = f"since {since.isoformat(timespec='minutes')}" if since else "all time"
     table = Table(title=f"totals per pair, {when}", title_justify="left")
     columns = ("pair", "quotes", "won", "win rate", "fills", "received", "paid")
     for name in (*columns, "volume USD", "PnL USD"):
@@ -338,6 +366,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     source = open_or_bot(args, target(args))
     if isinstance(source, Store):
         with source:
+            _export_note(args.table, source.lost_sample_rate())
             if args.out is None:
                 source.export(args.table, args.format, sys.stdout)
                 sys.stdout.flush()
@@ -349,7 +378,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                 raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
         return EXIT_OK
     query = urlencode({"table": args.table, "format": args.format})
-    text = str(source.request("GET", "/control/store/export?" + query)["text"])
+    doc = source.request("GET", "/control/store/export?" + query)
+    _export_note(args.table, doc.get("lost_quote_sample_rate"))
+    text = str(doc["text"])
     if args.out is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -359,3 +390,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
     return EXIT_OK
+
+
+def _export_note(table: str, rate: float | None) -> None:
+    """The ``quotes`` table holds a sample of the lost quotes: said on standard error."""
+    note = sample_note(rate) if table == "quotes" else None
+    if note is not None:
+        print(f"note: {note} (quote_counts)", file=sys.stderr)

@@ -19,12 +19,13 @@ import psycopg
 from solver.cli import EXIT_OK
 from solver.config import load_bot_config
 from solver.errors import ConfigError
+from solver.io.store.migrations import current_tables
 from solver.io.store.pg.store import PgStore
 from solver.io.store.schema import StoreError
 from solver.io.store.sqlite_store import Store
-from solver.io.store.tables import numbered_keys, tables
+from solver.io.store.tables import numbered_keys
 
-TABLES = tuple(t.name for t in tables("sqlite") if t.name != "projection")
+TABLES = tuple(t.name for t in current_tables("sqlite") if t.name != "projection")
 """Every table of the store but the projection's position (set after the rows)."""
 IDENTITY = numbered_keys("postgresql")
 """Tables whose key PostgreSQL numbers: its sequence goes on after the last copied row."""
@@ -80,8 +81,13 @@ def copy_store(source: Store, target: PgStore) -> dict[str, int]:
                 raise StoreError(f"{target.shown} holds a journal already: nothing copied")
             for table in TABLES:
                 counts[table] = _copy_table(source, raw, table)
-            position = source._conn.execute("SELECT seq FROM projection").fetchone()
-            raw.execute("UPDATE projection SET seq = %s", (int(position[0]),))
+            position = source._conn.execute(
+                "SELECT seq, open_from, lost_sample_rate FROM projection"
+            ).fetchone()
+            raw.execute(
+                "UPDATE projection SET seq = %s, open_from = %s, lost_sample_rate = %s",
+                tuple(position),
+            )
             for table, column in IDENTITY.items():
                 raw.execute(
                     f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "  # noqa: S608

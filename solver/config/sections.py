@@ -389,6 +389,12 @@ class StorageSpec(BaseModel):
     it); a standby takes over at most about this long after the active dies."""
     sample_requests: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
     """Fraction of quote requests kept with their outcome (0: none, 1: all); sampled by id."""
+    lost_quote_sample_rate: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.01
+    """Fraction of the quotes that end LOST (most answers) that keep their row in the query
+    tables, sampled by a hash of the quote id, each with its weight (1 / the rate); every
+    other quote keeps its row, and ``quote_counts`` counts every quote by minute, pair, size
+    and state, so totals and win rates stay exact. 1 keeps every row. The journal holds every
+    quote for ``retain_days`` either way (docs/operations.md, "Lost quotes are sampled")."""
     synchronous: Literal["normal", "full"] = "normal"
     """``normal``: a committed quote survives a crash of the bot; ``full``: also a power loss
     (an fsync per quote)."""
@@ -396,7 +402,8 @@ class StorageSpec(BaseModel):
     """Days after which the store forgets quotes that never became a trade (lost, rejected),
     journal entries the desk no longer needs, old balance snapshots and request samples;
     trades, fills, alerts and rebalances are kept. ``null`` keeps everything (the file then
-    grows ~2 KB an answered quote). docs/operations.md, "Disk"."""
+    grows ~1.1 KB an answer that ends lost, ~2.2 KB one that keeps its row).
+    docs/operations.md, "Disk"."""
 
 
 class MetricsSpec(BaseModel):

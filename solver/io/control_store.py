@@ -6,11 +6,14 @@ opening the file; it reads its own store, on its event loop, between quotes. All
 control token, like pause and resume.
 
 ``GET /control/store/history?kind=fills|quotes|pairs&since=ISO&base=ID&quote=ID&limit=N``
-    ``{"rows": [...], "totals": [...]}``: the records of :mod:`solver.io.store.records` (rows:
-    fills or quotes, newest first; totals per pair, with the bot's token decimals for USD).
+    ``{"rows": [...], "totals": [...], "lost_quote_sample_rate": r}``: the records of
+    :mod:`solver.io.store.records` (rows: fills or quotes, newest first, a quote with its
+    weight; totals per pair, with the bot's token decimals for USD), and the rate at which lost
+    quotes keep a row (issue 29).
 ``GET /control/store/export?table=NAME&format=csv|jsonl``
-    ``{"rows": N, "text": "..."}``: the whole table (built in memory: meant for the tables
-    people export, not for a store of many gigabytes — back that up, export from the copy).
+    ``{"rows": N, "text": "...", "lost_quote_sample_rate": r}``: the whole table (built in
+    memory: meant for the tables people export, not for a store of many gigabytes — back that
+    up, export from the copy).
 ``POST /control/store/backup`` ``{"path": "/absolute/new/file"}``
     :meth:`~solver.io.store.sqlite_store.Store.backup` to a new file on the bot's host, as the
     bot's user: ``{"path", "bytes", "seconds"}``. The bot holds the event loop while it copies.
@@ -72,10 +75,12 @@ def add_store_routes(
             if kind == "fills":
                 rows = [fill_record(f) for f in store.fills_since(when, pair, limit)]
             elif kind == "quotes":
-                rows = [quote_record(q) for q in store.quotes_since(when, pair, limit)]
+                quotes = store.weighted_quotes_since(when, pair, limit)
+                rows = [quote_record(q, weight) for q, weight in quotes]
+            rate = store.lost_sample_rate()
         except StoreError as exc:
             raise HTTPException(503, str(exc)) from None
-        return {"rows": rows, "totals": totals}
+        return {"rows": rows, "totals": totals, "lost_quote_sample_rate": rate}
 
     @app.get("/control/store/export", dependencies=list(guarded))
     async def export(table: str, format: Literal["csv", "jsonl"]) -> dict[str, Any]:
@@ -84,9 +89,10 @@ def add_store_routes(
         out = io.StringIO()
         try:
             rows = store.export(table, format, out)
+            rate = store.lost_sample_rate()
         except StoreError as exc:
             raise HTTPException(503, str(exc)) from None
-        return {"rows": rows, "text": out.getvalue()}
+        return {"rows": rows, "text": out.getvalue(), "lost_quote_sample_rate": rate}
 
     @app.post("/control/store/backup", dependencies=list(guarded))
     async def backup(body: BackupBody) -> dict[str, Any]:

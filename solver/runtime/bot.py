@@ -730,10 +730,12 @@ def open_store(config: BotConfig) -> Store:
             lease_s=spec.lease_s,
             local_path=spec.path,
             sample_requests=spec.sample_requests,
+            lost_quote_sample_rate=spec.lost_quote_sample_rate,
         )
     return Store(
         spec.path,
         sample_requests=spec.sample_requests,
+        lost_quote_sample_rate=spec.lost_quote_sample_rate,
         synchronous=spec.synchronous,
         account=config.account.id,
     )

@@ -10,8 +10,9 @@ Setup, all real and on 127.0.0.1:
 - :class:`~backtest.stream.record.Recorder` subscribed to its bus, polling prices every **100 ms**;
 - the live bot (:func:`tests.app.harness.live_bot`, ``config/default.yaml``: ``spread`` at
   25 bps on wNEAR/USDC and ETH/USDC) **funded generously** and with exposure and rate limits out
-  of the way, so inventory is never the binding constraint, and with ``storage.sample_requests``
-  1.0 so its store keeps every request it saw with its outcome (next to every quote it signed),
+  of the way, so inventory is never the binding constraint, with ``storage.sample_requests``
+  1.0 so its store keeps every request it saw with its outcome, and
+  ``storage.lost_quote_sample_rate`` 1.0 so it keeps the row of every quote it signed,
   and the harness's strategy budget of 1 s instead of 5 ms (see below);
 - the sandbox's simulated takers (:class:`~sandbox.takers.TakerPopulation`, what
   ``Sandbox(run_takers=True)`` starts): ``REQUESTS`` of their requests (``draw`` and ``handle``)
@@ -96,6 +97,7 @@ LIMITS = {
     "risk.max_drawdown_usd": 1e12,
     "risk.max_daily_loss_usd": 1e12,
     "storage.sample_requests": 1.0,
+    "storage.lost_quote_sample_rate": 1.0,  # every quote keeps its row, the lost ones too
 }
 
 

@@ -64,6 +64,11 @@ def quote_row(bot: LiveBot, quote_id: str) -> dict[str, Any]:
     return row
 
 
+def counted(bot: LiveBot, state: QuoteState) -> int:
+    """Quotes in ``state`` in the store's counts (every quote, sampled or not: issue 29)."""
+    return sum(int(r["n"]) for r in table(store_of(bot), "quote_counts") if r["state"] == state)
+
+
 def outcome(bot: LiveBot, state: QuoteState) -> int:
     return bot.app.desk.stats.outcomes[state.value]
 
@@ -106,15 +111,21 @@ async def test_a_won_quote_settles_into_a_fill_with_realized_pnl(
             store.signed_data(quote.quote_id)
             == bot.sandbox.bus.quotes[quote.quote_hash].signed_data
         )
-        assert quote_row(bot, quote.quote_id)["state"] == "OPEN"
+        # Open: counted; its row is written now only if it is in the sample of quotes that keep
+        # one however they end (storage.lost_quote_sample_rate, 0.01 by default), else when it
+        # is won, from its journal entry.
+        assert counted(bot, QuoteState.OPEN) == 1
+        if store.quote_rows.sampled(quote.quote_id):
+            assert quote_row(bot, quote.quote_id)["state"] == "OPEN"
         assert quote.nonce[4 : 4 + PREFIX_LEN] in store.nonce_prefixes(app.account)
         assert table(store, "nonces") == []  # quote nonces need no row each
 
         intent_hash = await bot.take(user, offer)
         await eventually(lambda: outcome(bot, QuoteState.SETTLED) == 1, "the settlement")
 
-        row = quote_row(bot, quote.quote_id)
-        assert (row["state"], row["intent_hash"]) == ("SETTLED", intent_hash)
+        row = quote_row(bot, quote.quote_id)  # every quote that is not lost has its row
+        assert (row["state"], row["intent_hash"], row["weight"]) == ("SETTLED", intent_hash, 1)
+        assert (counted(bot, QuoteState.OPEN), counted(bot, QuoteState.SETTLED)) == (0, 1)
         assert row["tx_hash"] == bot.sandbox.bus.intents[intent_hash].tx_hash
         path = path_of(bot, quote.quote_id)  # SETTLING if a poll saw TX_BROADCASTED
         assert path in (
@@ -179,8 +190,14 @@ async def test_a_quote_whose_execution_fails_is_lost_and_released(
         assert bot.sandbox.bus.stats.quote_status_sent == 0  # a failed batch notifies nobody
         await eventually(lambda: outcome(bot, QuoteState.LOST) == 1, "the quote to be lost", 10)
         await eventually(  # the query tables follow the journal a tick later
-            lambda: quote_row(bot, quote.quote_id)["state"] == "LOST", "the stored outcome"
+            lambda: counted(bot, QuoteState.LOST) == 1, "the stored outcome"
         )
+        rows = [r for r in table(store_of(bot), "quotes") if r["quote_id"] == quote.quote_id]
+        if store_of(bot).quote_rows.sampled(quote.quote_id):  # 1 % of the lost quotes
+            assert [(r["state"], r["weight"]) for r in rows] == [("LOST", 100)]
+        else:
+            assert rows == []  # the journal has it; the tables count it
+        assert counted(bot, QuoteState.OPEN) == 0
         assert outcome(bot, QuoteState.SETTLED) == 0
         assert store_of(bot).fills_since() == []
         # Nothing moved on chain; the reservation is gone and free inventory is back.
@@ -197,10 +214,15 @@ async def test_a_quote_nobody_uses_is_lost_after_its_deadline(
 ) -> None:
     """``min_deadline_ms`` 1000 plus a 300 ms margin: the quote runs out while the bot stayed
     connected and nobody named it, so it is LOST without asking ``is_nonce_used`` (no status
-    can have been missed), and its reservation is released."""
+    can have been missed), and its reservation is released. (Every lost quote keeps its row
+    here, to read it.)"""
     async with live_bot(
         tmp_path,
-        overrides={**store_overrides, "quote.deadline_margin_ms": 300},
+        overrides={
+            **store_overrides,
+            "quote.deadline_margin_ms": 300,
+            "storage.lost_quote_sample_rate": 1.0,
+        },
     ) as bot:
         app = bot.app
         free_usdc = app.desk.inventory.free(USDC)

@@ -46,4 +46,15 @@ async def test_a_running_bot_forgets_old_quotes_never_traded_and_keeps_quoting(
             lambda: _quote_ids(path, running) == {"old-trade"}, "the old lost quotes to go"
         )
         assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1  # quoting all along
-        await eventually(lambda: len(_quote_ids(path, running)) == 2, "the new quote in the store")
+        assert running is not None
+        await eventually(lambda: _open_counted(running) == 1, "the new quote in the store")
+        # The month-old quotes stay counted (quote_counts is not forgotten): the totals of that
+        # month are what they were, the trade's row included.
+        (totals,) = running.pair_totals(old - timedelta(days=1))
+        assert (totals.quotes, totals.won, totals.settled) == (302, 1, 1)
+
+
+def _open_counted(store: Store) -> int:
+    """Open quotes counted (the bot's own one has a row only once it is won, or if sampled)."""
+    sql = "SELECT COALESCE(SUM(n), 0) FROM quote_counts WHERE state = 'OPEN'"
+    return int(store._conn.execute(sql).fetchone()[0])

@@ -207,3 +207,85 @@ def test_calibration_from_a_stream_replay(
     assert (line["a"], line["b"]) == pytest.approx((fit.a, fit.b), rel=1e-3)
     assert line["quotes"] == fit.n and line["fitted"] == "competition"
     assert main(["backtest", "calibrate", str(stream), "--out", str(out)]) == 2
+
+
+# ------------------------------------------------------------------------------ sampled store
+
+
+def _sampled_journal(path: Path, n: int = 4000) -> None:
+    """``n`` quotes selling 1 NEAR (3 USD) at edges of -40..+10 bps, won with probability
+    1 / (1 + exp(-(0.5 + 0.1 edge))): the journal alone (projected when opened)."""
+    rng = np.random.default_rng(29)
+    store = Store(path, checkpoint_every_s=None)
+    lost: list[str] = []
+    for i in range(n):
+        edge = float(rng.uniform(-40.0, 10.0))
+        created = T0 + timedelta(seconds=i)
+        out = round(3 * E6 * (1 + edge / 10_000))
+        quote_id = f"s{i}"
+        store.journal.append(
+            f.QuoteOpened(
+                quote_id, f"h{i}", NEAR, USDC, E24, out, 0, created + timedelta(seconds=5),
+                i.to_bytes(32, "big"), created, True, None, {"signed": i},
+            )
+        )  # fmt: skip
+        if rng.random() < 1 / (1 + np.exp(-(0.5 + 0.1 * edge))):
+            store.journal.append(f.QuoteMoved(quote_id, "WON", created))
+            fill = f.FillPrices(3.0, 1.0, 3.0 - out / E6)
+            store.journal.append(f.QuoteMoved(quote_id, "SETTLED", created, fill=fill))
+        else:
+            lost.append(quote_id)
+        if len(lost) == 64 or i == n - 1:
+            store.journal.append(f.QuotesLost(tuple(lost), created, "expired"))
+            lost = []
+    store.commit()
+    store._close()  # no projection: each copy projects at its own rate
+
+
+def test_calibrate_weighs_the_sampled_lost_quotes_of_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store keeping 1 lost quote in 10 (issue 29) calibrates to what the whole store gives:
+    each sampled row weighs 10 in the fit, and the intervals widen for the quotes not seen. A
+    fit that ignored the weights would put the 50 % point ~23 bps off."""
+    journal = tmp_path / "journal.sqlite"
+    _sampled_journal(journal)
+    stores = {}
+    for rate in (1.0, 0.1):
+        path = tmp_path / f"rate-{rate}.sqlite"
+        path.write_bytes(journal.read_bytes())
+        Store(path, lost_quote_sample_rate=rate, checkpoint_every_s=None).close()
+        stores[rate] = path
+    prices = [price(s, asset, usd) for s in range(0, 4001, 60) for asset, usd in ((NEAR, "3"),
+              (USDC, "1"))]  # fmt: skip
+    every, tenth = (
+        observations_from_store(stores[r], {NEAR: 24, USDC: 6}, prices) for r in (1.0, 0.1)
+    )
+    assert set(every.weights) == {1.0} and set(tenth.weights) == {1.0, 10.0}
+    lost_all = every.won.count(False)
+    lost_rows = tenth.won.count(False)
+    assert tenth.won.count(True) == every.won.count(True)
+    assert 0.07 * lost_all < lost_rows < 0.13 * lost_all
+    assert sum(tenth.weights) == pytest.approx(len(every.edges), rel=0.06)
+
+    full, sampled = every.calibrate().require(), tenth.calibrate().require()
+    assert sampled.weight == pytest.approx(len(every.edges), rel=0.06) and full.weight is None
+    for fit in (full, sampled):
+        assert fit.a == pytest.approx(0.5, abs=4 * fit.se_a)
+        assert fit.b == pytest.approx(0.1, abs=4 * fit.se_b)
+    assert abs(sampled.edge_at(0.5) - full.edge_at(0.5)) < 3.0
+    assert sampled.se_b > full.se_b  # fewer lost rows seen: honestly less sure
+    blind = fit_logistic(tenth.edges, tenth.won)  # the weights ignored
+    assert abs(blind.edge_at(0.5) - full.edge_at(0.5)) > 15
+
+    # The command says so, and counts what the rows stand for.
+    config = tmp_path / "bot.yaml"
+    config.write_text(yaml.safe_dump(bot_config_data()))
+    stream = write_stream(tmp_path / "prices.jsonl", HEADER, prices)
+    out = tmp_path / "fit.yaml"
+    argv = ["backtest", "calibrate", "--db", str(stores[0.1]), "--config", str(config)]
+    assert main([*argv, "--prices", str(stream), "--out", str(out)]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["quotes"] == pytest.approx(len(every.edges), rel=0.06)
+    assert line["rows"]["lost"] == lost_rows and "sample" in line["sampled"]
+    assert "stand for" in out.read_text()

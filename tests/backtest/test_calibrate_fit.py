@@ -307,3 +307,21 @@ def test_the_command_refuses_a_constant_spread(
     err = capsys.readouterr().err
     assert "refusing to calibrate" in err and "hardly varies" in err and "why.png" in err
     assert not out.exists() and (tmp_path / "why.png").read_bytes()[:8] == PNG
+
+
+def test_weights_of_one_change_nothing_and_whole_weights_are_repeated_rows() -> None:
+    rng = np.random.default_rng(3)
+    edges = rng.normal(-10.0, 15.0, 3000)
+    won = rng.random(edges.size) < 1 / (1 + np.exp(-(0.3 + 0.07 * edges)))
+    assert fit_logistic(edges, won, weights=np.ones(edges.size)) == fit_logistic(edges, won)
+    # Lost rows weighing 3 estimate what the rows repeated three times do; the intervals
+    # count the rows seen (the sandwich), so they are wider than the repeated rows'.
+    weights = np.where(won, 1.0, 3.0)
+    repeated = np.repeat(np.arange(edges.size), weights.astype(int))
+    weighed = fit_logistic(edges, won, weights=weights)
+    copied = fit_logistic(edges[repeated], won[repeated])
+    assert weighed.a == pytest.approx(copied.a, rel=1e-6)
+    assert weighed.b == pytest.approx(copied.b, rel=1e-6)
+    assert weighed.se_b > copied.se_b and weighed.weight == pytest.approx(float(weights.sum()))
+    with pytest.raises(ValueError, match="weights"):
+        fit_logistic(edges, won, weights=np.zeros(edges.size))

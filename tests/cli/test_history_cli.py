@@ -14,7 +14,7 @@ import pytest
 from solver.cli import main
 from solver.cli.history import format_amount, parse_pair, parse_since
 from solver.config import TokenSpec
-from solver.core.facts import FillPrices
+from solver.core.facts import FillPrices, QuotesLost
 from solver.core.lifecycle import QuoteState
 from solver.errors import ConfigError
 from solver.io.store.sqlite_store import Store
@@ -256,3 +256,42 @@ def test_totals_per_pair_from_quotes_and_fills(
     assert code == 0 and "totals per pair, all time" in out
     line = next(row for row in out.splitlines() if "wNEAR/USDC" in row)
     assert "100.0%" in line and "+0.84" in line
+
+
+def test_sampled_lost_quotes_are_said_and_weighed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store keeping 1 lost quote in 10 (issue 29): the quotes listed carry their weight, the
+    outputs say the rate, and the totals count every quote."""
+    path = tmp_path / "sampled.sqlite"
+    quotes = [signed_quote(f"q{i}", at=NOW - timedelta(minutes=3)) for i in range(60)]
+    with Store(path, account=ACCOUNT, lost_quote_sample_rate=0.1) as store:
+        append_quotes(store, *quotes)
+        move(store, "q0", QuoteState.WON, NOW, intent_hash="i-q0")
+        lost = tuple(q[0].quote_id for q in quotes[1:])
+        store.journal.append(QuotesLost(lost, NOW, "expired"))
+        store.project()
+        kept = {q for q in lost if store.quote_rows.sampled(q)}
+    assert 0 < len(kept) < 20
+    argv = ["history", "--db", str(path), "--kind", "quotes", "--limit", "100"]
+    code, out, err = run([*argv, "--format", "json"], capsys)
+    assert code == 0 and err.startswith("note: lost quotes are sampled at rate 0.1: a lost row")
+    rows = orjson.loads(out)
+    assert {(r["quote_id"], r["state"], r["weight"]) for r in rows} == {
+        ("q0", "WON", 1.0),
+        *((q, "LOST", 10.0) for q in kept),
+    }
+    code, out, err = run(argv, capsys)
+    assert code == 0 and err == "" and "sampled at rate 0.1" in " ".join(out.split())
+    code, out, _ = run(
+        ["history", "--db", str(path), "--kind", "pairs", "--format", "json"], capsys
+    )
+    (pair,) = orjson.loads(out)
+    assert (pair["quotes"], pair["won"]) == (60, 1)
+
+    export = ["store", "export", "--db", str(path), "--format", "jsonl"]
+    code, out, err = run([*export, "--table", "quotes"], capsys)
+    assert code == 0 and "sampled at rate 0.1" in err and len(out.splitlines()) == 1 + len(kept)
+    code, out, err = run([*export, "--table", "quote_counts"], capsys)
+    counts = [orjson.loads(line) for line in out.splitlines()]
+    assert err == "" and {(c["state"], c["n"]) for c in counts} == {("WON", 1), ("LOST", 59)}

@@ -534,7 +534,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
     conn.close()
 
     with Store(db, account=ACCOUNT) as store:
-        assert SCHEMA_VERSION == len(MIGRATIONS) == 10
+        assert SCHEMA_VERSION == len(MIGRATIONS) == 11
         assert store.schema_version == SCHEMA_VERSION
         assert open_quotes(store) == [tracked]
         assert store.journal.load() == (None, [])  # the journal starts empty
@@ -552,10 +552,20 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
         assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
 
 
+def before_v11(conn: sqlite3.Connection) -> None:
+    """Undo migration 11 (lost quotes sampled) on a current store."""
+    conn.execute("DROP TABLE quote_counts")
+    conn.execute("ALTER TABLE quotes DROP COLUMN weight")
+    conn.execute("ALTER TABLE projection DROP COLUMN open_from")
+    conn.execute("ALTER TABLE projection DROP COLUMN lost_sample_rate")
+    conn.execute("DELETE FROM schema_version WHERE version >= 11")
+
+
 def test_a_v4_store_gets_the_journal_and_keeps_its_rebalances(db: Path) -> None:
     with Store(db) as store:
         step(store, RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, U128_MAX, {}))
     conn = sqlite3.connect(db, isolation_level=None)
+    before_v11(conn)
     conn.execute("DROP TABLE journal")
     conn.execute("DROP TABLE desk_snapshots")
     conn.execute("DROP TABLE projection")
@@ -587,6 +597,7 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
         store.project()
     conn = sqlite3.connect(db, isolation_level=None)
     before = conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()
+    before_v11(conn)  # (its weight column comes back last, 1 for every row: as before)
     conn.execute("DELETE FROM schema_version")  # a new store holds only its version
     conn.execute("INSERT INTO schema_version (version) VALUES (6)")
     conn.execute("DROP TABLE nonce_prefixes")
@@ -607,8 +618,9 @@ def test_a_v6_store_loses_the_quote_hash_index_and_keeps_every_quote(
             "migrating the store to schema version 8",
             "migrating the store to schema version 9",
             "migrating the store to schema version 10",
+            "migrating the store to schema version 11",
         ]
-        assert store.schema_version == SCHEMA_VERSION == 10
+        assert store.schema_version == SCHEMA_VERSION == 11
         prefix = store.claim_nonce_prefix(T0)  # the new table is there
         assert store.nonce_prefixes(ACCOUNT) == {prefix}
         rows = store._conn.execute("SELECT * FROM quotes ORDER BY quote_id").fetchall()

@@ -9,21 +9,23 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from solver.core import facts as f
 from solver.core.lifecycle import QuoteState
-from solver.io.store.migrations import SCHEMA_VERSION, migrate
+from solver.io.store.migrations import SCHEMA_VERSION, current_tables, migrate
 from solver.io.store.pg.conn import PgConn
 from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.projection import project
+from solver.io.store.quote_rows import QuoteRows
 from solver.io.store.schema import NonceReusedError, StoreError
-from solver.io.store.tables import tables
 from tests.io.store_helpers import ACCOUNT, T0, move, opened, record, signed_quote
 from tests.io.test_journal import one_of_each_kind
+from tests.io.test_quote_rows import journal_facts, projected, rows, write_journal
 from tests.pg.cluster import PASSWORD, PASSWORD_ENV, Cluster
 
 
@@ -218,7 +220,7 @@ def test_an_instance_stopped_inside_a_transaction_blocks_nobody(pg_url: str) -> 
             with psycopg.connect(pg_url, password=PASSWORD) as other:  # another's projection
                 other.execute("SELECT seq FROM projection FOR UPDATE")
                 t = time.monotonic()
-                assert project(adapter, savepoints=True) == 0  # its turn skipped, not waited
+                assert project(adapter, QuoteRows(), savepoints=True) == 0  # skipped, not waited
                 assert time.monotonic() - t < 0.4
         assert {q.quote_id for q in new.quotes_since()} == {"y", "z"}  # projected meanwhile
     finally:
@@ -226,7 +228,12 @@ def test_an_instance_stopped_inside_a_transaction_blocks_nobody(pg_url: str) -> 
         old.close()
 
 
-PG_TYPES = {"TEXT": {"text"}, "INTEGER": {"integer", "bigint"}, "BLOB": {"bytea"}}
+PG_TYPES = {
+    "TEXT": {"text"},
+    "INTEGER": {"integer", "bigint"},
+    "BLOB": {"bytea"},
+    "REAL": {"double precision"},
+}
 
 
 def test_the_tables_are_sqlites_in_postgresqls_dialect(store: PgStore) -> None:
@@ -235,7 +242,7 @@ def test_the_tables_are_sqlites_in_postgresqls_dialect(store: PgStore) -> None:
     lite = sqlite3.connect(":memory:", isolation_level=None)
     migrate(lite)
     raw = store._connection()
-    for table in tables("sqlite"):
+    for table in current_tables("sqlite"):
         want = [
             (name, PG_TYPES[kind], bool(notnull) or bool(pk), default)
             for _, name, kind, notnull, default, pk in lite.execute(
@@ -262,3 +269,72 @@ def test_the_tables_are_sqlites_in_postgresqls_dialect(store: PgStore) -> None:
         }
         named = {i for i in lite_indexes if not i.startswith("sqlite_autoindex")}
         assert named == {i for i in pg_indexes if not i.endswith("_pkey")}, table.name
+
+
+def test_lost_quotes_are_sampled_as_on_sqlite(pg_url: str, tmp_path: Path) -> None:
+    """Issue 29 on PostgreSQL: the journal of :mod:`tests.io.test_quote_rows` at rate 0.1,
+    projected by the thread, the loop and a new instance after a restart, gives SQLite's
+    counts and rows: the same quotes sampled (a hash of the id), the same totals."""
+    facts = journal_facts(1200)
+    first = PgStore(pg_url, password_env=PASSWORD_ENV, account=ACCOUNT, lost_quote_sample_rate=0.1)
+    try:
+        assert first.try_take_lease()  # the projection's thread starts
+        for fact in facts[:700]:
+            first.journal.append(fact)
+        first.commit()
+        first.stats(60, T0)  # the loop catches up with the thread
+    finally:
+        first.close()
+    again = PgStore(pg_url, password_env=PASSWORD_ENV, account=ACCOUNT, lost_quote_sample_rate=0.1)
+    journal = tmp_path / "journal.sqlite"
+    write_journal(journal, facts)
+    try:
+        assert again.try_take_lease()
+        for fact in facts[700:]:
+            again.journal.append(fact)
+        again.commit()
+        give_up = time.monotonic() + 60
+        while again.unprojected():  # the thread's passes (a busy machine: a while)
+            assert time.monotonic() < give_up, again.unprojected()
+            time.sleep(0.05)
+        totals = again.pair_totals()
+        with projected(journal, tmp_path / "tenth.sqlite", 0.1) as sqlite:
+            assert totals == sqlite.pair_totals()
+            for sql in (
+                "SELECT * FROM quote_counts WHERE n != 0 ORDER BY 1, 2, 3, 4, 5",
+                "SELECT quote_id, state, weight, amount_in, signed_data FROM quotes ORDER BY 1",
+                "SELECT quote_id, at, realized_pnl_usd FROM fills ORDER BY 1",
+            ):
+                assert rows(again, sql) == rows(sqlite, sql), sql
+            assert again.fills_since(limit=1000) == sqlite.fills_since(limit=1000)
+            assert again.lost_sample_rate() == 0.1
+    finally:
+        again.close()
+
+
+def test_a_version_10_store_is_migrated_to_11(pg_url: str) -> None:
+    """Migration 11 on PostgreSQL: an older store's rows are counted, and its projection
+    starts its memory of the open quotes where it stands."""
+    store = open_store(pg_url)
+    try:
+        record(store, signed_quote("a"), signed_quote("b", at=T0 + timedelta(minutes=2)))
+        move(store, "a", QuoteState.WON, intent_hash="i")
+        store.project()
+    finally:
+        store.close()
+    with psycopg.connect(pg_url, password=PASSWORD, autocommit=True) as raw:
+        raw.execute("DROP TABLE quote_counts")
+        raw.execute("ALTER TABLE quotes DROP COLUMN weight")
+        raw.execute("ALTER TABLE projection DROP COLUMN open_from, DROP COLUMN lost_sample_rate")
+        raw.execute("DELETE FROM schema_version WHERE version = 11")
+    again = open_store(pg_url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION == 11
+        assert {(t.quotes, t.won) for t in again.pair_totals()} == {(2, 1)}
+        move(again, "b", QuoteState.LOST)
+        again.journal.commit()
+        again.stats(60, T0)  # caught up
+        counts = rows(again, "SELECT state, SUM(n) FROM quote_counts GROUP BY 1 ORDER BY 1")
+        assert counts == [("LOST", 1), ("OPEN", 0), ("WON", 1)]
+    finally:
+        again.close()

@@ -38,6 +38,7 @@ def bot(tmp_path: Path) -> Iterator[live.LiveBot]:
         {
             "account.id": key.public_key.implicit_account_id(),
             "storage.path": str(tmp_path / "bot.sqlite"),
+            "storage.lost_quote_sample_rate": 1.0,  # every lost row: retention counts them
             "metrics.listen": None,
         }
     )
@@ -308,6 +309,7 @@ def test_a_null_retention_keeps_everything(tmp_path: Path) -> None:
             "account.id": key.public_key.implicit_account_id(),
             "storage.path": str(tmp_path / "keep.sqlite"),
             "storage.retain_days": None,
+            "storage.lost_quote_sample_rate": 1.0,
             "metrics.listen": None,
         }
     )

@@ -22,7 +22,19 @@ import sqlite3
 from typing import Any
 
 from solver.io.store.schema import StoreError
-from solver.io.store.tables import BASELINE_VERSION, Step, baseline, render
+from solver.io.store.tables import (
+    BASELINE_VERSION,
+    AddColumn,
+    Column,
+    CreateTable,
+    Dialect,
+    Sql,
+    Step,
+    Table,
+    baseline,
+    render,
+    tables,
+)
 
 log = logging.getLogger("solver.store")
 _QUOTE_COLUMNS = (
@@ -271,7 +283,45 @@ HISTORY: tuple[tuple[str, ...], ...] = (
     ),
 )
 """SQLite's migrations 1 to 10, frozen."""
-LATER: tuple[tuple[Step, ...], ...] = ()
+_COUNTS_BACKFILL = (
+    "INSERT INTO quote_counts (minute, asset_in, asset_out, size_bucket, state, n) "
+    "SELECT substr(created_at, 1, 16) || ':00.000000+00:00', asset_in, asset_out, "
+    "length(amount_in), state, COUNT(*) FROM quotes GROUP BY 1, 2, 3, 4, 5"
+)
+LATER: tuple[tuple[Step, ...], ...] = (
+    # 11: lost quotes sampled (issue 29; solver.io.store.quote_rows).
+    (
+        # Every quote counted by the minute it was created in, its pair (a direction), the
+        # decimal digits of its amount_in and its state now: the totals and rates, exact,
+        # while a lost quote keeps a row only when it is sampled
+        # (storage.lost_quote_sample_rate).
+        CreateTable(
+            Table(
+                "quote_counts",
+                (
+                    Column("minute"),
+                    Column("asset_in"),
+                    Column("asset_out"),
+                    Column("size_bucket", "int"),
+                    Column("state"),
+                    Column("n", "bigint"),
+                ),
+                primary_key=("minute", "asset_in", "asset_out", "size_bucket", "state"),
+                without_rowid=True,
+            )
+        ),
+        # The quotes an older store has rows for, counted as they are.
+        Sql(_COUNTS_BACKFILL, _COUNTS_BACKFILL),
+        # How many quotes of its state a row stands for: 1 / the rate for a sampled quote
+        # while it is open or lost, 1 for every other (all of them keep their row).
+        AddColumn("quotes", Column("weight", "real", default="1")),
+        # The journal entry of the oldest quote still open, where the projection's memory of
+        # the open quotes is rebuilt from; and the sample rate it used last (for the readers).
+        AddColumn("projection", Column("open_from", "bigint", null=True)),
+        AddColumn("projection", Column("lost_sample_rate", "real", null=True)),
+        Sql("UPDATE projection SET open_from = seq", "UPDATE projection SET open_from = seq"),
+    ),
+)
 """Migrations 11, 12, ... for both backends (``LATER[0]`` is migration 11)."""
 assert len(HISTORY) == BASELINE_VERSION
 MIGRATIONS: tuple[tuple[str, ...], ...] = HISTORY + tuple(
@@ -284,6 +334,18 @@ PG_MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 """The PostgreSQL migrations after the baseline, by version."""
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def current_tables(dialect: Dialect) -> tuple[Table, ...]:
+    """The tables of a store at :data:`SCHEMA_VERSION` in ``dialect``: the baseline's and those
+    a later migration created (columns added later are not listed)."""
+    later = tuple(
+        step.table
+        for steps in LATER
+        for step in steps
+        if isinstance(step, CreateTable) and step.table.only in (None, dialect)
+    )
+    return tables(dialect) + later
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

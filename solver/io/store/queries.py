@@ -18,11 +18,13 @@ import orjson
 
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.rebalance_record import RebalanceRecord
+from solver.io.store.quote_rows import find_opened, minute_of
 from solver.io.store.schema import (
     DB_ERRORS,
     REBALANCE_COLUMNS,
     SELECT_FILLS,
     SELECT_QUOTES,
+    SELECT_WEIGHTED_QUOTES,
     Alert,
     BalanceSnapshot,
     Fill,
@@ -82,15 +84,21 @@ class StoreQueries:
 
     @reads
     def signed_data(self, quote_id: str) -> dict[str, Any] | None:
-        """The signed item exactly as it was sent (for disputes), or None."""
+        """The signed item exactly as it was sent (for disputes), or None. From the quote's
+        row, else from its journal entry while the journal keeps it (a lost quote that was not
+        sampled: the journal is searched, newest first, so this can take a while)."""
         self._fresh()
         row = self._conn.execute(
             "SELECT signed_data FROM quotes WHERE quote_id = ?", (quote_id,)
         ).fetchone()
-        if row is None:
+        if row is not None:
+            value: dict[str, Any] = orjson.loads(row[0])
+            return value
+        body = find_opened(self._conn, {quote_id}).get(quote_id)
+        if body is None:
             return None
-        value: dict[str, Any] = orjson.loads(row[0])
-        return value
+        signed: dict[str, Any] = orjson.loads(body).get("signed_data") or {}
+        return signed
 
     # ------------------------------------------------------------------ queries
 
@@ -102,6 +110,17 @@ class StoreQueries:
         self._fresh()
         params = query_params(since, pair, limit)
         return [tracked_row(row) for row in self._conn.execute(SELECT_QUOTES, params)]
+
+    @reads
+    def weighted_quotes_since(
+        self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
+    ) -> list[tuple[TrackedQuote, float]]:
+        """:meth:`quotes_since` with each row's weight: how many quotes of its state it stands
+        for (a sampled lost or open quote: 1 / the sample rate; any other: 1)."""
+        self._fresh()
+        params = query_params(since, pair, limit)
+        rows = self._conn.execute(SELECT_WEIGHTED_QUOTES, params)
+        return [(tracked_row(row), float(row[15])) for row in rows]
 
     @reads
     def fills_since(
@@ -139,16 +158,19 @@ class StoreQueries:
 
     @reads
     def stats(self, window_s: float, now: datetime) -> dict[str, Any]:
-        """Counts of the quotes created in the last ``window_s`` and the volume they settled."""
+        """Counts of the quotes created in the last ``window_s`` and the volume they settled.
+        The window starts at the start of its first minute (``since``): the quotes are counted
+        by minute (``quote_counts``: every quote, however few lost ones keep a row)."""
         self._fresh()
-        since = ts(now - timedelta(seconds=window_s))
+        since = minute_of(ts(now - timedelta(seconds=window_s)))
         counts: dict[str, int] = {}
         volume_in: dict[str, int] = {}
         volume_out: dict[str, int] = {}
-        sql = "SELECT state, COUNT(*) FROM quotes WHERE created_at >= ? GROUP BY state"
+        sql = "SELECT state, SUM(n) FROM quote_counts WHERE minute >= ? GROUP BY state"
         for state, count in self._conn.execute(sql, (since,)):
-            counts[state] = count
-        sql = (
+            if count:
+                counts[state] = int(count)
+        sql = (  # every settled quote has its row
             "SELECT asset_in, amount_in, asset_out, amount_out FROM quotes "
             "WHERE created_at >= ? AND state = 'SETTLED'"
         )
@@ -167,7 +189,15 @@ class StoreQueries:
             "win_rate": won / quotes if quotes else None,
             "volume_in": {a: str(v) for a, v in sorted(volume_in.items())},
             "volume_out": {a: str(v) for a, v in sorted(volume_out.items())},
+            "lost_quote_sample_rate": self.lost_sample_rate(),
         }
+
+    @reads
+    def lost_sample_rate(self) -> float | None:
+        """The rate at which lost quotes keep their row, as the projection last used it (None:
+        it has not projected since the store had sampling): for readers to say so."""
+        row = self._conn.execute("SELECT lost_sample_rate FROM projection").fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     @reads
     def last_balance_snapshot(self) -> BalanceSnapshot | None:

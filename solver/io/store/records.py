@@ -13,8 +13,10 @@ from solver.io.store.schema import Fill
 from solver.io.store.totals import PairTotals
 
 
-def quote_record(q: TrackedQuote) -> dict[str, Any]:
-    return {
+def quote_record(q: TrackedQuote, weight: float | None = None) -> dict[str, Any]:
+    """``weight``: how many quotes of its state the row stands for (lost quotes are sampled,
+    issue 29); None leaves it out."""
+    record: dict[str, Any] = {
         "created_at": q.created_at.isoformat(),
         "quote_id": q.quote_id,
         "state": q.state.value,
@@ -29,6 +31,9 @@ def quote_record(q: TrackedQuote) -> dict[str, Any]:
         "tx_hash": q.tx_hash,
         "reason": q.reason,
     }
+    if weight is not None:
+        record["weight"] = weight
+    return record
 
 
 def fill_record(f: Fill) -> dict[str, Any]:

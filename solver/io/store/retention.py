@@ -1,10 +1,11 @@
 """What the store may forget after ``storage.retain_days``, forgotten in small pieces
 (docs/operations.md, "Disk").
 
-A store grows by about 2 KB an answered quote: its journal entry, which carries the signed
-answer, and its row in ``quotes`` with the same signed answer (``benchmarks/README.md``). Most
-answers are never used: a solver wins a minority of what it quotes. Left alone, a bot
-answering a few quotes a second fills gigabytes a week. After ``retain_days``:
+A store grows by about 1.1 KB an answered quote: its journal entry, which carries the signed
+answer; 2.2 KB for one that keeps its row in ``quotes`` with the same signed answer (all but
+the lost quotes not sampled: :mod:`solver.io.store.quote_rows`). Most answers are never used:
+a solver wins a minority of what it quotes. Left alone, a bot answering a few quotes a second
+fills gigabytes a week. After ``retain_days``:
 
 - quotes that never became a trade — ``LOST`` (expired, no claim) and ``REJECTED`` (refused by
   the relay, or never sent) — are deleted with their transitions. Nothing can be disputed on
@@ -15,6 +16,9 @@ answering a few quotes a second fills gigabytes a week. After ``retain_days``:
   projected into the query tables. Only entries *before* those are deleted, so the journal's
   last entry always stays and its ``seq`` goes on from there.
 - balance snapshots (the latest always stays) and sampled requests.
+
+``quote_counts`` stays: a few rows a minute count every quote, so the windows of ``solver
+history`` and the status page count what they counted before the rows went.
 
 Alerts, rebalances and their steps, nonces and nonce prefixes are small and stay. Deleted rows
 free pages that SQLite reuses, so the file stops growing once the retention is reached; it
@@ -43,8 +47,10 @@ SELECT_QUOTES = (  # LOST and REJECTED: the quotes that never became a trade
     "AND state IN ('LOST', 'REJECTED') ORDER BY created_at LIMIT ?"
 )
 SELECT_JOURNAL = "SELECT seq, at FROM journal WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?"
-JOURNAL_KEPT_FROM = (  # the older snapshot's entry, or the first one not projected: both stay
-    "SELECT MIN((SELECT MIN(seq) FROM desk_snapshots), (SELECT seq FROM projection)) "
+JOURNAL_KEPT_FROM = (  # the older snapshot's entry, the first one not projected, or the
+    # entry of the oldest quote still open (the projection rebuilds its memory from there)
+    "SELECT MIN((SELECT MIN(seq) FROM desk_snapshots), (SELECT seq FROM projection), "
+    "(SELECT COALESCE(open_from, seq) FROM projection)) "
     "WHERE (SELECT COUNT(*) FROM desk_snapshots) >= 2"
 )
 

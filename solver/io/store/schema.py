@@ -37,6 +37,19 @@ DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
 queries and the projection are shared, and translate both into :class:`StoreError`."""
 
 
+def with_savepoint(cur: Any, work: Any) -> None:
+    """``work`` all or nothing inside a batch (the projection's): a failing entry leaves no
+    half rows."""
+    cur.execute("SAVEPOINT entry")
+    try:
+        work()
+    except BaseException:
+        cur.execute("ROLLBACK TO entry")
+        cur.execute("RELEASE entry")
+        raise
+    cur.execute("RELEASE entry")
+
+
 class NonceReusedError(StoreError):
     """A nonce signed before (in this run or an earlier one) was about to be recorded again."""
 
@@ -45,6 +58,7 @@ TABLES = (
     "journal",
     "requests",
     "quotes",
+    "quote_counts",
     "transitions",
     "fills",
     "balance_snapshots",
@@ -73,8 +87,8 @@ JSON_COLUMNS = frozenset(
 
 INSERT_QUOTE = (
     "INSERT INTO quotes (quote_id, quote_hash, created_at, deadline, asset_in, asset_out, "
-    "amount_in, amount_out, fee, nonce, signed_data, state, updated_at, exact_in, partner_id) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "amount_in, amount_out, fee, nonce, signed_data, state, updated_at, exact_in, partner_id, "
+    "weight) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_NONCE = "INSERT INTO nonces (account, nonce, quote_id, signed_at) VALUES (?, ?, ?, ?)"
 UPDATE_STATE = (
@@ -97,6 +111,8 @@ PAIR = "(?1 IS NULL OR (asset_in = ?1 AND asset_out = ?2) OR (asset_in = ?2 AND 
 SELECT_QUOTES = (
     QUOTE_COLUMNS + f"WHERE created_at >= ?3 AND {PAIR} ORDER BY created_at DESC LIMIT ?4"
 )
+SELECT_WEIGHTED_QUOTES = SELECT_QUOTES.replace(" FROM quotes ", ", weight FROM quotes ")
+""":data:`SELECT_QUOTES` with each row's weight last (issue 29: lost quotes are sampled)."""
 INSERT_FILL = (
     "INSERT OR REPLACE INTO fills (quote_id, quote_hash, at, asset_in, amount_in, asset_out, "
     "amount_out, fee, intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, "
@@ -323,13 +339,19 @@ def fill_row(row: tuple[Any, ...]) -> Fill:
 # ------------------------------------------------------------------------------ export
 
 
+_ORDER = {  # the WITHOUT ROWID tables, by their key
+    "nonces": "signed_at, account, nonce",
+    "quote_counts": "minute, asset_in, asset_out, size_bucket, state",
+}
+
+
 def export_rows(conn: Any, table: str, fmt: str, out: TextIO) -> int:
     """Stream ``table`` to ``out`` as CSV or JSON Lines (see ``Store.export``); the row count."""
     if table not in TABLES:
         raise StoreError(f"unknown table {table!r}: one of {', '.join(TABLES)}")
     if fmt not in ("csv", "jsonl"):
         raise StoreError(f"unknown export format {fmt!r}: csv or jsonl")
-    order = "signed_at, account, nonce" if table == "nonces" else "rowid"  # WITHOUT ROWID
+    order = _ORDER.get(table, "rowid")
     cursor = conn.execute(f"SELECT * FROM {table} ORDER BY {order}")  # noqa: S608
     names = [d[0] for d in cursor.description]
     writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None

@@ -82,6 +82,7 @@ from solver.io.store.migrations import SCHEMA_VERSION, migrate, schema_version
 from solver.io.store.owner import Holder, busy_error, me, remove_holder, take_over, write_holder
 from solver.io.store.projection import pending, project
 from solver.io.store.queries import StoreQueries, reads
+from solver.io.store.quote_rows import QuoteRows
 from solver.io.store.retention import Pruned, Pruner
 from solver.io.store.schema import (
     INSERT_NONCE,
@@ -125,6 +126,7 @@ class Store(StoreQueries):
         path: str | Path,
         *,
         sample_requests: float = 0.0,
+        lost_quote_sample_rate: float = 1.0,
         synchronous: Synchronous = "normal",
         create: bool = True,
         busy_timeout_ms: int = 5000,
@@ -143,6 +145,9 @@ class Store(StoreQueries):
         the WAL even to open it.)
 
         ``sample_requests`` is the fraction of quote requests :meth:`record_request` keeps.
+        ``lost_quote_sample_rate``: the fraction of the quotes that end LOST whose row the
+        projection keeps (:mod:`solver.io.store.quote_rows`); 1, here, keeps every row (the
+        bot's config samples: ``storage.lost_quote_sample_rate``).
         ``checkpoint_every_s``: the owner checkpoints the WAL itself between its commits
         (:meth:`checkpoint_if_due`, looking at most this often); ``None`` leaves it to SQLite,
         which checkpoints inside the commit that crosses 1000 pages and stalls that commit for
@@ -159,6 +164,7 @@ class Store(StoreQueries):
         self._busy_timeout_ms = int(busy_timeout_ms)
         self.sample_requests = sample_requests
         self._sample_below = int(sample_requests * 2**64)
+        self.quote_rows = QuoteRows(lost_quote_sample_rate)
         if not create and not self.path.is_file():
             raise StoreError(f"no store at {self.path}")
         refuse_unusable_file(self.path)
@@ -404,7 +410,7 @@ class Store(StoreQueries):
         appended = self.journal.appended
         if self._projected_at == appended:
             return 0
-        done = project(self._conn, budget_s=budget_s)
+        done = project(self._conn, self.quote_rows, budget_s=budget_s)
         if done == 0:
             self._projected_at = appended
         return done

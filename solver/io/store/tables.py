@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 Dialect = Literal["sqlite", "postgresql"]
-Kind = Literal["text", "int", "bigint", "bytes", "db_time"]
+Kind = Literal["text", "int", "bigint", "real", "bytes", "db_time"]
 
 TYPES: dict[Kind, dict[Dialect, str]] = {
     "text": {"sqlite": "TEXT", "postgresql": "TEXT"},
     "int": {"sqlite": "INTEGER", "postgresql": "INTEGER"},
     "bigint": {"sqlite": "INTEGER", "postgresql": "BIGINT"},  # SQLite's INTEGER is 64-bit
+    "real": {"sqlite": "REAL", "postgresql": "DOUBLE PRECISION"},  # both IEEE doubles
     "bytes": {"sqlite": "BLOB", "postgresql": "BYTEA"},
     # A time on the database's own clock (the lease's): PostgreSQL only.
     "db_time": {"sqlite": "TEXT", "postgresql": "TIMESTAMPTZ"},

@@ -1,5 +1,10 @@
-"""Totals per pair from the store's ``quotes`` and ``fills`` tables (``solver history``,
+"""Totals per pair from the store's ``quote_counts`` and ``fills`` tables (``solver history``,
 issue 14).
+
+Quotes, wins and settlements are counted from ``quote_counts`` (every quote, by the minute it
+was created in: :mod:`solver.io.store.quote_rows`), not from the rows of ``quotes``, which keep
+only a sample of the lost quotes: the totals are exact whatever the sample rate, and a lower
+bound in time counts from the start of its minute.
 
 Pairs are unordered here (both directions of a pair count together) and named by their two
 asset ids in sorted order; the caller names them ``BASE/QUOTE`` from its config. Amounts stay
@@ -22,9 +27,11 @@ WON_STATES = frozenset(
 )  # fmt: skip
 """Quotes a user took (whatever happened next)."""
 
-# Both directions of ?1/?2, or every pair when ?1 is NULL; ?3 the lower time bound.
+# Both directions of ?1/?2, or every pair when ?1 is NULL; ?3 the lower time bound (quotes:
+# its minute, the first 16 characters of a store time, which every time of that minute follows
+# in text order).
 _QUOTES = (
-    "SELECT asset_in, asset_out, state, COUNT(*) FROM quotes WHERE created_at >= ?3 AND "
+    "SELECT asset_in, asset_out, state, SUM(n) FROM quote_counts WHERE minute >= ?3 AND "
     "(?1 IS NULL OR (asset_in = ?1 AND asset_out = ?2) OR (asset_in = ?2 AND asset_out = ?1)) "
     "GROUP BY asset_in, asset_out, state"
 )
@@ -64,8 +71,9 @@ def pair_totals(
     pair: tuple[str, str] | None = None,
     decimals: Mapping[str, int] | None = None,
 ) -> list[PairTotals]:
-    """Totals per pair of quotes created and fills settled at or after ``since`` (a store
-    timestamp; ``""`` for all), sorted by asset ids. ``decimals`` values the volume in USD."""
+    """Totals per pair of quotes created (from the minute of ``since``) and fills settled at
+    or after ``since`` (a store timestamp; ``""`` for all), sorted by asset ids. ``decimals``
+    values the volume in USD."""
     a, b = pair if pair is not None else (None, None)
     params = (a, b, since)
     totals: dict[tuple[str, str], PairTotals] = {}
@@ -77,7 +85,10 @@ def pair_totals(
             found = totals[key] = PairTotals(key)
         return found
 
-    for asset_in, asset_out, state, count in conn.execute(_QUOTES, params):
+    for asset_in, asset_out, state, total in conn.execute(_QUOTES, (a, b, since[:16])):
+        count = int(total)
+        if count == 0:  # every quote of the key has moved on (an open count gone back to 0)
+            continue
         row = of(asset_in, asset_out)
         row.quotes += count
         row.won += count if state in WON_STATES else 0

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from solver.io.store.projection import INSERT_FILL_FROM_QUOTE, UPDATE_MARKOUT
+from solver.io.store.projection import INSERT_FILL_FROM_QUOTE, SELECT_POSITION, UPDATE_MARKOUT
 from solver.io.store.schema import INSERT_FILL, SAVE_REBALANCE, StoreError
 
 CONNECT_TIMEOUT_S = 3
@@ -114,7 +114,7 @@ TRANSLATED: dict[str, str] = {
     # Two instances may both project (a fenced-out one finishing its turn): the position is
     # locked for the batch; the second, finding it locked, projects nothing this time rather
     # than wait on the event loop (the projection reads no row and stops).
-    "SELECT seq FROM projection": "SELECT seq FROM projection FOR UPDATE SKIP LOCKED",
+    SELECT_POSITION: SELECT_POSITION + " FOR UPDATE SKIP LOCKED",
 }
 """SQLite statements with no PostgreSQL twin, by their exact text."""
 _NUMBERED = re.compile(r"\?(\d+)")
@@ -195,6 +195,9 @@ class PgCursor:
 
     def fetchmany(self, size: int) -> list[Any]:
         return self._cur.fetchmany(size)
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
 
     def close(self) -> None:
         self._cur.close()

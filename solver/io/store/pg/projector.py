@@ -24,6 +24,7 @@ import psycopg
 
 from solver.io.store.pg.conn import PgConn
 from solver.io.store.projection import project
+from solver.io.store.quote_rows import QuoteRows
 from solver.io.store.schema import DB_ERRORS, StoreError
 
 log = logging.getLogger("solver.projection")
@@ -33,8 +34,14 @@ FAILING_S = 5.0
 
 
 class Projector:
-    def __init__(self, connect: Callable[[], psycopg.Connection], every_s: float = EVERY_S) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection],
+        quotes: QuoteRows,
+        every_s: float = EVERY_S,
+    ) -> None:
         self._connect = connect
+        self._quotes = quotes
         self._every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pg-projector", daemon=True)
@@ -68,7 +75,10 @@ class Projector:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect()
                 adapter = PgConn(conn)
-                while project(adapter, budget_s=0.05, savepoints=True) and not self._stop.is_set():
+                while (
+                    project(adapter, self._quotes, budget_s=0.05, savepoints=True)
+                    and not self._stop.is_set()
+                ):
                     pass
                 self.failing_since = None
             except (StoreError, *DB_ERRORS) as exc:  # type: ignore[misc]

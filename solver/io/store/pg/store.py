@@ -43,6 +43,7 @@ from solver.io.store.pg.journal import PgJournal
 from solver.io.store.pg.lease import Lease, LeaseHolder, current_holder
 from solver.io.store.pg.projector import Projector
 from solver.io.store.projection import SELECT_ENTRIES, pending, project
+from solver.io.store.quote_rows import QuoteRows
 from solver.io.store.retention import Pruned
 from solver.io.store.schema import INSERT_NONCE, INSERT_REQUEST, NonceReusedError, StoreError, ts
 from solver.io.store.sqlite_store import INSERT_NONCE_PREFIX, Store
@@ -65,6 +66,7 @@ class PgStore(Store):
         lease_s: float = 5.0,
         local_path: str | Path = "var/solver-pg",
         sample_requests: float = 0.0,
+        lost_quote_sample_rate: float = 1.0,
         writer: bool = True,
     ) -> None:
         """Connect and migrate. ``writer``: the bot (it projects and may take the lease);
@@ -77,6 +79,7 @@ class PgStore(Store):
         self.path = Path(local_path)
         self.sample_requests = sample_requests
         self._sample_below = int(sample_requests * 2**64)
+        self.quote_rows = QuoteRows(lost_quote_sample_rate)
         self._raw: psycopg.Connection | None = None
         self.lease = Lease(account or "?", lease_s)
         raw = self._connection()
@@ -154,7 +157,8 @@ class PgStore(Store):
         if taken and self._projector is None and self._writer:
             name = f"solver {self.lease.holder} projection"[:63]
             self._projector = Projector(
-                lambda: connect(self.url, self._password_env, application_name=name)
+                lambda: connect(self.url, self._password_env, application_name=name),
+                self.quote_rows,
             )
             self._projector.start()
         return taken
@@ -236,13 +240,13 @@ class PgStore(Store):
         if self._projected_at == appended:
             return 0
         try:
-            done = project(self._conn, budget_s=budget_s, savepoints=True)
+            done = project(self._conn, self.quote_rows, budget_s=budget_s, savepoints=True)
         except StoreError:
             if self._raw is None or not self._raw.broken:
                 raise
             # A cut connection (the commit before it may have found it whole): the projection
             # is one transaction with its position, so it runs again on a new one.
-            done = project(self._conn, budget_s=budget_s, savepoints=True)
+            done = project(self._conn, self.quote_rows, budget_s=budget_s, savepoints=True)
         if done == 0 and self.unprojected() == 0:  # not a turn skipped for another's lock
             self._projected_at = appended
         return done

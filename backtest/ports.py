@@ -30,6 +30,7 @@ from datetime import datetime
 from backtest.fills import LOST_LATE, CompetitorBook, FillModel, edge_bps
 from backtest.measure.measurements import FillRecord, Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
+from backtest.stream.records import at as stream_time
 from backtest.unobserved import Coverage
 from solver.core import events as ev
 from solver.core import facts as f
@@ -81,10 +82,10 @@ class Pending:
 
     quote: Quote
     signed: SignedQuote
-    requested_at: datetime
     edge_bps: float
     notional_usd: float
     t_us: int
+    """When the request was recorded (µs since the epoch; the replay's clock)."""
     latency_ms: float
     observed: bool = True
     """Whether the request's competitor was observed (set when decided)."""
@@ -138,39 +139,33 @@ class SimulatedRelay:
         self.feed: Reply = _unwired
         self._statuses: dict[str, str] = {}
         self._settled: f.FillPrices | None = None
-        # The request being answered: its stream time and the latency it reached the desk with.
-        self._ts: datetime | None = None
-        self._t_us = 0
-        self._latency = 0.0
-
-    def arrive(self, ts: datetime, t_us: int, latency_ms: float) -> None:
-        """The request about to be decided: recorded at ``ts``, reaching the desk after
-        ``latency_ms``."""
-        self._ts, self._t_us, self._latency = ts, t_us, latency_ms
+        # The request being answered (set by the replay before each): its time on the
+        # replay's clock (µs) and the latency it reached the desk with.
+        self.arrive_us = 0
+        self.latency_ms = 0.0
 
     # ------------------------------------------------------------------ the sender port
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
-        assert self._ts is not None
         request = quote.request
         prices, scale = self._prices, self.measures.scale
         asset_in, asset_out = request.asset_in, request.asset_out
         v_in = prices[asset_in].usd / scale[asset_in]  # the desk quoted: it had both prices
         v_out = prices[asset_out].usd / scale[asset_out]
         amount_in = quote.amount_in
+        t_us, latency = self.arrive_us, self.latency_ms
         pending = Pending(
             quote,
             signed,
-            self._ts,
             edge_bps(amount_in, v_in, quote.amount_out, v_out),
             amount_in * v_in,
-            self._t_us,
-            self._latency,
+            t_us,
+            latency,
         )
-        if self._latency > self.wait_ms:
+        if latency > self.wait_ms:
             self._lose(pending, LOST_LATE)
         else:
-            self.resolves.append((self._t_us + self.delay_us, pending))
+            self.resolves.append((t_us + self.delay_us, pending))
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         return _UNCORKED
@@ -243,7 +238,7 @@ class SimulatedRelay:
             raise AssertionError(f"{quote_id}: the desk did not take a settlement the ledger made")
         record = FillRecord(
             quote_id,
-            pending.requested_at,
+            stream_time(pending.t_us),
             at,
             request.asset_in,
             request.asset_out,

@@ -1,0 +1,103 @@
+"""The replay's compact records (``backtest.stream.records``): the writer's timestamps read
+without a datetime and agreeing with ``fromisoformat``, records read in batches giving the same
+events as iterating, and an error coming after the records read before it."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from backtest.stream.format import StreamError, format_ts
+from backtest.stream.read import read_stream
+from backtest.stream.records import Timestamps, at, event, micros, ms_to_us, record
+from backtest.stream.write import write_stream
+from tests.backtest.test_stream import HEADER, bad_stream, every_kind, request_json, write_lines
+
+
+def _iso_micros(text: str) -> int | None:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return micros(moment) if moment.tzinfo is not None else None
+
+
+def test_the_writers_timestamps_are_read_as_fromisoformat_reads_them() -> None:
+    stamps = Timestamps()
+    rng = random.Random(7)
+    for _ in range(20_000):
+        moment = at(rng.randrange(-(10**15), 10**17))
+        text = format_ts(moment)
+        assert stamps.micros(text) == micros(moment) // 1000 * 1000 == _iso_micros(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2025-03-01T24:00:00.000Z",  # hour 24
+        "2025-03-01T12:60:00.000Z",
+        "2025-03-01T12:00:60.000Z",  # a leap second
+        "2025-02-30T12:00:00.000Z",
+        "2025-03-01T12:00:00.0٣0Z",  # a non-ASCII digit
+        "2025-03-01 12:00:00.000Z",  # another separator: the full parser's call
+        "2025-03-01T12:00:00.000+00:00",
+        "2025-03-01T12:00:00Z",
+        "2025-03-01T12:00:00.000000Z",
+        "+025-03-01T12:00:00.000Z",
+    ],
+)
+def test_any_other_form_is_left_to_the_full_parser(text: str) -> None:
+    assert Timestamps().micros(text) is None
+
+
+def test_a_random_edit_is_read_as_fromisoformat_reads_it_or_left_to_it() -> None:
+    stamps = Timestamps()
+    rng = random.Random(11)
+    base = "2025-03-01T12:34:56.789Z"
+    for _ in range(20_000):
+        chars = list(base)
+        for _ in range(rng.randrange(1, 3)):
+            chars[rng.randrange(len(chars))] = rng.choice("0123456789T:.Z-+ x")
+        text = "".join(chars)
+        got = stamps.micros(text)
+        assert got is None or got == _iso_micros(text), text
+
+
+def test_milliseconds_become_microseconds_as_timedelta_rounds_them() -> None:
+    rng = random.Random(3)
+    for ms in [0.0, 0.0005, 0.0015, 2.5e-4, 40.0, 1e-9] + [rng.lognormvariate(3.7, 0.5)] * 1000:
+        assert at(ms_to_us(ms)) == at(0) + timedelta(milliseconds=ms)
+
+
+def test_batches_are_the_events_and_the_same_statistics(tmp_path: Path) -> None:
+    path = bad_stream(tmp_path)
+    events = list(plain := read_stream(path))
+    batched = read_stream(path)
+    records = [r for batch in batched.batches() for r in batch]
+    assert [event(r) for r in records] == events
+    assert [record(e) for e in events] == records
+    assert batched.stats.as_dict() == plain.stats.as_dict()
+
+
+def test_events_then_batches_lose_nothing(tmp_path: Path) -> None:
+    path = write_stream(tmp_path / "s.jsonl.gz", HEADER, every_kind())
+    reader = read_stream(path)
+    first = next(reader)
+    rest = [event(r) for batch in reader.batches() for r in batch]
+    assert [first, *rest] == every_kind()
+
+
+def test_an_error_comes_after_the_records_before_it(tmp_path: Path) -> None:
+    lines = [request_json(ms, quote_id=f"q{ms}") for ms in range(5)] + [request_json(1)]
+    reader = read_stream(write_lines(tmp_path / "s.jsonl", lines))
+    batches = reader.batches()
+    assert [r[2].quote_id for r in next(batches)] == [f"q{ms}" for ms in range(5)]
+    with pytest.raises(StreamError, match="unsorted timestamps at line 7"):
+        next(batches)
+    strict = read_stream(bad_stream(tmp_path), strict=True).batches()
+    assert [r[2].quote_id for r in next(strict)] == ["ok-1"]
+    with pytest.raises(StreamError, match="malformed line 3: invalid JSON"):
+        next(strict)

@@ -84,7 +84,6 @@ from backtest.stream.records import (
     Record,
     at,
     micros,
-    ms_to_us,
     record,
 )
 from backtest.unobserved import Coverage, require_competition
@@ -221,7 +220,7 @@ class Replay:
             if source.kind == "static":
                 self.static.update(source.prices)
         self._next_tick_us = 2**62
-        self._fixed_latency = settings.latency.ms if settings.latency.kind == "fixed" else None
+        self._latencies = self.latency.draws()  # (ms, µs) per request
         self._clock_us = -(2**62)
         self.halted: dict[str, str] | None = None
         self._started = False
@@ -494,10 +493,8 @@ class Replay:
     def _request(self, request: QuoteRequest, ts_us: int, t_us: int) -> None:
         """A request recorded at ``ts_us``, replayed at ``t_us`` (the clock: later only when the
         record came out of order); the desk decides it ``latency`` later."""
-        latency = self._fixed_latency
-        if latency is None:
-            latency = self.latency.sample()
-        self.now = now = at(ts_us + ms_to_us(latency)) if latency else at(ts_us)
+        latency, latency_us = next(self._latencies)
+        self.now = now = at(ts_us + latency_us)
         relay = self.relay
         relay.arrive_us, relay.latency_ms = t_us, latency
         action = self.executor.request(request, now)[0]

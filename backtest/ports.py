@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from backtest.fills import LOST_LATE, CompetitorBook, FillModel, edge_bps
+from backtest.fills import LOST_LATE, CompetitorBook, FillModel
 from backtest.measure.measurements import FillRecord, Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
 from backtest.stream.records import at as stream_time
@@ -126,6 +126,7 @@ class SimulatedRelay:
         self.measures = measures
         self.desk = desk
         self._prices = desk.reference_prices  # the desk's live mapping (read only)
+        self._scale = measures.scale
         self.wait_ms = wait_ms
         self.delay_us = settlement_delay_ms * 1000
         self.observe = observe
@@ -148,20 +149,15 @@ class SimulatedRelay:
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
         request = quote.request
-        prices, scale = self._prices, self.measures.scale
+        prices, scale = self._prices, self._scale
         asset_in, asset_out = request.asset_in, request.asset_out
         v_in = prices[asset_in].usd / scale[asset_in]  # the desk quoted: it had both prices
         v_out = prices[asset_out].usd / scale[asset_out]
-        amount_in = quote.amount_in
+        paid = quote.amount_in * v_in
+        # edge_bps(amount_in, v_in, amount_out, v_out), inline: the same operations
+        edge = 0.0 if paid <= 0 else (quote.amount_out * v_out / paid - 1.0) * 10_000.0
         t_us, latency = self.arrive_us, self.latency_ms
-        pending = Pending(
-            quote,
-            signed,
-            edge_bps(amount_in, v_in, quote.amount_out, v_out),
-            amount_in * v_in,
-            t_us,
-            latency,
-        )
+        pending = Pending(quote, signed, edge, paid, t_us, latency)
         if latency > self.wait_ms:
             self._lose(pending, LOST_LATE)
         else:
@@ -190,7 +186,7 @@ class SimulatedRelay:
         request = quote.request
         best = self.competitors.pop(request.quote_id)
         observed = pending.observed = best is not None
-        if self.informed:
+        if self.informed.held:
             pending.informed = self.informed.pop(request.quote_id) is not None
         self.coverage.judged(request.asset_in, request.asset_out, observed)
         lost = self.fill_model.decide(

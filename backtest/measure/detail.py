@@ -251,7 +251,7 @@ class LatencyHistogram:
         self.n += 1
         self.total += ms
         self.max = max(self.max, ms)
-        self.bins[min(int(ms), LATENCY_CAP_MS)] += 1
+        self.bins[int(ms) if ms < LATENCY_CAP_MS else LATENCY_CAP_MS] += 1
 
     def quantile(self, q: float) -> float | None:
         """The lower edge of the bin holding the ``q`` quantile (1 ms resolution)."""
@@ -287,7 +287,7 @@ class Timeline:
         bucket = self.buckets.get(index)
         if bucket is None:
             bucket = self.buckets[index] = Counter()
-        bucket[label] += 1
+        bucket[label] = bucket.get(label, 0) + 1
 
     def _merge(self) -> None:
         merged: dict[int, Counter[str]] = {}

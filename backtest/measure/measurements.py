@@ -152,6 +152,7 @@ class Measurements:
         self._exposure_t0 = self._exposure_t = 0.0
         self._exposure_started = False
         self.pairs = PairBook(pair_names or {}, self.symbols)
+        self._requests: dict[tuple[str, str, str | None], int] = {}
         self.by_competition = {True: PairStats(), False: PairStats()}
         self.by_flow = {True: PairStats(), False: PairStats()}
         """The same by whether the stream labelled the request informed."""
@@ -172,24 +173,34 @@ class Measurements:
         """The desk's counters (``DeskStats``), taken at progress reports and at the end."""
         self.requests, self.quoted = requests, quoted
         self.skips = Counter(skips)
+        self._fold_requests()
 
     def on_request(
         self, asset_in: str, asset_out: str, t_us: int, latency_ms: float, skip: str | None
     ) -> None:
         """A request the desk answered at ``ts + latency_ms``: quoted (``skip`` None) or skipped
         with that reason (the desk counts totals; this keeps pairs, latency and time)."""
-        pair, everything = self.pairs.stats(asset_in, asset_out), self.pairs.all
-        pair.requests += 1
-        everything.requests += 1
-        if skip is None:
-            pair.quoted += 1
-            everything.quoted += 1
-            skip = "quoted"
-        else:
-            pair.skips[skip] += 1
-            everything.skips[skip] += 1
+        key = (asset_in, asset_out, skip)
+        routes = self._requests
+        routes[key] = routes.get(key, 0) + 1  # into the pairs' counts at the next fold
         self.latency.add(latency_ms)
-        self.outcomes.add(t_us / 1e6, skip)
+        self.outcomes.add(t_us / 1e6, "quoted" if skip is None else skip)
+
+    def _fold_requests(self) -> None:
+        """Per-request counts kept by route and outcome (one dict entry a request) added to the
+        pairs' and all pairs' counts: done when they are read (progress, the end)."""
+        pairs, everything = self.pairs, self.pairs.all
+        for (asset_in, asset_out, skip), n in self._requests.items():
+            pair = pairs.stats(asset_in, asset_out)
+            pair.requests += n
+            everything.requests += n
+            if skip is None:
+                pair.quoted += n
+                everything.quoted += n
+            else:
+                pair.skips[skip] += n
+                everything.skips[skip] += n
+        self._requests.clear()
 
     def on_resolved(self, edge_bps: float, notional_usd: float, won: bool) -> None:
         # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge_bps))), NaN to -EDGE_CLAMP_BPS
@@ -338,3 +349,4 @@ class Measurements:
             self.exposure_integral += self.exposure * (t - self._exposure_t)
             self._exposure_t = t
         self.flush()
+        self._fold_requests()

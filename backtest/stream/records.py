@@ -46,7 +46,7 @@ def micros(moment: datetime) -> int:
 
 def at(t_us: int) -> datetime:
     """The aware UTC datetime of ``t_us`` microseconds since the epoch (exact)."""
-    return EPOCH + timedelta(microseconds=t_us)
+    return EPOCH + timedelta(0, 0, t_us)  # positional: a third cheaper than by keyword
 
 
 def ms_to_us(ms: float) -> int:

@@ -209,6 +209,7 @@ class Replay:
         self.executor.observe(self._on_markout, f.Markout)
         self.executor.observe(self.relay.moved, f.QuoteMoved)  # a fill's prices
         self.relay.feed = self.executor.feed
+        self.relay.won = self._won
         self.competitors = self.relay.competitors  # what the relay's fill model will see
         pipeline = self.desk.settings.pipeline
         shortest = min(
@@ -331,11 +332,9 @@ class Replay:
         # The stream ended: the outcomes still pending are decided at their times, then the
         # desk ticks once more (no ticks in between: no price comes after the stream, and
         # markouts due after that last tick are not taken).
-        end_us = self._clock_us
         resolves = self.relay.resolves
-        while resolves:
-            end_us, pending = resolves.popleft()
-            self._resolve(pending, end_us)
+        end_us = resolves[-1][0] if resolves else self._clock_us
+        self.relay.resolve_due(end_us)
         self._tick(max(end_us, self._clock_us))
         m.finish(end_us / 1e6 if count else None)
         self._counts()
@@ -422,18 +421,16 @@ class Replay:
     # ------------------------------------------------------------------ scheduled work
 
     def _run_due(self, t_us: int) -> None:
-        """Run the outcomes and ticks due at or before ``t_us``, in time order."""
-        resolves, tick_us = self.relay.resolves, self.tick_us
+        """Run the outcomes and ticks due at or before ``t_us``, in time order (an outcome
+        before a tick at the same time)."""
+        resolve_due = self.relay.resolve_due
         while True:
             next_tick = self._next_tick_us
-            if resolves and resolves[0][0] <= t_us and resolves[0][0] <= next_tick:
-                at_us, pending = resolves.popleft()
-                self._resolve(pending, at_us)
-            elif next_tick <= t_us:
-                self._next_tick_us = next_tick + tick_us
-                self._tick(next_tick)
-            else:
+            resolve_due(t_us if t_us < next_tick else next_tick)
+            if next_tick > t_us:
                 return
+            self._next_tick_us = next_tick + self.tick_us
+            self._tick(next_tick)
 
     def _now(self) -> datetime:
         return self.now
@@ -461,11 +458,10 @@ class Replay:
         self.measures.on_tick(t_us / 1e6, pnl.pnl, pnl.drawdown_usd(), pnl.realized_usd)
         self.measures.flush(t_us)
 
-    def _resolve(self, pending: Pending, at_us: int) -> None:
-        relay = self.relay
-        if relay.resolve(pending):  # taken: settled at its time (the desk hears it then)
-            self.now = moment = at(at_us)
-            relay.settle(pending, at_us, moment)
+    def _won(self, pending: Pending, at_us: int) -> None:
+        """A quote a taker took: settled at its time (the desk hears it then)."""
+        self.now = moment = at(at_us)
+        self.relay.settle(pending, at_us, moment)
 
     def _on_markout(self, fact: f.Markout) -> None:
         self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)

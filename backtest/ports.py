@@ -138,6 +138,8 @@ class SimulatedRelay:
         # they were scheduled: a FIFO, merged with the ticks by time (outcomes first on a tie).
         self.resolves: deque[tuple[int, Pending]] = deque()
         self.feed: Reply = _unwired
+        self.won: Callable[[Pending, int], None] = _no_winner
+        """Where a quote a taker took goes, with its time (the driver's: it settles it)."""
         self._statuses: dict[str, str] = {}
         self._settled: f.FillPrices | None = None
         # The request being answered (set by the replay before each): its time on the
@@ -178,26 +180,36 @@ class SimulatedRelay:
 
     # ------------------------------------------------------------------ outcomes
 
-    def resolve(self, pending: Pending) -> bool:
-        """The fill model's verdict on ``pending``, now due. A loss is counted here; True when
-        a taker took it: the driver then sets its clock to the outcome's time and calls
-        :meth:`settle` (a loss reaches nobody, so it needs no time)."""
-        quote = pending.quote
-        request = quote.request
-        best = self.competitors.pop(request.quote_id)
-        observed = pending.observed = best is not None
-        if self.informed.held:
-            pending.informed = self.informed.pop(request.quote_id) is not None
-        self.coverage.judged(request.asset_in, request.asset_out, observed)
-        lost = self.fill_model.decide(
-            quote, best, pending.edge_bps, pending.notional_usd, pending.t_us, pending.latency_ms
-        )
-        if self.observe is not None:
-            self.observe(pending.edge_bps, lost, observed)
-        if lost is not None:
-            self._lose(pending, lost)
-            return False
-        return True
+    def resolve_due(self, until_us: int) -> None:
+        """Decide every answer due at or before ``until_us``, in order: the fill model's
+        verdict; a loss is counted here, a quote a taker took goes to :attr:`won` with its
+        time (the driver sets its clock then and calls :meth:`settle`; a loss reaches nobody,
+        so it needs no time)."""
+        resolves = self.resolves
+        if not resolves or resolves[0][0] > until_us:
+            return
+        competitors, informed, judged = self.competitors, self.informed, self.coverage.judged
+        decide, observe, measures = self.fill_model.decide, self.observe, self.measures
+        lost_counts, on_resolved = measures.lost, measures.on_resolved
+        while resolves and resolves[0][0] <= until_us:
+            at_us, pending = resolves.popleft()
+            quote = pending.quote
+            request = quote.request
+            best = competitors.pop(request.quote_id)
+            observed = pending.observed = best is not None
+            if informed.held:
+                pending.informed = informed.pop(request.quote_id) is not None
+            judged(request.asset_in, request.asset_out, observed)
+            edge = pending.edge_bps
+            lost = decide(quote, best, edge, pending.notional_usd, pending.t_us, pending.latency_ms)
+            if observe is not None:
+                observe(edge, lost, observed)
+            if lost is None:
+                self.won(pending, at_us)
+            else:
+                # Nothing to tell the desk: nobody names the quote; LOST after its deadline.
+                lost_counts[lost] += 1
+                on_resolved(edge, pending.notional_usd, False)
 
     def _lose(self, pending: Pending, reason: str) -> None:
         # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.
@@ -255,3 +267,7 @@ class SimulatedRelay:
 
 def _unwired(event: ev.Event) -> object:
     raise RuntimeError("the simulated relay is not wired to an executor")
+
+
+def _no_winner(pending: Pending, at_us: int) -> None:
+    raise RuntimeError("the simulated relay is not wired to a driver")

@@ -78,7 +78,10 @@ BATCH = 256
 that reading ahead costs no memory."""
 _KIND_NAMES = ("quote_request", "price", "competitor", "quote_status", "informed")
 _KINDS = {name: index for index, name in enumerate(_KIND_NAMES)}  # the REC_* of each kind
+_SHORT_WAY = dict(_KINDS)
+"""The kinds whose lines may take the short way (a test empties it to compare with the long)."""
 _NO_TIME = -(2**63)
+_NOTHING = object()
 
 
 class StreamReader(Iterator[StreamEvent]):
@@ -206,19 +209,25 @@ class StreamReader(Iterator[StreamEvent]):
                 counts[index] = 0
 
     def _part_batches(self, counts: list[int]) -> Iterator[list[Record]]:
-        """The open part's lines as batches of records; the last (short) batch included."""
+        """The open part's lines as batches of records; the last (short) batch included.
+
+        A line of the usual shape (an object with a known kind, ``"v": 1``, a timestamp in
+        the writer's form, a data object) takes the short way to its kind's checks; any other
+        goes through :meth:`_fields`, the checks one at a time, which name what is wrong."""
         file = self._file
         assert file is not None
         stats = self.stats
         events = stats.events
         loads, json_error = orjson.loads, orjson.JSONDecodeError
-        kinds, names = _KINDS, _KIND_NAMES
+        kinds, names = _SHORT_WAY, _KIND_NAMES
         parse_request = self._requests.parse
         parsers, tokens = PARSERS, self._tokens
         timestamp_micros = self._timestamps.micros
         batch: list[Record] = []
         append = batch.append
         last = self._last_us
+        last_text: object = _NOTHING  # the last timestamp read and its µs (events share them)
+        last_t = 0
         number = self._number
         try:
             try:
@@ -227,31 +236,39 @@ class StreamReader(Iterator[StreamEvent]):
                     try:
                         try:
                             obj = loads(line)
-                        except json_error:
-                            if not line.strip():
-                                stats.blank_lines += 1
-                                continue
-                            raise Malformed("invalid JSON") from None
-                        if type(obj) is not dict:
-                            raise Malformed("not a JSON object")
-                        kind: Any = obj.get("kind")
-                        index = kinds.get(kind) if type(kind) is str else None
+                            kind, version, text = obj["kind"], obj["v"], obj["ts"]
+                            data = obj["data"]
+                            index = kinds[kind]
+                        except (json_error, KeyError, TypeError):
+                            index = None
+                        if (
+                            index is not None
+                            and version.__class__ is int
+                            and version == FORMAT_VERSION
+                            and data.__class__ is dict
+                        ):
+                            if text == last_text:
+                                t_us = last_t
+                            else:
+                                read = timestamp_micros(text) if text.__class__ is str else None
+                                if read is None:
+                                    index = None
+                                else:
+                                    t_us = last_t = read
+                                    last_text = text
+                        else:
+                            index = None
                         if index is None:
-                            self._other_kind(kind)
-                            continue
-                        version = obj.get("v")
-                        if type(version) is not int or version != FORMAT_VERSION:
-                            raise Malformed(f"unsupported event version {version!r}")
-                        text = obj.get("ts")
-                        t_us = timestamp_micros(text) if type(text) is str else None
-                        if t_us is None:
-                            t_us = _slow_micros(text)
-                        if t_us < last:
-                            self._unsorted(number, t_us, last)
-                        last = t_us
-                        data = obj.get("data")
-                        if type(data) is not dict:
-                            raise Malformed(f"{kind}: data must be an object")
+                            self._last_us = last
+                            fields = self._fields(line, number)
+                            last = self._last_us
+                            if fields is None:
+                                continue
+                            index, t_us, obj, data = fields
+                        else:
+                            if t_us < last:
+                                self._unsorted(number, t_us, last)
+                            last = t_us
                         if index == REC_REQUEST:
                             meta = obj.get("meta")
                             partner = meta.get("partner_id") if type(meta) is dict else None
@@ -317,6 +334,40 @@ class StreamReader(Iterator[StreamEvent]):
         stats.lines = self._base + number
         if batch:
             yield batch
+
+    def _fields(self, line: bytes, number: int) -> tuple[int, int, dict[str, Any], Any] | None:
+        """A line's kind, time, object and data, checked one at a time (the first problem
+        raises :class:`Malformed` naming it); None for a line to skip (blank, unknown kind).
+        Reads and sets :attr:`_last_us`: a line with a valid time moves it even when its data
+        turns out malformed."""
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if not line.strip():
+                self.stats.blank_lines += 1
+                return None
+            raise Malformed("invalid JSON") from None
+        if type(obj) is not dict:
+            raise Malformed("not a JSON object")
+        kind: Any = obj.get("kind")
+        index = _KINDS.get(kind) if type(kind) is str else None
+        if index is None:
+            self._other_kind(kind)
+            return None
+        version = obj.get("v")
+        if type(version) is not int or version != FORMAT_VERSION:
+            raise Malformed(f"unsupported event version {version!r}")
+        text = obj.get("ts")
+        t_us = self._timestamps.micros(text) if type(text) is str else None
+        if t_us is None:
+            t_us = _slow_micros(text)
+        if t_us < self._last_us:
+            self._unsorted(number, t_us, self._last_us)
+        self._last_us = t_us
+        data = obj.get("data")
+        if type(data) is not dict:
+            raise Malformed(f"{kind}: data must be an object")
+        return index, t_us, obj, data
 
     # ------------------------------------------------------------------ problems
 

@@ -4,17 +4,28 @@ events as iterating, and an error coming after the records read before it."""
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from backtest.stream import read as read_module
 from backtest.stream.format import StreamError, format_ts
 from backtest.stream.read import read_stream
 from backtest.stream.records import Timestamps, at, event, micros, ms_to_us, record
 from backtest.stream.write import write_stream
-from tests.backtest.test_stream import HEADER, bad_stream, every_kind, request_json, write_lines
+from tests.backtest.test_stream import (
+    HEADER,
+    USDC,
+    bad_stream,
+    every_kind,
+    request_json,
+    write_lines,
+)
+from tests.backtest.test_stream import at as at_ms
 
 
 def _iso_micros(text: str) -> int | None:
@@ -101,3 +112,56 @@ def test_an_error_comes_after_the_records_before_it(tmp_path: Path) -> None:
     assert [r[2].quote_id for r in next(strict)] == ["ok-1"]
     with pytest.raises(StreamError, match="malformed line 3: invalid JSON"):
         next(strict)
+
+
+def _mutations(rng: random.Random) -> list[Any]:
+    """Lines near the usual shapes, each changed a little: every way the short way could
+    wrongly take (or wrongly refuse) one."""
+    values: list[Any] = [None, 1, 1.0, True, "1", [], {}, "x", 0, -1, "", "0", "01", "٣"]
+    out: list[Any] = []
+    for ms in range(0, 3_000, 3):
+        base = rng.choice(
+            [
+                request_json(ms, quote_id=f"q{ms}"),
+                {"v": 1, "ts": format_ts(at_ms(ms)), "kind": "competitor",
+                 "data": {"quote_id": f"q{ms}", "best_amount": "123"}},
+                {"v": 1, "ts": format_ts(at_ms(ms)), "kind": "price",
+                 "data": {"asset": USDC, "usd": "1.5"}},
+                {"v": 1, "ts": format_ts(at_ms(ms)), "kind": "informed",
+                 "data": {"quote_id": f"q{ms}"}},
+            ]
+        )  # fmt: skip
+        line = json.loads(json.dumps(base))
+        where = rng.choice(["top", "data", "none", "none"])
+        target = line if where == "top" else line["data"]
+        if where != "none":
+            key = rng.choice([*target, "meta", "extra"])
+            if rng.random() < 0.3:
+                target.pop(key, None)
+            else:
+                target[key] = rng.choice([*values, format_ts(at_ms(ms + 1)), "2025-03-01"])
+        out.append(line if rng.random() < 0.9 else json.dumps(line)[: rng.randrange(1, 40)])
+    return out
+
+
+def test_the_short_way_reads_every_line_as_the_long_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_lines(tmp_path / "s.jsonl", _mutations(random.Random(5)))
+
+    def outcome() -> tuple[list[Any], dict[str, Any], str | None]:
+        reader = read_stream(path)
+        got: list[Any] = []
+        error = None
+        try:
+            for batch in reader.batches():
+                got.extend(batch)
+        except StreamError as exc:
+            error = str(exc)
+        return got, reader.stats.as_dict(), error
+
+    short = outcome()
+    monkeypatch.setattr(read_module, "_SHORT_WAY", {})
+    long = outcome()
+    assert short == long
+    assert len(short[0]) > 100 and short[1]["malformed_total"] > 100

@@ -46,6 +46,7 @@ BPS = 10_000
 PIPS = 1_000_000
 """Pips per unit: the protocol fee is expressed in pips (protocol-notes 2)."""
 _MAX_DECIMALS = 255  # NEP-141 metadata stores decimals as u8
+_INF = math.inf
 
 
 def scale(decimals: int) -> int:
@@ -173,7 +174,7 @@ def conversion_rate(
     if ref_from is None or ref_to is None:
         return None
     usd_from, usd_to = ref_from.usd, ref_to.usd
-    if not (math.isfinite(usd_from) and usd_from > 0 and math.isfinite(usd_to) and usd_to > 0):
+    if not (0.0 < usd_from < _INF and 0.0 < usd_to < _INF):  # finite and positive (NaN: no)
         return None
     if max_age_s is not None:
         now = market.now

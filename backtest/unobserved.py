@@ -91,11 +91,17 @@ class CompetitionModel:
         if not math.isfinite(edge_bps):
             return
         self.observed += 1
-        route = (asset_in, asset_out, size_bucket(notional_usd), (t_us // 21_600_000_000) % 4)
-        finest, size, pair, pooled = self._by_route.get(route) or self._route(route)
+        # size_bucket and day_quarter, inline (once per answer judged)
+        if notional_usd > 0:
+            decade = math.floor(math.log10(notional_usd))
+            decade = -3 if decade < -3 else 9 if decade > 9 else decade
+        else:
+            decade = -3
+        route = (asset_in, asset_out, decade, (t_us // 21_600_000_000) % 4)
+        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
         finest.append(edge_bps)
-        size.append(edge_bps)
-        pair.append(edge_bps)
+        by_size.append(edge_bps)
+        by_pair.append(edge_bps)
         pooled.append(edge_bps)
 
     def _route(self, route: tuple[str, str, int, int]) -> tuple[deque[float], ...]:

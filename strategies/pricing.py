@@ -180,9 +180,18 @@ def conversion_rate(
         now = market.now
         if ref_from.age_s(now) > max_age_s or ref_to.age_s(now) > max_age_s:
             return None
-    d_from = token_decimals(market, from_asset)
-    d_to = token_decimals(market, to_asset)
-    if d_from is None or d_to is None:
+    try:  # token_decimals of each, inline
+        d_from, d_to = market.decimals(from_asset), market.decimals(to_asset)
+    except (KeyError, LookupError, ValueError):
+        return None
+    if (
+        isinstance(d_from, bool)
+        or not isinstance(d_from, int)
+        or not 0 <= d_from <= _MAX_DECIMALS
+        or isinstance(d_to, bool)
+        or not isinstance(d_to, int)
+        or not 0 <= d_to <= _MAX_DECIMALS
+    ):
         return None
     from_n, from_d = usd_from.as_integer_ratio()
     to_n, to_d = usd_to.as_integer_ratio()

@@ -241,6 +241,8 @@ class DrawdownWatch:
 class LatencyHistogram:
     """The replay's latency per request (what ``ts + latency`` used), in 1 ms bins."""
 
+    __slots__ = ("bins", "max", "n", "total")
+
     def __init__(self) -> None:
         self.bins: Counter[int] = Counter()
         self.n = 0
@@ -269,6 +271,8 @@ class LatencyHistogram:
 class Timeline:
     """Counts by label per time bucket; the bucket width doubles (buckets merge two by two)
     whenever the run outgrows ``max_buckets``, so any run length fits."""
+
+    __slots__ = ("buckets", "max_buckets", "origin", "width_s")
 
     def __init__(self, width_s: float = 60.0, max_buckets: int = 96) -> None:
         self.width_s = width_s

@@ -30,13 +30,15 @@ the bus wait (``bus.wait_ms``) loses whatever the fill model says.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections import deque
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
 from backtest.settings import FillSpec, LatencySpec, RaceSpec, UnobservedSpec
+from backtest.stream.records import ms_to_us
 from backtest.takers import TakerModel
 from backtest.unobserved import CompetitionModel, Race, competitor_edge_bps
 from solver.core.quoting import Quote
@@ -249,48 +251,73 @@ class CompetitorBook:
 
     A ``competitor`` event may come before or after its request; entries nobody asks for (a
     request we skipped) are dropped once older than ``ttl_us``, so memory stays flat.
+
+    An entry counts as gone as soon as an entry ``ttl_us`` newer was added (times only grow);
+    it leaves memory when the book next outgrows twice what it held at its last sweep. So an
+    add costs a dict store, not a queue of expiries.
     """
 
     def __init__(self, ttl_us: int) -> None:
         self.ttl_us = ttl_us
         self._best: dict[str, tuple[int, int]] = {}  # quote_id -> (best amount, seen at µs)
-        self._order: deque[tuple[int, str]] = deque()
+        self._newest_us = -(2**62)
+        self._sweep_at = _SWEEP_MIN
 
     def __len__(self) -> int:
-        return len(self._best)
+        """Entries not expired (a count over all held: for reports and tests)."""
+        horizon = self._newest_us - self.ttl_us
+        return sum(1 for _, seen in self._best.values() if seen >= horizon)
+
+    @property
+    def held(self) -> bool:
+        """Whether anything is held, expired or not (cheap: a pop may find something)."""
+        return bool(self._best)
 
     def add(self, quote_id: str, best_amount: int, t_us: int) -> None:
-        self._best[quote_id] = (best_amount, t_us)
-        order = self._order
-        order.append((t_us, quote_id))
-        horizon = t_us - self.ttl_us
-        while order[0][0] < horizon:
-            seen, old = order.popleft()
-            entry = self._best.get(old)
-            if entry is not None and entry[1] == seen:
-                del self._best[old]
+        best = self._best
+        best[quote_id] = (best_amount, t_us)
+        self._newest_us = t_us
+        if len(best) > self._sweep_at:
+            horizon = t_us - self.ttl_us
+            self._best = {q: entry for q, entry in best.items() if entry[1] >= horizon}
+            self._sweep_at = max(_SWEEP_MIN, 2 * len(self._best))
 
     def pop(self, quote_id: str) -> int | None:
         entry = self._best.pop(quote_id, None)
-        return None if entry is None else entry[0]
+        if entry is None or entry[1] < self._newest_us - self.ttl_us:
+            return None
+        return entry[0]
+
+
+_SWEEP_MIN = 4096
 
 
 class LatencyModel:
-    """Milliseconds from a request to our answer at the bus; one draw per request, in order."""
+    """Milliseconds from a request to our answer at the bus; one draw per request, in order.
+
+    :meth:`sample` gives the next draw; :meth:`draws` the same draws with each one's whole
+    microseconds (as ``timedelta(milliseconds=...)`` rounds them), made a block at a time. Use
+    one or the other on a model.
+    """
 
     def __init__(self, spec: LatencySpec, seed: int) -> None:
         self.spec = spec
         self._fixed = spec.ms if spec.kind == "fixed" else None
-        self._normals: list[float] = []
-        self._index = 0
         self._rng = seeded(seed, 2)
+        self._draws = self.draws()
 
     def sample(self) -> float:
-        if self._fixed is not None:
-            return self._fixed
-        if self._index >= len(self._normals):
-            self._normals = self._rng.standard_normal(_BLOCK).tolist()
-            self._index = 0
-        z = self._normals[self._index]
-        self._index += 1
-        return self.spec.median_ms * math.exp(self.spec.sigma * z)
+        return next(self._draws)[0]
+
+    def draws(self) -> Iterator[tuple[float, int]]:
+        """``(ms, µs)`` for each request, endless."""
+        fixed = self._fixed
+        if fixed is not None:
+            return itertools.repeat((fixed, ms_to_us(fixed)))
+        return itertools.chain.from_iterable(self._blocks())
+
+    def _blocks(self) -> Iterator[list[tuple[float, int]]]:
+        median, sigma, exp = self.spec.median_ms, self.spec.sigma, math.exp
+        while True:
+            ms = [median * exp(sigma * z) for z in self._rng.standard_normal(_BLOCK).tolist()]
+            yield [(x, int(x) * 1000 + round((x - int(x)) * 1000)) for x in ms]  # ms_to_us

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from backtest.fills import LOST_LATE, CompetitorBook, FillModel, edge_bps
+from backtest.fills import LOST_LATE, CompetitorBook, FillModel
 from backtest.measure.measurements import FillRecord, Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
+from backtest.stream.records import at as stream_time
 from backtest.unobserved import Coverage
 from solver.core import events as ev
 from solver.core import facts as f
@@ -81,10 +82,10 @@ class Pending:
 
     quote: Quote
     signed: SignedQuote
-    requested_at: datetime
     edge_bps: float
     notional_usd: float
     t_us: int
+    """When the request was recorded (µs since the epoch; the replay's clock)."""
     latency_ms: float
     observed: bool = True
     """Whether the request's competitor was observed (set when decided)."""
@@ -125,6 +126,7 @@ class SimulatedRelay:
         self.measures = measures
         self.desk = desk
         self._prices = desk.reference_prices  # the desk's live mapping (read only)
+        self._scale = measures.scale
         self.wait_ms = wait_ms
         self.delay_us = settlement_delay_ms * 1000
         self.observe = observe
@@ -136,41 +138,32 @@ class SimulatedRelay:
         # they were scheduled: a FIFO, merged with the ticks by time (outcomes first on a tie).
         self.resolves: deque[tuple[int, Pending]] = deque()
         self.feed: Reply = _unwired
+        self.won: Callable[[Pending, int], None] = _no_winner
+        """Where a quote a taker took goes, with its time (the driver's: it settles it)."""
         self._statuses: dict[str, str] = {}
         self._settled: f.FillPrices | None = None
-        # The request being answered: its stream time and the latency it reached the desk with.
-        self._ts: datetime | None = None
-        self._t_us = 0
-        self._latency = 0.0
-
-    def arrive(self, ts: datetime, t_us: int, latency_ms: float) -> None:
-        """The request about to be decided: recorded at ``ts``, reaching the desk after
-        ``latency_ms``."""
-        self._ts, self._t_us, self._latency = ts, t_us, latency_ms
+        # The request being answered (set by the replay before each): its time on the
+        # replay's clock (µs) and the latency it reached the desk with.
+        self.arrive_us = 0
+        self.latency_ms = 0.0
 
     # ------------------------------------------------------------------ the sender port
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
-        assert self._ts is not None
         request = quote.request
-        prices, scale = self._prices, self.measures.scale
+        prices, scale = self._prices, self._scale
         asset_in, asset_out = request.asset_in, request.asset_out
         v_in = prices[asset_in].usd / scale[asset_in]  # the desk quoted: it had both prices
         v_out = prices[asset_out].usd / scale[asset_out]
-        amount_in = quote.amount_in
-        pending = Pending(
-            quote,
-            signed,
-            self._ts,
-            edge_bps(amount_in, v_in, quote.amount_out, v_out),
-            amount_in * v_in,
-            self._t_us,
-            self._latency,
-        )
-        if self._latency > self.wait_ms:
+        paid = quote.amount_in * v_in
+        # edge_bps(amount_in, v_in, amount_out, v_out), inline: the same operations
+        edge = 0.0 if paid <= 0 else (quote.amount_out * v_out / paid - 1.0) * 10_000.0
+        t_us, latency = self.arrive_us, self.latency_ms
+        pending = Pending(quote, signed, edge, paid, t_us, latency)
+        if latency > self.wait_ms:
             self._lose(pending, LOST_LATE)
         else:
-            self.resolves.append((self._t_us + self.delay_us, pending))
+            self.resolves.append((t_us + self.delay_us, pending))
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         return _UNCORKED
@@ -187,26 +180,36 @@ class SimulatedRelay:
 
     # ------------------------------------------------------------------ outcomes
 
-    def resolve(self, pending: Pending) -> bool:
-        """The fill model's verdict on ``pending``, now due. A loss is counted here; True when
-        a taker took it: the driver then sets its clock to the outcome's time and calls
-        :meth:`settle` (a loss reaches nobody, so it needs no time)."""
-        quote = pending.quote
-        request = quote.request
-        best = self.competitors.pop(request.quote_id)
-        observed = pending.observed = best is not None
-        if self.informed:
-            pending.informed = self.informed.pop(request.quote_id) is not None
-        self.coverage.judged(request.asset_in, request.asset_out, observed)
-        lost = self.fill_model.decide(
-            quote, best, pending.edge_bps, pending.notional_usd, pending.t_us, pending.latency_ms
-        )
-        if self.observe is not None:
-            self.observe(pending.edge_bps, lost, observed)
-        if lost is not None:
-            self._lose(pending, lost)
-            return False
-        return True
+    def resolve_due(self, until_us: int) -> None:
+        """Decide every answer due at or before ``until_us``, in order: the fill model's
+        verdict; a loss is counted here, a quote a taker took goes to :attr:`won` with its
+        time (the driver sets its clock then and calls :meth:`settle`; a loss reaches nobody,
+        so it needs no time)."""
+        resolves = self.resolves
+        if not resolves or resolves[0][0] > until_us:
+            return
+        competitors, informed, judged = self.competitors, self.informed, self.coverage.judged
+        decide, observe, measures = self.fill_model.decide, self.observe, self.measures
+        lost_counts, on_resolved = measures.lost, measures.on_resolved
+        while resolves and resolves[0][0] <= until_us:
+            at_us, pending = resolves.popleft()
+            quote = pending.quote
+            request = quote.request
+            best = competitors.pop(request.quote_id)
+            observed = pending.observed = best is not None
+            if informed.held:
+                pending.informed = informed.pop(request.quote_id) is not None
+            judged(request.asset_in, request.asset_out, observed)
+            edge = pending.edge_bps
+            lost = decide(quote, best, edge, pending.notional_usd, pending.t_us, pending.latency_ms)
+            if observe is not None:
+                observe(edge, lost, observed)
+            if lost is None:
+                self.won(pending, at_us)
+            else:
+                # Nothing to tell the desk: nobody names the quote; LOST after its deadline.
+                lost_counts[lost] += 1
+                on_resolved(edge, pending.notional_usd, False)
 
     def _lose(self, pending: Pending, reason: str) -> None:
         # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.
@@ -243,7 +246,7 @@ class SimulatedRelay:
             raise AssertionError(f"{quote_id}: the desk did not take a settlement the ledger made")
         record = FillRecord(
             quote_id,
-            pending.requested_at,
+            stream_time(pending.t_us),
             at,
             request.asset_in,
             request.asset_out,
@@ -264,3 +267,7 @@ class SimulatedRelay:
 
 def _unwired(event: ev.Event) -> object:
     raise RuntimeError("the simulated relay is not wired to an executor")
+
+
+def _no_winner(pending: Pending, at_us: int) -> None:
+    raise RuntimeError("the simulated relay is not wired to a driver")

@@ -75,8 +75,11 @@ class CompetitionModel:
 
     def __init__(self, spec: UnobservedSpec, seed: int) -> None:
         self.spec = spec
-        self._key = f"competition:{seed}:".encode()
+        self._hash = hashlib.blake2b(f"competition:{seed}:".encode(), digest_size=8)  # per draw
         self._buckets: dict[Key, deque[float]] = {}
+        # The four buckets an observation goes to, by (asset_in, asset_out, size, quarter):
+        # looked up once instead of building and finding four keys per observation.
+        self._by_route: dict[tuple[str, str, int, int], tuple[deque[float], ...]] = {}
         self.observed = 0
 
     def _levels(self, pair: tuple[str, str], size: int, quarter: int) -> tuple[Key, ...]:
@@ -88,21 +91,38 @@ class CompetitionModel:
         if not math.isfinite(edge_bps):
             return
         self.observed += 1
-        pair = pair_key(asset_in, asset_out)
-        window = self.spec.window
-        buckets = self._buckets
-        for key in self._levels(pair, size_bucket(notional_usd), day_quarter(t_us)):
+        # size_bucket and day_quarter, inline (once per answer judged)
+        if notional_usd > 0:
+            decade = math.floor(math.log10(notional_usd))
+            decade = -3 if decade < -3 else 9 if decade > 9 else decade
+        else:
+            decade = -3
+        route = (asset_in, asset_out, decade, (t_us // 21_600_000_000) % 4)
+        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
+        finest.append(edge_bps)
+        by_size.append(edge_bps)
+        by_pair.append(edge_bps)
+        pooled.append(edge_bps)
+
+    def _route(self, route: tuple[str, str, int, int]) -> tuple[deque[float], ...]:
+        asset_in, asset_out, size, quarter = route
+        window, buckets = self.spec.window, self._buckets
+        found = []
+        for key in self._levels(pair_key(asset_in, asset_out), size, quarter):
             bucket = buckets.get(key)
             if bucket is None:
                 bucket = buckets[key] = deque(maxlen=window)
-            bucket.append(edge_bps)
+            found.append(bucket)
+        levels = self._by_route[route] = tuple(found)
+        return levels
 
     def draw(
         self, quote_id: str, asset_in: str, asset_out: str, notional_usd: float, t_us: int
     ) -> float | None:
         """A competitor's edge for ``quote_id``, or None when there is nothing to draw from."""
-        digest = hashlib.blake2b(self._key + quote_id.encode(), digest_size=8).digest()
-        u = (int.from_bytes(digest, "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
+        hasher = self._hash.copy()
+        hasher.update(quote_id.encode())
+        u = (int.from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
         pair = pair_key(asset_in, asset_out)
         minimum = self.spec.min_observed
         for key in self._levels(pair, size_bucket(notional_usd), day_quarter(t_us)):
@@ -156,16 +176,25 @@ class Coverage:
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.by_pair: dict[tuple[str, str], list[int]] = {}  # pair -> [judged, observed]
+        self._routes: dict[tuple[str, str], list[int]] = {}  # (in, out) -> [judged, observed]
         self.fills = [0, 0]  # [with an observed competitor, without]
 
     def judged(self, asset_in: str, asset_out: str, observed: bool) -> None:
-        pair = pair_key(asset_in, asset_out)
-        counts = self.by_pair.get(pair)
+        counts = self._routes.get((asset_in, asset_out))
         if counts is None:
-            counts = self.by_pair[pair] = [0, 0]
+            counts = self._routes[(asset_in, asset_out)] = [0, 0]
         counts[0] += 1
         counts[1] += observed
+
+    @property
+    def by_pair(self) -> dict[tuple[str, str], list[int]]:
+        """``pair_key -> [judged, observed]``: both directions of a pair together."""
+        pairs: dict[tuple[str, str], list[int]] = {}
+        for (asset_in, asset_out), (judged, observed) in self._routes.items():
+            counts = pairs.setdefault(pair_key(asset_in, asset_out), [0, 0])
+            counts[0] += judged
+            counts[1] += observed
+        return pairs
 
     def filled(self, observed: bool) -> None:
         self.fills[0 if observed else 1] += 1
@@ -174,8 +203,9 @@ class Coverage:
         self, names: dict[tuple[str, str], str], stream_share: float | None
     ) -> dict[str, object]:
         """``summary.json``'s ``competition`` (docs/backtest.md, "Reading a backtest")."""
-        judged = sum(c[0] for c in self.by_pair.values())
-        observed = sum(c[1] for c in self.by_pair.values())
+        by_pair = self.by_pair
+        judged = sum(c[0] for c in by_pair.values())
+        observed = sum(c[1] for c in by_pair.values())
         fills = sum(self.fills)
         return {
             "unobserved_mode": self.mode,
@@ -193,6 +223,6 @@ class Coverage:
                     "observed": c[1],
                     "coverage": round(c[1] / c[0], 6),
                 }
-                for pair, c in sorted(self.by_pair.items())
+                for pair, c in sorted(by_pair.items())
             },
         }

@@ -46,6 +46,7 @@ BPS = 10_000
 PIPS = 1_000_000
 """Pips per unit: the protocol fee is expressed in pips (protocol-notes 2)."""
 _MAX_DECIMALS = 255  # NEP-141 metadata stores decimals as u8
+_INF = math.inf
 
 
 def scale(decimals: int) -> int:
@@ -173,15 +174,24 @@ def conversion_rate(
     if ref_from is None or ref_to is None:
         return None
     usd_from, usd_to = ref_from.usd, ref_to.usd
-    if not (math.isfinite(usd_from) and usd_from > 0 and math.isfinite(usd_to) and usd_to > 0):
+    if not (0.0 < usd_from < _INF and 0.0 < usd_to < _INF):  # finite and positive (NaN: no)
         return None
     if max_age_s is not None:
         now = market.now
         if ref_from.age_s(now) > max_age_s or ref_to.age_s(now) > max_age_s:
             return None
-    d_from = token_decimals(market, from_asset)
-    d_to = token_decimals(market, to_asset)
-    if d_from is None or d_to is None:
+    try:  # token_decimals of each, inline
+        d_from, d_to = market.decimals(from_asset), market.decimals(to_asset)
+    except (KeyError, LookupError, ValueError):
+        return None
+    if (
+        isinstance(d_from, bool)
+        or not isinstance(d_from, int)
+        or not 0 <= d_from <= _MAX_DECIMALS
+        or isinstance(d_to, bool)
+        or not isinstance(d_to, int)
+        or not 0 <= d_to <= _MAX_DECIMALS
+    ):
         return None
     from_n, from_d = usd_from.as_integer_ratio()
     to_n, to_d = usd_to.as_integer_ratio()

@@ -176,23 +176,38 @@ class SpreadStrategy(Strategy):
         extra = exposure_spread_bps(cfg.exposure_vol_mult, sigma, exposure_s(request, market))
         return extra if math.isfinite(extra) else float(BPS)
 
+    def __init__(self, config: StrategyConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self._flat_keep: tuple[int, int] | None = None
+        """``1 - spread / BPS`` as integers when the spread is one constant (the config is
+        frozen): worked out once, not per request."""
+        if (
+            not cfg.widen_bps_per_1k_usd > 0
+            and cfg.spread_bps <= cfg.max_spread_bps
+            and not cfg.exposure_vol_mult > 0
+        ):
+            sn, sd = cfg.spread_bps.as_integer_ratio()
+            self._flat_keep = (BPS * sd - sn, BPS * sd)
+
     def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
         if not request_ok(request):
             return None
         cfg = self.config
-        if cfg.widen_bps_per_1k_usd > 0 or not cfg.spread_bps <= cfg.max_spread_bps:
-            return self._quote_widening(request, market)
         # A spread independent of size: the same exact rationals as :meth:`_quote_widening`,
         # as one integer numerator and denominator each (no Fraction for a constant spread,
         # no gcd): identical results.
-        if cfg.exposure_vol_mult > 0:
+        flat = self._flat_keep
+        if flat is not None:
+            keep_n, keep_d = flat
+        elif cfg.widen_bps_per_1k_usd > 0 or not cfg.spread_bps <= cfg.max_spread_bps:
+            return self._quote_widening(request, market)
+        else:  # constant in size, with the exposure term
             total = Fraction(cfg.spread_bps) + Fraction(self.exposure_bps(request, market))
             if total > Fraction(cfg.max_spread_bps):
                 return None
             sn, sd = total.numerator, total.denominator
-        else:
-            sn, sd = cfg.spread_bps.as_integer_ratio()
-        keep_n, keep_d = BPS * sd - sn, BPS * sd  # keep = 1 - spread / BPS, > 0
+            keep_n, keep_d = BPS * sd - sn, BPS * sd  # keep = 1 - spread / BPS, > 0
         free_out = market.free(request.asset_out)
         age = cfg.max_price_age_s
         fee_pips = market.fee_pips

@@ -241,6 +241,8 @@ class DrawdownWatch:
 class LatencyHistogram:
     """The replay's latency per request (what ``ts + latency`` used), in 1 ms bins."""
 
+    __slots__ = ("bins", "max", "n", "total")
+
     def __init__(self) -> None:
         self.bins: Counter[int] = Counter()
         self.n = 0
@@ -251,7 +253,7 @@ class LatencyHistogram:
         self.n += 1
         self.total += ms
         self.max = max(self.max, ms)
-        self.bins[min(int(ms), LATENCY_CAP_MS)] += 1
+        self.bins[int(ms) if ms < LATENCY_CAP_MS else LATENCY_CAP_MS] += 1
 
     def quantile(self, q: float) -> float | None:
         """The lower edge of the bin holding the ``q`` quantile (1 ms resolution)."""
@@ -270,6 +272,8 @@ class Timeline:
     """Counts by label per time bucket; the bucket width doubles (buckets merge two by two)
     whenever the run outgrows ``max_buckets``, so any run length fits."""
 
+    __slots__ = ("buckets", "max_buckets", "origin", "width_s")
+
     def __init__(self, width_s: float = 60.0, max_buckets: int = 96) -> None:
         self.width_s = width_s
         self.max_buckets = max_buckets
@@ -287,7 +291,7 @@ class Timeline:
         bucket = self.buckets.get(index)
         if bucket is None:
             bucket = self.buckets[index] = Counter()
-        bucket[label] += 1
+        bucket[label] = bucket.get(label, 0) + 1
 
     def _merge(self) -> None:
         merged: dict[int, Counter[str]] = {}

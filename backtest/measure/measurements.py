@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from backtest.measure.detail import (
+    LATENCY_CAP_MS,
     DailyBook,
     DrawdownWatch,
     LatencyHistogram,
@@ -55,6 +56,9 @@ from solver.core.pnl import MARKOUT_HORIZONS_S
 HORIZONS_S: tuple[int, ...] = MARKOUT_HORIZONS_S
 """The desk's markout horizons (seconds): the columns of ``fills.csv``."""
 EDGE_CLAMP_BPS = 500  # win rate against margin: 1-bp bins in [-500, 500]
+QUEUE_MAX = 4096
+"""Requests or outcomes queued before they are counted anyway (memory stays flat between
+ticks however dense the stream)."""
 SIZE_BINS_PER_DECADE = 5
 
 
@@ -152,6 +156,9 @@ class Measurements:
         self._exposure_t0 = self._exposure_t = 0.0
         self._exposure_started = False
         self.pairs = PairBook(pair_names or {}, self.symbols)
+        self._requests: dict[tuple[str, str, str | None], int] = {}
+        self._request_queue: list[tuple[str, str, int, float, str | None]] = []
+        self._resolved_queue: list[tuple[float, float, bool]] = []
         self.by_competition = {True: PairStats(), False: PairStats()}
         self.by_flow = {True: PairStats(), False: PairStats()}
         """The same by whether the stream labelled the request informed."""
@@ -172,45 +179,89 @@ class Measurements:
         """The desk's counters (``DeskStats``), taken at progress reports and at the end."""
         self.requests, self.quoted = requests, quoted
         self.skips = Counter(skips)
+        self.fold()
 
     def on_request(
         self, asset_in: str, asset_out: str, t_us: int, latency_ms: float, skip: str | None
     ) -> None:
         """A request the desk answered at ``ts + latency_ms``: quoted (``skip`` None) or skipped
-        with that reason (the desk counts totals; this keeps pairs, latency and time)."""
-        pair, everything = self.pairs.stats(asset_in, asset_out), self.pairs.all
-        pair.requests += 1
-        everything.requests += 1
-        if skip is None:
-            pair.quoted += 1
-            everything.quoted += 1
-            skip = "quoted"
-        else:
-            pair.skips[skip] += 1
-            everything.skips[skip] += 1
-        self.latency.add(latency_ms)
-        self.outcomes.add(t_us / 1e6, skip)
+        with that reason (the desk counts totals; this keeps pairs, latency and time).
+        Queued, and counted a batch at a time (:meth:`fold`)."""
+        queue = self._request_queue
+        queue.append((asset_in, asset_out, t_us, latency_ms, skip))
+        if len(queue) >= QUEUE_MAX:
+            self._fold_queues()
 
     def on_resolved(self, edge_bps: float, notional_usd: float, won: bool) -> None:
-        # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge_bps))), NaN to -EDGE_CLAMP_BPS
-        if -EDGE_CLAMP_BPS <= edge_bps <= EDGE_CLAMP_BPS:
-            bin_ = round(edge_bps)
-        else:
-            bin_ = EDGE_CLAMP_BPS if edge_bps > EDGE_CLAMP_BPS else -EDGE_CLAMP_BPS
-        counts = self.edge_bins.get(bin_)
-        if counts is None:
-            counts = self.edge_bins[bin_] = [0, 0]
-        counts[0] += 1
-        counts[1] += won
-        size = (
-            math.floor(math.log10(notional_usd) * SIZE_BINS_PER_DECADE)
-            if notional_usd > 0
-            else -10 * SIZE_BINS_PER_DECADE
-        )
-        sizes = self.size_bins.get(size)
-        if sizes is None:
-            sizes = self.size_bins[size] = [0, 0]
-        sizes[1 if won else 0] += 1
+        """An answer's outcome, by its edge and size (win rates); queued like a request."""
+        queue = self._resolved_queue
+        queue.append((edge_bps, notional_usd, won))
+        if len(queue) >= QUEUE_MAX:
+            self._fold_queues()
+
+    def fold(self) -> None:
+        """Count what was queued: at progress reports and at the end (and whenever a queue is
+        full), so the figures are current whenever they are read."""
+        self._fold_queues()
+        pairs, everything = self.pairs, self.pairs.all
+        for (asset_in, asset_out, skip), n in self._requests.items():
+            pair = pairs.stats(asset_in, asset_out)
+            pair.requests += n
+            everything.requests += n
+            if skip is None:
+                pair.quoted += n
+                everything.quoted += n
+            else:
+                pair.skips[skip] += n
+                everything.skips[skip] += n
+        self._requests.clear()
+
+    def _fold_queues(self) -> None:
+        """The queued requests and outcomes into their counts, in the order they came (the
+        latency total is summed in that order, the timeline merges at the same points)."""
+        queue = self._request_queue
+        if queue:
+            routes, latency, add_outcome = self._requests, self.latency, self.outcomes.add
+            bins, total, top = latency.bins, latency.total, latency.max
+            for asset_in, asset_out, t_us, ms, skip in queue:
+                key = (asset_in, asset_out, skip)
+                routes[key] = routes.get(key, 0) + 1  # into the pairs' counts at fold()
+                total += ms  # LatencyHistogram.add, inline
+                top = max(top, ms)
+                bins[int(ms) if ms < LATENCY_CAP_MS else LATENCY_CAP_MS] += 1
+                add_outcome(t_us / 1e6, "quoted" if skip is None else skip)
+            latency.n += len(queue)
+            latency.total, latency.max = total, top
+            queue.clear()
+        resolved = self._resolved_queue
+        if resolved:
+            edge_bins, size_bins, log10, floor = (
+                self.edge_bins,
+                self.size_bins,
+                math.log10,
+                math.floor,
+            )
+            for edge_bps, notional_usd, won in resolved:
+                # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge))), NaN to -EDGE_CLAMP_BPS
+                if -EDGE_CLAMP_BPS <= edge_bps <= EDGE_CLAMP_BPS:
+                    bin_ = round(edge_bps)
+                else:
+                    bin_ = EDGE_CLAMP_BPS if edge_bps > EDGE_CLAMP_BPS else -EDGE_CLAMP_BPS
+                counts = edge_bins.get(bin_)
+                if counts is None:
+                    counts = edge_bins[bin_] = [0, 0]
+                counts[0] += 1
+                counts[1] += won
+                size = (
+                    floor(log10(notional_usd) * SIZE_BINS_PER_DECADE)
+                    if notional_usd > 0
+                    else -10 * SIZE_BINS_PER_DECADE
+                )
+                sizes = size_bins.get(size)
+                if sizes is None:
+                    sizes = size_bins[size] = [0, 0]
+                sizes[1 if won else 0] += 1
+            resolved.clear()
 
     # ------------------------------------------------------------------ inventory risk
 
@@ -338,3 +389,4 @@ class Measurements:
             self.exposure_integral += self.exposure * (t - self._exposure_t)
             self._exposure_t = t
         self.flush()
+        self.fold()

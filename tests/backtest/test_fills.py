@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from backtest.fills import (
     LOST_RACE,
     LOST_TAKER,
     AlwaysFill,
+    CompetitorBook,
     CompetitorFill,
     LatencyModel,
     LogisticFill,
@@ -141,6 +143,30 @@ def test_latency_model() -> None:
     samples = sorted(model.sample() for _ in range(10_001))
     assert samples[5_000] == pytest.approx(40.0, rel=0.05)
     assert samples[0] > 0
+    # the replay's draws: the same milliseconds, each with its µs as a timedelta rounds them
+    pairs = list(itertools.islice(LatencyModel(spec, 9).draws(), 5_000))
+    same = LatencyModel(spec, 9)
+    assert [ms for ms, _ in pairs] == [same.sample() for _ in range(5_000)]
+    assert all(timedelta(milliseconds=ms) == timedelta(microseconds=us) for ms, us in pairs)
+    fixed = LatencyModel(LatencySpec(kind="fixed", ms=0.0125), 0).draws()
+    assert next(fixed) == next(fixed) == (0.0125, 12)
+
+
+def test_a_competitor_is_forgotten_once_one_ttl_newer_came() -> None:
+    book = CompetitorBook(ttl_us=1_000)
+    book.add("early", 5, 0)
+    book.add("other", 6, 1_000)
+    assert book.pop("early") == 5  # exactly one ttl older: still there
+    book.add("early", 5, 0)
+    book.add("other", 6, 1_001)
+    assert book.pop("early") is None and book.pop("other") == 6
+    assert book.pop("other") is None  # popped once
+    book.add("q", 7, 2_000)
+    book.add("q", 8, 3_500)  # a newer answer for the same request replaces the old
+    assert book.pop("q") == 8
+    for i in range(100_000):  # nobody asks: memory stays bounded by what is live
+        book.add(f"q{i}", i, 10_000 + i)
+    assert len(book) == 1_001 and len(book._best) <= 2 * 4_096
 
 
 def test_settings_file_and_overrides(tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ from backtest.engine import Replay
 from backtest.report.outputs import FillsCsv, summary
 from backtest.stream.events import RequestEvent, StatusEvent, StreamEvent
 from backtest.stream.format import StreamError
-from backtest.stream.prefetch import PrefetchReader, record
+from backtest.stream.prefetch import PrefetchReader
 from backtest.stream.read import read_stream
+from backtest.stream.records import event as event_of
+from backtest.stream.records import record
 from backtest.stream.write import write_stream
 from tests.backtest.replay_helpers import HEADER, at, bot_config, competitor, flow, settings
 
@@ -53,17 +55,9 @@ def test_a_prefetched_replay_is_the_in_process_replay(tmp_path: Path) -> None:
 
 def test_records_carry_every_field() -> None:
     events = _events()
+    assert [event_of(record(e)) for e in events] == events
     request = next(e for e in events if isinstance(e, RequestEvent))
-    rec = record(request)
-    assert rec[2:] == (
-        request.request.quote_id,
-        request.request.asset_in,
-        request.request.asset_out,
-        request.request.exact_in,
-        request.request.amount,
-        request.request.min_deadline_ms,
-        request.request.partner_id,
-    )
+    assert record(request)[2] is request.request
 
 
 def _plain(tmp_path: Path, lines: list[str]) -> Path:

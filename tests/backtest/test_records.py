@@ -1,0 +1,167 @@
+"""The replay's compact records (``backtest.stream.records``): the writer's timestamps read
+without a datetime and agreeing with ``fromisoformat``, records read in batches giving the same
+events as iterating, and an error coming after the records read before it."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backtest.stream import read as read_module
+from backtest.stream.format import StreamError, format_ts
+from backtest.stream.read import read_stream
+from backtest.stream.records import Timestamps, at, event, micros, ms_to_us, record
+from backtest.stream.write import write_stream
+from tests.backtest.test_stream import (
+    HEADER,
+    USDC,
+    bad_stream,
+    every_kind,
+    request_json,
+    write_lines,
+)
+from tests.backtest.test_stream import at as at_ms
+
+
+def _iso_micros(text: str) -> int | None:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return micros(moment) if moment.tzinfo is not None else None
+
+
+def test_the_writers_timestamps_are_read_as_fromisoformat_reads_them() -> None:
+    stamps = Timestamps()
+    rng = random.Random(7)
+    for _ in range(20_000):
+        moment = at(rng.randrange(-(10**15), 10**17))
+        text = format_ts(moment)
+        assert stamps.micros(text) == micros(moment) // 1000 * 1000 == _iso_micros(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2025-03-01T24:00:00.000Z",  # hour 24
+        "2025-03-01T12:60:00.000Z",
+        "2025-03-01T12:00:60.000Z",  # a leap second
+        "2025-02-30T12:00:00.000Z",
+        "2025-03-01T12:00:00.0٣0Z",  # a non-ASCII digit
+        "2025-03-01 12:00:00.000Z",  # another separator: the full parser's call
+        "2025-03-01T12:00:00.000+00:00",
+        "2025-03-01T12:00:00Z",
+        "2025-03-01T12:00:00.000000Z",
+        "+025-03-01T12:00:00.000Z",
+    ],
+)
+def test_any_other_form_is_left_to_the_full_parser(text: str) -> None:
+    assert Timestamps().micros(text) is None
+
+
+def test_a_random_edit_is_read_as_fromisoformat_reads_it_or_left_to_it() -> None:
+    stamps = Timestamps()
+    rng = random.Random(11)
+    base = "2025-03-01T12:34:56.789Z"
+    for _ in range(20_000):
+        chars = list(base)
+        for _ in range(rng.randrange(1, 3)):
+            chars[rng.randrange(len(chars))] = rng.choice("0123456789T:.Z-+ x")
+        text = "".join(chars)
+        got = stamps.micros(text)
+        assert got is None or got == _iso_micros(text), text
+
+
+def test_milliseconds_become_microseconds_as_timedelta_rounds_them() -> None:
+    rng = random.Random(3)
+    for ms in [0.0, 0.0005, 0.0015, 2.5e-4, 40.0, 1e-9] + [rng.lognormvariate(3.7, 0.5)] * 1000:
+        assert at(ms_to_us(ms)) == at(0) + timedelta(milliseconds=ms)
+
+
+def test_batches_are_the_events_and_the_same_statistics(tmp_path: Path) -> None:
+    path = bad_stream(tmp_path)
+    events = list(plain := read_stream(path))
+    batched = read_stream(path)
+    records = [r for batch in batched.batches() for r in batch]
+    assert [event(r) for r in records] == events
+    assert [record(e) for e in events] == records
+    assert batched.stats.as_dict() == plain.stats.as_dict()
+
+
+def test_events_then_batches_lose_nothing(tmp_path: Path) -> None:
+    path = write_stream(tmp_path / "s.jsonl.gz", HEADER, every_kind())
+    reader = read_stream(path)
+    first = next(reader)
+    rest = [event(r) for batch in reader.batches() for r in batch]
+    assert [first, *rest] == every_kind()
+
+
+def test_an_error_comes_after_the_records_before_it(tmp_path: Path) -> None:
+    lines = [request_json(ms, quote_id=f"q{ms}") for ms in range(5)] + [request_json(1)]
+    reader = read_stream(write_lines(tmp_path / "s.jsonl", lines))
+    batches = reader.batches()
+    assert [r[2].quote_id for r in next(batches)] == [f"q{ms}" for ms in range(5)]
+    with pytest.raises(StreamError, match="unsorted timestamps at line 7"):
+        next(batches)
+    strict = read_stream(bad_stream(tmp_path), strict=True).batches()
+    assert [r[2].quote_id for r in next(strict)] == ["ok-1"]
+    with pytest.raises(StreamError, match="malformed line 3: invalid JSON"):
+        next(strict)
+
+
+def _mutations(rng: random.Random) -> list[Any]:
+    """Lines near the usual shapes, each changed a little: every way the short way could
+    wrongly take (or wrongly refuse) one."""
+    values: list[Any] = [None, 1, 1.0, True, "1", [], {}, "x", 0, -1, "", "0", "01", "٣"]
+    out: list[Any] = []
+    for ms in range(0, 3_000, 3):
+        base = rng.choice(
+            [
+                request_json(ms, quote_id=f"q{ms}"),
+                {"v": 1, "ts": format_ts(at_ms(ms)), "kind": "competitor",
+                 "data": {"quote_id": f"q{ms}", "best_amount": "123"}},
+                {"v": 1, "ts": format_ts(at_ms(ms)), "kind": "price",
+                 "data": {"asset": USDC, "usd": "1.5"}},
+                {"v": 1, "ts": format_ts(at_ms(ms)), "kind": "informed",
+                 "data": {"quote_id": f"q{ms}"}},
+            ]
+        )  # fmt: skip
+        line = json.loads(json.dumps(base))
+        where = rng.choice(["top", "data", "none", "none"])
+        target = line if where == "top" else line["data"]
+        if where != "none":
+            key = rng.choice([*target, "meta", "extra"])
+            if rng.random() < 0.3:
+                target.pop(key, None)
+            else:
+                target[key] = rng.choice([*values, format_ts(at_ms(ms + 1)), "2025-03-01"])
+        out.append(line if rng.random() < 0.9 else json.dumps(line)[: rng.randrange(1, 40)])
+    return out
+
+
+def test_the_short_way_reads_every_line_as_the_long_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_lines(tmp_path / "s.jsonl", _mutations(random.Random(5)))
+
+    def outcome() -> tuple[list[Any], dict[str, Any], str | None]:
+        reader = read_stream(path)
+        got: list[Any] = []
+        error = None
+        try:
+            for batch in reader.batches():
+                got.extend(batch)
+        except StreamError as exc:
+            error = str(exc)
+        return got, reader.stats.as_dict(), error
+
+    short = outcome()
+    monkeypatch.setattr(read_module, "_SHORT_WAY", {})
+    long = outcome()
+    assert short == long
+    assert len(short[0]) > 100 and short[1]["malformed_total"] > 100

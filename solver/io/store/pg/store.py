@@ -190,9 +190,10 @@ class PgStore(Store):
         return int(row[0])
 
     def commit(self) -> None:
-        """The journal's group commit, then the request samples of the turn (not fenced:
-        a sample is not a record the desk needs)."""
-        self.journal.commit()
+        """What the journal holds (:meth:`PgJournal.commit_aside`: a failure fails the
+        executor's next commit too), then the request samples of the turn (not fenced: a
+        sample is not a record the desk needs)."""
+        self.journal.commit_aside()  # type: ignore[attr-defined]
         requests, self._requests = self._requests, []
         if requests:
             try:

@@ -101,8 +101,9 @@ class PgStore(Store):
         """The connection, made again if the last one broke (raises :class:`StoreError`)."""
         raw = self._raw
         if raw is None or raw.closed or raw.broken:
-            if raw is not None:
+            if raw is not None:  # said once a break, not at every try while the server is away
                 log.warning("the store's connection to %s broke: connecting again", self.shown)
+                self._raw = None
                 with contextlib.suppress(psycopg.Error):
                     raw.close()
             name = f"solver {self.lease.holder}"[:63]  # who, in pg_stat_activity

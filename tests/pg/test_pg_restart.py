@@ -180,6 +180,9 @@ async def test_a_server_down_past_the_lease_stops_all_quoting_then_the_standby_t
             await asyncio.to_thread(pg_cluster.stop)
             down = time.monotonic()
             await asyncio.sleep(2 * LEASE_S)
+            said = a.output()  # at its deadline, while the server is down: it knows
+            assert "fenced out of the lease" in said, said
+            assert "refreshed in time" in said, said  # by its refresh or a commit
             starting = time.monotonic()
             await asyncio.to_thread(pg_cluster.start)
             up = time.monotonic()
@@ -191,10 +194,10 @@ async def test_a_server_down_past_the_lease_stops_all_quoting_then_the_standby_t
             assert during == [], f"answers while the database was down: {during}"
             last_a = max(x.at for x in arrivals if x.conn_id in a_conns)
             assert last_a < stopping + LEASE_S, "the active answered past its lease"
-            code, exited = await asyncio.wait_for(watch, 20)
+            done, _ = await asyncio.wait({watch}, timeout=20)
+            assert done, f"the fenced active did not exit: {a.output()}"
+            code, exited = watch.result()
             assert code == EXIT_FENCED, a.output()
-            assert "fenced out of the lease" in a.output(), a.output()
-            assert "refreshed in time" in a.output(), a.output()  # by its refresh or a commit
             assert "ALERT: lease_lost" in a.output(), a.output()
             assert b.process.returncode is None, b.output()
 

@@ -139,6 +139,8 @@ async def test_a_restarted_server_is_rejoined_by_whoever_holds_the_lease(
             assert kept or back - began > 0.4 * LEASE_S, a.output()
             if kept:  # it connected again within its deadline: same epoch, no failover
                 assert "connecting again" in a.output(), a.output()
+                later = await pair.answer_after(back + LEASE_S, "answers a lease later", 10)
+                assert later.conn_id in a_conns, "the active lost its lease after all"
                 code, status = await pair.control("a", "/control/status")
                 assert code == 200 and status["lease"]["role"] == "active", status
                 assert status["lease"]["epoch"] == 1, status

@@ -5,6 +5,18 @@ of one account against the sandbox with takers on, the server stopped under them
 Judged as the other fault tests judge (:meth:`~tests.pg.two_instances.Pair.judge`): at most one
 instance answers at any moment from the relay's side, every answer the relay received is in the
 shared journal, no nonce repeats, the answers open at once never promise more than the balance.
+
+- Restarted: while the server is away every commit fails, so the active sends nothing. Back
+  before the active's own deadline (80 % of the lease from before its last refresh), the active
+  connects again, keeps its lease and epoch and quotes on; the standby stands by. Back after
+  it, the active has exited 75 and the standby takes over. Either way some instance quotes
+  within the lease and 2 s of the server being back.
+- Down for twice the lease: the active's answers stop at once, it says it is fenced out at its
+  deadline while the server is still down and exits 75; nobody answers while it is down; the
+  standby takes the expired lease and quotes within the lease and 2 s of the server's start.
+- And at the store: a commit the store makes aside (before its own writes) and loses makes the
+  executor's next commit fail, so no answer leaves whose fact was lost with it.
+
 The server is started again whatever happens (the session's cluster serves the worker's other
 tests).
 """

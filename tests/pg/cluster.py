@@ -52,6 +52,8 @@ def _free_port() -> int:
 class Cluster:
     port: int
     home: Path
+    options: str = ""
+    """The server's options (``pg_ctl -o``): the same at every start."""
     user: str = "solver"
 
     def url(self, database: str) -> str:
@@ -82,6 +84,51 @@ class Cluster:
         with self.admin() as conn:
             return len(conn.execute(sql, params).fetchall())
 
+    def _pg_ctl(self, *args: str) -> None:
+        done = subprocess.run(
+            _as_owner([str(BIN / "pg_ctl"), "-D", str(self.home / "data"), *args]),
+            check=False, capture_output=True, cwd=self.home, text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl {' '.join(args)}: exit {done.returncode}: {done.stderr}")
+
+    def start(self) -> None:
+        """Start the server (``-w``: it returns once the server accepts connections)."""
+        self._pg_ctl("-o", self.options, "-l", str(self.home / "log"), "-w", "-t", "60", "start")
+        self.ready()
+
+    def stop(self) -> None:
+        """Stop the server the way an operator or a package upgrade does (``-m fast``: its
+        sessions are ended, their transactions rolled back); returns once it is down."""
+        self._pg_ctl("-m", "fast", "-w", "-t", "60", "stop")
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every session ended, the server back on the same port;
+        returns once it accepts connections again."""
+        self._pg_ctl("-o", self.options, "-l", str(self.home / "log"), "-m", "fast", "-w",
+                     "-t", "60", "restart")  # fmt: skip
+        self.ready()
+
+    def ready(self, timeout_s: float = 30) -> None:
+        """Wait until the server takes a connection (``pg_ctl -w`` can return a little early)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.admin().close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def running(self) -> bool:
+        """Whether the server is up (``pg_ctl status``)."""
+        status = subprocess.run(
+            _as_owner([str(BIN / "pg_ctl"), "-D", str(self.home / "data"), "status"]),
+            check=False, capture_output=True, cwd=self.home,
+        )  # fmt: skip
+        return status.returncode == 0
+
 
 def _as_owner(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
@@ -110,22 +157,9 @@ def running_cluster() -> Iterator[Cluster]:
         "-c fsync=off -c synchronous_commit=on -c full_page_writes=off -c max_connections=60 "
         "-c shared_buffers=32MB"
     )
-    subprocess.run(
-        _as_owner([str(BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l",
-                   str(home / "log"), "-w", "-t", "60", "start"]),
-        check=True, capture_output=True, cwd=home,
-    )  # fmt: skip
-    cluster = Cluster(port, home)
+    cluster = Cluster(port, home, options)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                cluster.admin().close()
-                break
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        cluster.start()
         yield cluster
     finally:
         subprocess.run(

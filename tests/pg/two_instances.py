@@ -23,6 +23,7 @@ import httpx
 import orjson
 import psycopg
 
+from sandbox.bus import AnswerArrival
 from sandbox.config import PairSpec, TakersSpec
 from sandbox.server import Sandbox
 from solver.core import facts as f
@@ -108,6 +109,15 @@ class Pair:
 
         await eventually(lambda: bool(fresh()), what, timeout_s, 0.02)
         return min(fresh())
+
+    async def answer_after(self, since: float, what: str, timeout_s: float) -> AnswerArrival:
+        """The first answer the relay received after ``since``, from any connection."""
+
+        def after() -> list[AnswerArrival]:
+            return [a for a in list(self.sandbox.bus.arrivals) if a.at > since]
+
+        await eventually(lambda: bool(after()), what, timeout_s, 0.02)
+        return min(after(), key=lambda a: a.at)
 
     def subscribed(self) -> int:
         """Connections subscribed to quote requests."""

@@ -26,6 +26,14 @@ break (under the lease nobody else writes it) and writes it only if not: no entr
 lost, and no ``store_error`` pause for a cut connection. A commit that cannot connect again
 fails as a SQLite commit does (nothing of it is written; the executor pauses quoting and
 appends the desk's facts again).
+
+The store commits too, before its own writes and reads (a projection slice, a nonce, a
+snapshot: :meth:`PgJournal.commit_aside`), carrying whatever the executor appended. When such a
+commit fails, its rows are gone, but the executor did not see it fail: its next commit fails
+too (:attr:`PgJournal.lost`, as on SQLite), so it sends none of the answers it holds and
+appends its other facts again. Without that, its next commit found nothing to write, succeeded,
+and sent answers whose facts were never written (a server restart, seen in
+``tests/pg/test_pg_restart.py``).
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ class PgJournal:
         self.committed_seq = 0
         """The journal position of the last entry this instance committed."""
         self.lost: str | None = None
+        """Why a commit made aside lost appended facts, until the executor's next commit."""
         self._at: list[int] = []
         self._kind: list[str] = []
         self._body: list[str] = []
@@ -97,9 +106,35 @@ class PgJournal:
         return len(self._at)
 
     def commit(self) -> None:
-        """Write every appended fact, fenced; :class:`FencedError` (a
-        :class:`~solver.io.store.schema.StoreError`) if the lease is lost, :class:`StoreError`
-        if the database failed: none of them is written."""
+        """The executor's group commit: write every appended fact, fenced;
+        :class:`FencedError` (a :class:`~solver.io.store.schema.StoreError`) if the lease is
+        lost, :class:`StoreError` if the database failed — or if a commit the store made
+        aside lost appended facts since the last call (:attr:`lost`): none of them is written."""
+        lost, self.lost = self.lost, None
+        if lost is not None and self._fenced is None:
+            self.rollback()  # what was appended since goes again with what was lost
+            raise StoreError(f"{lost} (a commit made aside, before a write of the store)")
+        self._write()
+
+    def commit_aside(self) -> None:
+        """The commit the store makes before one of its own writes or reads: it writes what
+        the executor appended. If it fails, those rows are gone and the executor's next
+        :meth:`commit` fails too (:attr:`lost`). While a loss waits for the executor, nothing
+        is written aside: the executor's commit drops it and appends its facts again, so no
+        fact is written twice."""
+        if self.lost is not None:
+            return
+        carried = bool(self._at)
+        try:
+            self._write()
+        except FencedError:
+            raise
+        except StoreError as exc:
+            if carried:
+                self.lost = str(exc)
+            raise
+
+    def _write(self) -> None:
         if self._fenced is not None:
             self.rollback()
             raise self._fenced
@@ -216,8 +251,11 @@ class PgJournal:
 
     def write_snapshot(self, body: Mapping[str, Any], at: datetime) -> int:
         """A desk snapshot covering every fact committed so far, fenced like a commit (a
-        fenced-out instance's desk is not the journal's any more)."""
-        self.commit()
+        fenced-out instance's desk is not the journal's any more). Refused while a loss waits
+        for the executor (:attr:`lost`): the desk holds facts the journal does not."""
+        if self.lost is not None:
+            raise StoreError(f"cannot write the desk snapshot: the journal lost facts: {self.lost}")
+        self.commit_aside()
         conn = self._conn()
         try:
             fence = self.lease.fence_params()

@@ -104,8 +104,9 @@ class PgStore(Store):
         """The connection, made again if the last one broke (raises :class:`StoreError`)."""
         raw = self._raw
         if raw is None or raw.closed or raw.broken:
-            if raw is not None:
+            if raw is not None:  # said once a break, not at every try while the server is away
                 log.warning("the store's connection to %s broke: connecting again", self.shown)
+                self._raw = None
                 with contextlib.suppress(psycopg.Error):
                     raw.close()
             name = f"solver {self.lease.holder}"[:63]  # who, in pg_stat_activity
@@ -194,9 +195,10 @@ class PgStore(Store):
         return int(row[0])
 
     def commit(self) -> None:
-        """The journal's group commit, then the request samples of the turn (not fenced:
-        a sample is not a record the desk needs)."""
-        self.journal.commit()
+        """What the journal holds (:meth:`PgJournal.commit_aside`: a failure fails the
+        executor's next commit too), then the request samples of the turn (not fenced: a
+        sample is not a record the desk needs)."""
+        self.journal.commit_aside()  # type: ignore[attr-defined]
         requests, self._requests = self._requests, []
         if requests:
             try:

@@ -13,12 +13,17 @@ peak memory (``resource.getrusage``: max RSS) is its own:
   signed, every fill through the verifier's full checks) on the 100k stream; each with the
   stream read in-process (``Replay.run``) and read in a second process
   (``backtest.stream.prefetch``, ``Replay.run_records``);
-- **rate** = requests / wall time of the replay (the stream is read from disk, gzip, during
-  it); CPU seconds of the replay process and of the reader process are recorded too;
+- **rate** = requests per CPU second, all CPU counted: the replay process's and, with
+  prefetch, the reader process's (``resource.getrusage`` of the children once it ended);
+  requests over the wall time of the replay are recorded too (the stream is read from disk,
+  gzip, during it);
+- **repeats**: every run :data:`REPEATS` times, the runs interleaved (all once, then all
+  again), each figure the median run's (by requests per CPU second) with the others listed;
 - **profile**: cProfile over the 100k stream (``spread``, signing off, in-process): where the
   time goes by stage, and the top functions.
 
-Target (issue 12): >= 100,000 requests/s with signing off, memory flat in stream length.
+Target (issue 29): >= 50,000 requests per CPU second with signing off on the 100k stream,
+``spread``, all CPU counted, through the live desk and executor; memory flat in stream length.
 """
 
 from __future__ import annotations
@@ -48,7 +53,12 @@ from benchmarks.quote_path_systems import export_tree, tree_env
 from benchmarks.replay_report import markdown, plot
 
 NAME = "replay"
-TARGET_RPS = 100_000
+TARGET_PER_CPU_S = 50_000
+"""Requests per CPU second (replay and reader processes) with signing off, ``spread``, on the
+:data:`TARGET_STREAM`-request stream (issue 29; it replaces issue 12's 100,000/s of wall)."""
+TARGET_STREAM = 100_000
+REPEATS = 3
+"""Each run this many times; the median is reported (a shared machine's load moves a run)."""
 BASELINE_REPEATS = 3
 """Paired runs against ``--replay-baseline``: the median of three ratios."""
 SEED = 7
@@ -149,7 +159,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     settings = validate_settings({**SETTINGS, "sign": spec["sign"]})
     replay = Replay(config, settings)
     profiler = cProfile.Profile() if spec.get("profile") else None
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_before = peak_rss_mb()
     started_cpu, started = time.process_time(), time.perf_counter()
     if profiler is not None:
         profiler.enable()
@@ -162,7 +172,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     if profiler is not None:
         profiler.disable()
     elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the prefetch reader, joined
+    reader_cpu = children.ru_utime + children.ru_stime
     t = result.measures
     out: dict[str, Any] = {
         **spec,
@@ -172,11 +183,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "skips": dict(t.skips),
         "elapsed_s": round(elapsed, 3),
         "cpu_s": round(cpu, 3),
-        "reader_process_cpu_s": round(children.ru_utime + children.ru_stime, 3),
+        "reader_process_cpu_s": round(reader_cpu, 3),
+        "all_cpu_s": round(cpu + reader_cpu, 3),
         "requests_per_s": round(t.requests / elapsed),
-        "requests_per_cpu_s": round(t.requests / cpu),
-        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "max_rss_at_start_mb": round(rss_before / 1024, 1),
+        "requests_per_cpu_s": round(t.requests / (cpu + reader_cpu)),
+        "requests_per_replay_cpu_s": round(t.requests / cpu),
+        "max_rss_mb": round(peak_rss_mb(), 1),
+        "max_rss_at_start_mb": round(rss_before, 1),
+        # ru_maxrss: at least what the replay process held when it started the reader
         "reader_process_max_rss_mb": round(children.ru_maxrss / 1024, 1),
     }
     if profiler is not None:
@@ -187,12 +201,26 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (MB) since it started: ``VmHWM``, which starts
+    afresh at exec. ``ru_maxrss`` carries the parent's over fork and exec (a benchmark that
+    had just generated its streams gave every run its own 130 MB); the fallback elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _read_only(path: str) -> float:
     from backtest.stream.read import read_stream
 
     started = time.process_time()
     with read_stream(path) as reader:
-        for _ in reader:
+        for _ in reader.batches():  # what the replay reads: records, not events
             pass
     return round(time.process_time() - started, 3)
 
@@ -255,7 +283,7 @@ def _taker_limit_us(n: int = 20_000) -> float:
 DECIDE = "decide (solver/core, without the strategy)"
 DESK = "desk around decide (lifecycle, facts, reconciliation, PnL, ticks)"
 STAGE_FUNCTIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "read (stream.py)": (("stream.py", "__next__"),),
+    "read (backtest/stream/read.py)": (("stream/read.py", "_part_batches"),),
     DECIDE: (("quoting.py", "decide"),),
     "strategy": (("strategies", "quote"),),
     DESK: (("core/desk.py", "receive"), ("core/desk.py", "tick")),
@@ -366,6 +394,18 @@ async def against_baseline(
     }
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median requests per CPU second, with every repeat's figure beside it."""
+    ordered = sorted(runs, key=lambda r: r["requests_per_cpu_s"])
+    return {
+        **ordered[len(ordered) // 2],
+        "repeats": [
+            {k: r[k] for k in ("requests_per_cpu_s", "requests_per_s", "all_cpu_s", "max_rss_mb")}
+            for r in runs
+        ],
+    }
+
+
 def plan(quick: bool) -> tuple[int, int, list[dict[str, Any]]]:
     big, small = (100_000, 10_000) if quick else (1_000_000, 100_000)
     runs = []
@@ -401,16 +441,19 @@ async def run(
         path, info = await asyncio.to_thread(stream_for, scratch, n, progress)
         streams[str(n)] = {"path": str(path), **info}
     machine = {**machine_info(), "calibration": calibrate(), "quiet_check": quiet or {}}
-    results = []
-    for planned in runs:
-        spec = {**planned, "stream": streams[str(planned["n"])]["path"]}
-        progress.log(f"{spec['name']} ...")
-        got = await _run_child(spec, scratch)
-        progress.log(
-            f"{spec['name']}: {got['requests_per_s']:,} requests/s, "
-            f"{got['requests']:,} requests in {got['elapsed_s']} s, max RSS {got['max_rss_mb']} MB"
-        )
-        results.append(got)
+    repeats: dict[str, list[dict[str, Any]]] = {planned["name"]: [] for planned in runs}
+    for repeat in range(REPEATS):  # interleaved: a slow spell of the machine hits every run
+        for planned in runs:
+            spec = {**planned, "stream": streams[str(planned["n"])]["path"]}
+            progress.log(f"{spec['name']} ({repeat + 1}/{REPEATS}) ...")
+            got = await _run_child(spec, scratch)
+            progress.log(
+                f"{spec['name']}: {got['requests_per_cpu_s']:,} requests/CPU s "
+                f"({got['requests_per_s']:,}/s wall), {got['requests']:,} requests in "
+                f"{got['elapsed_s']} s, max RSS {got['max_rss_mb']} MB"
+            )
+            repeats[spec["name"]].append(got)
+    results = [median_run(repeats[planned["name"]]) for planned in runs]
     prof = None
     if profile != "never":
         spec = {"name": "profile", "strategy": "spread", "sign": False, "reader": "inproc",
@@ -431,7 +474,8 @@ async def run(
         for s in ("amm", "spread")
         for reader in ("inproc", "prefetch")
     }
-    off_big = [r for r in results if not r["sign"] and r["n"] == big]
+    on_target = [r for r in results if not r["sign"] and r["n"] == TARGET_STREAM]
+    target_runs = [r for r in on_target if r["strategy"] == "spread"]
     report: dict[str, Any] = {
         "benchmark": NAME,
         "command": command,
@@ -447,10 +491,19 @@ async def run(
         "runs": results,
         "memory_max_rss_mb": memory,
         "targets": {
-            "requests_per_s_signing_off": TARGET_RPS,
-            "met_by": [r["name"] for r in off_big if r["requests_per_s"] >= TARGET_RPS],
-            "best_signing_off": max(r["requests_per_s"] for r in off_big),
-            "memory_flat": all(m["ratio"] < 1.25 for m in memory.values()),
+            "requests_per_cpu_s_signing_off": TARGET_PER_CPU_S,
+            "stream": TARGET_STREAM,
+            "repeats": REPEATS,
+            "met_by": [
+                r["name"] for r in target_runs if r["requests_per_cpu_s"] >= TARGET_PER_CPU_S
+            ],
+            "best_signing_off": max(r["requests_per_cpu_s"] for r in target_runs),
+            "best_signing_off_any_strategy": max(r["requests_per_cpu_s"] for r in on_target),
+            # judged from 100k up: a shorter run ends before the desk's bounded books are
+            # full (20,000 recently lost quotes are kept), so it would compare a warm-up
+            "memory_flat": (
+                all(m["ratio"] < 1.25 for m in memory.values()) if small >= TARGET_STREAM else None
+            ),
         },
         "profile": prof,
         "baseline": (

@@ -12,7 +12,8 @@ from benchmarks.common import dirty_note, fmt, md_table
 
 def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
     """``seed`` and ``rate``: the synthetic streams' (not in the result's JSON)."""
-    target_rps = r["targets"]["requests_per_s_signing_off"]
+    t = r["targets"]
+    target = t["requests_per_cpu_s_signing_off"]
     m = r["machine"]
     big = max(int(n) for n in r["setup"]["streams"])
     small = min(int(n) for n in r["setup"]["streams"])
@@ -20,13 +21,23 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
     rows = [
         [
             x["strategy"], "on" if x["sign"] else "off", f"{x['n']:,}", x["reader"],
-            x["requests_per_s"], x["requests_per_cpu_s"], x["cpu_s"], x["reader_process_cpu_s"],
+            x["requests_per_cpu_s"],
+            " / ".join(f"{y['requests_per_cpu_s']:,}" for y in x.get("repeats", [x])),
+            x["cpu_s"], x["reader_process_cpu_s"], x["requests_per_s"],
             f"{x['quoted'] / max(1, x['requests']):.0%}", f"{x['won'] / max(1, x['quoted']):.0%}",
             x["max_rss_mb"], x["machine_busy_cores"],
         ]
         for x in r["runs"]
     ]  # fmt: skip
-    t = r["targets"]
+    flat = {True: "yes", False: "NO"}.get(
+        t["memory_flat"],
+        f"not judged ({small:,} requests end before the desk's bounded books are full)",
+    )
+    verdict = (
+        f"met by {', '.join(t['met_by'])} (best {t['best_signing_off']:,})"
+        if t["met_by"]
+        else f"not met (best {t['best_signing_off']:,})"
+    )
     lines = [
         "# Backtest replay speed",
         "",
@@ -46,13 +57,10 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
         "(`Replay.run`); `prefetch`: read and parsed in a second process "
         "(`backtest.stream.prefetch`, `Replay.run_records`). Each run is its own process.",
         "",
-        f"**Target ≥ {target_rps:,} requests/s with signing off**: "
-        + (
-            f"met by {', '.join(t['met_by'])} (best {t['best_signing_off']:,}/s)."
-            if t["met_by"]
-            else f"not met (best {t['best_signing_off']:,}/s on the {big:,}-request stream)."
-        )
-        + f" **Memory flat in stream length**: {'yes' if t['memory_flat'] else 'NO'}.",
+        f"**Target ≥ {target:,} requests per CPU second with signing off** (the "
+        f"{t['stream']:,}-request stream, `spread`, all CPU counted: the replay process's and "
+        f"the prefetch reader's; median of {t['repeats']} runs): {verdict}. "
+        f"**Memory flat in stream length**: {flat}.",
         "",
         md_table(
             [
@@ -60,10 +68,11 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
                 "signing",
                 "requests",
                 "reader",
-                "requests/s (wall)",
-                "requests/CPU s",
+                "requests/CPU s (median)",
+                "each run",
                 "replay CPU s",
                 "reader process CPU s",
+                "requests/s (wall)",
                 "quoted",
                 "won/quoted",
                 "max RSS MB",
@@ -72,15 +81,18 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
             rows,
         ),
         "",
-        "`requests/s` counts requests over the wall time of the replay, reading included; "
-        "`machine busy cores` is the whole machine's load over the run (this benchmark "
-        "included): above the cores a run can use (1, or 2 with prefetch) others were busy "
-        "too and the figure understates the replay.",
+        "`requests/CPU s` counts requests over all the CPU the replay used: its own process's "
+        "and, with prefetch, the reader process's (the columns beside it are the median run's). "
+        f"Every run was made {t['repeats']} times, interleaved; the table shows the median "
+        "run and each run's figure. `requests/s` counts requests over the wall time of the "
+        "replay, reading included; `machine busy cores` is the whole machine's load over the "
+        "run (this benchmark included): above the cores a run can use (1, or 2 with prefetch) "
+        "others were busy too.",
         "",
         "## Memory",
         "",
-        "Max RSS (`resource.getrusage`, the replay process; the prefetch reader process is "
-        "separate and listed in the JSON) with signing off:",
+        "Peak RSS (`VmHWM`, the replay process; the prefetch reader process is separate and "
+        "listed in the JSON) with signing off:",
         "",
         md_table(
             ["run", f"{small:,} requests", f"{big:,} requests", "ratio"],
@@ -90,7 +102,8 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
             ],
         ),
         "",
-        "The stream is read line by line (or in batches of 4,096 through a pipe) and never held; "
+        "The stream is read in batches of 256 lines (or of 4,096 records through a pipe) and "
+        "never held; "
         "pending work is bounded by the open quotes and the markout horizon; the report keeps "
         "fixed-size histograms and downsampled series. Ten times the requests, the same memory.",
     ]
@@ -152,77 +165,59 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-CORE_NOTES = """## Why the target is missed, and what would close the gap
+CORE_NOTES = """## What a request costs, and what is left (issue 29)
 
-Since issue 10 the replay drives the live desk (`solver/core/desk.py`), not a bare
-`QuotePipeline`: each quote also gets its `QuoteOpened` fact and tracked quote, ends LOST or
-SETTLED through a `QuoteMoved` fact at a tick, and each settlement is followed by a balance
-snapshot. On a 100k stream (signing off, `spread`) that took the replay from about 55 to about
-100 µs of CPU a request; `Inventory.release_expired` walking every reservation at each snapshot
-is about 15 % of the run (a deadline heap in `Inventory` removes it). The notes below predate
-that change (they describe the bare-pipeline engine).
+50,000 requests per CPU second is 20 µs a request, everything counted: reading the stream, the
+live desk and executor (`solver/core`, `solver/runtime`: the replay drives the very objects
+the bot runs, no vectorised stand-in), the strategy, the simulated relay and fill model, the
+measurements. Where it went at `07ff898` (py-spy, 700 Hz, over the 100k stream, `spread`,
+signing off, in-process, ~85 µs a request on this busy machine, each sample counted for the
+innermost frame of this project's code):
 
-100,000 requests/s is 10 µs a request, everything included. The decision code the replay
-shares with the live bot costs about that alone: `QuotePipeline.decide` ≈ 5.5 µs plus the
-strategy ≈ 4-5 µs (below), before the desk's lifecycle, reading and measuring. On this 2-core
-machine, in CPython, the target cannot be met by a replay that runs the live decision code per
-request (the product's rule); it would take a separate, vectorised model of the strategies, or
-a different target. Measured here (the table, the profile, and the profiler-free figures
-above), per request on the 1,000,000-request stream with signing off (the figures of the
-bare-pipeline engine; the desk adds its lifecycle on top):
+| part | share |
+|---|---|
+| the desk (`solver/core`) | 46 % |
+| the executor (`solver/runtime`) and the nonce source | 7 % |
+| the engine, simulated ports, fill and taker models, measurements (`backtest/`) | 25 % |
+| reading (`backtest/stream`, and `QuoteRequestParser.parse` of `solver/protocol`: 3 %) | 15 % |
+| the strategy (`strategies/spread.py`, `pricing.py`) | 7 % |
 
-- **reading** ≈ 11 µs of CPU in-process (gzip, JSON, ISO timestamps, the checks of
-  `backtest/stream/read.py`, two frozen dataclasses per request). Prefetch moves it to the second
-  core — the reader process's CPU column — leaving the replay process 1-2 µs to rebuild a
-  `QuoteRequest` and a `datetime` per request;
-- **`QuotePipeline.decide`** (solver/core) ≈ 5.5 µs, plus the **strategy** ≈ 4-5 µs;
-- **the engine around them** ≈ 20 µs: the resolution FIFO and the expiry heap, the competitor
-  book, the fill model, the tracker's per-quote histograms, and each win's settlement on the
-  ledger (under cProfile a win costs about ten times a lost quote: the verifier's
-  debit/credit under its undo journal, balance reads, the tracker's equity, inventory and
-  exposure updates, a `FillRecord`, three markout entries): 15 % of quotes win with
-  `spread`, 29 % with `amm`, which is why `amm` is slower.
+Done in `backtest/` and `strategies/` for issue 29, with the same decisions, fills and
+summaries (compared on nine replays: both strategies, signing on and off, both readers, the
+three fill models, fixed and lognormal latency): the reader parses each line straight into a
+record (a tuple with the time in µs and the request's one `QuoteRequest`), reads the writer's
+timestamps without a `datetime`, and takes a short way for lines of the usual shape; the
+engine runs on records with µs integers, one `datetime` per request (the desk's `now`) and per
+tick; latency draws come a block at a time with their µs; the relay decides every due answer
+in one loop; the taker draws no limit for an answer it must accept or refuse anyway and copies
+its keyed hash; the competition model finds an observation's four buckets at once; the
+competitor book expires entries without a queue; measurements queue a tuple per request or
+outcome and count them a batch at a time; the cyclic collector's youngest generation is
+10,000 objects during a replay (the default walked the replay's young objects ~270 times per
+100k requests: 4.5 % of the CPU); `spread` works out a constant spread once. About 1.3× the
+requests per CPU second of `2331a8e`.
 
-So the replay process needs about 30-40 µs a request with prefetch (the "requests/CPU s"
-column) and the best wall-clock rate is about half the target. Memory is flat.
+What is left, by size:
 
-Done here, with identical results (the tests of `tests/strategies` and `tests/backtest` pass
-unchanged; an equivalence check of 700,000 random quotes against the previous Fraction code
-found no difference): `spread` and `amm` price with one integer numerator and denominator
-instead of a `Fraction` per operation (`spread` about 3× faster: 15 → 5 µs a quote);
-resolutions (a constant delay after their request) go through a FIFO merged with the heap
-instead of the heap; the stream can be parsed in a second process (`backtest.stream.prefetch`,
-`solver backtest run --prefetch`).
-
-What would close the gap, in order of gain:
-
-1. **The engine (backtest/, ~20 → ~8 µs)**: settle wins on a lighter path (direct balance
-   updates with the same fee and overflow checks, instead of the ledger's journaled
-   `_credit`/`_debit` and two balance reads before and after); compute markouts from the price
-   series when they come due instead of three heap entries per fill; update the per-quote
-   histograms in arrays indexed by bin; count events in plain ints instead of `Counter`s;
-   carry µs integers instead of `datetime`s through the engine.
-2. **solver/core (owned by the lead, not changed here), ~5.5 → ~3 µs per `decide`**:
-   - `Skip`, `Quote` and `Reservation` are frozen dataclasses: every field is set through
-     `object.__setattr__` (about 0.2 µs a field; `Quote` + `Reservation` ≈ 2 µs). Plain
-     slotted classes would halve that.
-   - Every age check builds `timedelta`s: `(now - state.salt_at).total_seconds()`,
-     `inventory.balance_age_s(now)`, `price.age_s(now)` twice, `now.timestamp()` for the token
-     bucket, `now + timedelta(...)` for the deadline. Passing `now` also as float seconds would
-     replace six datetime operations with float compares.
-   - `_open_exposure_usd()` walks every reserved asset and re-reads its price on every
-     decision; a running total kept by `Inventory.reserve/release` would make it O(1).
-   - `10 ** dec` (float power) twice per decision and once per reserved asset; a per-asset
-     scale table in `MarketState` would avoid it.
-   - `LiveMarketView` is built per decision; it could be reused with its `now` set per call.
-3. **Reading (in-process, ~11 µs)**: only matters without prefetch (sweeps): frozen event
-   dataclasses and per-line dict lookups; a reader that builds the engine's compact records
-   directly would save about a third.
+1. **The desk and executor (~half of a request).** The heaviest, per request: `decide` (about
+   8 µs here without the strategy: frozen `Skip`/`Quote`/`Reservation` dataclasses set field by
+   field, `datetime` arithmetic for every age check and the deadline, the open exposure walked
+   per decision), the quote's lifecycle (`_apply_opened`, the book's `add`/`move`/`_account`,
+   `RecentLost.add`), the deadline heaps (`QuoteBook.past_deadline`,
+   `Inventory.release_expired` at each balance snapshot), the executor's layers around an
+   answer (`request`, `_sign_and_queue`, `_queue_signed`, the flush).
+2. **`QuoteRequest` (`solver/protocol`)**: a frozen dataclass of seven fields costs about 1 µs
+   to build (each field through `object.__setattr__`), a third of the request parser.
+3. **Time at the desk's door**: the desk takes a `datetime`; the replay builds one per request
+   and per tick (about 0.5 µs each). A desk on µs integers would drop them.
+4. **In `backtest/`**, what remains is per-answer model work (a keyed hash and an inverse
+   normal for the taker's limit, four bucket appends for the competition, the win-rate bins)
+   and CPython's cost of a call and an attribute: a few µs in all.
 """
 
 
 def plot(r: dict[str, Any], path: Path) -> None:
-    target_rps = r["targets"]["requests_per_s_signing_off"]
+    target = r["targets"]["requests_per_cpu_s_signing_off"]
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 7))
@@ -232,13 +227,16 @@ def plot(r: dict[str, Any], path: Path) -> None:
         f"{x['strategy']} {'sign' if x['sign'] else 'no sign'} {x['n'] // 1000}k" for x in runs
     ]
     colors = ["tab:green" if x["reader"] == "prefetch" else "tab:blue" for x in runs]
-    top.bar(range(len(runs)), [x["requests_per_s"] for x in runs], color=colors)
+    top.bar(range(len(runs)), [x["requests_per_cpu_s"] for x in runs], color=colors)
     top.axhline(
-        target_rps, color="tab:red", linestyle="--", label=f"target {target_rps:,}/s (signing off)"
+        target,
+        color="tab:red",
+        linestyle="--",
+        label=f"target {target:,}/CPU s (spread, signing off, {r['targets']['stream']:,})",
     )
     top.set_xticks(range(len(runs)), labels, fontsize=8, rotation=35, ha="right")
-    top.set_ylabel("requests / s (wall)")
-    top.set_title("Replay speed (blue: stream read in-process, green: prefetch process)")
+    top.set_ylabel("requests / CPU s (all processes)")
+    top.set_title("Replay speed, median run (blue: stream read in-process, green: prefetch)")
     top.legend(loc="upper right")
     top.grid(axis="y", alpha=0.3)
     memory = r["memory_max_rss_mb"]

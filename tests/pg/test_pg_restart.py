@@ -41,6 +41,7 @@ from tests.pg.cluster import PASSWORD, PASSWORD_ENV, Cluster
 from tests.pg.two_instances import (
     EXIT_FENCED,
     LEASE_S,
+    Asker,
     Instance,
     Pair,
     active_and_standby,
@@ -58,6 +59,27 @@ async def left_running(cluster: Cluster) -> AsyncIterator[Cluster]:
         if not cluster.running():
             await asyncio.to_thread(cluster.start)
         await asyncio.to_thread(cluster.ready)
+
+
+@contextlib.asynccontextmanager
+async def two_on_one_server(tmp_path: Path, pg_url: str, cluster: Cluster) -> AsyncIterator[Pair]:
+    """Two instances of one account, takers on, on ``cluster`` (left running at the end)."""
+    async with (
+        left_running(cluster),
+        sandbox_with_takers(tmp_path) as sandbox,
+        two_instances(sandbox, pg_url, tmp_path) as pair,
+    ):
+        yield pair
+
+
+async def the_active_quoting(
+    pair: Pair, a: Instance, asker: Asker
+) -> tuple[set[str], asyncio.Task[tuple[int, float]]]:
+    """Once ``a`` answers: its connection ids at the relay and a task awaiting its exit."""
+    await asker.offer_after(time.monotonic() + 0.5, "a to go on quoting", 10)
+    a_conns = {x.conn_id for x in pair.sandbox.bus.arrivals}
+    assert len(a_conns) == 1, a_conns
+    return a_conns, asyncio.create_task(exit_of(a.process))
 
 
 async def exit_of(process: asyncio.subprocess.Process) -> tuple[int, float]:
@@ -122,16 +144,9 @@ def test_a_commit_lost_aside_fails_the_executors_next_one(pg_url: str, pg_cluste
 async def test_a_restarted_server_is_rejoined_by_whoever_holds_the_lease(
     tmp_path: Path, pg_url: str, pg_cluster: Cluster
 ) -> None:
-    async with (
-        left_running(pg_cluster),
-        sandbox_with_takers(tmp_path) as sandbox,
-        two_instances(sandbox, pg_url, tmp_path) as pair,
-    ):
+    async with two_on_one_server(tmp_path, pg_url, pg_cluster) as pair:
         async with active_and_standby(pair) as (a, b, asker):
-            await asker.offer_after(time.monotonic() + 0.5, "a to go on quoting", 10)
-            a_conns = {x.conn_id for x in pair.sandbox.bus.arrivals}
-            assert len(a_conns) == 1, a_conns
-            watch = asyncio.create_task(exit_of(a.process))
+            a_conns, watch = await the_active_quoting(pair, a, asker)
 
             await just_refreshed(pair)
             began = time.monotonic()
@@ -179,16 +194,9 @@ async def test_a_restarted_server_is_rejoined_by_whoever_holds_the_lease(
 async def test_a_server_down_past_the_lease_stops_all_quoting_then_the_standby_takes_over(
     tmp_path: Path, pg_url: str, pg_cluster: Cluster
 ) -> None:
-    async with (
-        left_running(pg_cluster),
-        sandbox_with_takers(tmp_path) as sandbox,
-        two_instances(sandbox, pg_url, tmp_path) as pair,
-    ):
+    async with two_on_one_server(tmp_path, pg_url, pg_cluster) as pair:
         async with active_and_standby(pair) as (a, b, asker):
-            await asker.offer_after(time.monotonic() + 0.5, "a to go on quoting", 10)
-            a_conns = {x.conn_id for x in pair.sandbox.bus.arrivals}
-            assert len(a_conns) == 1, a_conns
-            watch = asyncio.create_task(exit_of(a.process))
+            a_conns, watch = await the_active_quoting(pair, a, asker)
 
             stopping = time.monotonic()
             await asyncio.to_thread(pg_cluster.stop)

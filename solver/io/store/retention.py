@@ -22,22 +22,30 @@ history`` and the status page count what they counted before the rows went.
 
 Alerts, rebalances and their steps, nonces and nonce prefixes are small and stay. Deleted rows
 free pages that SQLite reuses, so the file stops growing once the retention is reached; it
-does not shrink (``VACUUM`` with the bot stopped does that).
+does not shrink (``VACUUM`` with the bot stopped does that). PostgreSQL's autovacuum reuses
+them the same way.
 
 Each piece is one short transaction of at most :data:`CHUNK` rows on the writer's connection,
 and :meth:`Pruner.prune` stops at its time budget, so the live bot calls it from its ticker
 without holding the quote path (``solver.runtime.upkeep``).
+
+The same rules and statements run on PostgreSQL, through
+:class:`~solver.io.store.pg.conn.PgConn` (the statements here are written in SQL both dialects
+take). There each transaction first takes the lease's fence (``fence``: the PostgreSQL store
+passes it), so only the active instance deletes anything, and a successor's taking of the
+lease waits for the piece to end.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from solver.core.facts import micros
-from solver.io.store.schema import StoreError, ts
+from solver.io.store.schema import DB_ERRORS, StoreError, ts
 
 CHUNK = 64
 """Rows deleted in one transaction: ~0.3 ms on average (measured on a copy of 100,000
@@ -48,10 +56,18 @@ SELECT_QUOTES = (  # LOST and REJECTED: the quotes that never became a trade
 )
 SELECT_JOURNAL = "SELECT seq, at FROM journal WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?"
 JOURNAL_KEPT_FROM = (  # the older snapshot's entry, the first one not projected, or the
-    # entry of the oldest quote still open (the projection rebuilds its memory from there)
-    "SELECT MIN((SELECT MIN(seq) FROM desk_snapshots), (SELECT seq FROM projection), "
-    "(SELECT COALESCE(open_from, seq) FROM projection)) "
-    "WHERE (SELECT COUNT(*) FROM desk_snapshots) >= 2"
+    # entry of the oldest quote still open (the projection rebuilds its memory from there);
+    # an aggregate over a union, not SQLite's MIN(a, b, c): PostgreSQL runs it too
+    "SELECT MIN(kept) FROM (SELECT MIN(seq) AS kept FROM desk_snapshots "
+    "UNION ALL SELECT seq FROM projection UNION ALL SELECT COALESCE(open_from, seq) "
+    "FROM projection) AS k WHERE (SELECT COUNT(*) FROM desk_snapshots) >= 2"
+)
+DELETE_BALANCE_SNAPSHOTS = (  # the latest stays
+    "DELETE FROM balance_snapshots WHERE id IN (SELECT id FROM balance_snapshots "
+    "WHERE at < ? AND at < (SELECT MAX(at) FROM balance_snapshots) ORDER BY at LIMIT ?)"
+)
+DELETE_REQUESTS = (
+    "DELETE FROM requests WHERE id IN (SELECT id FROM requests WHERE ts < ? ORDER BY ts LIMIT ?)"
 )
 
 
@@ -79,15 +95,24 @@ class Pruned:
 
 class Pruner:
     """Remembers where each table's deletions got to within a pass, so that its calls do not
-    walk again the old rows that stay (trades) or were deleted already."""
+    walk again the old rows that stay (trades) or were deleted already.
 
-    def __init__(self) -> None:
+    ``conn``: SQLite's connection, or PostgreSQL's through
+    :class:`~solver.io.store.pg.conn.PgConn`; ``fence``: called with it at the start of every
+    transaction, it raises (a :class:`StoreError`) when this instance may not delete (PostgreSQL:
+    the lease is not this instance's any more)."""
+
+    def __init__(self, fence: Callable[[Any], None] | None = None) -> None:
         self._quotes_from = ""
         self._journal_after = 0
+        self._fence = fence
 
-    def prune(
-        self, conn: sqlite3.Connection, before: datetime, *, budget_s: float | None = None
-    ) -> Pruned:
+    def _begin(self, conn: Any) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        if self._fence is not None:
+            self._fence(conn)
+
+    def prune(self, conn: Any, before: datetime, *, budget_s: float | None = None) -> Pruned:
         """Delete what is older than ``before`` and forgettable (module doc), a chunk per
         transaction, until done or past ``budget_s`` (None: until done). The connection must
         have no transaction open."""
@@ -99,9 +124,11 @@ class Pruner:
                 while step(conn, before, pruned):
                     if deadline is not None and time.perf_counter() > deadline:
                         return pruned
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+        except StoreError:  # the fence refused: nothing of the piece is deleted
+            _rollback(conn)
+            raise
+        except DB_ERRORS as exc:
+            _rollback(conn)
             raise StoreError(f"cannot delete old rows from the store: {exc}") from None
         pruned.done = True
         # The next pass starts over: a quote older than the cut may have been open when this
@@ -109,12 +136,12 @@ class Pruner:
         self._quotes_from, self._journal_after = "", 0
         return pruned
 
-    def _quotes(self, conn: sqlite3.Connection, before: datetime, pruned: Pruned) -> bool:
+    def _quotes(self, conn: Any, before: datetime, pruned: Pruned) -> bool:
         rows = conn.execute(SELECT_QUOTES, (self._quotes_from, ts(before), CHUNK)).fetchall()
         if not rows:
             return False
         ids = [(quote_id,) for quote_id, _ in rows]
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin(conn)
         conn.executemany("DELETE FROM transitions WHERE quote_id = ?", ids)
         conn.executemany("DELETE FROM quotes WHERE quote_id = ?", ids)
         conn.execute("COMMIT")
@@ -122,7 +149,7 @@ class Pruner:
         pruned.quotes += len(rows)
         return len(rows) == CHUNK
 
-    def _journal(self, conn: sqlite3.Connection, before: datetime, pruned: Pruned) -> bool:
+    def _journal(self, conn: Any, before: datetime, pruned: Pruned) -> bool:
         (kept_from,) = conn.execute(JOURNAL_KEPT_FROM).fetchone() or (None,)
         if kept_from is None:
             return False
@@ -135,7 +162,7 @@ class Pruner:
             last = seq
         if last is None:
             return False
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin(conn)
         deleted = conn.execute(
             "DELETE FROM journal WHERE seq > ? AND seq <= ?", (self._journal_after, last)
         ).rowcount
@@ -144,32 +171,24 @@ class Pruner:
         pruned.journal += deleted
         return last == rows[-1][0] and len(rows) == CHUNK
 
-    def _balance_snapshots(
-        self, conn: sqlite3.Connection, before: datetime, pruned: Pruned
-    ) -> bool:
-        deleted = _delete_chunk(
-            conn,
-            "DELETE FROM balance_snapshots WHERE id IN (SELECT id FROM balance_snapshots "
-            "WHERE at < ? AND at < (SELECT MAX(at) FROM balance_snapshots) ORDER BY at LIMIT ?)",
-            before,
-        )
+    def _balance_snapshots(self, conn: Any, before: datetime, pruned: Pruned) -> bool:
+        deleted = self._delete_chunk(conn, DELETE_BALANCE_SNAPSHOTS, before)
         pruned.balance_snapshots += deleted
         return deleted == CHUNK
 
-    def _requests(self, conn: sqlite3.Connection, before: datetime, pruned: Pruned) -> bool:
-        deleted = _delete_chunk(
-            conn,
-            "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests WHERE ts < ? "
-            "ORDER BY ts LIMIT ?)",
-            before,
-        )
+    def _requests(self, conn: Any, before: datetime, pruned: Pruned) -> bool:
+        deleted = self._delete_chunk(conn, DELETE_REQUESTS, before)
         pruned.requests += deleted
         return deleted == CHUNK
 
+    def _delete_chunk(self, conn: Any, sql: str, before: datetime) -> int:
+        """Run one chunk's ``DELETE`` (parameters: the cut, :data:`CHUNK`); rows deleted."""
+        self._begin(conn)
+        deleted = int(conn.execute(sql, (ts(before), CHUNK)).rowcount)
+        conn.execute("COMMIT")
+        return deleted
 
-def _delete_chunk(conn: sqlite3.Connection, sql: str, before: datetime) -> int:
-    """Run one chunk's ``DELETE`` (parameters: the cut, :data:`CHUNK`); rows deleted."""
-    conn.execute("BEGIN IMMEDIATE")
-    deleted = int(conn.execute(sql, (ts(before), CHUNK)).rowcount)
-    conn.execute("COMMIT")
-    return deleted
+
+def _rollback(conn: Any) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")

@@ -145,7 +145,8 @@ def translate(sql: str, params: Sequence[Any] | None) -> tuple[str, Sequence[Any
 
 class PgConn:
     """A psycopg connection that takes the SQLite store's SQL (``execute``, ``cursor``,
-    ``in_transaction``: what the shared queries and projection use)."""
+    ``executemany``, ``in_transaction``: what the shared queries, the projection and the
+    retention use)."""
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.raw = conn
@@ -164,6 +165,9 @@ class PgConn:
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> PgCursor:
         return self.cursor().execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> PgCursor:
+        return self.cursor().executemany(sql, rows)
 
 
 class PgCursor:

@@ -17,8 +17,10 @@ What differs from SQLite:
   prefixes and deposit nonces are unique by their keys, whoever writes them.
 - One synchronous connection per instance, on the event loop, with a statement timeout: a
   broken one is replaced at the next use.
-- No checkpoints (the server's business), no backups through the bot (``pg_dump`` does that),
-  and no retention pass yet (``storage.retain_days`` is not applied on PostgreSQL).
+- No checkpoints (the server's business) and no backups through the bot (``pg_dump`` does
+  that). The retention pass (``storage.retain_days``) is SQLite's
+  (:mod:`solver.io.store.retention`), run by the active instance only: each of its
+  transactions takes the lease's fence first.
 - ``path`` is the local file the instance keeps beside it (its alert spool); nothing of the
   store is in it.
 """
@@ -39,12 +41,12 @@ import psycopg
 from solver.core.market import QuoteRequest
 from solver.io.store.migrations import migrate_pg
 from solver.io.store.pg.conn import PgConn, connect, redact
-from solver.io.store.pg.journal import PgJournal
-from solver.io.store.pg.lease import Lease, LeaseHolder, current_holder
+from solver.io.store.pg.journal import FENCE, PgJournal
+from solver.io.store.pg.lease import FencedError, Lease, LeaseHolder, current_holder
 from solver.io.store.pg.projector import Projector
 from solver.io.store.projection import SELECT_ENTRIES, pending, project
 from solver.io.store.quote_rows import QuoteRows
-from solver.io.store.retention import Pruned
+from solver.io.store.retention import Pruned, Pruner
 from solver.io.store.schema import INSERT_NONCE, INSERT_REQUEST, NonceReusedError, StoreError, ts
 from solver.io.store.sqlite_store import INSERT_NONCE_PREFIX, Store
 from solver.protocol.nonce import PREFIX_LEN
@@ -97,6 +99,7 @@ class PgStore(Store):
         self._requests: list[tuple[Any, ...]] = []
         self._projector: Projector | None = None
         self._projected_at: int | None = None
+        self._pruner = Pruner(fence=self._fence_prune)
 
     # ------------------------------------------------------------------ connection
 
@@ -262,8 +265,21 @@ class PgStore(Store):
         return int(row[0]), 0
 
     def prune(self, before: datetime, budget_s: float | None = None) -> Pruned:
-        """Not on PostgreSQL yet: nothing is forgotten (docs/operations.md)."""
-        return Pruned(done=True)
+        """What SQLite's :meth:`Store.prune` deletes, by the same rules and statements
+        (:mod:`solver.io.store.retention`), after committing what was appended. Only the
+        lease holder deletes: a standby, a reader or a fenced-out instance forgets nothing
+        (done, so its upkeep waits for the next pass), and every transaction of the pass takes
+        the lease's fence first (:class:`FencedError` if the database refuses it)."""
+        if not self._writer or self.lease.epoch is None or self.journal.fenced:  # type: ignore[attr-defined]
+            return Pruned(done=True)
+        self.commit()
+        return self._pruner.prune(self._conn, before, budget_s=budget_s)
+
+    def _fence_prune(self, conn: PgConn) -> None:
+        """The lease's fence inside a retention transaction (as a commit's, ``FOR UPDATE``:
+        a successor's taking waits for the piece to end)."""
+        if conn.raw.execute(FENCE, self.lease.fence_params()).fetchone() is None:
+            raise FencedError("the database refused the retention's fence")
 
     def _write(self, statements: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
         self.commit()

@@ -137,6 +137,11 @@ def register_backup(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 def cmd_backup(args: argparse.Namespace) -> int:
     where = target(args)
+    if where.url is not None:
+        raise ConfigError(
+            "the store is on PostgreSQL (storage.url): back it up with pg_dump or base "
+            "backups (docs/operations.md, Backups on PostgreSQL)"
+        )
     out = Path(args.out).absolute()
     if out.exists():
         raise ConfigError(f"--out {out} exists already: give a new file")

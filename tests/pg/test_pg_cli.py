@@ -87,3 +87,16 @@ def test_a_password_in_storage_url_is_refused_and_never_echoed(tmp_path: Path) -
     assert "hunter2" not in str(caught.value)
     good = write_config(tmp_path / "good.yaml", {"storage.url": "postgresql://u@h/db"})
     assert load_bot_config(good).storage.url == "postgresql://u@h/db"
+
+
+def test_store_backup_of_a_postgresql_store_says_to_use_the_databases_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``solver store backup`` copies SQLite stores; on ``storage.url`` it refuses clearly
+    (exit 2 with a message naming pg_dump), never a traceback."""
+    config = write_config(tmp_path / "bot.yaml", {"storage.url": "postgresql://u@127.0.0.1:9/db"})
+    code = main(["store", "backup", "--config", str(config), "--out", str(tmp_path / "b.sqlite")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "pg_dump" in err and "Traceback" not in err
+    assert not (tmp_path / "b.sqlite").exists()

@@ -122,7 +122,8 @@ FILL_COLUMNS = (
     "SELECT quote_id, quote_hash, at, asset_in, amount_in, asset_out, amount_out, fee, "
     "intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, markouts FROM fills "
 )
-SELECT_FILLS = FILL_COLUMNS + f"WHERE at >= ?3 AND {PAIR} ORDER BY at DESC LIMIT ?4"
+SELECT_FILLS = FILL_COLUMNS + f"WHERE at >= ?3 AND {PAIR} ORDER BY at DESC, quote_id DESC LIMIT ?4"
+"""Newest first; fills of one instant by quote id, so both backends (and a LIMIT) agree."""
 REBALANCE_FIELDS = FIELDS
 # The column names are the constant tuple above, never input.
 SAVE_REBALANCE = (

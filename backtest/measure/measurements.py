@@ -221,15 +221,24 @@ class Measurements:
         latency total is summed in that order, the timeline merges at the same points)."""
         queue = self._request_queue
         if queue:
-            routes, latency, add_outcome = self._requests, self.latency, self.outcomes.add
+            routes, latency, timeline = self._requests, self.latency, self.outcomes
             bins, total, top = latency.bins, latency.total, latency.max
+            origin, width, buckets = timeline.origin, timeline.width_s, timeline.buckets
             for asset_in, asset_out, t_us, ms, skip in queue:
                 key = (asset_in, asset_out, skip)
                 routes[key] = routes.get(key, 0) + 1  # into the pairs' counts at fold()
                 total += ms  # LatencyHistogram.add, inline
                 top = max(top, ms)
                 bins[int(ms) if ms < LATENCY_CAP_MS else LATENCY_CAP_MS] += 1
-                add_outcome(t_us / 1e6, "quoted" if skip is None else skip)
+                # Timeline.add, inline while the bucket exists (the same arithmetic)
+                label = "quoted" if skip is None else skip
+                t = t_us / 1e6
+                bucket = None if origin is None else buckets.get(int((t - origin) // width))
+                if bucket is None:
+                    timeline.add(t, label)  # the first, a new bucket, or a merge
+                    origin, width, buckets = timeline.origin, timeline.width_s, timeline.buckets
+                else:
+                    bucket[label] = bucket.get(label, 0) + 1
             latency.n += len(queue)
             latency.total, latency.max = total, top
             queue.clear()

@@ -39,10 +39,8 @@ BATCH = 4096
 
 
 def _flat(rec: Record) -> tuple[Any, ...]:
-    """A record as sent: a request's fields in place of the request (a tuple pickles in a
+    """A request's record as sent: its fields in place of the request (a tuple pickles in a
     fraction of the time a frozen dataclass does)."""
-    if rec[0] != REC_REQUEST:
-        return rec
     r = rec[2]
     return (
         REC_REQUEST, rec[1], r.quote_id, r.asset_in, r.asset_out, r.exact_in, r.amount,
@@ -62,7 +60,7 @@ def _produce(paths: list[str], strict: bool, conn: Connection, batch_size: int) 
     try:
         with read_stream(paths, strict=strict) as reader:
             for batch in reader.batches():
-                out.extend(map(_flat, batch))
+                out.extend([_flat(r) if r[0] == REC_REQUEST else r for r in batch])
                 while len(out) >= batch_size:
                     conn.send_bytes(dumps(out[:batch_size], pickle.HIGHEST_PROTOCOL))
                     del out[:batch_size]

@@ -9,7 +9,7 @@ carried into it (:func:`window`), so a window starts with the prices known at it
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +20,7 @@ from backtest.engine import EPOCH, micros
 from backtest.stream.events import PriceEvent, StreamEvent
 from backtest.stream.format import KINDS, parse_ts
 from backtest.stream.read import _open_bytes, read_stream
+from backtest.stream.records import REC_PRICE, Record
 from backtest.sweep.spec import WalkForwardSpec
 
 
@@ -126,3 +127,36 @@ def window(events: Iterable[StreamEvent], segment: Segment) -> Iterator[StreamEv
         yield event
     if carried:
         yield from carried.values()
+
+
+def window_batches(
+    batches: Iterable[Sequence[Record]], segment: Segment
+) -> Iterator[Sequence[Record]]:
+    """:func:`window` on batches of records (:meth:`StreamReader.batches`): what a sweep's
+    task replays, without turning each record into an event and back."""
+    start, end = segment.start_us, segment.end_us
+    if start is None and end is None:
+        yield from batches
+        return
+    carried: dict[str, Record] | None = {}
+    for batch in batches:
+        out: list[Record] = []
+        for rec in batch:
+            t = rec[1]
+            if start is not None and t < start:
+                if rec[0] == REC_PRICE and carried is not None:
+                    carried.pop(rec[2], None)
+                    carried[rec[2]] = rec
+                continue
+            if carried:
+                out.extend(carried.values())
+            carried = None
+            if end is not None and t >= end:
+                if out:
+                    yield out
+                return
+            out.append(rec)
+        if out:
+            yield out
+    if carried:
+        yield list(carried.values())

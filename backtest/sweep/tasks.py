@@ -23,7 +23,7 @@ from backtest.engine import Replay, ReplayResult
 from backtest.report.tables import usd
 from backtest.settings import validate_settings
 from backtest.stream.read import read_stream
-from backtest.sweep.segments import Segment, window
+from backtest.sweep.segments import Segment, window_batches
 from backtest.sweep.spec import SweepError
 from solver.config import validate_bot_config
 from solver.errors import SolverError
@@ -86,7 +86,7 @@ def run_task(task: SweepTask) -> TaskResult:
         replay = Replay(config, settings)
         with read_stream(task.stream) as reader:
             segment = Segment(task.start_us, task.end_us)
-            result = replay.run(window(reader, segment), reader.header)
+            result = replay.run_records(window_batches(reader.batches(), segment), reader.header)
         figures = summary(result, fill_model=settings.fill.model, seed=settings.seed)
         blocks = pnl_over_hold_blocks(result, task.start_us, task.end_us)
     except (SolverError, ValueError) as exc:

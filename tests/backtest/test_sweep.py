@@ -15,11 +15,21 @@ import yaml
 
 from backtest.settings import load_settings
 from backtest.stream.events import PriceEvent, RequestEvent, StreamEvent
+from backtest.stream.records import event as event_of
+from backtest.stream.records import record
 from backtest.stream.write import write_stream
 from backtest.sweep.outputs import leaderboard_csv, summary_json
 from backtest.sweep.result import SweepResult, spearman
 from backtest.sweep.run import run_sweep
-from backtest.sweep.segments import FULL, Segment, Split, stream_span, walk_forward_splits, window
+from backtest.sweep.segments import (
+    FULL,
+    Segment,
+    Split,
+    stream_span,
+    walk_forward_splits,
+    window,
+    window_batches,
+)
 from backtest.sweep.spec import (
     Candidate,
     ObjectiveSpec,
@@ -194,6 +204,13 @@ def test_a_window_carries_the_latest_prices_into_its_start() -> None:
     tail = list(window(events, Segment(us[7] + 1, us[7] + 2)))
     assert tail == [events[0], events[6]]
     assert all(isinstance(e, PriceEvent) for e in tail)
+    # the same on records, however they are batched
+    for segment in (Segment(us[5], us[7]), FULL, Segment(us[7] + 1, us[7] + 2)):
+        for size in (1, 3, len(events)):
+            records = [record(e) for e in events]
+            batches = [records[i : i + size] for i in range(0, len(records), size)]
+            got_records = [r for b in window_batches(batches, segment) for r in b]
+            assert [event_of(r) for r in got_records] == list(window(events, segment))
 
 
 def _fake_result(scores: dict[tuple[int, int], float], candidates: int) -> SweepResult:

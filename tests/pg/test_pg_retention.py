@@ -17,8 +17,8 @@ from solver.core.lifecycle import QuoteState as S
 from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.quote_rows import QuoteRows
-from tests.io.store_helpers import ACCOUNT, T0, USDC, WNEAR, move, record, signed_quote
-from tests.pg.cluster import PASSWORD_ENV
+from tests.io.store_helpers import T0, USDC, WNEAR, move, record, signed_quote
+from tests.pg.test_pg_store import open_store as open_sampling_store
 
 DAY = timedelta(days=1)
 CUT = T0 + 30 * DAY
@@ -30,13 +30,7 @@ UNSAMPLED = next(q for q in (f"u{i}" for i in range(100)) if not _RATE.sampled(q
 
 
 def open_store(url: str, *, take: bool = True, lease_s: float = 2.0) -> PgStore:
-    store = PgStore(
-        url, password_env=PASSWORD_ENV, account=ACCOUNT, lease_s=lease_s,
-        lost_quote_sample_rate=RATE, sample_requests=1.0,
-    )  # fmt: skip
-    if take:
-        assert store.try_take_lease()
-    return store
+    return open_sampling_store(url, lease_s, take, lost_quote_sample_rate=RATE, sample_requests=1.0)
 
 
 @pytest.fixture

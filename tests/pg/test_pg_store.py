@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -36,8 +37,9 @@ def _took(store: PgStore) -> bool:
         return False
 
 
-def open_store(url: str, lease_s: float = 2.0, take: bool = True) -> PgStore:
-    store = PgStore(url, password_env=PASSWORD_ENV, account=ACCOUNT, lease_s=lease_s)
+def open_store(url: str, lease_s: float = 2.0, take: bool = True, **options: Any) -> PgStore:
+    """A store of the test account (``options``: more of ``PgStore``'s), its lease taken."""
+    store = PgStore(url, password_env=PASSWORD_ENV, account=ACCOUNT, lease_s=lease_s, **options)
     if take:
         assert store.try_take_lease()
     return store

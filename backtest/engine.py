@@ -59,7 +59,6 @@ import gc
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from decimal import Decimal
 
 from backtest.fills import LatencyModel, make_fill_model
@@ -78,20 +77,18 @@ from backtest.settle import LedgerSettler
 from backtest.stream.events import Header, StreamEvent
 from backtest.stream.read import StreamReader
 from backtest.stream.records import (
-    EPOCH,
     REC_COMPETITOR,
     REC_INFORMED,
     REC_PRICE,
     REC_REQUEST,
     Record,
-    at,
-    micros,
     record,
 )
 from backtest.unobserved import Coverage, require_competition
 from solver.config import BotConfig
 from solver.core import facts as f
 from solver.core.actions import Alert, PauseChanged, SignAndSend
+from solver.core.clock import Micros, from_micros, micros
 from solver.core.desk import Desk
 from solver.core.events import BalancesSeen, ConnectionRestored, FeeSeen, PriceSeen, SaltSeen
 from solver.core.inventory import Inventory
@@ -104,7 +101,7 @@ from solver.runtime.executor import Executor
 from solver.runtime.ports import Ports, Refresh
 from solver.runtime.wiring import build_desk
 
-__all__ = ["EPOCH", "TICK_S", "Progress", "Replay", "ReplayResult", "micros"]
+__all__ = ["TICK_S", "Progress", "Replay", "ReplayResult"]
 
 TICK_S = 1.0
 """The desk's clock in the replay: a tick every second of stream time (shorter if the config's
@@ -190,7 +187,7 @@ class Replay:
                 settings.fill.unobserved.mode if settings.fill.model == "competitor" else "-"
             ),
         )
-        self.now = EPOCH
+        self.now: Micros = 0
         """The simulated clock: the time of the work being done (a request as it reaches the
         desk, an outcome, a tick)."""
         self.executor = Executor(
@@ -323,9 +320,9 @@ class Replay:
         start = self._starting_balances(first_prices)
         self.settler.fund(start, self.tokens)
         feed = self.executor.feed
-        self.now = start_at = at(start_us)
-        feed(FeeSeen(self.settler.fee_pips), start_at)
-        feed(ConnectionRestored(), start_at)
+        self.now = start_us
+        feed(FeeSeen(self.settler.fee_pips), start_us)
+        feed(ConnectionRestored(), start_us)
         self._clock_us = start_us
         self.measures.start(start, {**self.static, **first_prices}, start_us / 1e6)
         self._tick(start_us)
@@ -334,8 +331,8 @@ class Replay:
 
     def _finish(self, count: int, start_us: int, start: dict[str, int]) -> ReplayResult:
         m = self.measures
-        m.first_ts = at(start_us) if count else None
-        m.last_ts = at(self._clock_us) if count else None
+        m.first_ts = from_micros(start_us) if count else None
+        m.last_ts = from_micros(self._clock_us) if count else None
         # The stream ended: the outcomes still pending are decided at their times, then the
         # desk ticks once more (no ticks in between: no price comes after the stream, and
         # markouts due after that last tick are not taken).
@@ -439,10 +436,10 @@ class Replay:
             self._next_tick_us = next_tick + self.tick_us
             self._tick(next_tick)
 
-    def _now(self) -> datetime:
+    def _now(self) -> Micros:
         return self.now
 
-    def _refresh(self, now: datetime) -> None:
+    def _refresh(self, now: Micros) -> None:
         """What the live timers keep fresh: the balances, the salt, the static prices."""
         feed = self.executor.feed
         for asset, usd in self.static.items():
@@ -458,7 +455,7 @@ class Replay:
         self.executor.feed(BalancesSeen(self.settler.balances(self.tokens), now), now)
 
     def _tick(self, t_us: int) -> None:
-        self.now = now = at(t_us)
+        self.now = now = t_us
         self._refresh(now)
         self.executor.tick(now)
         pnl = self.desk.pnl
@@ -467,22 +464,22 @@ class Replay:
 
     def _won(self, pending: Pending, at_us: int) -> None:
         """A quote a taker took: settled at its time (the desk hears it then)."""
-        self.now = moment = at(at_us)
-        self.relay.settle(pending, at_us, moment)
+        self.now = at_us
+        self.relay.settle(pending, at_us)
 
     def _on_markout(self, fact: f.Markout) -> None:
         self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
 
     # ------------------------------------------------------------------ the alert port
 
-    def alert(self, alert: Alert, now: datetime) -> None:
+    def alert(self, alert: Alert, now: Micros) -> None:
         """Nobody to tell in a replay: a risk pause halts it (below)."""
 
     def pause_changed(self, change: PauseChanged) -> None:
         pause = change.pause
         if change.active and pause.kind in RISK_KINDS and self.halted is None:
             self.halted = {
-                "at": pause.at.isoformat(timespec="microseconds"),
+                "at": from_micros(pause.at).isoformat(timespec="microseconds"),
                 "reason": f"{pause.kind}: {pause.reason}",
             }
 
@@ -497,7 +494,7 @@ class Replay:
         """A request recorded at ``ts_us``, replayed at ``t_us`` (the clock: later only when the
         record came out of order); the desk decides it ``latency`` later."""
         latency, latency_us = next(self._latencies)
-        self.now = now = EPOCH + timedelta(0, 0, ts_us + latency_us)  # at(), inline
+        self.now = now = ts_us + latency_us
         relay = self.relay
         relay.arrive_us, relay.latency_ms = t_us, latency
         action = self.executor.request(request, now)[0]
@@ -512,8 +509,8 @@ class Replay:
             m.events["bad_price"] += 1
             return
         self.static.pop(asset, None)
-        self.now = ts = at(ts_us)
-        self.executor.feed(PriceSeen(asset, usd, ts), ts)
+        self.now = ts_us
+        self.executor.feed(PriceSeen(asset, usd, ts_us), ts_us)
         m.on_price(asset, usd, t_us / 1e6)
         if self.desk.pnl.start_equity is None and self._all_priced():
             self._tick(t_us)  # the desk takes the starting equity once everything is priced

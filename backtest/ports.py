@@ -25,15 +25,14 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
 from backtest.fills import LOST_LATE, CompetitorBook, FillModel
 from backtest.measure.measurements import FillRecord, Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
-from backtest.stream.records import at as stream_time
 from backtest.unobserved import Coverage
 from solver.core import events as ev
 from solver.core import facts as f
+from solver.core.clock import from_micros
 from solver.core.quoting import Quote
 from solver.core.view import DeskView
 from solver.protocol.nonce import PREFIX_LEN, NonceSequence
@@ -56,7 +55,7 @@ class StandInSigner:
     def sign(
         self,
         *,
-        deadline: datetime,
+        deadline: int,
         nonce: bytes,
         asset_in: str,
         amount_in: int,
@@ -217,8 +216,8 @@ class SimulatedRelay:
         m.lost[reason] += 1
         m.on_resolved(pending.edge_bps, pending.notional_usd, False)
 
-    def settle(self, pending: Pending, at_us: int, at: datetime) -> None:
-        """A won quote, due at ``at``, executed on the ledger and told to the desk."""
+    def settle(self, pending: Pending, at_us: int) -> None:
+        """A won quote, due at ``at_us``, executed on the ledger and told to the desk."""
         quote = pending.quote
         request = quote.request
         quote_id = request.quote_id
@@ -226,6 +225,7 @@ class SimulatedRelay:
         intent_hash = "intent:" + quote_id
         signed = pending.signed if self.settler.signing else None
         try:
+            at = from_micros(at_us)  # the ledger's and the fill record's time (edges)
             fee = self.settler.settle(quote, signed, at)
         except SettlementFailed as exc:
             # A taker's intent that failed on chain: the claim ends (NOT_FOUND), the quote stays
@@ -246,7 +246,7 @@ class SimulatedRelay:
             raise AssertionError(f"{quote_id}: the desk did not take a settlement the ledger made")
         record = FillRecord(
             quote_id,
-            stream_time(pending.t_us),
+            from_micros(pending.t_us),
             at,
             request.asset_in,
             request.asset_out,

@@ -41,6 +41,7 @@ from sandbox.ledger import (
     VerifierLedger,
     _Journal,
 )
+from solver.core.clock import from_micros, micros
 from solver.core.quoting import Quote
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceLayout, versioned_nonce
@@ -110,9 +111,9 @@ class LedgerSettler:
 
     # ------------------------------------------------------------------ quote path
 
-    def _nonce(self, deadline: datetime) -> bytes:
+    def _nonce(self, deadline: int) -> bytes:
         if self.nonce_layout == "versioned":
-            return versioned_nonce(self.salt, deadline, self._rng.randbytes(15))
+            return versioned_nonce(self.salt, from_micros(deadline), self._rng.randbytes(15))
         return self.salt + self._rng.randbytes(28)
 
     def sign(self, quote: Quote) -> SignedQuote | None:
@@ -173,8 +174,10 @@ class LedgerSettler:
         the result equal to :meth:`VerifierLedger.execute_intents` on signed items.
         """
         deadline = quote.deadline
-        signed_deadline = deadline.replace(microsecond=deadline.microsecond // 1000 * 1000)
-        if signed_deadline < at:  # a signed deadline has whole milliseconds (format_deadline)
+        signed_deadline = deadline - deadline % 1000
+        if signed_deadline < micros(
+            at
+        ):  # a signed deadline has whole milliseconds (format_deadline)
             raise LedgerError(ERR_DEADLINE, 0)
         request = quote.request
         asset_in, asset_out = request.asset_in, request.asset_out

@@ -53,6 +53,7 @@ from benchmarks.common import Progress, machine_info, scratch_dir, write_json
 from sandbox.config import SandboxConfig
 from sandbox.server import Sandbox
 from solver.core import facts as f
+from solver.core.clock import micros
 from solver.protocol.keys import SecretKey
 from tests.app.harness import DEFAULT_BALANCES, NEAR, USDC, bot_overrides, fund, sandbox_config
 from tests.app.test_cli_run import write_config
@@ -293,7 +294,7 @@ def never_terminal(store: Path, cutoff_iso: str) -> int:
     conn.close()
     cutoff = datetime.fromisoformat(cutoff_iso)
     cutoff = cutoff if cutoff.tzinfo is not None else cutoff.replace(tzinfo=UTC)  # UTC, as stored
-    still_open: dict[str, datetime] = {}
+    still_open: dict[str, int] = {}
     for kind, body in rows:
         fact = f.decode(kind, orjson.loads(body))
         if type(fact) is f.QuoteOpened:
@@ -303,7 +304,7 @@ def never_terminal(store: Path, cutoff_iso: str) -> int:
                 still_open.pop(quote_id, None)
         elif type(fact) is f.QuoteMoved:
             still_open.pop(fact.quote_id, None)
-    return int(won) + sum(1 for deadline in still_open.values() if deadline < cutoff)
+    return int(won) + sum(1 for deadline in still_open.values() if deadline < micros(cutoff))
 
 
 def relay_answers(sb: Sandbox, account: str) -> list[tuple[str, str]]:

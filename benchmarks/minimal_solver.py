@@ -17,13 +17,13 @@ import argparse
 import asyncio
 import os
 import signal
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 import uvloop
 from websockets.asyncio.client import connect
 
+from solver.core.clock import now_micros
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner
@@ -54,7 +54,7 @@ class Minimal:
             amount_out = int(data["exact_amount_out"])
             amount_in = int(amount_out / rate) + 1
             output = {"amount_in": str(amount_in)}
-        deadline = datetime.now(UTC) + timedelta(milliseconds=data.get("min_deadline_ms", 1000))
+        deadline = now_micros() + data.get("min_deadline_ms", 1000) * 1000
         signed = self.signer.sign(
             deadline=deadline,
             nonce=salted_nonce(self.salt),

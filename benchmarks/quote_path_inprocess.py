@@ -22,7 +22,6 @@ import gc
 import logging
 import pstats
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,6 +31,7 @@ from benchmarks.common import summarize
 from benchmarks.quote_path_driver import ETH, NEAR, USDC
 from benchmarks.quote_path_systems import bot_config, fresh_store, funding
 from solver.core import events as ev
+from solver.core.clock import now_micros
 from solver.protocol.keys import SecretKey
 from solver.runtime.bot import LiveBot
 from solver.runtime.upkeep import TICK_S
@@ -110,7 +110,7 @@ class _FakeSocket:
         self.frames += 1
 
 
-def _feed_inputs(bot: LiveBot, now: datetime) -> None:
+def _feed_inputs(bot: LiveBot, now: int) -> None:
     """What the bot's scheduled jobs would do: fresh salt, prices and balances."""
     feed = bot.executor.feed
     feed(ev.SaltSeen(bytes(4), now), now)
@@ -151,11 +151,10 @@ async def _drive(
     next_tick = started
     for i in range(n):
         if i % 500 == 0:
-            _feed_inputs(bot, datetime.now(UTC))  # never stale, however slow the machine
+            _feed_inputs(bot, now_micros())  # never stale, however slow the machine
         if time.perf_counter() >= next_tick:  # the bot's ticker: deadlines, polls, PnL
             next_tick += TICK_S
-            now = datetime.now(UTC)
-            bot.executor.tick(now)
+            bot.executor.tick(now_micros())
         data = {"quote_id": f"{tag}-{i}", **templates[i % len(templates)]}
         raw = orjson.dumps(
             {
@@ -180,7 +179,7 @@ async def _drive(
 def _started(store: Path) -> LiveBot:
     bot = _bot(store)
     bot.executor.feed(ev.ConnectionRestored())  # connected before every quote: LOST needs no RPC
-    _feed_inputs(bot, datetime.now(UTC))
+    _feed_inputs(bot, now_micros())
     return bot
 
 

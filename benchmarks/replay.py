@@ -234,6 +234,7 @@ def _decide_const_us(strategy: str, path: str, n: int = 20_000) -> float:
     from backtest.settings import validate_settings
     from backtest.stream.events import PriceEvent, RequestEvent
     from backtest.stream.read import read_stream
+    from solver.core.clock import micros
 
     class Constant:
         def quote(self, request: Any, market: Any) -> int:
@@ -248,18 +249,18 @@ def _decide_const_us(strategy: str, path: str, n: int = 20_000) -> float:
             if sum(1 for e in events if isinstance(e, RequestEvent)) >= n:
                 break
     pipeline, state, inventory = replay.pipeline, replay.desk.state, replay.desk.inventory
-    state.set_salt(b"\x00" * 4, events[0].ts)
+    state.set_salt(b"\x00" * 4, micros(events[0].ts))
     for key, route in list(pipeline.routes.items()):
         pipeline.routes[key] = dataclasses.replace(route, strategy=Constant())
     spent, count = 0.0, 0
-    inventory.set_confirmed({a: 10**40 for a in replay.tokens}, events[0].ts)
+    inventory.set_confirmed({a: 10**40 for a in replay.tokens}, micros(events[0].ts))
     for event in events:
         if isinstance(event, PriceEvent):
-            state.set_price(event.asset, float(event.usd), event.ts)
+            state.set_price(event.asset, float(event.usd), micros(event.ts))
         elif isinstance(event, RequestEvent):
-            inventory.confirmed_at = state.salt_at = event.ts
+            inventory.confirmed_at = state.salt_at = now = micros(event.ts)
             started = time.perf_counter()
-            pipeline.decide(event.request, event.ts)
+            pipeline.decide(event.request, now)
             spent += time.perf_counter() - started
             inventory.release(event.request.quote_id)
             count += 1

@@ -31,6 +31,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from solver.core.clock import micros
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import QuoteSigner
@@ -147,7 +148,7 @@ class BenchSolver:
             amount_out = int(event["exact_amount_out"])
             amount_in = price_in(asset_in, asset_out, amount_out, spread)
             output = {"amount_in": str(amount_in)}
-        deadline = (
+        deadline = micros(
             datetime.now(UTC) + timedelta(milliseconds=event["min_deadline_ms"]) + DEADLINE_MARGIN
         )
         signed = self.signer.sign(

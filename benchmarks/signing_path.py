@@ -67,6 +67,7 @@ from benchmarks.common import (
     summarize,
     write_json,
 )
+from solver.core.clock import micros
 from solver.protocol import encoding, intents, keys, nonce, quote_signing
 from solver.protocol.signing import NEP413_TAG
 
@@ -157,7 +158,7 @@ class Inputs:
             amount_out = self.rng.randrange(10**5, 10**24)
             quote_nonce = self.salt + self.sequence.take(28)
             signed = self.signer.sign(
-                deadline=deadline,
+                deadline=micros(deadline),
                 nonce=quote_nonce,
                 asset_in=asset_in,
                 amount_in=amount_in,

@@ -62,10 +62,9 @@ from backtest.stream.records import (
     REC_REQUEST,
     Record,
     Timestamps,
-    at,
     event,
-    micros,
 )
+from solver.core.clock import from_micros, micros
 from solver.protocol.amounts import U128_DIGITS, U128_MAX
 from solver.protocol.quote_request import BadQuoteRequest, QuoteRequestParser
 
@@ -394,8 +393,8 @@ class StreamReader(Iterator[StreamEvent]):
         self.stats.lines = self._base + number
         self.close()
         raise StreamError(
-            f"unsorted timestamps at line {number}: {format_ts(at(t_us))} is earlier than the "
-            f"previous event's {format_ts(at(last_us))} (sort the stream by ts)",
+            f"unsorted timestamps at line {number}: {format_ts(from_micros(t_us))} is earlier "
+            f"than the previous event's {format_ts(from_micros(last_us))} (sort the stream by ts)",
             path=path,
             line=number,
         )

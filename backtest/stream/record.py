@@ -52,6 +52,7 @@ from backtest.stream.events import (
 from backtest.stream.format import PathLike, StreamError, usd_text
 from backtest.stream.write import StreamWriter
 from solver.config import BotConfig
+from solver.core.clock import micros
 from solver.core.market import QuoteRequest
 from solver.core.state import MarketState
 from solver.errors import SolverError
@@ -409,7 +410,12 @@ class Recorder:
             history_size=config.prices.history_size,
         )
         feeds = PriceFeeds(
-            state, into(state), self.clock, client=http, bus=bus_rpc, assets=self.tokens
+            state,
+            into(state),
+            lambda: micros(self.clock()),
+            client=http,
+            bus=bus_rpc,
+            assets=self.tokens,
         )
         ws = BusWsClient(
             str(config.bus.ws_url),

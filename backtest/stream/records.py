@@ -21,7 +21,7 @@ without building a ``datetime``; anything else goes through the full ISO 8601 pa
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 from backtest.stream.events import (
@@ -32,21 +32,10 @@ from backtest.stream.events import (
     StatusEvent,
     StreamEvent,
 )
+from solver.core.clock import from_micros, micros
 
 REC_REQUEST, REC_PRICE, REC_COMPETITOR, REC_STATUS, REC_INFORMED = 0, 1, 2, 3, 4
 Record = tuple[Any, ...]
-EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_US: Final = timedelta(microseconds=1)
-
-
-def micros(moment: datetime) -> int:
-    """``moment`` (aware) in whole microseconds since the epoch."""
-    return (moment - EPOCH) // _US
-
-
-def at(t_us: int) -> datetime:
-    """The aware UTC datetime of ``t_us`` microseconds since the epoch (exact)."""
-    return EPOCH + timedelta(0, 0, t_us)  # positional: a third cheaper than by keyword
 
 
 def ms_to_us(ms: float) -> int:
@@ -145,7 +134,7 @@ def record(event: StreamEvent) -> Record:
 
 def event(rec: Record) -> StreamEvent:
     """The event of record ``rec`` (its time as an aware UTC datetime)."""
-    kind, ts = rec[0], at(rec[1])
+    kind, ts = rec[0], from_micros(rec[1])
     if kind == REC_REQUEST:
         return RequestEvent(ts, rec[2])
     if kind == REC_COMPETITOR:

@@ -11,17 +11,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import orjson
 
-from backtest.engine import EPOCH, micros
 from backtest.stream.events import PriceEvent, StreamEvent
 from backtest.stream.format import KINDS, parse_ts
 from backtest.stream.read import _open_bytes, read_stream
 from backtest.stream.records import REC_PRICE, Record
 from backtest.sweep.spec import WalkForwardSpec
+from solver.core.clock import from_micros, micros
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ FULL = Segment(None, None)
 def _iso(us: int | None) -> str | None:
     if us is None:
         return None
-    return (EPOCH + timedelta(microseconds=us)).isoformat(timespec="milliseconds")
+    return from_micros(us).isoformat(timespec="milliseconds")
 
 
 def stream_span(path: str | Path) -> tuple[int, int] | None:

@@ -287,7 +287,7 @@ def _empty_record(kind: str) -> dict[str, Any]:
         return totals_record(PairTotals(("", "")), [], {})
     if kind == "fills":
         return fill_record(Fill("", "", epoch, "", 0, "", 0, 0))
-    return quote_record(TrackedQuote("", "", "", "", 0, 0, 0, epoch, b"", epoch), 1.0)
+    return quote_record(TrackedQuote("", "", "", "", 0, 0, 0, 0, b"", 0), 1.0)
 
 
 def _print_table(

@@ -33,12 +33,12 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Record
+from solver.core.clock import Micros
 from solver.core.desk_gaps import GapDesk
 from solver.core.desk_market import MarketInputs
 from solver.core.desk_pnl import PnlMarks
@@ -141,7 +141,7 @@ class Desk:
         self.quotes = QuoteLifecycle(self)
         self.rebalancing = Rebalancing(self.inventory, self.pauses)
         parts = (self.quotes, self.risk, self.pnl_marks, self.market, self.rebalancing)
-        self._handlers: dict[type, Callable[[Any, datetime], list[Action]]] = {}
+        self._handlers: dict[type, Callable[[Any, Micros], list[Action]]] = {}
         self._appliers: dict[type, Callable[[Any], None]] = dict(self.gaps.appliers())
         for part in parts:
             self._handlers.update(part.handlers())
@@ -149,11 +149,11 @@ class Desk:
 
     # ------------------------------------------------------------------ the interface
 
-    def receive(self, event: ev.Event, now: datetime) -> list[Action]:
+    def receive(self, event: ev.Event, now: Micros) -> list[Action]:
         """Take in one event at ``now``; what the driver must do, in order."""
         return self._handlers[type(event)](event, now)
 
-    def tick(self, now: datetime) -> list[Action]:
+    def tick(self, now: Micros) -> list[Action]:
         """What is due at ``now``: intent polls, deadline checks, markouts, PnL and the kill
         switch. The live driver calls it every 20 ms; the backtest at its own times."""
         actions: list[Action] = []

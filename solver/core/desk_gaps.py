@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Alert, CheckNonce, RefreshBalances
+from solver.core.clock import SECOND, Micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.pnl import FillValue, usd_value
@@ -52,14 +52,14 @@ class RecentLost:
     quotes a gap may come from. Rebuilt from the ``QuotesLost`` facts on restart."""
 
     def __init__(self, window_s: float, max_kept: int = 20_000) -> None:
-        self.window = timedelta(seconds=window_s)
+        self.window = span(window_s)
         self.max_kept = max_kept
         # Ordered by adding; an OrderedDict because a plain dict whose oldest entries were
         # deleted walks their empty slots to find its first one (10 µs an add here).
-        self.quotes: OrderedDict[str, tuple[TrackedQuote, datetime]] = OrderedDict()
+        self.quotes: OrderedDict[str, tuple[TrackedQuote, Micros]] = OrderedDict()
         self.by_hash: dict[str, str] = {}
 
-    def add(self, quote: TrackedQuote, at: datetime) -> None:
+    def add(self, quote: TrackedQuote, at: Micros) -> None:
         """Keeps the quote; drops the oldest ones that left the window or the cap.
 
         Only the oldest entries are looked at: the first cut copied every entry at each add,
@@ -89,7 +89,7 @@ class RecentLost:
         quote_id = self.by_hash.get(quote_hash)
         return self.get(quote_id) if quote_id is not None else None
 
-    def candidates(self, gaps: Mapping[str, int], now: datetime) -> list[TrackedQuote]:
+    def candidates(self, gaps: Mapping[str, int], now: Micros) -> list[TrackedQuote]:
         """Those whose fill would move the balances the way of ``gaps`` (in up, out down)."""
         return [
             q
@@ -112,10 +112,10 @@ class GapDesk:
         self.record = desk.record
         self.recent_lost = RecentLost(desk.settings.explain_window_s)
         # Not journaled: a restart asks afresh. quote_id -> when asked / when to ask again.
-        self.asking: dict[str, datetime] = {}
-        self.retry: dict[str, datetime] = {}
+        self.asking: dict[str, Micros] = {}
+        self.retry: dict[str, Micros] = {}
         self.missed_open = False  # a missed_status alert waits for balances that reconcile
-        self._retry_after = timedelta(seconds=desk.settings.nonce_retry_s)
+        self._retry_after = span(desk.settings.nonce_retry_s)
 
     def appliers(self) -> dict[type, Callable[[Any], None]]:
         return {f.BaselineCorrected: self._apply_corrected}
@@ -128,7 +128,7 @@ class GapDesk:
         event: ev.BalancesSeen,
         own: Sequence[Reservation],
         totals: Totals,
-        now: datetime,
+        now: Micros,
         actions: list[Action],
     ) -> tuple[bool, str]:
         """A snapshot shows ``gaps`` (beyond tolerance). ``(True, "")``: hold it; ``(False,
@@ -155,7 +155,7 @@ class GapDesk:
             self._ask(quote, now, actions)
         held_at = self.balances.held_at
         if self.asking or self.retry:
-            if held_at is not None and (now - held_at).total_seconds() >= self.settings.hold_max_s:
+            if held_at is not None and now - held_at >= self.settings.hold_max_s * SECOND:
                 return False, (
                     f"; {len(self.asking) + len(self.retry)} nonce check(s) of recently closed "
                     f"quotes still unanswered after {self.settings.hold_max_s:g} s (the pause "
@@ -173,7 +173,7 @@ class GapDesk:
         event: ev.BalancesSeen,
         own: Sequence[Reservation],
         totals: Totals,
-        now: datetime,
+        now: Micros,
         actions: list[Action],
     ) -> bool:
         """Find the smallest set of doubts whose removal makes the snapshot fit; record it."""
@@ -201,12 +201,12 @@ class GapDesk:
                 total += usd_value(amount, decimals, price)
         return total
 
-    def _ask(self, quote: TrackedQuote, now: datetime, actions: list[Action]) -> None:
+    def _ask(self, quote: TrackedQuote, now: Micros, actions: list[Action]) -> None:
         self.asking[quote.quote_id] = now
         self.retry.pop(quote.quote_id, None)
         actions.append(CheckNonce(quote.quote_id, quote.nonce))
 
-    def stray_status(self, quote_hash: str, now: datetime) -> list[Action]:
+    def stray_status(self, quote_hash: str, now: Micros) -> list[Action]:
         """A ``quote_status`` naming a quote closed LOST without a check: it came late (or it
         is forged): the verifier says which."""
         quote = self.recent_lost.find_hash(quote_hash)
@@ -216,7 +216,7 @@ class GapDesk:
         self._ask(quote, now, actions)
         return actions
 
-    def due(self, now: datetime, actions: list[Action]) -> None:
+    def due(self, now: Micros, actions: list[Action]) -> None:
         """The clock's part: failed checks asked again after ``nonce_retry_s``."""
         for quote_id, at in list(self.retry.items()):
             quote = self.recent_lost.get(quote_id)
@@ -225,7 +225,7 @@ class GapDesk:
             elif at <= now:
                 self._ask(quote, now, actions)
 
-    def nonce_checked(self, event: ev.NonceChecked, now: datetime) -> list[Action]:
+    def nonce_checked(self, event: ev.NonceChecked, now: Micros) -> list[Action]:
         """The answer for a quote no longer in the book (closed LOST without a check)."""
         if self.asking.pop(event.quote_id, None) is None:
             return []

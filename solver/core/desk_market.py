@@ -8,11 +8,11 @@ median with a divergence guard in :class:`~solver.core.state.MarketState`, in bo
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from solver.core import events as ev
 from solver.core.actions import Action
+from solver.core.clock import Micros
 from solver.core.state import MarketState
 
 
@@ -20,7 +20,7 @@ class MarketInputs:
     def __init__(self, state: MarketState) -> None:
         self.state = state
 
-    def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+    def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {
             ev.PriceSeen: self.price_seen,
             ev.SaltSeen: self.salt_seen,
@@ -30,14 +30,14 @@ class MarketInputs:
     def appliers(self) -> dict[type, Callable[[Any], None]]:
         return {}
 
-    def price_seen(self, event: ev.PriceSeen, now: datetime) -> list[Action]:
+    def price_seen(self, event: ev.PriceSeen, now: Micros) -> list[Action]:
         self.state.set_price(event.asset, event.usd, event.observed, event.source)
         return []
 
-    def salt_seen(self, event: ev.SaltSeen, now: datetime) -> list[Action]:
+    def salt_seen(self, event: ev.SaltSeen, now: Micros) -> list[Action]:
         self.state.set_salt(event.salt, event.observed)
         return []
 
-    def fee_seen(self, event: ev.FeeSeen, now: datetime) -> list[Action]:
+    def fee_seen(self, event: ev.FeeSeen, now: Micros) -> list[Action]:
         self.state.fee_pips = event.fee_pips
         return []

@@ -5,11 +5,11 @@ switch's references survive a restart), and markouts of fills as their horizons 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from solver.core import facts as f
 from solver.core.actions import Action
+from solver.core.clock import SECOND, Micros
 
 if TYPE_CHECKING:
     from solver.core.desk import Desk
@@ -19,16 +19,16 @@ class PnlMarks:
     def __init__(self, desk: Desk) -> None:
         self.desk = desk
         self.pnl = desk.pnl
-        self.recorded_at: datetime | None = None
+        self.recorded_at: Micros | None = None
         self.recorded_day: str | None = None
 
-    def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+    def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {}
 
     def appliers(self) -> dict[type, Callable[[Any], None]]:
         return {f.PnlMarked: self._apply_pnl, f.Markout: self._apply_markout}
 
-    def mark(self, now: datetime, actions: list[Action]) -> bool:
+    def mark(self, now: Micros, actions: list[Action]) -> bool:
         """Mark PnL to market now, unless value is in transit; False when it was not marked.
 
         Value in transit would mark a loss or gain that is not one: an own move half seen, or a
@@ -44,12 +44,12 @@ class PnlMarks:
         if changed and (
             last is None
             or pnl.day != self.recorded_day
-            or (now - last).total_seconds() >= desk.settings.pnl_record_every_s
+            or now - last >= desk.settings.pnl_record_every_s * SECOND
         ):
             self.record(now, actions)
         return True
 
-    def record(self, now: datetime, actions: list[Action]) -> None:
+    def record(self, now: Micros, actions: list[Action]) -> None:
         """Record the kill switch's references (starting equity, peak, day start)."""
         pnl = self.pnl
         if pnl.start_equity is None or pnl.day is None:
@@ -57,7 +57,7 @@ class PnlMarks:
         fact = f.PnlMarked(now, pnl.start_equity, pnl.peak_pnl, pnl.day, pnl.day_start_pnl)
         self.desk.record(fact, actions)
 
-    def markouts(self, now: datetime, actions: list[Action]) -> None:
+    def markouts(self, now: Micros, actions: list[Action]) -> None:
         for fill, horizon, value in self.pnl.due_markouts(now, self.desk.price):
             self.desk.record(f.Markout(fill.quote_id, horizon, value, now), actions)
 

@@ -12,7 +12,6 @@ when no status can have been missed, LOST without one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
@@ -27,6 +26,7 @@ from solver.core.actions import (
     ShadowQuote,
     SignAndSend,
 )
+from solver.core.clock import Micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, STORE_ERROR
@@ -70,12 +70,13 @@ class QuoteLifecycle:
         self.record = desk.record
         self.polling: dict[str, str] = {}
         """intent_hash -> quote_id: the claims still pending."""
-        self.connected_since: datetime | None = None
-        self._grace = timedelta(seconds=self.settings.deadline_grace_s)
-        self._claim_timeout = timedelta(seconds=self.settings.claim_timeout_s)
-        self._nonce_retry = timedelta(seconds=self.settings.nonce_retry_s)
+        self.connected_since: Micros | None = None
+        self._grace = span(self.settings.deadline_grace_s)
+        self._claim_timeout = span(self.settings.claim_timeout_s)
+        self._nonce_retry = span(self.settings.nonce_retry_s)
+        self._poll_initial = span(self.settings.poll_initial_s)
 
-    def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+    def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {
             ev.QuoteRequested: self._quote_requested,
             ev.QuoteSigned: self._quote_signed,
@@ -97,14 +98,14 @@ class QuoteLifecycle:
             f.ClaimEnded: self._apply_claim_ended,
         }
 
-    def due(self, now: datetime, actions: list[Action]) -> None:
+    def due(self, now: Micros, actions: list[Action]) -> None:
         """The clock's part: claims to poll, quotes past their deadline."""
         self._due_polls(now, actions)
         self._due_deadlines(now, actions)
 
     # ------------------------------------------------------------------ deciding
 
-    def _quote_requested(self, event: ev.QuoteRequested, now: datetime) -> list[Action]:
+    def _quote_requested(self, event: ev.QuoteRequested, now: Micros) -> list[Action]:
         self.stats.requests += 1
         request = event.request
         pair = self.pair_book.of(request.asset_in, request.asset_out)
@@ -128,7 +129,7 @@ class QuoteLifecycle:
         assert salt is not None  # decide() skips without a salt
         return [SignAndSend(outcome, salt)]
 
-    def _quote_signed(self, event: ev.QuoteSigned, now: datetime) -> list[Action]:
+    def _quote_signed(self, event: ev.QuoteSigned, now: Micros) -> list[Action]:
         quote = event.quote
         request = quote.request
         fact = f.QuoteOpened(
@@ -139,7 +140,7 @@ class QuoteLifecycle:
         self.desk.apply(fact)
         return [Record(fact)]
 
-    def _quote_not_sent(self, event: ev.QuoteNotSent, now: datetime) -> list[Action]:
+    def _quote_not_sent(self, event: ev.QuoteNotSent, now: Micros) -> list[Action]:
         actions: list[Action] = []
         if self.book.get(event.quote_id) is not None:
             self._move(event.quote_id, QuoteState.REJECTED, now, actions, reason=event.reason)
@@ -150,7 +151,7 @@ class QuoteLifecycle:
             self.desk.risk.pause(GLOBAL, STORE_ERROR, event.reason, now, actions)
         return actions
 
-    def _relay_replied(self, event: ev.RelayReplied, now: datetime) -> list[Action]:
+    def _relay_replied(self, event: ev.RelayReplied, now: Micros) -> list[Action]:
         if event.ok:
             self.stats.relay_ok += 1
             return []
@@ -165,16 +166,16 @@ class QuoteLifecycle:
             actions.append(RefreshSalt())
         return actions
 
-    def _connection_lost(self, event: ev.ConnectionLost, now: datetime) -> list[Action]:
+    def _connection_lost(self, event: ev.ConnectionLost, now: Micros) -> list[Action]:
         # Answers in flight stay OPEN: the relay holds them and can use them until deadline.
         self.connected_since = None
         return []
 
-    def _connection_restored(self, event: ev.ConnectionRestored, now: datetime) -> list[Action]:
+    def _connection_restored(self, event: ev.ConnectionRestored, now: Micros) -> list[Action]:
         self.connected_since = now
         return []
 
-    def _quote_status(self, event: ev.QuoteStatusSeen, now: datetime) -> list[Action]:
+    def _quote_status(self, event: ev.QuoteStatusSeen, now: Micros) -> list[Action]:
         quote = self.book.find_hash(event.quote_hash)
         if quote is None:
             self.stats.stray_statuses += 1  # a hash we never signed, or already final
@@ -188,7 +189,7 @@ class QuoteLifecycle:
         actions.append(PollIntent(event.intent_hash))
         return actions
 
-    def _intent_status(self, event: ev.IntentStatusSeen, now: datetime) -> list[Action]:
+    def _intent_status(self, event: ev.IntentStatusSeen, now: Micros) -> list[Action]:
         quote_id = self.polling.get(event.intent_hash)
         quote = self.book.get(quote_id) if quote_id is not None else None
         if quote is None:
@@ -215,7 +216,7 @@ class QuoteLifecycle:
             self.record(fact, actions)
         return actions
 
-    def _nonce_checked(self, event: ev.NonceChecked, now: datetime) -> list[Action]:
+    def _nonce_checked(self, event: ev.NonceChecked, now: Micros) -> list[Action]:
         quote = self.book.get(event.quote_id)
         if quote is None:
             return self.desk.gaps.nonce_checked(event, now)  # closed already: a gap's question
@@ -232,7 +233,7 @@ class QuoteLifecycle:
     def _settle(
         self,
         quote: TrackedQuote,
-        now: datetime,
+        now: Micros,
         actions: list[Action],
         *,
         intent_hash: str | None = None,
@@ -254,7 +255,7 @@ class QuoteLifecycle:
     def _won(
         self,
         quote: TrackedQuote,
-        now: datetime,
+        now: Micros,
         actions: list[Action],
         intent_hash: str | None,
         tx_hash: str | None,
@@ -271,7 +272,7 @@ class QuoteLifecycle:
         self,
         quote_id: str,
         new: QuoteState,
-        now: datetime,
+        now: Micros,
         actions: list[Action],
         *,
         reason: str | None = None,
@@ -280,7 +281,7 @@ class QuoteLifecycle:
     ) -> None:
         self.record(f.QuoteMoved(quote_id, new, now, reason, intent_hash, tx_hash), actions)
 
-    def _due_polls(self, now: datetime, actions: list[Action]) -> None:
+    def _due_polls(self, now: Micros, actions: list[Action]) -> None:
         s = self.settings
         for intent_hash, quote_id in list(self.polling.items()):
             quote = self.book.get(quote_id)
@@ -291,11 +292,11 @@ class QuoteLifecycle:
             if claim.asking or (claim.next_poll_at is not None and claim.next_poll_at > now):
                 continue
             claim.asking = True
-            claim.next_poll_at = now + timedelta(seconds=claim.delay_s)
+            claim.next_poll_at = now + span(claim.delay_s)
             claim.delay_s = min(claim.delay_s * 2, s.poll_max_s)
             actions.append(PollIntent(intent_hash))
 
-    def _due_deadlines(self, now: datetime, actions: list[Action]) -> None:
+    def _due_deadlines(self, now: Micros, actions: list[Action]) -> None:
         since = self.connected_since
         lost: list[str] = []
         for quote in self.book.past_deadline(now - self._grace):
@@ -332,16 +333,18 @@ class QuoteLifecycle:
                 fact.amount_out, fact.fee, fact.deadline, fact.nonce, fact.created_at,
             )
         )  # fmt: skip
-        # Live, decide() reserved it already; from the journal, the exposure is restored
-        # whatever the balances say (it was signed).
-        outflow = fact.amount_out + fact.fee
         pair = self.pair_book.of(fact.asset_in, fact.asset_out)
         if pair is not None:
             pair.quotes += 1
-        self.inventory.restore(
-            [Reservation(fact.quote_id, fact.asset_out, outflow, fact.asset_in, fact.amount_in,
-                         fact.deadline)]
-        )  # fmt: skip
+        # Live, decide() reserved it already (no reservation is built again: one object less
+        # an answer); from the journal, the exposure is restored whatever the balances say
+        # (it was signed).
+        if fact.quote_id not in self.inventory.reservations:
+            outflow = fact.amount_out + fact.fee
+            self.inventory.restore(
+                [Reservation(fact.quote_id, fact.asset_out, outflow, fact.asset_in,
+                             fact.amount_in, fact.deadline)]
+            )  # fmt: skip
 
     def _apply_moved(self, fact: f.QuoteMoved) -> None:
         quote = self.book.get(fact.quote_id)
@@ -403,7 +406,7 @@ class QuoteLifecycle:
             fact.intent_hash,
             fact.tx_hash,
             fact.at,
-            next_poll_at=fact.at + timedelta(seconds=self.settings.poll_initial_s),
+            next_poll_at=fact.at + self._poll_initial,
             delay_s=self.settings.poll_initial_s * 2,
         )
         self.polling[fact.intent_hash] = fact.quote_id

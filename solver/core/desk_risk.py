@@ -8,12 +8,12 @@ Decisions only: every change goes through a fact (:meth:`solver.core.desk.Desk.r
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Alert, OperatorReply, PauseChanged
+from solver.core.clock import SECOND, Micros
 from solver.core.inventory import Reservation
 from solver.core.pauses import GLOBAL, OPERATOR, RISK_KINDS, SHUTTING_DOWN, STORE_ERROR, Pause
 from solver.core.risk import Breach, check_mismatch, check_pnl, check_stale
@@ -44,7 +44,7 @@ class RiskDesk:
         self.stale_open = False
         self.mismatch_open = False
 
-    def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+    def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {
             ev.BalancesSeen: self._balances,
             ev.OwnFlowSettled: self._own_flow,
@@ -67,7 +67,7 @@ class RiskDesk:
         """A risk pause holds (daily loss, drawdown, stale data, reconciliation)."""
         return any(p.kind in RISK_KINDS for p in self.pauses)
 
-    def mark(self, now: datetime, actions: list[Action]) -> None:
+    def mark(self, now: Micros, actions: list[Action]) -> None:
         """The clock's part: PnL marked, then the kill switch's limits and the inputs' ages."""
         pnl = self.pnl
         kill_switch = self.settings.kill_switch
@@ -76,12 +76,12 @@ class RiskDesk:
             for breach in check_pnl(self.limits, loss, drawdown, pnl.start_equity):
                 self._breach(breach, now, actions, halt=True)
         if kill_switch:
-            ages = [p.age_s(now) for p in self.state.prices.values()]
+            ages = [(now - at) / SECOND for at in self.state.price_at.values()]
             balance_age = self.inventory.balance_age_s(now)
             stale = check_stale(self.limits, balance_age, max(ages, default=None))
             self._staleness(stale, now, actions)
 
-    def _staleness(self, breaches: list[Breach], now: datetime, actions: list[Action]) -> None:
+    def _staleness(self, breaches: list[Breach], now: Micros, actions: list[Action]) -> None:
         """Stale inputs pause (latched until ``resume``); the person is also told when the
         inputs are fresh again, and again if they go stale again under the same pause."""
         if breaches:
@@ -99,7 +99,7 @@ class RiskDesk:
             )
             actions.append(Alert(STALE_DATA, detail, resolved=True))
 
-    def _balances(self, event: ev.BalancesSeen, now: datetime) -> list[Action]:
+    def _balances(self, event: ev.BalancesSeen, now: Micros) -> list[Action]:
         """A snapshot: compared with the expected balances of its moment; a gap beyond
         tolerance first looks for its explanation (:mod:`solver.core.desk_gaps`) and is held
         meanwhile; only a gap that stays unexplained alerts and, with ``halt_on_mismatch``,
@@ -149,7 +149,7 @@ class RiskDesk:
             actions.append(Alert(RECONCILIATION, f"balances reconcile again{kept}", resolved=True))
         return actions
 
-    def _recovered(self, now: datetime, actions: list[Action]) -> None:
+    def _recovered(self, now: Micros, actions: list[Action]) -> None:
         """The safe rule for a reconciliation pause to lift itself: this snapshot reconciles
         *and* nothing of the gap that paused is left unexplained (fills found from used nonces
         took all of it). Anything else waits for ``solver resume --accept-balances``."""
@@ -161,7 +161,7 @@ class RiskDesk:
         detail = f"the gap was explained by fills whose quote_status was missed: {pause.reason}"
         actions.append(Alert(RECONCILIATION, detail, resolved=True))
 
-    def _store_works(self, event: ev.StoreWorks, now: datetime) -> list[Action]:
+    def _store_works(self, event: ev.StoreWorks, now: Micros) -> list[Action]:
         """The safe rule for a ``store_error`` pause to lift itself: the executor says every
         fact the store refused is committed now, so nothing unrecorded is left to lose."""
         actions: list[Action] = []
@@ -173,22 +173,20 @@ class RiskDesk:
             actions.append(Alert(STORE_ERROR, detail, resolved=True))
         return actions
 
-    def _own_flow(self, event: ev.OwnFlowSettled, now: datetime) -> list[Action]:
+    def _own_flow(self, event: ev.OwnFlowSettled, now: Micros) -> list[Action]:
         actions: list[Action] = []
         e = event
         fact = f.OwnFlow(e.key, e.asset_in, e.amount_in, e.asset_out, e.outflow, now)
         self.record(fact, actions)
         return actions
 
-    def _breach(self, breach: Breach, now: datetime, actions: list[Action], *, halt: bool) -> None:
+    def _breach(self, breach: Breach, now: Micros, actions: list[Action], *, halt: bool) -> None:
         if halt:
             self.pause(GLOBAL, breach.kind, breach.detail, now, actions)
         elif self.pauses.get(GLOBAL, breach.kind) is None:
             actions.append(Alert(breach.kind, breach.detail))
 
-    def pause(
-        self, scope: str, kind: str, reason: str, now: datetime, actions: list[Action]
-    ) -> None:
+    def pause(self, scope: str, kind: str, reason: str, now: Micros, actions: list[Action]) -> None:
         if self.pauses.get(scope, kind) is not None:
             return
         self.record(f.PauseSet(scope, kind, reason, now), actions)
@@ -198,7 +196,7 @@ class RiskDesk:
         if kind != OPERATOR:
             actions.append(Alert(kind, reason))
 
-    def _unpause(self, pause: Pause, now: datetime, actions: list[Action], by: str) -> None:
+    def _unpause(self, pause: Pause, now: Micros, actions: list[Action], by: str) -> None:
         self.record(f.PauseCleared(pause.scope, pause.kind, now, by), actions)
         actions.append(PauseChanged(pause, active=False))
         if pause.kind != OPERATOR:
@@ -221,7 +219,7 @@ class RiskDesk:
             raise LookupError(f"the bot does not trade {pair}")
         return found
 
-    def _operator_pause(self, event: ev.OperatorPause, now: datetime) -> list[Action]:
+    def _operator_pause(self, event: ev.OperatorPause, now: Micros) -> list[Action]:
         try:
             scopes = self.scopes(event.pair)
         except LookupError as exc:
@@ -232,7 +230,7 @@ class RiskDesk:
         actions.append(OperatorReply(True, f"paused {event.pair or 'everything'}"))
         return actions
 
-    def _operator_resume(self, event: ev.OperatorResume, now: datetime) -> list[Action]:
+    def _operator_resume(self, event: ev.OperatorResume, now: Micros) -> list[Action]:
         try:
             scopes = self.scopes(event.pair)
         except LookupError as exc:
@@ -280,9 +278,7 @@ class RiskDesk:
         amount = self.readable.amount
         return ", ".join(f"{amount(a, g)}" for a, g in sorted(unresolved.items())) or "paused"
 
-    def _accept_balances(
-        self, now: datetime, actions: list[Action], notes: list[str]
-    ) -> str | None:
+    def _accept_balances(self, now: Micros, actions: list[Action], notes: list[str]) -> str | None:
         balances = self.balances.last
         if balances is None:
             return "no balance snapshot yet: nothing to accept"
@@ -307,7 +303,7 @@ class RiskDesk:
         notes.append(f"accepted balances: {moved or 'nothing moved'} ({shift:+,.2f} USD)")
         return None
 
-    def _shutdown(self, event: ev.ShutdownStarted, now: datetime) -> list[Action]:
+    def _shutdown(self, event: ev.ShutdownStarted, now: Micros) -> list[Action]:
         # Not journaled: it ends with the process, and must not survive into the next one.
         self.pauses.add(Pause(GLOBAL, SHUTTING_DOWN, "the process is stopping", now))
         return []

@@ -13,10 +13,8 @@ request counters of the run.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from solver.core.facts import from_micros, micros
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, Pause
@@ -29,12 +27,9 @@ if TYPE_CHECKING:
 VERSION = 1
 
 
-def _t(moment: datetime | None) -> int | None:
-    return None if moment is None else micros(moment)
-
-
-def _d(value: int | None) -> datetime | None:
-    return None if value is None else from_micros(int(value))
+def _d(value: int | None) -> int | None:
+    """A time read back: µs, as it was written (:mod:`solver.core.clock`)."""
+    return None if value is None else int(value)
 
 
 def _ints(values: dict[str, int] | None) -> dict[str, str] | None:
@@ -47,21 +42,21 @@ def _from_ints(values: dict[str, str] | None) -> dict[str, int] | None:
 
 def _reservation(r: Reservation) -> list[Any]:
     return [r.quote_id, r.asset_out, str(r.amount_out), r.asset_in, str(r.amount_in),
-            micros(r.deadline)]  # fmt: skip
+            r.deadline]  # fmt: skip
 
 
 def _from_reservation(v: list[Any]) -> Reservation:
-    return Reservation(v[0], v[1], int(v[2]), v[3], int(v[4]), from_micros(int(v[5])))
+    return Reservation(v[0], v[1], int(v[2]), v[3], int(v[4]), int(v[5]))
 
 
 def _quote(q: TrackedQuote) -> dict[str, Any]:
     return {
         "id": q.quote_id, "hash": q.quote_hash, "in": q.asset_in, "out": q.asset_out,
         "amount_in": str(q.amount_in), "amount_out": str(q.amount_out), "fee": str(q.fee),
-        "deadline": micros(q.deadline), "nonce": q.nonce.hex(), "created": micros(q.created_at),
-        "state": q.state.value, "updated": _t(q.updated_at), "intent": q.intent_hash,
+        "deadline": q.deadline, "nonce": q.nonce.hex(), "created": q.created_at,
+        "state": q.state.value, "updated": q.updated_at, "intent": q.intent_hash,
         "tx": q.tx_hash, "reason": q.reason,
-        "claims": [[c.intent_hash, c.tx_hash, micros(c.heard_at), c.status, c.ended]
+        "claims": [[c.intent_hash, c.tx_hash, c.heard_at, c.status, c.ended]
                    for c in q.claims.values()],
     }  # fmt: skip
 
@@ -69,12 +64,12 @@ def _quote(q: TrackedQuote) -> dict[str, Any]:
 def _from_quote(v: dict[str, Any]) -> TrackedQuote:
     quote = TrackedQuote(
         v["id"], v["hash"], v["in"], v["out"], int(v["amount_in"]), int(v["amount_out"]),
-        int(v["fee"]), from_micros(v["deadline"]), bytes.fromhex(v["nonce"]),
-        from_micros(v["created"]), QuoteState(v["state"]), _d(v["updated"]), v["intent"],
+        int(v["fee"]), int(v["deadline"]), bytes.fromhex(v["nonce"]),
+        int(v["created"]), QuoteState(v["state"]), _d(v["updated"]), v["intent"],
         v["tx"], v["reason"],
     )  # fmt: skip
     for intent, tx, heard, status, ended in v["claims"]:
-        quote.claims[intent] = Claim(intent, tx, from_micros(heard), status, ended=ended)
+        quote.claims[intent] = Claim(intent, tx, int(heard), status, ended=ended)
     return quote
 
 
@@ -86,31 +81,29 @@ def snapshot(desk: Desk) -> dict[str, Any]:
         "quotes": [_quote(q) for q in desk.book.quotes.values()],
         "inventory": {
             "confirmed": _ints(inv.confirmed),
-            "confirmed_at": _t(inv.confirmed_at),
+            "confirmed_at": inv.confirmed_at,
             "reservations": [_reservation(r) for r in inv.reservations.values()],
             "unconfirmed": [
-                [_reservation(r), micros(at)] for r, at in inv.unconfirmed_settlements.values()
+                [_reservation(r), at] for r, at in inv.unconfirmed_settlements.values()
             ],
         },
         "balances": {
             "expected": _ints(rec.expected),
             "gaps": _ints(rec.last),
-            "snapshot_at": _t(bal.snapshot_at),
+            "snapshot_at": bal.snapshot_at,
             "last": _ints(bal.last),
             "found": _ints(bal.found),
             "own_settling": bal.own_settling,
             "unresolved": _ints(bal.unresolved),
-            "unconfirmed": [[_reservation(r), micros(at)] for r, at in bal.unconfirmed.values()],
+            "unconfirmed": [[_reservation(r), at] for r, at in bal.unconfirmed.values()],
             "report": bal.report,
             # Since issue 24 (absent from older snapshots: nothing held, no doubts).
             "held": _ints(bal.held),
-            "held_at": _t(bal.held_at),
-            "baseline_at": _t(bal.baseline_at),
-            "accepted_at": _t(bal.accepted_at),
-            "doubts": [
-                [d.key, _ints(dict(d.diff)), micros(d.heard_at)] for d in bal.doubts.values()
-            ],
-            "recent_lost": [[_quote(q), micros(lost)] for q, lost in lost_quotes.values()],
+            "held_at": bal.held_at,
+            "baseline_at": bal.baseline_at,
+            "accepted_at": bal.accepted_at,
+            "doubts": [[d.key, _ints(dict(d.diff)), d.heard_at] for d in bal.doubts.values()],
+            "recent_lost": [[_quote(q), lost] for q, lost in lost_quotes.values()],
         },
         "pnl": {
             "start_equity": pnl.start_equity,
@@ -121,13 +114,11 @@ def snapshot(desk: Desk) -> dict[str, Any]:
             "fills": pnl.fills,
             "markout_sum": {str(h): v for h, v in pnl.markout_sum.items()},
             "markout_n": {str(h): v for h, v in pnl.markout_n.items()},
-            "recorded_at": _t(desk.pnl_marks.recorded_at),
+            "recorded_at": desk.pnl_marks.recorded_at,
             "recorded_day": desk.pnl_marks.recorded_day,
         },
         "pauses": [
-            [p.scope, p.kind, p.reason, micros(p.at)]
-            for p in desk.pauses
-            if p.kind != "shutting_down"
+            [p.scope, p.kind, p.reason, p.at] for p in desk.pauses if p.kind != "shutting_down"
         ],
         "rebalances": [record_doc(r) for r in desk.rebalancing.open.values()],
     }
@@ -151,7 +142,7 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
         inv.restore(_from_reservation(r) for r in part["reservations"])
         for r, at in part["unconfirmed"]:
             res = _from_reservation(r)
-            inv.unconfirmed_settlements[res.quote_id] = (res, from_micros(at))
+            inv.unconfirmed_settlements[res.quote_id] = (res, int(at))
         bal, part = desk.balances, doc["balances"]
         bal.reconciler.expected = _from_ints(part["expected"])
         bal.reconciler.last = _from_ints(part["gaps"]) or {}
@@ -162,16 +153,16 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
         bal.unresolved = _from_ints(part["unresolved"]) or {}
         for r, at in part["unconfirmed"]:
             res = _from_reservation(r)
-            bal.unconfirmed[res.quote_id] = (res, from_micros(at))
+            bal.unconfirmed[res.quote_id] = (res, int(at))
         bal.report = part["report"]
         bal.held = _from_ints(part.get("held")) or {}
         bal.held_at = _d(part.get("held_at"))
         bal.baseline_at = _d(part.get("baseline_at"))
         bal.accepted_at = _d(part.get("accepted_at"))
         for key, diff, heard in part.get("doubts", ()):
-            bal.doubts[key] = Doubt(key, _from_ints(diff) or {}, from_micros(heard))
+            bal.doubts[key] = Doubt(key, _from_ints(diff) or {}, int(heard))
         for value, lost in part.get("recent_lost", ()):
-            desk.gaps.recent_lost.add(_from_quote(value), from_micros(lost))
+            desk.gaps.recent_lost.add(_from_quote(value), int(lost))
         pnl, part = desk.pnl, doc["pnl"]
         pnl.start_equity, pnl.peak_pnl = part["start_equity"], float(part["peak"])
         pnl.day, pnl.day_start_pnl = part["day"], float(part["day_start"])
@@ -183,7 +174,7 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
         desk.pnl_marks.recorded_at = _d(part["recorded_at"])
         desk.pnl_marks.recorded_day = part["recorded_day"]
         for scope, kind, reason, at in doc["pauses"]:
-            desk.pauses.add(Pause(scope, kind, reason, from_micros(at)))
+            desk.pauses.add(Pause(scope, kind, reason, int(at)))
             if scope == GLOBAL and kind == "stale_data":
                 desk.risk.stale_open = True  # its recovery is still to be told
         for value in doc.get("rebalances", ()):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
+from solver.core.clock import Micros
 from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
@@ -25,7 +25,7 @@ class QuoteRequested:
     """A ``quote`` event from the bus (protocol-notes 6); ``received_at`` when it arrived."""
 
     request: QuoteRequest
-    received_at: datetime | None = None
+    received_at: Micros | None = None
 
 
 @value
@@ -110,7 +110,7 @@ class BalancesSeen:
     rebalancer's) that may be half done in the snapshot."""
 
     balances: Mapping[str, int]
-    observed: datetime
+    observed: Micros
     own_open: tuple[Reservation, ...] = ()
     own_settling: bool = False
 
@@ -122,7 +122,7 @@ class PriceSeen:
 
     asset: str
     usd: float
-    observed: datetime
+    observed: Micros
     source: str = ""
 
 
@@ -133,7 +133,7 @@ class RebalanceStarting:
     Also how a deposit in flight from a store older than these facts gets its input held."""
 
     record: RebalanceRecord = dataclasses.field(hash=False)
-    deadline: datetime
+    deadline: Micros
     detail: str | None = None
 
 
@@ -149,7 +149,7 @@ class RebalanceStepping:
 @value
 class SaltSeen:
     salt: bytes
-    observed: datetime
+    observed: Micros
 
 
 @value

@@ -10,21 +10,19 @@ balances, PnL baseline, peak, daily loss and every pause with its reason.
 Facts carry what a decision used that is not in the journal (the prices of a fill), so applying
 them needs no market input and gives the same state every time. :func:`encode` and
 :func:`decode` turn facts into plain JSON-able dicts and back (amounts as decimal strings,
-times as microseconds since the epoch, bytes as hex).
+times as microseconds since the epoch as the desk holds them (:mod:`solver.core.clock`), bytes
+as hex).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from solver.core.clock import Micros, micros
 from solver.core.rebalance_record import RebalanceRecord, record_doc, record_from_doc
 from solver.protocol.values import value
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 
 
 @value
@@ -36,9 +34,9 @@ class QuoteOpened:
     amount_in: int
     amount_out: int
     fee: int
-    deadline: datetime
+    deadline: Micros
     nonce: bytes
-    created_at: datetime
+    created_at: Micros
     exact_in: bool
     partner_id: str | None = None
     signed_data: Mapping[str, Any] | None = dataclasses.field(
@@ -62,7 +60,7 @@ class FillPrices:
 class QuoteMoved:
     quote_id: str
     new: str  # a QuoteState value
-    at: datetime
+    at: Micros
     reason: str | None = None
     intent_hash: str | None = None
     tx_hash: str | None = None
@@ -76,7 +74,7 @@ class QuotesLost:
     path a journal row per answer again)."""
 
     quote_ids: tuple[str, ...]
-    at: datetime
+    at: Micros
     reason: str
 
 
@@ -85,7 +83,7 @@ class ClaimAdded:
     quote_id: str
     intent_hash: str
     tx_hash: str | None
-    at: datetime
+    at: Micros
 
 
 @value
@@ -93,14 +91,14 @@ class ClaimEnded:
     quote_id: str
     intent_hash: str
     status: str
-    at: datetime
+    at: Micros
 
 
 @value
 class BalancesReconciled:
     """A snapshot taken in: the inventory's confirmed balances and the reconciliation."""
 
-    observed: datetime
+    observed: Micros
     balances: dict[str, int]
     own_open: tuple[tuple[str, str, int, str, int], ...] = ()  # (key, out, amount, in, amount)
     own_settling: bool = False
@@ -117,14 +115,14 @@ class OwnFlow:
     amount_in: int
     asset_out: str
     outflow: int
-    at: datetime
+    at: Micros
 
 
 @value
 class PnlMarked:
     """The PnL references that must survive a restart: starting equity, peak, day start."""
 
-    at: datetime
+    at: Micros
     start_equity: float
     peak_pnl: float
     day: str
@@ -136,7 +134,7 @@ class Markout:
     quote_id: str
     horizon_s: int
     value_usd: float
-    at: datetime
+    at: Micros
 
 
 @value
@@ -144,14 +142,14 @@ class PauseSet:
     scope: str
     kind: str
     reason: str
-    at: datetime
+    at: Micros
 
 
 @value
 class PauseCleared:
     scope: str
     kind: str
-    at: datetime
+    at: Micros
     by: str  # operator | recovered
 
 
@@ -159,7 +157,7 @@ class PauseCleared:
 class BaselineAccepted:
     """The operator acknowledged the balances after a deliberate move."""
 
-    at: datetime
+    at: Micros
     balances: dict[str, int]
     difference: dict[str, int]  # accepted − expected before, per asset
     equity_shift_usd: float  # taken out of the PnL baseline: a deposit is not a profit
@@ -171,7 +169,7 @@ class BaselineCorrected:
     were heard of (issue 24): ``adjustment`` takes them out of the expected balances, and
     ``equity_shift_usd`` out of the PnL baseline the accept moved by them."""
 
-    at: datetime
+    at: Micros
     adjustment: dict[str, int]
     quote_ids: tuple[str, ...]
     equity_shift_usd: float
@@ -186,8 +184,8 @@ class RebalanceStarted:
     asset_in: str
     amount_in: int
     asset_out: str
-    deadline: datetime
-    at: datetime
+    deadline: Micros
+    at: Micros
 
 
 @value
@@ -195,7 +193,7 @@ class RebalanceDeposited:
     """The rebalance's deposit executed: its reservation is settled."""
 
     rebalance_id: str
-    at: datetime
+    at: Micros
 
 
 @value
@@ -205,7 +203,7 @@ class RebalanceEnded:
     rebalance_id: str
     route: str
     outcome: str
-    at: datetime
+    at: Micros
 
 
 @value
@@ -220,8 +218,8 @@ class RebalanceStepped:
     carried: bool = False
 
     @property
-    def at(self) -> datetime:
-        return self.record.updated_at
+    def at(self) -> Micros:
+        return micros(self.record.updated_at)
 
 
 Fact = (
@@ -275,19 +273,7 @@ def kind_of(fact: Fact) -> str:
     return KIND_OF[type(fact)]
 
 
-def micros(moment: datetime) -> int:
-    if moment.tzinfo is None:  # a naive time has no place in the journal: refuse it clearly
-        raise ValueError(f"the journal takes timezone-aware datetimes only, got {moment}")
-    return (moment - EPOCH) // _US
-
-
-def from_micros(value: int) -> datetime:
-    return EPOCH + timedelta(microseconds=value)
-
-
 def _encode_value(name: str, value: Any) -> Any:
-    if isinstance(value, datetime):
-        return micros(value)
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, FillPrices):
@@ -318,9 +304,9 @@ def encode(fact: Fact) -> dict[str, Any]:
             "amount_in": str(fact.amount_in),
             "amount_out": str(fact.amount_out),
             "fee": str(fact.fee),
-            "deadline": micros(fact.deadline),
+            "deadline": fact.deadline,
             "nonce": fact.nonce.hex(),
-            "created_at": micros(fact.created_at),
+            "created_at": fact.created_at,
             "exact_in": fact.exact_in,
             "partner_id": fact.partner_id,
             SIGNED_DATA: fact.signed_data or {},
@@ -367,9 +353,9 @@ def _decode_opened(body: dict[str, Any]) -> QuoteOpened:
             int(body["amount_in"]),
             int(body["amount_out"]),
             int(body["fee"]),
-            from_micros(int(body["deadline"])),
+            int(body["deadline"]),
             bytes.fromhex(body["nonce"]),
-            from_micros(int(body["created_at"])),
+            int(body["created_at"]),
             body["exact_in"],
             body.get("partner_id"),
         )
@@ -392,8 +378,8 @@ def _decode_stepped(body: dict[str, Any]) -> RebalanceStepped:
 def _decode_value(cls: type[Any], name: str, annotation: str, raw: Any) -> Any:
     if raw is None:
         return None
-    if annotation.startswith("datetime"):
-        return from_micros(int(raw))
+    if annotation.startswith("Micros"):
+        return int(raw)
     if annotation.startswith("bytes"):
         return bytes.fromhex(raw)
     if annotation.startswith("FillPrices"):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 
+from solver.core.clock import SECOND, Micros
 from solver.protocol.values import value
 
 
@@ -26,27 +26,25 @@ class Reservation:
     amount_out: int  # includes the protocol fee the solver pays on it
     asset_in: str
     amount_in: int
-    deadline: datetime
+    deadline: Micros
 
 
 class Inventory:
     def __init__(self, floors: Mapping[str, int] | None = None) -> None:
         self.floors: dict[str, int] = dict(floors or {})
         self.confirmed: dict[str, int] = {}
-        self.confirmed_at: datetime | None = None
+        self.confirmed_at: Micros | None = None
         self.reserved: dict[str, int] = {}
         self.reservations: dict[str, Reservation] = {}
         # (deadline, quote_id) of reservations, oldest first: releasing the expired ones costs
         # what is due, not a walk of every open reservation at every snapshot.
-        self._deadlines: list[tuple[datetime, str]] = []
-        # Settlements heard of (at the datetime) that no snapshot is known to include yet.
-        self.unconfirmed_settlements: dict[str, tuple[Reservation, datetime]] = {}
+        self._deadlines: list[tuple[Micros, str]] = []
+        # Settlements heard of (at the Micros) that no snapshot is known to include yet.
+        self.unconfirmed_settlements: dict[str, tuple[Reservation, Micros]] = {}
 
     # ------------------------------------------------------------------ balances
 
-    def set_confirmed(
-        self, balances: Mapping[str, int], observed_at: datetime
-    ) -> list[Reservation]:
+    def set_confirmed(self, balances: Mapping[str, int], observed_at: Micros) -> list[Reservation]:
         """Take a fresh on-chain snapshot; release reservations whose deadline passed before it.
 
         ``observed_at`` must be a time *before* the balance request was sent, so the snapshot
@@ -68,8 +66,8 @@ class Inventory:
                 self.confirmed[out] = self.confirmed[out] - reservation.amount_out
         return self.release_expired(observed_at)
 
-    def balance_age_s(self, now: datetime) -> float | None:
-        return None if self.confirmed_at is None else (now - self.confirmed_at).total_seconds()
+    def balance_age_s(self, now: Micros) -> float | None:
+        return None if self.confirmed_at is None else (now - self.confirmed_at) / SECOND
 
     def free(self, asset: str) -> int:
         value = (
@@ -103,7 +101,7 @@ class Inventory:
                 self.reserved.pop(reservation.asset_out, None)
         return reservation
 
-    def settle(self, quote_id: str, seen_at: datetime | None = None) -> Reservation | None:
+    def settle(self, quote_id: str, seen_at: Micros | None = None) -> Reservation | None:
         """The quote executed: debit the outflow from the confirmed balance and release.
 
         The inflow is *not* credited: the last snapshot may already include this execution
@@ -122,7 +120,7 @@ class Inventory:
                 self.unconfirmed_settlements[quote_id] = (reservation, seen_at)
         return reservation
 
-    def release_expired(self, snapshot_at: datetime) -> list[Reservation]:
+    def release_expired(self, snapshot_at: Micros) -> list[Reservation]:
         expired: list[Reservation] = []
         heap, reservations = self._deadlines, self.reservations
         while heap and heap[0][0] < snapshot_at:

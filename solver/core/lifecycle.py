@@ -35,10 +35,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 
-from solver.protocol.values import value
+from solver.core.clock import Micros
 
 
 class QuoteState(StrEnum):
@@ -70,9 +69,9 @@ class Claim:
 
     intent_hash: str
     tx_hash: str | None
-    heard_at: datetime
+    heard_at: Micros
     status: str | None = None  # the last get_status answer (spec 3.2)
-    next_poll_at: datetime | None = None
+    next_poll_at: Micros | None = None
     delay_s: float = 0.1
     ended: bool = False  # NOT_FOUND_OR_NOT_VALID: this intent will not settle the quote
     asking: bool = False
@@ -90,16 +89,16 @@ class TrackedQuote:
     amount_in: int
     amount_out: int
     fee: int
-    deadline: datetime
+    deadline: Micros
     nonce: bytes
-    created_at: datetime
+    created_at: Micros
     state: QuoteState = QuoteState.OPEN
-    updated_at: datetime | None = None
+    updated_at: Micros | None = None
     intent_hash: str | None = None
     tx_hash: str | None = None
     reason: str | None = None
     claims: dict[str, Claim] = field(default_factory=dict)
-    nonce_check_at: datetime | None = None  # when the last is_nonce_used check was asked
+    nonce_check_at: Micros | None = None  # when the last is_nonce_used check was asked
 
     @property
     def terminal(self) -> bool:
@@ -112,18 +111,6 @@ class TrackedQuote:
 
     def pending_claims(self) -> list[Claim]:
         return [c for c in self.claims.values() if not c.ended]
-
-
-@value  # built at every move (about one a request in a replay): plain at run time
-class Transition:
-    quote_id: str
-    quote_hash: str
-    old: QuoteState
-    new: QuoteState
-    at: datetime
-    reason: str | None = None
-    intent_hash: str | None = None
-    tx_hash: str | None = None
 
 
 @dataclass
@@ -141,7 +128,7 @@ class QuoteBook:
     # reconciliation needs these totals at every snapshot, without walking the whole book.
     open_outflow: dict[str, int] = field(default_factory=dict)
     open_inflow: dict[str, int] = field(default_factory=dict)
-    _deadlines: list[tuple[datetime, str]] = field(default_factory=list)
+    _deadlines: list[tuple[Micros, str]] = field(default_factory=list)
 
     def _account(self, quote: TrackedQuote, sign: int) -> None:
         out, into = quote.asset_out, quote.asset_in
@@ -171,18 +158,20 @@ class QuoteBook:
         self,
         quote_id: str,
         new: QuoteState,
-        at: datetime,
+        at: Micros,
         *,
         reason: str | None = None,
         intent_hash: str | None = None,
         tx_hash: str | None = None,
-    ) -> Transition:
+    ) -> None:
+        """Move the quote to ``new`` (refused when the table does not allow it); a terminal
+        state takes it out of the book. Nothing is returned: the fact that caused the move is
+        the record of it (one object less a move, issue 29)."""
         quote = self.quotes.get(quote_id)
         if quote is None:
             raise IllegalTransition(f"unknown quote {quote_id}")
         if new not in ALLOWED.get(quote.state, frozenset()):
             raise IllegalTransition(f"{quote_id}: {quote.state} -> {new} is not allowed")
-        old = quote.state
         quote.state, quote.updated_at = new, at
         quote.reason = reason or quote.reason
         quote.intent_hash = intent_hash or quote.intent_hash
@@ -192,14 +181,11 @@ class QuoteBook:
             self.by_hash.pop(quote.quote_hash, None)
             self._account(quote, -1)
             self.terminal_counts[new] = self.terminal_counts.get(new, 0) + 1
-        return Transition(
-            quote_id, quote.quote_hash, old, new, at, reason, quote.intent_hash, quote.tx_hash
-        )
 
     def open_quotes(self) -> Iterator[TrackedQuote]:
         return iter(list(self.quotes.values()))
 
-    def past_deadline(self, before: datetime) -> list[TrackedQuote]:
+    def past_deadline(self, before: Micros) -> list[TrackedQuote]:
         """Open quotes whose deadline is earlier than ``before``, oldest deadline first.
 
         They stay in the heap's due part until they leave the book, so a quote waiting for a
@@ -208,7 +194,7 @@ class QuoteBook:
         while heap and heap[0][1] not in quotes:
             heapq.heappop(heap)  # left the book
         due: list[TrackedQuote] = []
-        kept: list[tuple[datetime, str]] = []
+        kept: list[tuple[Micros, str]] = []
         while heap and heap[0][0] < before:
             entry = heapq.heappop(heap)
             quote = quotes.get(entry[1])

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+
+from solver.core.clock import Micros
 
 GLOBAL = "*"
 OPERATOR = "operator"
@@ -36,7 +37,7 @@ class Pause:
     scope: str
     kind: str
     reason: str
-    at: datetime
+    at: Micros
 
     def describe(self) -> str:
         where = "everything" if self.scope == GLOBAL else self.scope

@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from decimal import Decimal
+
+from solver.core.clock import SECOND, Micros, from_micros
 
 MARKOUT_HORIZONS_S = (1, 10, 60, 300)
 Price = Callable[[str], float | None]
@@ -45,6 +46,9 @@ class FillValue:
     outflow: int
 
 
+_DAY = 86_400 * SECOND
+
+
 class PnlBook:
     def __init__(
         self, decimals: Mapping[str, int], horizons_s: tuple[int, ...] = MARKOUT_HORIZONS_S
@@ -53,9 +57,10 @@ class PnlBook:
         self.scale = {asset: 10.0**d for asset, d in decimals.items()}
         self.horizons_s = horizons_s
         # One FIFO per horizon: fills come in time order, so each queue is due in order.
-        self._due: dict[int, deque[tuple[datetime, FillValue]]] = {h: deque() for h in horizons_s}
+        self._due: dict[int, deque[tuple[Micros, FillValue]]] = {h: deque() for h in horizons_s}
         self.fills = 0
         self.realized_usd = 0.0
+        self._day_number, self._day_text = -1, ""
         self.markout_sum = dict.fromkeys(horizons_s, 0.0)
         self.markout_n = dict.fromkeys(horizons_s, 0)
         self.start_equity: float | None = None
@@ -72,13 +77,13 @@ class PnlBook:
         exact -= _decimal_value(fill.outflow, self.decimals[fill.asset_out], price_out)
         return float(exact)
 
-    def record_fill(self, fill: FillValue, at: datetime, realized_usd: float) -> None:
+    def record_fill(self, fill: FillValue, at: Micros, realized_usd: float) -> None:
         self.fills += 1
         self.realized_usd += realized_usd
         for horizon in self.horizons_s:
-            self._due[horizon].append((at + timedelta(seconds=horizon), fill))
+            self._due[horizon].append((at + horizon * SECOND, fill))
 
-    def due_markouts(self, now: datetime, price: Price) -> list[tuple[FillValue, int, float]]:
+    def due_markouts(self, now: Micros, price: Price) -> list[tuple[FillValue, int, float]]:
         """``(fill, horizon, value)`` of every markout due by ``now`` with both prices known.
 
         A markout whose prices are unknown when due is dropped (it cannot be made up later)."""
@@ -91,7 +96,7 @@ class PnlBook:
                     done.append((fill, horizon, self.value(fill, p_in, p_out)))
         return done
 
-    def drop_due(self, horizon: int, by: datetime) -> None:
+    def drop_due(self, horizon: int, by: Micros) -> None:
         """Forget the markouts of ``horizon`` due by ``by``: a ``Markout`` fact at ``by`` says
         they were taken then (recorded, or dropped for want of a price). Live,
         :meth:`due_markouts` popped them already; replaying the journal, the fills queued them
@@ -120,7 +125,7 @@ class PnlBook:
             total += amount * p / scale
         return total
 
-    def mark(self, now: datetime, balances: Mapping[str, int], price: Price) -> bool:
+    def mark(self, now: Micros, balances: Mapping[str, int], price: Price) -> bool:
         """Mark PnL to market now (``self.pnl``); True when a reference that must survive a
         restart changed (the starting equity was taken, a new peak, a new UTC day)."""
         equity = self.equity_usd(balances, price)
@@ -132,10 +137,17 @@ class PnlBook:
         pnl = self.pnl = equity - self.start_equity
         if pnl > self.peak_pnl:
             self.peak_pnl, changed = pnl, True
-        today = now.date().isoformat()
+        today = self._day_of(now)
         if self.day != today:
             self.day, self.day_start_pnl, changed = today, pnl, True
         return changed
+
+    def _day_of(self, now: Micros) -> str:
+        """The UTC date of ``now`` as text, built once a day (marks come every tick)."""
+        number = now // _DAY
+        if number != self._day_number:
+            self._day_number, self._day_text = number, from_micros(now).date().isoformat()
+        return self._day_text
 
     def restore(self, start_equity: float, peak_pnl: float, day: str, day_start: float) -> None:
         self.start_equity, self.peak_pnl = start_equity, peak_pnl

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Protocol
 
+from solver.core.clock import MILLI, SECOND, Micros, span
 from solver.core.inventory import Inventory, Reservation
 from solver.core.limits import TokenBucket
 from solver.core.market import MarketView, QuoteRequest
@@ -71,7 +71,7 @@ class Quote:
     amount_in: int
     amount_out: int
     fee: int  # protocol fee the solver pays on amount_out (reserved with it)
-    deadline: datetime
+    deadline: Micros
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +152,16 @@ class QuotePipeline:
         self.bucket = TokenBucket(rate, max(1.0, rate))
         # 10**decimals as floats, once: USD notionals are estimates for limits, never amounts.
         self._unit = {asset: 10.0**dec for asset, dec in state.decimals.items()}
-        self._leads: dict[int, timedelta] = {}
-        """``min_deadline_ms`` -> the time from decision to the quote's deadline."""
+        self._leads: dict[int, Micros] = {}
+        """``min_deadline_ms`` -> the µs from decision to the quote's deadline."""
+        # The age limits in µs, once (the checks compare integers: :mod:`solver.core.clock`).
+        self._budget_us = settings.response_budget_ms * MILLI
+        self._salt_max_us = span(settings.salt_max_age_s)
+        self._balance_max_us = span(settings.balance_max_age_s)
+        self._price_max_us = span(settings.price_max_age_s)
 
     def decide(
-        self, request: QuoteRequest, now: datetime, received_at: datetime | None = None
+        self, request: QuoteRequest, now: Micros, received_at: Micros | None = None
     ) -> Quote | Skip:
         s = self.settings
         route = self.routes.get(request.pair)
@@ -176,19 +181,19 @@ class QuotePipeline:
             return Skip(
                 DEADLINE_TOO_LONG, f"{request.min_deadline_ms} ms > {s.max_min_deadline_ms} ms"
             )
-        if (
-            received_at is not None
-            and (now - received_at).total_seconds() * 1000 > s.response_budget_ms
-        ):
+        if received_at is not None and now - received_at > self._budget_us:
             return Skip(TOO_LATE, "the bus stops waiting before an answer could arrive")
         state = self.state
-        if state.salt is None or state.salt_at is None:
+        salt_at = state.salt_at
+        if state.salt is None or salt_at is None:
             return Skip(NO_SALT)
-        if (now - state.salt_at).total_seconds() > s.salt_max_age_s:
+        if now - salt_at > self._salt_max_us:
             return Skip(NO_SALT, "salt is stale")
-        age = self.inventory.balance_age_s(now)
-        if age is None or age > s.balance_max_age_s:
-            return Skip(STALE_BALANCES, "no balance snapshot" if age is None else f"{age:.1f}s old")
+        balances_at = self.inventory.confirmed_at
+        if balances_at is None:
+            return Skip(STALE_BALANCES, "no balance snapshot")
+        if now - balances_at > self._balance_max_us:
+            return Skip(STALE_BALANCES, f"{(now - balances_at) / SECOND:.1f}s old")
         divergent = state.divergent
         if divergent:
             detail = divergent.get(request.asset_in) or divergent.get(request.asset_out)
@@ -200,7 +205,9 @@ class QuotePipeline:
         )
         if price_in is None or price_out is None:
             return Skip(NO_PRICE)
-        if max(price_in.age_s(now), price_out.age_s(now)) > s.price_max_age_s:
+        price_at = state.price_at
+        oldest = min(price_at[request.asset_in], price_at[request.asset_out])
+        if now - oldest > self._price_max_us:
             return Skip(STALE_PRICE)
         unit_in, unit_out = self._unit[request.asset_in], self._unit[request.asset_out]
         if request.exact_in:
@@ -246,14 +253,14 @@ class QuotePipeline:
             return Skip(EXPOSURE_LIMIT)
         if outflow > self.inventory.free(request.asset_out):
             return Skip(INSUFFICIENT_INVENTORY)
-        if not self.bucket.take(now.timestamp()):
+        if not self.bucket.take(now / SECOND):
             return Skip(RATE_LIMITED)
         ms = request.min_deadline_ms
         lead = self._leads.get(ms)
         if lead is None:  # a handful of values in practice: built once each (issue 29)
             if len(self._leads) >= 1024:
                 self._leads.clear()
-            lead = self._leads[ms] = timedelta(milliseconds=ms + s.deadline_margin_ms)
+            lead = self._leads[ms] = (ms + s.deadline_margin_ms) * MILLI
         deadline = now + lead
         reserved = self.inventory.reserve(
             Reservation(

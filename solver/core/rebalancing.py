@@ -20,12 +20,12 @@ the ``rebalances`` / ``rebalance_steps`` tables are projected from the step fact
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, OperatorReply, Record
+from solver.core.clock import Micros
 from solver.core.inventory import Inventory, Reservation
 from solver.core.pauses import Pause, Pauses
 from solver.core.rebalance_record import TERMINAL, RebalanceRecord, RebalanceState
@@ -53,7 +53,7 @@ class Rebalancing:
         """The rebalances not finished yet, by id: what the rebalancer takes up."""
         self._appliers = self.appliers()
 
-    def handlers(self) -> dict[type, Callable[[Any, datetime], list[Action]]]:
+    def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {ev.RebalanceStarting: self.starting, ev.RebalanceStepping: self.stepping}
 
     def appliers(self) -> dict[type, Callable[[Any], None]]:
@@ -66,7 +66,7 @@ class Rebalancing:
 
     # ------------------------------------------------------------------ deciding
 
-    def starting(self, event: ev.RebalanceStarting, now: datetime) -> list[Action]:
+    def starting(self, event: ev.RebalanceStarting, now: Micros) -> list[Action]:
         record = event.record
         rid = reservation_id(record.id)
         if rid in self.inventory.reservations:
@@ -85,7 +85,7 @@ class Rebalancing:
         actions.append(OperatorReply(True, f"rebalance {record.id} started"))
         return actions
 
-    def stepping(self, event: ev.RebalanceStepping, now: datetime) -> list[Action]:
+    def stepping(self, event: ev.RebalanceStepping, now: Micros) -> list[Action]:
         record = event.record
         actions: list[Action] = []
         self._record(f.RebalanceStepped(record, event.detail), actions)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
+from solver.core.clock import MINUTE, Micros, from_micros
 from solver.core.inventory import Reservation
 from solver.core.risk import Reconciler, RiskLimits, mismatches_from_totals, open_flow_totals
 
@@ -32,7 +32,7 @@ DOUBTS_MAX = 10
 """Settlements after an accepted baseline kept as doubts, the first ones heard (the likeliest
 to be in it: executed before its read, heard just after): a gap is matched against their
 subsets (2^10 = 1,024 comparisons of a few µs at most, once per gap)."""
-DOUBT_WINDOW = timedelta(minutes=10)
+DOUBT_WINDOW = 10 * MINUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class Doubt:
 
     key: str
     diff: Mapping[str, int]
-    heard_at: datetime
+    heard_at: Micros
 
 
 def diff_of(asset_in: str, amount_in: int, asset_out: str, outflow: int) -> dict[str, int]:
@@ -57,7 +57,7 @@ class Reconciliation:
     def __init__(self, limits: RiskLimits) -> None:
         self.limits = limits
         self.reconciler = Reconciler()
-        self.snapshot_at: datetime | None = None
+        self.snapshot_at: Micros | None = None
         self.last: dict[str, int] | None = None  # the last snapshot taken in
         self.found: dict[str, int] = {}  # its gaps (0 = explained)
         self.own_settling = False
@@ -66,16 +66,16 @@ class Reconciliation:
         # operator must still see it in status, /healthz and the mismatch gauge until
         # ``solver resume --accept-balances`` (or until verified fills explain it).
         self.unresolved: dict[str, int] = {}
-        # Own settlements heard of (at the datetime) that no snapshot is known to include yet,
+        # Own settlements heard of (at the Micros) that no snapshot is known to include yet,
         # as the reverse of the move (what the snapshot may still lack or hold).
-        self.unconfirmed: dict[str, tuple[Reservation, datetime]] = {}
+        self.unconfirmed: dict[str, tuple[Reservation, Micros]] = {}
         self.report: dict[str, Any] | None = None
         # A gap held while its explanation is looked for: since when (the snapshot's time).
         self.held: dict[str, int] = {}
-        self.held_at: datetime | None = None
+        self.held_at: Micros | None = None
         # The accepted baseline: its snapshot's time, when it was accepted, and its doubts.
-        self.baseline_at: datetime | None = None
-        self.accepted_at: datetime | None = None
+        self.baseline_at: Micros | None = None
+        self.accepted_at: Micros | None = None
         self.doubts: dict[str, Doubt] = {}
 
     def settled(
@@ -85,8 +85,8 @@ class Reconciliation:
         amount_in: int,
         asset_out: str,
         outflow: int,
-        at: datetime,
-        opened_at: datetime | None = None,
+        at: Micros,
+        opened_at: Micros | None = None,
     ) -> None:
         """An own settlement (a quote's opened at ``opened_at``, or a rebalance move) heard of
         at ``at``."""
@@ -104,9 +104,7 @@ class Reconciliation:
         if len(self.doubts) < DOUBTS_MAX:
             self.doubts[doubt.key] = doubt
 
-    def late_fill(
-        self, key: str, diff: Mapping[str, int], at: datetime, opened_at: datetime
-    ) -> None:
+    def late_fill(self, key: str, diff: Mapping[str, int], at: Micros, opened_at: Micros) -> None:
         """A fill found after its quote was closed (its nonce was used: a status was missed).
         The part of it that a confirmed gap already absorbed is taken off that gap (it is
         explained now), the rest moves the expected balances; the snapshots taken since it
@@ -137,14 +135,14 @@ class Reconciliation:
         for key in keys:
             self.doubts.pop(key, None)
 
-    def tolerated(self, observed: datetime) -> list[Reservation]:
+    def tolerated(self, observed: Micros) -> list[Reservation]:
         """Reverses of the settlements a snapshot requested at ``observed`` may lack."""
         return [reverse for reverse, heard in self.unconfirmed.values() if heard > observed]
 
     def compare(
         self,
         balances: Mapping[str, int],
-        observed: datetime,
+        observed: Micros,
         own_open: Sequence[Reservation],
         totals: Totals,
         adjust: Mapping[str, int] | None = None,
@@ -170,7 +168,7 @@ class Reconciliation:
     def reconcile(
         self,
         balances: Mapping[str, int],
-        observed: datetime,
+        observed: Micros,
         own_open: Sequence[Reservation],
         own_settling: bool,
         totals: Totals,
@@ -199,7 +197,7 @@ class Reconciliation:
         self.found = found
         gaps = {a: g for a, g in found.items() if g} | self.unresolved
         self.report = {
-            "at": observed.isoformat(timespec="milliseconds"),
+            "at": from_micros(observed).isoformat(timespec="milliseconds"),
             "ok": not self.unresolved,
             "mismatches": {a: str(g) for a, g in gaps.items()},
         }
@@ -217,7 +215,7 @@ class Reconciliation:
             expected[reverse.asset_in] = expected.get(reverse.asset_in, 0) + reverse.amount_in
         return expected
 
-    def accept(self, balances: Mapping[str, int], at: datetime) -> None:
+    def accept(self, balances: Mapping[str, int], at: Micros) -> None:
         """The operator's new baseline: ``balances`` plus the settlements heard after it was
         requested. Those may already be in it (executed before the read): they are kept as
         doubts, like every settlement heard after it of a quote that existed at ``at``."""

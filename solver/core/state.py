@@ -30,8 +30,9 @@ import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from solver.core.clock import Micros, from_micros, span
 from solver.core.inventory import Inventory
 from solver.core.market import ReferencePrice
 
@@ -43,50 +44,61 @@ class MarketState:
     decimals: Mapping[str, int]
     history_size: int = 512
     prices: dict[str, ReferencePrice] = field(default_factory=dict)
+    """The combined price of each asset, as strategies read it (:class:`ReferencePrice`, with
+    a ``datetime``: the strategy API is an edge, :mod:`solver.core.clock`)."""
+    price_at: dict[str, Micros] = field(default_factory=dict)
+    """The combined price's time in µs: what the desk's age checks read."""
     history: dict[str, deque[tuple[datetime, float]]] = field(default_factory=dict)
     fee_pips: int = 0
     salt: bytes | None = None
-    salt_at: datetime | None = None
+    salt_at: Micros | None = None
     price_max_age_s: float = 10.0
     """Observations older than this, relative to the newest of the asset, are left out."""
     max_divergence_bps: float | None = 200.0
     """Fresh sources of one asset further apart than this: no usable price (None: no check)."""
-    observations: dict[str, dict[str, ReferencePrice]] = field(default_factory=dict)
-    """Per asset, the latest observation of each source (by source name)."""
+    observations: dict[str, dict[str, tuple[float, Micros]]] = field(default_factory=dict)
+    """Per asset, the latest observation of each source (by source name): USD and µs."""
     divergent: dict[str, str] = field(default_factory=dict)
     """Assets whose fresh sources disagree, with the detail (the skip's)."""
 
-    def set_price(self, asset: str, usd: float, observed_at: datetime, source: str = "") -> None:
+    def set_price(self, asset: str, usd: float, observed: Micros, source: str = "") -> None:
+        """A source's observation at ``observed`` µs (a price arrival: not on the quote path,
+        so the strategies' ``datetime`` is built here, once)."""
         if not usd > 0:
             return
         seen = self.observations.get(asset)
         if seen is None:
             seen = self.observations[asset] = {}
         current = seen.get(source)
-        if current is not None and current.observed_at > observed_at:
+        if current is not None and current[1] > observed:
             return
-        price = seen[source] = ReferencePrice(usd, observed_at)
-        stamp = observed_at
+        seen[source] = (usd, observed)
+        stamp = at = observed
         if len(seen) > 1:
             combined = self._combine(asset, seen)
             if combined is None:
                 return
-            price, stamp = combined
-        self.prices[asset] = price
+            usd, at, stamp = combined
+        self.prices[asset] = ReferencePrice(usd, from_micros(at))
+        self.price_at[asset] = at
         series = self.history.get(asset)
         if series is None:
             series = self.history[asset] = deque(maxlen=self.history_size)
-        series.append((stamp, price.usd))
+        series.append((from_micros(stamp), usd))
+
+    def price_age_s(self, asset: str, now: Micros) -> float | None:
+        """How old the asset's combined price is at ``now``, in seconds (None: no price)."""
+        at = self.price_at.get(asset)
+        return None if at is None else (now - at) / 1_000_000
 
     def _combine(
-        self, asset: str, seen: Mapping[str, ReferencePrice]
-    ) -> tuple[ReferencePrice, datetime] | None:
-        """The median of the fresh observations and the newest time, or None (divergent)."""
-        newest = max(p.observed_at for p in seen.values())
-        horizon = newest - timedelta(seconds=self.price_max_age_s)
-        fresh = sorted(
-            ((p.usd, name, p.observed_at) for name, p in seen.items() if p.observed_at >= horizon)
-        )
+        self, asset: str, seen: Mapping[str, tuple[float, Micros]]
+    ) -> tuple[float, Micros, Micros] | None:
+        """The median of the fresh observations, the oldest and the newest time of them, or
+        None (divergent)."""
+        newest = max(at for _, at in seen.values())
+        horizon = newest - span(self.price_max_age_s)
+        fresh = sorted(((usd, name, at) for name, (usd, at) in seen.items() if at >= horizon))
         low, high = fresh[0][0], fresh[-1][0]
         limit = self.max_divergence_bps
         if limit is not None and high > low * (1 + limit / BPS):
@@ -98,31 +110,40 @@ class MarketState:
         values = [usd for usd, _, _ in fresh]
         usd = statistics.median(values)
         oldest = min(at for _, _, at in fresh)
-        return ReferencePrice(usd, oldest), newest
+        return usd, oldest, newest
 
     def price(self, asset: str) -> float | None:
         """The asset's combined reference price in USD (None: none yet)."""
         ref = self.prices.get(asset)
         return ref.usd if ref is not None else None
 
-    def set_salt(self, salt: bytes, observed_at: datetime) -> None:
-        self.salt, self.salt_at = salt, observed_at
+    def set_salt(self, salt: bytes, observed: Micros) -> None:
+        self.salt, self.salt_at = salt, observed
 
 
 class LiveMarketView:
     """The :class:`~solver.core.market.MarketView` strategies get for one decision."""
 
-    __slots__ = ("_inventory", "_state", "deadline_margin_ms", "now")
+    __slots__ = ("_inventory", "_now", "_state", "deadline_margin_ms", "now_us")
 
     def __init__(
         self,
         state: MarketState,
         inventory: Inventory,
-        now: datetime,
+        now: Micros,
         deadline_margin_ms: int = 0,
     ) -> None:
-        self._state, self._inventory, self.now = state, inventory, now
+        self._state, self._inventory, self.now_us = state, inventory, now
+        self._now: datetime | None = None
         self.deadline_margin_ms = deadline_margin_ms
+
+    @property
+    def now(self) -> datetime:
+        """The decision's time as the strategy API gives it: built when first read."""
+        moment = self._now
+        if moment is None:
+            moment = self._now = from_micros(self.now_us)
+        return moment
 
     @property
     def fee_pips(self) -> int:

@@ -11,9 +11,9 @@ source, any assignment to desk state outside ``solver/core``.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from solver.core.clock import Micros
 from solver.core.desk import DeskStats
 from solver.core.desk_snapshot import snapshot
 from solver.core.inventory import Reservation
@@ -32,7 +32,7 @@ class InventoryReading(Protocol):
     def confirmed(self) -> Mapping[str, int]: ...
 
     @property
-    def confirmed_at(self) -> datetime | None: ...
+    def confirmed_at(self) -> Micros | None: ...
 
     @property
     def reserved(self) -> Mapping[str, int]: ...

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from datetime import datetime
 from typing import Any
 
 from solver.core import events as ev
 from solver.core.actions import Alert, PauseChanged
+from solver.core.clock import Micros, from_micros
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
@@ -101,9 +101,9 @@ class LoggedAlerts:
     def __init__(self, notifier: Notifier | None) -> None:
         self.notifier = notifier
 
-    def alert(self, alert: Alert, now: datetime) -> None:
+    def alert(self, alert: Alert, now: Micros) -> None:
         if self.notifier is not None:
-            self.notifier.alert(alert, now)
+            self.notifier.alert(alert, from_micros(now))
         elif alert.resolved:
             log.warning("resolved: %s: %s", alert.kind, alert.detail)
         else:

@@ -23,12 +23,12 @@ import json
 import logging
 import os
 from collections.abc import Callable, Collection, Mapping
-from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 
 import httpx
 
+from solver.core.clock import Micros
 from solver.core.events import PriceSeen
 from solver.core.state import MarketState
 from solver.errors import ConfigError, SolverError
@@ -90,7 +90,7 @@ class PriceFeeds:
         self,
         state: PriceReading,
         publish: Callable[[PriceSeen], object],
-        clock: Callable[[], datetime],
+        clock: Callable[[], Micros],
         *,
         client: httpx.AsyncClient,
         bus: BusRpcClient | None = None,

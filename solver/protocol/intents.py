@@ -68,6 +68,13 @@ def format_deadline(moment: datetime) -> str:
     return (_SECONDS.get(second) or _second_text(second)) + _MILLIS[moment.microsecond // 1000]
 
 
+def format_deadline_us(us: int) -> str:
+    """:func:`format_deadline` of a time in integer µs since the Unix epoch (the desk's clock,
+    :mod:`solver.core.clock`), with no ``datetime`` built."""
+    second, rest = divmod(us, 1_000_000)
+    return (_SECONDS.get(second) or _second_text(second)) + _MILLIS[rest // 1_000]
+
+
 def format_deadline_ns(ns: int) -> str:
     """:func:`format_deadline` of a time in integer nanoseconds since the Unix epoch (the
     versioned nonce's unit, protocol-notes 3), with no ``datetime`` built."""

@@ -152,11 +152,19 @@ class QuoteNonces:
         self.layout = layout
         self.sequence = sequence
 
-    def next(self, salt: bytes, deadline: datetime) -> bytes:
-        if self.layout == "versioned":
-            return versioned_nonce(salt, deadline, self.sequence.take(15))
+    def next(self, salt: bytes, deadline_us: int) -> bytes:
+        """The nonce of a quote whose deadline is ``deadline_us`` µs since the epoch (the
+        desk's clock, :mod:`solver.core.clock`): no ``datetime`` on the quote path."""
         if len(salt) != SALT_LEN:
             raise ProtocolError("salt must be 4 bytes")
+        if self.layout == "versioned":
+            return (
+                VERSIONED_MAGIC
+                + b"\x00"
+                + salt
+                + (deadline_us * 1000).to_bytes(8, "little", signed=True)
+                + self.sequence.take(15)
+            )
         return salt + self.sequence.take(28)  # salted_nonce's layout (28 unique bytes)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from solver.protocol.encoding import b58encode
-from solver.protocol.intents import format_deadline
+from solver.protocol.intents import format_deadline, format_deadline_us
 from solver.protocol.keys import SecretKey
 from solver.protocol.signing import NEP413_TAG
 from solver.protocol.values import value
@@ -99,15 +99,16 @@ class QuoteSigner:
     def sign(
         self,
         *,
-        deadline: datetime,
+        deadline: int,
         nonce: bytes,
         asset_in: str,
         amount_in: int,
         asset_out: str,
         amount_out: int,
     ) -> SignedQuote:
+        """``deadline`` in µs since the epoch (the desk's clock, :mod:`solver.core.clock`)."""
         message = _message(
-            format_deadline(deadline), asset_in, amount_in, asset_out, amount_out, self._tail
+            format_deadline_us(deadline), asset_in, amount_in, asset_out, amount_out, self._tail
         )
         raw = message.encode("utf-8")
         # The NEP-413 preimage in one copy: tag and length, message, nonce, recipient, no

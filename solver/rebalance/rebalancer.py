@@ -50,6 +50,7 @@ from typing import Any
 from solver.config import RebalanceSpec
 from solver.core import events as ev
 from solver.core.actions import Action, OperatorReply
+from solver.core.clock import from_micros, micros
 from solver.core.inventory import Reservation
 from solver.core.rebalance_record import TERMINAL, RebalanceRecord, RebalanceState
 from solver.core.rebalancing import reservation_id
@@ -193,7 +194,9 @@ class Rebalancer:
         return Inputs(
             now=now,
             balances=dict(inventory.confirmed),
-            balances_at=inventory.confirmed_at,
+            balances_at=None
+            if inventory.confirmed_at is None
+            else from_micros(inventory.confirmed_at),
             free={asset: inventory.free(asset) for asset in assets},
             prices=self.desk.prices(),
             decimals=self.desk.decimals,
@@ -228,7 +231,7 @@ class Rebalancer:
             reason=plan.reason,
         )
         deadline = now + timedelta(seconds=self.spec.swap_deadline_s)
-        starting = ev.RebalanceStarting(record, deadline, self._describe(plan))
+        starting = ev.RebalanceStarting(record, micros(deadline), self._describe(plan))
         reply = _reply(self.feed(starting))
         if not reply.ok:
             log.warning("rebalance not started: %s", reply.message)
@@ -544,7 +547,7 @@ class Rebalancer:
             record.amount_in,
             record.asset_out,
             0,
-            deadline,
+            micros(deadline),
         )
 
     def open_flows(self) -> list[Reservation]:
@@ -566,7 +569,7 @@ class Rebalancer:
                     0,
                     record.asset_out,
                     expected * INFLOW_BOUND,
-                    deadline,
+                    micros(deadline),
                 )
             )
             flows.append(
@@ -576,7 +579,7 @@ class Rebalancer:
                     0,
                     record.asset_in,
                     record.amount_in,
-                    deadline,
+                    micros(deadline),
                 )
             )
         return flows
@@ -589,7 +592,8 @@ class Rebalancer:
         if any(RebalanceState(r.state) not in signed for r in self.in_flight.values()):
             return True
         seen = self.desk.inventory.confirmed_at
-        return self.last_moved_at is not None and (seen is None or seen <= self.last_moved_at)
+        moved = self.last_moved_at
+        return moved is not None and (seen is None or seen <= micros(moved))
 
 
 def _reply(actions: list[Action]) -> OperatorReply:

@@ -21,7 +21,8 @@ import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC as UTC_ZONE
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -30,6 +31,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from solver.config import BotConfig
 from solver.core import events as ev
 from solver.core.actions import Alert
+from solver.core.clock import SECOND, Micros, from_micros, now_micros
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore
 from solver.core.market import QuoteRequest
@@ -81,18 +83,13 @@ LEDGER_JOBS = frozenset({"salt", "balances", "fee"})
 """Jobs that read the ledger node: one succeeding after a failure means it is back."""
 
 
-def utc_now() -> datetime:
-    """The one wall-clock read of the live bot."""
-    return datetime.now(UTC)
-
-
 class LiveBot:
     def __init__(
         self,
         config: BotConfig,
         key: SecretKey | None,
         *,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Callable[[], Micros] = now_micros,
         shadow: bool = False,
         store: Store | None = None,
         use_store: bool = True,
@@ -165,7 +162,7 @@ class LiveBot:
         # Alerts reach a person (docs/operations.md): the desk's, and bus outages beyond
         # alerts.bus_down_after_s. Built before anything starts: a required destination that
         # is missing stops the start here.
-        self.notifier = Notifier.from_config(config.alerts, clock=clock)
+        self.notifier = Notifier.from_config(config.alerts, clock=self.wall)
         self.bus_watch = BusWatch(config.alerts.bus_down_after_s)
         # Incidents outlive the process in a spool beside the store (issue 24); a bot without
         # a store (shadow mode) keeps them in memory.
@@ -188,7 +185,7 @@ class LiveBot:
                 signer=self.signer,
                 nonces=QuoteNonces(
                     config.nonce.layout,
-                    NonceSequence(self.store.claim_nonce_prefix(clock()))
+                    NonceSequence(self.store.claim_nonce_prefix(self.wall()))
                     if self.store is not None
                     else NonceSequence.unregistered(),
                 ),
@@ -215,7 +212,7 @@ class LiveBot:
             own_quote_hashes=lambda: self.view.quote_hashes,
             assets=self.tokens,
         )
-        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self.scheduler = AsyncIOScheduler(timezone=UTC_ZONE)
         self.control: ControlServer | None = None
         self.job_errors: dict[str, int] = {}
         self._jobs: set[asyncio.Task[Any]] = set()
@@ -257,6 +254,11 @@ class LiveBot:
         if isinstance(self.store, PgStore) and self.lease_keeper is not None:
             self.store.journal.on_fenced = self.lease_keeper.fenced  # type: ignore[attr-defined]
 
+    def wall(self) -> datetime:
+        """The clock as a ``datetime``, for the edges that speak it: alerts, the rebalancer's
+        plans, the store's people-facing rows (:mod:`solver.core.clock`)."""
+        return from_micros(self.clock())
+
     def _lease_lost(self, exc: FencedError) -> None:
         """Fenced out: nothing more is committed, so nothing is sent (the journal refuses every
         commit from now on); say it and end the run."""
@@ -287,7 +289,7 @@ class LiveBot:
             desk=self.view,
             feed=self.executor.feed,
             durable=lambda: self.executor.durable,
-            clock=self.clock,
+            clock=self.wall,
             balance_max_age_s=self.config.chain.balance_max_age_ms / 1000,
             nonce_layout=self.config.nonce.layout,
             dry_run=True if self.shadow else None,
@@ -309,7 +311,7 @@ class LiveBot:
             reason = getattr(first, "reason", None)
             self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
 
-    def _on_shadow_quote(self, quote: Quote, now: datetime) -> None:
+    def _on_shadow_quote(self, quote: Quote, now: Micros) -> None:
         """Shadow mode: the paper book decides whether a simulated user takes ``quote``."""
         assert self.paper is not None
         view = self.view
@@ -326,11 +328,11 @@ class LiveBot:
         self.operator.refresh_metrics()
         self.refresh_paper_metrics()
         now = self.clock()
-        self.metrics.heartbeat(now.timestamp())  # SolverHeartbeatStale; shadow mode too
+        self.metrics.heartbeat(now / SECOND)  # SolverHeartbeatStale; shadow mode too
         if self.lease_keeper is not None:
             self.lease_keeper.export()
         if self.durable is not None:
-            self.durable.beat(now)
+            self.durable.beat(from_micros(now))
 
     def refresh_paper_metrics(self) -> None:
         if self.paper is None or self.paper_metrics is None:
@@ -358,7 +360,8 @@ class LiveBot:
         now = self.clock()
         self.executor.feed(ev.ConnectionRestored() if connected else ev.ConnectionLost(), now)
         watch = self.bus_watch
-        alerts = watch.up(now) if connected else watch.down(now, f"bus websocket {self.ws.url}")
+        wall = from_micros(now)
+        alerts = watch.up(wall) if connected else watch.down(wall, f"bus websocket {self.ws.url}")
         if alerts:
             self.executor.carry_out(list(alerts), now)
         log.info("bus connection: %s (%s)", state, self.ws.url)
@@ -578,7 +581,7 @@ class LiveBot:
                 len(self.view.open_quotes),
             )
         if self.durable is not None:
-            self.durable.start(self.clock())  # the previous run's incidents, before any new
+            self.durable.start(self.wall())  # the previous run's incidents, before any new
         if keeper is None:
             self.recover()
         if self.shadow:
@@ -594,7 +597,7 @@ class LiveBot:
         await self._check_signing_key()
         await self.warm_up()
         if self.durable is not None:
-            self.durable.settle(self.clock())  # the desk and its inputs say what still holds
+            self.durable.settle(self.wall())  # the desk and its inputs say what still holds
         if self.rebalancer is not None:
             await self.rebalancer.resume()
         elif self.view.rebalances:
@@ -602,7 +605,7 @@ class LiveBot:
                 "the journal holds unfinished rebalances but rebalance.enabled is false: they "
                 "are not followed (see solver swap status)"
             )
-        self.metrics.heartbeat(self.clock().timestamp())  # alive from the first scrape on
+        self.metrics.heartbeat(self.clock() / SECOND)  # alive from the first scrape on
         if self.config.metrics.listen:
             store = self.store
             routes = (

@@ -30,7 +30,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, cast
 
 from solver.core import events as ev
@@ -47,6 +46,7 @@ from solver.core.actions import (
     ShadowQuote,
     SignAndSend,
 )
+from solver.core.clock import SECOND, Micros
 from solver.core.desk import Desk
 from solver.core.facts import KINDS, Fact, QuoteMoved, QuoteOpened
 from solver.core.market import QuoteRequest
@@ -66,7 +66,7 @@ latest (sooner when the next answer or fact comes)."""
 REFUSAL_ALERT_EVERY_S = 60.0
 """A refusal by the signer's policy is alerted at most this often per rule (each is counted)."""
 
-Handler = Callable[[Any, datetime, float, str], None]
+Handler = Callable[[Any, Micros, float, str], None]
 
 
 class Executor:
@@ -80,7 +80,7 @@ class Executor:
         "Counting sent answers"), which the status, the metrics and the replay read."""
         self.send_failed = 0
         self.response_us: deque[float] = deque(maxlen=20_000)
-        self.alerts: deque[tuple[datetime, Alert]] = deque(maxlen=100)
+        self.alerts: deque[tuple[Micros, Alert]] = deque(maxlen=100)
         self.replies: list[OperatorReply] = []
         # Who hears the facts the desk records, by fact type (:meth:`observe`).
         self._observers: dict[type, list[Callable[[Any], None]]] = {
@@ -95,7 +95,7 @@ class Executor:
         self._flush_scheduled = False
         self._flush_soon = self._flush  # bound once, not at every answer
         self._signing = 0  # quotes a deferred signer has not answered yet
-        self._refusals_told: dict[str, datetime] = {}  # rule -> when it was last alerted
+        self._refusals_told: dict[str, Micros] = {}  # rule -> when it was last alerted
         self._deferred = (
             cast(DeferredSigner, ports.signer) if getattr(ports.signer, "deferred", False) else None
         )
@@ -138,7 +138,7 @@ class Executor:
 
     # ------------------------------------------------------------------ feeding the desk
 
-    def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]:
+    def feed(self, event: ev.Event, now: Micros | None = None) -> list[Action]:
         """Give the desk one event and carry out what it asks; the actions are returned."""
         when = self.clock() if now is None else now
         actions = self.desk.receive(event, when)
@@ -146,7 +146,7 @@ class Executor:
             self.carry_out(actions, when)
         return actions
 
-    def request(self, request: QuoteRequest, now: datetime) -> list[Action]:
+    def request(self, request: QuoteRequest, now: Micros) -> list[Action]:
         """The quote path: one desk decision, then sign, journal and queue the answer (its
         skip or its quote counted under the request's pair)."""
         metrics = self._metrics
@@ -164,7 +164,7 @@ class Executor:
         self.carry_out(actions, now, started, pair)
         return actions
 
-    def tick(self, now: datetime) -> list[Action]:
+    def tick(self, now: Micros) -> list[Action]:
         """What is due at ``now`` (:meth:`Desk.tick`), carried out."""
         actions = self.desk.tick(now)
         if actions:
@@ -172,7 +172,7 @@ class Executor:
         return actions
 
     def carry_out(
-        self, actions: list[Action], now: datetime, started: float = 0.0, pair: str = OTHER
+        self, actions: list[Action], now: Micros, started: float = 0.0, pair: str = OTHER
     ) -> None:
         """Carry out ``actions`` in order. ``started``: when the request they answer arrived
         (``perf_counter``), ``pair`` its metrics label."""
@@ -182,20 +182,18 @@ class Executor:
 
     # ------------------------------------------------------------------ the quote path
 
-    def _skip(self, action: Skip, now: datetime, started: float, pair: str) -> None:
+    def _skip(self, action: Skip, now: Micros, started: float, pair: str) -> None:
         metrics = self._metrics
         if metrics is not None:
             metrics.inc_skip(action.reason, pair)
 
-    def _shadow_quote(self, action: ShadowQuote, now: datetime, started: float, pair: str) -> None:
+    def _shadow_quote(self, action: ShadowQuote, now: Micros, started: float, pair: str) -> None:
         # Counted by the desk; nothing leaves in shadow mode, the paper book decides.
         shadow = self.ports.shadow
         if shadow is not None:
             shadow(action.quote, now)
 
-    def _sign_and_queue(
-        self, action: SignAndSend, now: datetime, started: float, pair: str
-    ) -> None:
+    def _sign_and_queue(self, action: SignAndSend, now: Micros, started: float, pair: str) -> None:
         quote = action.quote
         request = quote.request
         deadline = quote.deadline
@@ -242,7 +240,7 @@ class Executor:
         if reason == "signer_refused":
             rule = result.split(":", 2)[1]
             last = self._refusals_told.get(rule)
-            if last is None or (now - last).total_seconds() >= REFUSAL_ALERT_EVERY_S:
+            if last is None or now - last >= REFUSAL_ALERT_EVERY_S * SECOND:
                 self._refusals_told[rule] = now  # a cap reached refuses every quote: tell once
                 self._alert(Alert("signer_refused", result), now, started, pair)
         metrics = self._metrics
@@ -251,7 +249,7 @@ class Executor:
         self.feed(ev.QuoteNotSent(action.quote.request.quote_id, result), now)
 
     def _queue_signed(
-        self, action: SignAndSend, signed: SignedQuote, now: datetime, started: float, pair: str
+        self, action: SignAndSend, signed: SignedQuote, now: Micros, started: float, pair: str
     ) -> None:
         quote = action.quote
         signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
@@ -269,7 +267,7 @@ class Executor:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush_soon)
 
-    def _record(self, action: Record, now: datetime, started: float, pair: str) -> None:
+    def _record(self, action: Record, now: Micros, started: float, pair: str) -> None:
         fact = action.fact
         if self._journal is not None:
             self._append(fact)
@@ -403,16 +401,16 @@ class Executor:
 
     # ------------------------------------------------------------------ settlement I/O
 
-    def _poll(self, action: PollIntent, now: datetime, started: float, pair: str) -> None:
+    def _poll(self, action: PollIntent, now: Micros, started: float, pair: str) -> None:
         self.ports.statuses.get_status(action.intent_hash, self.feed)
 
-    def _check_nonce(self, action: CheckNonce, now: datetime, started: float, pair: str) -> None:
+    def _check_nonce(self, action: CheckNonce, now: Micros, started: float, pair: str) -> None:
         self.ports.nonce_oracle.is_nonce_used(action.quote_id, action.nonce, self.feed)
 
-    def _refresh_balances(self, action: Any, now: datetime, started: float, pair: str) -> None:
+    def _refresh_balances(self, action: Any, now: Micros, started: float, pair: str) -> None:
         self.ports.balances.refresh_now()
 
-    def _refresh_salt(self, action: Any, now: datetime, started: float, pair: str) -> None:
+    def _refresh_salt(self, action: Any, now: Micros, started: float, pair: str) -> None:
         self.ports.salt.refresh_now()
 
     # ------------------------------------------------------------------ telling people
@@ -427,16 +425,12 @@ class Executor:
                 log.info("%s", desk.readable.fill(quote, prices, label))
                 return
 
-    def _alert(self, alert: Alert, now: datetime, started: float, pair: str) -> None:
+    def _alert(self, alert: Alert, now: Micros, started: float, pair: str) -> None:
         self.alerts.append((now, alert))
         self.ports.alerts.alert(alert, now)
 
-    def _pause_changed(
-        self, change: PauseChanged, now: datetime, started: float, pair: str
-    ) -> None:
+    def _pause_changed(self, change: PauseChanged, now: Micros, started: float, pair: str) -> None:
         self.ports.alerts.pause_changed(change)
 
-    def _operator_reply(
-        self, reply: OperatorReply, now: datetime, started: float, pair: str
-    ) -> None:
+    def _operator_reply(self, reply: OperatorReply, now: Micros, started: float, pair: str) -> None:
         self.replies.append(reply)

@@ -17,11 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from solver.core import events as ev
 from solver.core.actions import Action, OperatorReply
+from solver.core.clock import Micros, from_micros
 from solver.core.pnl import usd_value
 from solver.errors import SolverError
 from solver.io.metrics import MetricsSnapshot
@@ -53,7 +53,7 @@ class OperatorDoor(Protocol):
     @property
     def response_us(self) -> Sequence[float]: ...
 
-    def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]: ...
+    def feed(self, event: ev.Event, now: Micros | None = None) -> list[Action]: ...
 
 
 class BusLink(Protocol):
@@ -91,7 +91,7 @@ class OperatorPorts:
     metrics: Metrics
     refresh_balances: Callable[[], Awaitable[None]]
     """A balance snapshot now (``resume --accept-balances`` takes one before the baseline)."""
-    clock: Callable[[], datetime]
+    clock: Callable[[], Micros]
 
 
 class Operator:
@@ -180,13 +180,15 @@ class Operator:
                 # The rest comes from memory: the status answers while the store fails.
                 doc["store_error"] = str(exc)
         doc.update(status_extra(ports))  # decimals, symbols, recent_fills, paper (, store_error)
-        merge_pair_rows(doc["pairs"], ports, now)  # state, strategy, 24 h fills, paper per pair
+        merge_pair_rows(
+            doc["pairs"], ports, from_micros(now)
+        )  # state, strategy, 24 h fills, paper per pair
         return doc
 
-    def _windows(self, store: Store, now: datetime) -> dict[str, Any]:
+    def _windows(self, store: Store, now: Micros) -> dict[str, Any]:
         windows = {}
         for name, seconds in (("1h", 3600.0), ("24h", 86400.0)):
-            stats = store.stats(seconds, now)
+            stats = store.stats(seconds, from_micros(now))
             windows[name] = {
                 "quotes": stats["quotes"],
                 "won": stats["won"],

@@ -35,12 +35,12 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from backtest.fills import FillModel, edge_bps, make_fill_model
 from backtest.settings import FillSpec
 from solver.config.shadow import ShadowSpec
+from solver.core.clock import Micros, iso_micros
 from solver.core.pnl import FillValue, PnlBook
 from solver.core.quoting import Quote
 
@@ -52,7 +52,7 @@ Price = Callable[[str], float | None]
 
 @dataclass(frozen=True, slots=True)
 class PaperFill:
-    at: datetime
+    at: Micros
     quote_id: str
     asset_in: str
     amount_in: int
@@ -65,7 +65,7 @@ class PaperFill:
     def doc(self) -> dict[str, Any]:
         """The shape of the status's ``recent_fills`` rows (amounts as strings)."""
         return {
-            "at": self.at.isoformat(),
+            "at": iso_micros(self.at),
             "quote_id": self.quote_id,
             "asset_in": self.asset_in,
             "amount_in": str(self.amount_in),
@@ -112,7 +112,7 @@ class PaperBook:
     # ------------------------------------------------------------------ deciding
 
     def on_quote(
-        self, quote: Quote, now: datetime, price: Price, confirmed: Mapping[str, int]
+        self, quote: Quote, now: Micros, price: Price, confirmed: Mapping[str, int]
     ) -> PaperFill | None:
         """Decide one shadow quote now; the fill (already booked) or None when not taken."""
         self.quotes += 1

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Protocol
 
 from solver.core import events as ev
 from solver.core.actions import Alert, PauseChanged
+from solver.core.clock import Micros
 from solver.core.facts import Fact
 from solver.core.quoting import Quote
 from solver.protocol.quote_signing import SignedQuote
@@ -40,7 +40,7 @@ class Signer(Protocol):
     def sign(
         self,
         *,
-        deadline: datetime,
+        deadline: Micros,
         nonce: bytes,
         asset_in: str,
         amount_in: int,
@@ -62,7 +62,7 @@ class DeferredSigner(Protocol):
         self,
         *,
         quote_id: str,
-        deadline: datetime,
+        deadline: Micros,
         nonce: bytes,
         asset_in: str,
         amount_in: int,
@@ -87,7 +87,7 @@ class MessageSigner(Protocol):
 class NonceSource(Protocol):
     """A fresh nonce for each quote (spec 5.3; protocol-notes 3)."""
 
-    def next(self, salt: bytes, deadline: datetime) -> bytes: ...
+    def next(self, salt: bytes, deadline: Micros) -> bytes: ...
 
 
 class Journal(Protocol):
@@ -144,7 +144,7 @@ class Refresh:
 class AlertSink(Protocol):
     """Telling people: alerts and pause changes."""
 
-    def alert(self, alert: Alert, now: datetime) -> None: ...
+    def alert(self, alert: Alert, now: Micros) -> None: ...
 
     def pause_changed(self, change: PauseChanged) -> None: ...
 
@@ -193,6 +193,6 @@ class Ports:
     metrics: QuoteMetrics | None
     """None: nothing counted or timed (a backtest measures itself)."""
     loop: LoopTurn
-    clock: Callable[[], datetime]
-    shadow: Callable[[Quote, datetime], None] | None = None
+    clock: Callable[[], Micros]
+    shadow: Callable[[Quote, Micros], None] | None = None
     """Shadow mode's paper book: whether a simulated user takes a quote never sent."""

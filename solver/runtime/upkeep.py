@@ -33,10 +33,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from solver.core import events as ev
+from solver.core.clock import Micros, from_micros, span
 from solver.core.pauses import STORE_ERROR
 from solver.errors import SolverError
 from solver.io.store.retention import Pruned
@@ -91,11 +91,11 @@ class TickDoor(Protocol):
     """The executor as the ticker needs it: what is due now, the bus outage's alerts carried
     out like the desk's, and a failing store told to the desk (the ``store_error`` pause)."""
 
-    def tick(self, now: datetime) -> list[Action]: ...
+    def tick(self, now: Micros) -> list[Action]: ...
 
-    def carry_out(self, actions: list[Action], now: datetime) -> None: ...
+    def carry_out(self, actions: list[Action], now: Micros) -> None: ...
 
-    def feed(self, event: ev.Event, now: datetime | None = None) -> list[Action]: ...
+    def feed(self, event: ev.Event, now: Micros | None = None) -> list[Action]: ...
 
     @property
     def journal_clean(self) -> bool: ...
@@ -117,7 +117,7 @@ class UpkeepPorts:
     """The operator's gauges and the paper book's metrics."""
     observe_loop_lag: Callable[[float], None]
     """Where the ticker's late wake-ups go (the loop-lag histogram)."""
-    clock: Callable[[], datetime]
+    clock: Callable[[], Micros]
 
 
 class Upkeep:
@@ -130,7 +130,7 @@ class Upkeep:
         self._cpu_mark = (time.monotonic(), time.process_time())
         self._cpu_share = 0.0
         self._saturated_ticks = 0
-        self._prune_due: datetime | None = None  # None: at the first tick
+        self._prune_due: Micros | None = None  # None: at the first tick
         self._snapshot_mark = 0  # the journal's count of facts at the last snapshot
         self._pruned = Pruned()
         self.store_failing = Repeats(log, "the store (projection, checkpoint, snapshot, pruning)")
@@ -167,7 +167,7 @@ class Upkeep:
         if (ended_streak or held) and executor.journal_clean:
             executor.feed(ev.StoreWorks("the store writes again"), self.ports.clock())
 
-    def close(self, now: datetime) -> None:
+    def close(self, now: Micros) -> None:
         """At shutdown: a snapshot, and as much projection as :data:`SHUTDOWN_PROJECT_S`
         allows (the rest at the next start)."""
         store = self.ports.store
@@ -186,7 +186,7 @@ class Upkeep:
         now = ports.clock()
         try:
             ports.executor.tick(now)
-            outage = ports.bus_watch.tick(now)
+            outage = ports.bus_watch.tick(from_micros(now))
             if outage:
                 ports.executor.carry_out(list(outage), now)
             self.measure_cpu()
@@ -261,7 +261,7 @@ class Upkeep:
         except SolverError as exc:
             self.store_failed(exc)
 
-    def maybe_prune(self, now: datetime) -> None:
+    def maybe_prune(self, now: Micros) -> None:
         """Go on with the store's pass over what it may forget (:meth:`Store.prune`), if one
         is due: :data:`PRUNE_BUDGET_S` a tick, none while the process is saturated; said in
         one line when the pass is done, if it deleted anything."""
@@ -273,17 +273,17 @@ class Upkeep:
         if self._cpu_share >= PROJECT_SATURATED_CPU:
             return
         try:
-            step = store.prune(now - timedelta(days=days), PRUNE_BUDGET_S)
+            step = store.prune(from_micros(now - span(days * 86_400)), PRUNE_BUDGET_S)
         except SolverError as exc:
             self.store_failed(exc)
-            self._prune_due = now + timedelta(seconds=PRUNE_EVERY_S)
+            self._prune_due = now + span(PRUNE_EVERY_S)
             return
         total = self._pruned
         total.add(step)
         if not step.done:
             self._prune_due = None  # the next tick goes on
             return
-        self._prune_due = now + timedelta(seconds=PRUNE_EVERY_S)
+        self._prune_due = now + span(PRUNE_EVERY_S)
         if total.rows:
             log.info(
                 "store: forgot what is older than %g days: %d quotes never traded, %d journal "
@@ -300,7 +300,7 @@ class Upkeep:
             self._cpu_share = (cpu - last_cpu) / (wall - last_wall)
         self._cpu_mark = (wall, cpu)
 
-    def maybe_snapshot(self, now: datetime, *, force: bool = False) -> None:
+    def maybe_snapshot(self, now: Micros, *, force: bool = False) -> None:
         store = self.ports.store
         if store is None:
             return

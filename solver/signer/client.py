@@ -28,7 +28,7 @@ from typing import Any
 
 from solver.errors import RemoteError, SolverError, TransportError
 from solver.protocol.encoding import b58decode, b58encode, b64decode, b64encode
-from solver.protocol.intents import format_deadline
+from solver.protocol.intents import format_deadline_us
 from solver.protocol.keys import PublicKey
 from solver.protocol.quote_signing import SignedQuote, token_diff_message
 from solver.protocol.signing import nep413_digest
@@ -182,7 +182,7 @@ class RemoteQuoteSigner:
         self,
         *,
         quote_id: str,
-        deadline: datetime,
+        deadline: int,
         nonce: bytes,
         asset_in: str,
         amount_in: int,
@@ -204,7 +204,7 @@ class RemoteQuoteSigner:
         request = {
             "k": "q",
             "q": quote_id,
-            "d": format_deadline(deadline),
+            "d": format_deadline_us(deadline),
             "n": b64encode(nonce),
             "r": self.verifier,
             "ai": asset_in,

@@ -31,10 +31,25 @@ from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
 from solver.config import BotConfig, load_bot_config
 from solver.core import facts as f
-from solver.core.lifecycle import QuoteState, Transition
+from solver.core.lifecycle import QuoteState
 from solver.protocol.keys import SecretKey
 from solver.runtime.bot import LiveBot as Bot
 from tests.sandbox.scripted import rpc, user_item
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A quote's move, as the tests watch them: built from the desk's quote facts."""
+
+    quote_id: str
+    quote_hash: str
+    old: QuoteState
+    new: QuoteState
+    at: int
+    reason: str | None = None
+    intent_hash: str | None = None
+    tx_hash: str | None = None
+
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = ROOT / "config" / "default.yaml"

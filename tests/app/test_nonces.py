@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import httpx
 
 from solver.core import events as ev
+from solver.core.clock import MILLI, MINUTE, from_micros, micros
 from solver.core.desk import Desk, DeskSettings
 from solver.core.market import MarketView, QuoteRequest
 from solver.core.quoting import PipelineSettings, Quote, Route
@@ -38,7 +39,7 @@ from solver.runtime.ports import Ports, Refresh
 from tests.app.harness import E6, E24, NEAR, USDC
 
 QUOTES = 100_000
-T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
 
 
 class FixedRate:
@@ -61,7 +62,7 @@ class Collect:
         return contextlib.nullcontext()
 
 
-def build(layout: NonceLayout, clock: Callable[[], datetime]) -> tuple[Desk, Executor, Collect]:
+def build(layout: NonceLayout, clock: Callable[[], int]) -> tuple[Desk, Executor, Collect]:
     settings = DeskSettings(
         pipeline=PipelineSettings(
             balance_max_age_s=1e9,
@@ -111,7 +112,7 @@ async def test_nonces_never_repeat_across_100k_quotes() -> None:
     for i in range(QUOTES):
         if i % 20_000 == 0:
             executor.feed(ev.SaltSeen(salts[i // 20_000], now[0]), now[0])
-        now[0] = T0 + timedelta(milliseconds=i)
+        now[0] = T0 + i * MILLI
         # One request, asked again and again: each answer is a new quote with a new nonce.
         executor.feed(ev.QuoteRequested(request), now[0])
         while not executor.idle:
@@ -132,7 +133,7 @@ async def test_nonces_never_repeat_across_100k_quotes() -> None:
 def test_versioned_nonces_never_repeat_across_100k_deadlines() -> None:
     """The deployed V1 layout: salt, the deadline in ns and 15 random bytes; even with the same
     salt and the same deadline for every quote, no two of 100k nonces are equal."""
-    salt, deadline = bytes.fromhex("0badc0de"), T0 + timedelta(minutes=1)
+    salt, deadline = bytes.fromhex("0badc0de"), from_micros(T0 + MINUTE)
     nonces = {new_nonce("versioned", salt, deadline) for _ in range(QUOTES)}
     assert len(nonces) == QUOTES
     parsed = parse_nonce(next(iter(nonces)))

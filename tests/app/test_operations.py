@@ -181,7 +181,7 @@ def balance_age(bot: LiveBot) -> float:
 def quote_count(bot: LiveBot) -> int:
     store = bot.app.store
     assert isinstance(store, Store)
-    return int(store.stats(3600, bot.app.clock())["quotes"])
+    return int(store.stats(3600, bot.app.wall())["quotes"])
 
 
 async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself(

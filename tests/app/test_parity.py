@@ -54,7 +54,6 @@ import asyncio
 import random
 import sqlite3
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -228,9 +227,7 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
     decided: dict[str, Quote | Skip] = {}
     decide = replay.pipeline.decide
 
-    def capture(
-        request: QuoteRequest, now: datetime, received_at: datetime | None = None
-    ) -> Quote | Skip:
+    def capture(request: QuoteRequest, now: int, received_at: int | None = None) -> Quote | Skip:
         outcome = decide(request, now, received_at)
         decided[request.quote_id] = outcome
         return outcome

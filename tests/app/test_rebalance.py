@@ -27,6 +27,7 @@ import pytest
 from sandbox.server import Sandbox
 from solver.config import BandSpec, RebalanceSpec
 from solver.core.actions import Action, Record
+from solver.core.clock import micros
 from solver.core.desk import Desk, DeskSettings
 from solver.core.desk_snapshot import restore
 from solver.core.events import Event, OwnFlowSettled
@@ -284,7 +285,7 @@ class World:
         """What the executor does with the rebalancer's events: the desk decides, and what it
         decides is journaled (committed at once here) and projected into the query tables
         (the live bot's ticker does it a tick later)."""
-        actions = self.desk.receive(event, self.clock())
+        actions = self.desk.receive(event, self.now_us())
         if self.journal is not None:
             for action in actions:
                 if isinstance(action, Record):
@@ -303,7 +304,7 @@ class World:
         for fact in facts:
             self.desk.apply(fact)
         for asset, usd in PRICES.items():
-            self.state.set_price(asset, usd, self.clock())
+            self.state.set_price(asset, usd, self.now_us())
         self.snapshot()
 
     @property
@@ -315,14 +316,19 @@ class World:
         return self.key.public_key.implicit_account_id()
 
     def clock(self) -> datetime:
+        """The rebalancer's clock (its plans speak datetimes)."""
         return datetime.now(UTC) + self.offset
+
+    def now_us(self) -> int:
+        """The same clock as the desk takes it: µs (:mod:`solver.core.clock`)."""
+        return micros(self.clock())
 
     def balances(self) -> dict[str, int]:
         return self.swaps.balances(self.account)
 
     def snapshot(self) -> None:
         """What the app's balance refresh does."""
-        self.inventory.set_confirmed(self.balances(), self.clock())
+        self.inventory.set_confirmed(self.balances(), self.now_us())
 
     def rebalancer(
         self,
@@ -364,7 +370,7 @@ async def world(tmp_path: Path, **options: Any) -> AsyncIterator[World]:
         w = World(swaps, tmp_path)
         fund(w.sandbox, w.account, {NEAR: 10_000 * E24, USDC: 20_000 * E6})
         for asset, usd in PRICES.items():
-            w.state.set_price(asset, usd, w.clock())
+            w.state.set_price(asset, usd, w.now_us())
         w.snapshot()
         yield w
 

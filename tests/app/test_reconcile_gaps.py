@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 
 from solver.cli import main
 from solver.core import facts as f
+from solver.core.clock import SECOND
 from solver.core.lifecycle import QuoteState
 from solver.core.pauses import GLOBAL
 from solver.protocol.bus import IntentStatus
@@ -89,11 +89,11 @@ async def test_a_quote_whose_status_the_relay_lost_is_booked_by_its_nonce(
         assert sandbox.bus.stats.quote_status_dropped == 1
         assert app.ws.connected  # connected throughout: the relay simply never said it
 
-        within = (quote.deadline + timedelta(seconds=20) - app.clock()).total_seconds()
+        within = (quote.deadline + 20 * SECOND - app.clock()) / SECOND
         await eventually(
             lambda: outcome(bot, QuoteState.SETTLED) == 1, "the fill found by its nonce", within
         )
-        assert app.clock() <= quote.deadline + timedelta(seconds=20)
+        assert app.clock() <= quote.deadline + 20 * SECOND
         (settled,) = [t for t in bot.transitions if t.new is QuoteState.SETTLED]
         assert settled.old is QuoteState.LOST  # closed unnamed, then found by the verifier
         assert settled.reason == "nonce used: its quote_status was missed"

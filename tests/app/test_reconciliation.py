@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from solver.cli import main
+from solver.core.clock import micros
 from solver.core.lifecycle import QuoteState
 from solver.core.pauses import GLOBAL
 from solver.core.quoting import PAUSED
@@ -238,7 +239,7 @@ async def test_a_quote_nobody_uses_is_lost_after_its_deadline(
         assert path_of(bot, quote.quote_id) == []  # an untouched expiry: its row says it
         row = quote_row(bot, quote.quote_id)
         assert (row["state"], row["reason"]) == ("LOST", "deadline passed, never named")
-        assert datetime.fromisoformat(row["updated_at"]) == lost.at
+        assert micros(datetime.fromisoformat(row["updated_at"])) == lost.at
         assert parse_nonce(quote.nonce).salt.hex() == bot.sandbox.ledger.current_salt()
         assert not bot.sandbox.ledger.is_nonce_used(app.account, quote.nonce)
         assert app.desk.inventory.reserved == {} and app.desk.inventory.free(USDC) == free_usdc

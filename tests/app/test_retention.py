@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from solver.core import facts as f
+from solver.core.clock import MINUTE, micros
 from solver.core.lifecycle import QuoteState
 from solver.io.store.sqlite_store import Store
 from tests.app.harness import E24, NEAR, USDC, eventually, live_bot
@@ -33,7 +34,7 @@ async def test_a_running_bot_forgets_old_quotes_never_traded_and_keeps_quoting(
     with Store(path) as store:  # a month of history from an earlier run
         append_quotes(store, *quotes, won := signed_quote("old-trade", at=old))
         store.journal.append(
-            f.QuotesLost(tuple(q[0].quote_id for q in quotes), old + timedelta(minutes=1), "x")
+            f.QuotesLost(tuple(q[0].quote_id for q in quotes), micros(old) + MINUTE, "x")
         )
         move(store, "old-trade", QuoteState.WON, old, intent_hash="i-old")
         move(store, "old-trade", QuoteState.SETTLED, old, intent_hash="i-old")

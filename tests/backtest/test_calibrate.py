@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
 from backtest.stream.write import write_stream
 from solver.cli import main
 from solver.core import facts as f
+from solver.core.clock import SECOND, micros
 from solver.core.lifecycle import QuoteState
 from solver.errors import ConfigError
 from solver.io.store.sqlite_store import Store
@@ -97,8 +97,8 @@ def _store(path: Path) -> list[float]:
     ]
     with Store(path, checkpoint_every_s=None) as store:
         for i, (states, edge, seconds) in enumerate(rows):
-            created = T0 + timedelta(seconds=seconds)
-            deadline = created + timedelta(seconds=60)
+            created = micros(T0) + seconds * SECOND
+            deadline = created + 60 * SECOND
             out = round(3 * E6 * (1 + edge / 10_000))
             signed = signer.sign(
                 deadline=deadline,
@@ -220,12 +220,12 @@ def _sampled_journal(path: Path, n: int = 4000) -> None:
     lost: list[str] = []
     for i in range(n):
         edge = float(rng.uniform(-40.0, 10.0))
-        created = T0 + timedelta(seconds=i)
+        created = micros(T0) + i * SECOND
         out = round(3 * E6 * (1 + edge / 10_000))
         quote_id = f"s{i}"
         store.journal.append(
             f.QuoteOpened(
-                quote_id, f"h{i}", NEAR, USDC, E24, out, 0, created + timedelta(seconds=5),
+                quote_id, f"h{i}", NEAR, USDC, E24, out, 0, created + 5 * SECOND,
                 i.to_bytes(32, "big"), created, True, None, {"signed": i},
             )
         )  # fmt: skip

@@ -35,6 +35,7 @@ from backtest.stream.write import write_stream
 from backtest.synth.generate import DEFAULT_TOKENS, SynthParams, generate
 from backtest.takers import TakerModel
 from solver.cli import main
+from solver.core.clock import micros
 from solver.core.quoting import Quote
 from solver.io.store.sqlite_store import Store
 
@@ -187,7 +188,7 @@ def judged_stream(spread_bps: np.ndarray | float, seed: int = 21) -> tuple[list[
     pending: RequestEvent | None = None
     edges: list[float] = []
     won: list[bool] = []
-    deadline = datetime(2030, 1, 1, tzinfo=UTC)
+    deadline = micros(datetime(2030, 1, 1, tzinfo=UTC))
     for event in generate(pairs=pairs, duration_s=900, seed=seed, params=params):
         if isinstance(event, PriceEvent):
             usd[event.asset] = Decimal(event.usd)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
 
 import pytest
 
@@ -14,6 +13,7 @@ from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
 from solver.core import events as ev
 from solver.core.actions import Action, SignAndSend
+from solver.core.clock import from_micros, micros
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.runtime.wiring import build_desk
@@ -65,19 +65,19 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
             balances={USDC: str(900 * E6), NEAR: str(300 * E24)}, fill={"model": "competitor"}
         ),
     )
-    fed: list[tuple[ev.Event | None, datetime]] = []  # None: a tick
+    fed: list[tuple[ev.Event | None, int]] = []  # None: a tick
     decided: dict[str, Quote | Skip] = {}
     desk = replay.desk
     receive, tick = desk.receive, desk.tick
 
-    def receiving(event: ev.Event, now: datetime) -> list[Action]:
+    def receiving(event: ev.Event, now: int) -> list[Action]:
         fed.append((event, now))
         actions = receive(event, now)
         if isinstance(event, ev.QuoteRequested):
             decided[event.request.quote_id] = _decision(actions)
         return actions
 
-    def ticking(now: datetime) -> list[Action]:
+    def ticking(now: int) -> list[Action]:
         fed.append((None, now))
         return tick(now)
 
@@ -207,12 +207,12 @@ def test_the_ledger_refuses_an_outflow_beyond_the_balance(sign: bool) -> None:
     )
     settler.fund({USDC: 10 * E6}, [USDC, NEAR])
     req = QuoteRequest("x", NEAR, USDC, True, E24, 10_000)
-    quote = Quote(req, E24, 10 * E6, _ceil_fee(10 * E6, 100), at(60))  # fee does not fit
+    quote = Quote(req, E24, 10 * E6, _ceil_fee(10 * E6, 100), micros(at(60)))  # fee does not fit
     before = settler.ledger.state_digest()
     with pytest.raises(SettlementFailed, match="insufficient balance"):
         settler.settle(quote, settler.sign(quote), at(1))
     assert settler.ledger.state_digest() == before
-    ok = Quote(req, E24, 9 * E6, _ceil_fee(9 * E6, 100), at(60))
+    ok = Quote(req, E24, 9 * E6, _ceil_fee(9 * E6, 100), micros(at(60)))
     assert settler.settle(ok, settler.sign(ok), at(1)) == ok.fee
     assert settler.balance(USDC) == E6 - ok.fee
 
@@ -339,7 +339,7 @@ def test_the_kill_switch_of_the_replay_is_the_desks() -> None:
     pause = replay.desk.pauses.get("*", "drawdown")
     assert pause is not None and result.halted is not None
     assert result.halted == {
-        "at": pause.at.isoformat(timespec="microseconds"),
+        "at": from_micros(pause.at).isoformat(timespec="microseconds"),
         "reason": f"drawdown: {pause.reason}",
     }
     assert pause.reason.startswith("drawdown ") and pause.reason.endswith("USD > 0.01")

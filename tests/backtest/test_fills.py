@@ -32,19 +32,20 @@ from backtest.settings import (
     load_settings,
 )
 from backtest.takers import TakerModel
+from solver.core.clock import micros, span
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
 from solver.errors import ConfigError
 
 # Not from replay_helpers: these models are tested without the replay.
 USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
-T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+T0 = micros(datetime(2026, 1, 5, 12, 0, tzinfo=UTC))
 WIDE = TakerModel(TakerSpec(kind="fixed", tolerance_bps=5_000, max_bps=5_000))
 """Users who take anything short of a 50 % loss: the competition alone decides."""
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+def at(seconds: float) -> int:
+    return T0 + span(seconds)
 
 
 def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:

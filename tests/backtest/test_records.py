@@ -15,8 +15,9 @@ import pytest
 from backtest.stream import read as read_module
 from backtest.stream.format import StreamError, format_ts
 from backtest.stream.read import read_stream
-from backtest.stream.records import Timestamps, at, event, micros, ms_to_us, record
+from backtest.stream.records import Timestamps, event, ms_to_us, record
 from backtest.stream.write import write_stream
+from solver.core.clock import from_micros, micros
 from tests.backtest.test_stream import (
     HEADER,
     USDC,
@@ -40,7 +41,7 @@ def test_the_writers_timestamps_are_read_as_fromisoformat_reads_them() -> None:
     stamps = Timestamps()
     rng = random.Random(7)
     for _ in range(20_000):
-        moment = at(rng.randrange(-(10**15), 10**17))
+        moment = from_micros(rng.randrange(-(10**15), 10**17))
         text = format_ts(moment)
         assert stamps.micros(text) == micros(moment) // 1000 * 1000 == _iso_micros(text)
 
@@ -80,7 +81,7 @@ def test_a_random_edit_is_read_as_fromisoformat_reads_it_or_left_to_it() -> None
 def test_milliseconds_become_microseconds_as_timedelta_rounds_them() -> None:
     rng = random.Random(3)
     for ms in [0.0, 0.0005, 0.0015, 2.5e-4, 40.0, 1e-9] + [rng.lognormvariate(3.7, 0.5)] * 1000:
-        assert at(ms_to_us(ms)) == at(0) + timedelta(milliseconds=ms)
+        assert from_micros(ms_to_us(ms)) == from_micros(0) + timedelta(milliseconds=ms)
 
 
 def test_batches_are_the_events_and_the_same_statistics(tmp_path: Path) -> None:

@@ -12,11 +12,12 @@ import pytest
 from backtest.fills import LOST_TAKER, FillModel, edge_bps, make_fill_model
 from backtest.settings import FILL_MODELS, FillSpec, TakerSpec, UnobservedSpec, load_settings
 from backtest.takers import TakerModel
+from solver.core.clock import micros
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote
 
 USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
-DEADLINE = datetime(2026, 1, 5, 12, 1, tzinfo=UTC)
+DEADLINE = micros(datetime(2026, 1, 5, 12, 1, tzinfo=UTC))
 
 
 def sell_near(quote_id: str, usdc_out: int) -> Quote:

@@ -14,6 +14,7 @@ import pytest
 from solver.cli import main
 from solver.cli.history import format_amount, parse_pair, parse_since
 from solver.config import TokenSpec
+from solver.core.clock import SECOND, from_micros, micros
 from solver.core.facts import FillPrices, QuotesLost
 from solver.core.lifecycle import QuoteState
 from solver.errors import ConfigError
@@ -52,7 +53,7 @@ def db(tmp_path: Path) -> Path:
     with Store(path, account=ACCOUNT) as store:
         append_quotes(store, *quotes)
         for tracked, _, _ in quotes[:2]:
-            at = tracked.created_at + timedelta(seconds=2)
+            at = from_micros(tracked.created_at + 2 * SECOND)
             prices = FillPrices(1.0, 3.25, 0.42)
             move(store, tracked.quote_id, QuoteState.WON, at, intent_hash=f"i-{tracked.quote_id}")
             tx_hash = f"tx-{tracked.quote_id}"
@@ -269,7 +270,7 @@ def test_sampled_lost_quotes_are_said_and_weighed(
         append_quotes(store, *quotes)
         move(store, "q0", QuoteState.WON, NOW, intent_hash="i-q0")
         lost = tuple(q[0].quote_id for q in quotes[1:])
-        store.journal.append(QuotesLost(lost, NOW, "expired"))
+        store.journal.append(QuotesLost(lost, micros(NOW), "expired"))
         store.project()
         kept = {q for q in lost if store.quote_rows.sampled(q)}
     assert 0 < len(kept) < 20

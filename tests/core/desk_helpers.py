@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Record, SignAndSend
+from solver.core.clock import micros, span
 from solver.core.desk import Desk, DeskSettings
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
@@ -15,14 +16,15 @@ from solver.core.quoting import PipelineSettings, Route
 from solver.core.risk import RiskLimits
 from strategies.registry import load_strategy
 
-T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
+"""The desk's clock: µs since the epoch (:mod:`solver.core.clock`)."""
 USDC, NEAR = "nep141:usdc.sandbox", "nep141:wrap.sandbox"
 E6, E24 = 10**6, 10**24
 BALANCES = {USDC: 2_000 * E6, NEAR: 1_000 * E24}
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+def at(seconds: float) -> int:
+    return T0 + span(seconds)
 
 
 def make_desk(
@@ -57,7 +59,7 @@ def make_desk(
     return desk
 
 
-def feed(desk: Desk, now: datetime, balances: dict[str, int]) -> list[Action]:
+def feed(desk: Desk, now: int, balances: dict[str, int]) -> list[Action]:
     desk.receive(ev.SaltSeen(b"salt", now), now)
     desk.receive(ev.PriceSeen(USDC, 1.0, now), now)
     desk.receive(ev.PriceSeen(NEAR, 2.0, now), now)
@@ -73,7 +75,7 @@ def quote_hash(quote_id: str) -> str:
     return hashlib.sha256(quote_id.encode()).hexdigest()
 
 
-def answer(desk: Desk, quote_id: str, now: datetime, amount_usdc: int = 100) -> list[Action]:
+def answer(desk: Desk, quote_id: str, now: int, amount_usdc: int = 100) -> list[Action]:
     """Request, decide, sign: the quote is OPEN with its reservation. Returns every action."""
     actions = desk.receive(ev.QuoteRequested(request(quote_id, amount_usdc)), now)
     signs = [a for a in actions if isinstance(a, SignAndSend)]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import (
@@ -14,6 +12,7 @@ from solver.core.actions import (
     RefreshBalances,
     SignAndSend,
 )
+from solver.core.clock import SECOND, from_micros, span
 from solver.core.desk import Desk
 from solver.core.desk_quotes import LOST_PER_FACT
 from solver.core.desk_snapshot import restore, snapshot
@@ -137,7 +136,7 @@ def test_past_the_deadline_connected_throughout_is_lost_without_an_rpc() -> None
     quote = desk.book.get("q1")
     assert quote is not None
     assert desk.tick(quote.deadline) == [] or True  # inside the grace
-    actions = desk.tick(at((quote.deadline - at(0)).total_seconds() + 3))
+    actions = desk.tick(quote.deadline + 3 * SECOND)
     assert not any(isinstance(a, CheckNonce) for a in actions)
     assert desk.book.get("q1") is None and desk.stats.outcomes["LOST"] == 1
     assert NEAR not in desk.inventory.reserved
@@ -151,7 +150,7 @@ def test_many_quotes_past_their_deadline_are_lost_in_facts_of_bounded_size() -> 
     count = 2 * LOST_PER_FACT + 5
     for i in range(count):
         answer(desk, f"b{i}", at(1), amount_usdc=1)
-    later = at(1) + timedelta(seconds=60)
+    later = at(1) + span(60)
     facts = recorded(desk.tick(later))
     lost = [fact for fact in facts if isinstance(fact, f.QuotesLost)]
     assert [len(fact.quote_ids) for fact in lost] == [LOST_PER_FACT, LOST_PER_FACT, 5]
@@ -169,7 +168,7 @@ def test_past_the_deadline_after_a_disconnect_asks_the_nonce() -> None:
     desk.receive(ev.ConnectionRestored(), at(3))
     quote = desk.book.get("q1")
     assert quote is not None
-    late = (quote.deadline - at(0)).total_seconds() + 3
+    late = (quote.deadline - at(0)) / SECOND + 3
     checks = [a for a in desk.tick(at(late)) if isinstance(a, CheckNonce)]
     assert checks == [CheckNonce("q1", quote.nonce)]
     assert desk.tick(at(late + 1)) == []  # asked already: not again before the retry time
@@ -308,6 +307,7 @@ def _assert_same(a: Desk, b: Desk) -> None:
 
 def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
     when = at(1)
+    moment = from_micros(when)  # a rebalance record keeps datetimes (an edge)
     samples: list[f.Fact] = [
         f.QuoteOpened("q", "h", USDC, NEAR, 2**128 - 1, 5, 1, when, b"\x01" * 32, when, True, "p"),
         f.QuoteOpened("q2", "h2", USDC, NEAR, 1, 5, 0, when, b"\x02" * 32, when, False, None),
@@ -330,14 +330,14 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
         f.RebalanceEnded("r1", f"{NEAR}->{USDC}", "SUCCESS", when),
         f.RebalanceStepped(
             RebalanceRecord(
-                "r1", when, when, "SUCCESS", NEAR, NEAR, USDC, 2**128 - 1, {"side": "sell"},
+                "r1", moment, moment, "SUCCESS", NEAR, NEAR, USDC, 2**128 - 1, {"side": "sell"},
                 "received", {"amount": "1"}, {"quote": {"amountOut": "5"}}, "ed25519:s", "dep",
-                "memo", 2**128 - 1, 4, "hash", {"standard": "nep413"}, b"\x03" * 32, when,
-                "tx", "SUCCESS", {"status": "SUCCESS"}, when,
+                "memo", 2**128 - 1, 4, "hash", {"standard": "nep413"}, b"\x03" * 32, moment,
+                "tx", "SUCCESS", {"status": "SUCCESS"}, moment,
             ),
             "received 5",
         ),
-        f.RebalanceStepped(RebalanceRecord("r2", when, when, "PLANNED", NEAR, NEAR, USDC, 1, {}),
+        f.RebalanceStepped(RebalanceRecord("r2", moment, moment, "PLANNED", NEAR, NEAR, USDC, 1, {}),
                            None, carried=True),
     ]  # fmt: skip
     assert {type(s) for s in samples} == set(f.KIND_OF)

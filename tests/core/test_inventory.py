@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solver.core.clock import micros, span
 from solver.core.inventory import Inventory, Reservation
 
-T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
 A, B = "nep141:a.near", "nep141:b.near"
 
 
 def res(quote_id: str, out: int, deadline_s: float = 60, into: int = 1) -> Reservation:
-    return Reservation(quote_id, A, out, B, into, T0 + timedelta(seconds=deadline_s))
+    return Reservation(quote_id, A, out, B, into, T0 + span(deadline_s))
 
 
 def test_free_accounts_for_reservations_and_floors() -> None:
@@ -55,9 +56,9 @@ def test_deadline_releases_only_with_a_later_snapshot() -> None:
     inv.set_confirmed({A: 1000}, T0)
     inv.reserve(res("q", 300, deadline_s=10))
     # A snapshot from before the deadline cannot prove the quote did not execute.
-    assert inv.set_confirmed({A: 1000}, T0 + timedelta(seconds=9)) == []
+    assert inv.set_confirmed({A: 1000}, T0 + span(9)) == []
     assert inv.free(A) == 700
-    released = inv.set_confirmed({A: 1000}, T0 + timedelta(seconds=11))
+    released = inv.set_confirmed({A: 1000}, T0 + span(11))
     assert [r.quote_id for r in released] == ["q"]
     assert inv.free(A) == 1000
 
@@ -103,15 +104,15 @@ def test_a_late_snapshot_from_before_a_settlement_cannot_undo_its_debit() -> Non
     inv.reserve(res("q", 300, into=70))
     # Heard of the execution at +2 s; a balance request sent at +1 s (it may have been
     # answered before the execution) lands only now.
-    inv.settle("q", T0 + timedelta(seconds=2))
-    inv.set_confirmed({A: 1000, B: 5}, T0 + timedelta(seconds=1))
+    inv.settle("q", T0 + span(2))
+    inv.set_confirmed({A: 1000, B: 5}, T0 + span(1))
     assert (inv.confirmed[A], inv.free(A)) == (700, 700)
     # Out of order: a +1.5 s snapshot after a +1 s one is still re-debited, an older one ignored.
-    inv.set_confirmed({A: 1000, B: 5}, T0 + timedelta(seconds=1.5))
-    assert inv.set_confirmed({A: 1000, B: 5}, T0 + timedelta(seconds=1.2)) == []
-    assert inv.confirmed_at == T0 + timedelta(seconds=1.5) and inv.free(A) == 700
+    inv.set_confirmed({A: 1000, B: 5}, T0 + span(1.5))
+    assert inv.set_confirmed({A: 1000, B: 5}, T0 + span(1.2)) == []
+    assert inv.confirmed_at == T0 + span(1.5) and inv.free(A) == 700
     # A request sent after we heard of it includes the execution: it is the truth, once.
-    inv.set_confirmed({A: 700, B: 75}, T0 + timedelta(seconds=3))
+    inv.set_confirmed({A: 700, B: 75}, T0 + span(3))
     assert inv.confirmed == {A: 700, B: 75} and inv.unconfirmed_settlements == {}
-    inv.set_confirmed({A: 700, B: 75}, T0 + timedelta(seconds=4))
+    inv.set_confirmed({A: 700, B: 75}, T0 + span(4))
     assert inv.confirmed == {A: 700, B: 75}

@@ -3,13 +3,14 @@ and the desk moves a quote to WON only on a claim's PENDING status."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.core import events as ev
+from solver.core.clock import micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import (
     ALLOWED,
@@ -23,14 +24,12 @@ from solver.core.risk import open_flow_totals
 from tests.core.desk_helpers import answer, make_desk, quote_hash, state_of
 from tests.core.desk_helpers import at as desk_at
 
-T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
 A, B = "nep141:a.near", "nep141:b.near"
 
 
 def quote(i: int, out: int = 10, into: int = 3, fee: int = 1) -> TrackedQuote:
-    return TrackedQuote(
-        f"q{i}", f"h{i}", B, A, into, out, fee, T0 + timedelta(seconds=60), bytes(32), T0
-    )
+    return TrackedQuote(f"q{i}", f"h{i}", B, A, into, out, fee, T0 + span(60), bytes(32), T0)
 
 
 def test_legal_paths_and_terminal_exit() -> None:
@@ -39,12 +38,14 @@ def test_legal_paths_and_terminal_exit() -> None:
     assert book.find_hash("h1") is book.get("q1")
     book.move("q1", QuoteState.WON, T0, intent_hash="i1")
     book.move("q1", QuoteState.SETTLING, T0, tx_hash="t1")
-    t = book.move("q1", QuoteState.SETTLED, T0)
-    assert (t.old, t.new, t.intent_hash, t.tx_hash) == (
-        QuoteState.SETTLING,
+    tracked = book.get("q1")
+    assert tracked is not None and tracked.state is QuoteState.SETTLING
+    book.move("q1", QuoteState.SETTLED, T0 + span(1))
+    assert (tracked.state, tracked.intent_hash, tracked.tx_hash, tracked.updated_at) == (
         QuoteState.SETTLED,
         "i1",
         "t1",
+        T0 + span(1),
     )
     assert book.get("q1") is None and book.terminal_counts == {QuoteState.SETTLED: 1}
     with pytest.raises(IllegalTransition):
@@ -82,9 +83,9 @@ def test_every_move_outside_the_table_raises_and_changes_nothing(
     tracked = book.get("q1")
     assert tracked is not None and tracked.state is old
     if new in EXPECTED_TABLE[old]:
-        t = book.move("q1", new, T0 + timedelta(seconds=1), reason="r")
-        assert (t.old, t.new) == (old, new)
-        assert tracked.state is new and tracked.updated_at == T0 + timedelta(seconds=1)
+        book.move("q1", new, T0 + span(1), reason="r")
+        assert tracked.state is new and tracked.reason == "r"
+        assert tracked.state is new and tracked.updated_at == T0 + span(1)
         assert (book.get("q1") is None) == (new in TERMINAL)
         return
     with pytest.raises(IllegalTransition, match="not allowed"):
@@ -122,13 +123,13 @@ def test_past_deadline_lists_the_quotes_in_the_book_until_they_leave() -> None:
     book.add(quote(3))
     book.move("q2", S.WON, T0)  # WON may still fail at its deadline: listed
     book.move("q3", S.LOST, T0)  # terminal: left the book
-    due = book.past_deadline(T0 + timedelta(seconds=61))
+    due = book.past_deadline(T0 + span(61))
     assert [q.quote_id for q in due] == ["q1", "q2"]
-    assert book.past_deadline(T0 + timedelta(seconds=59)) == []
+    assert book.past_deadline(T0 + span(59)) == []
     # Still due at the next call (waiting for a nonce check or a claim), until they leave.
-    assert [q.quote_id for q in book.past_deadline(T0 + timedelta(seconds=62))] == ["q1", "q2"]
+    assert [q.quote_id for q in book.past_deadline(T0 + span(62))] == ["q1", "q2"]
     book.move("q1", S.LOST, T0)
-    assert [q.quote_id for q in book.past_deadline(T0 + timedelta(seconds=62))] == ["q2"]
+    assert [q.quote_id for q in book.past_deadline(T0 + span(62))] == ["q2"]
 
 
 def test_the_desk_moves_a_quote_to_won_only_on_a_pending_claim() -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solver.core.clock import MILLI, MINUTE, micros, span
 from solver.core.inventory import Reservation
 from solver.core.pnl import FillValue, PnlBook
 from solver.core.risk import RiskLimits, check_mismatch, check_pnl, check_stale, mismatches
 
-T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
+HOUR = 60 * MINUTE
 USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
 E6, E24 = 10**6, 10**24
 
@@ -31,11 +33,11 @@ def test_realized_edge_and_markouts() -> None:
     book.record_fill(fill, T0, realized)
     assert (book.fills, book.realized_usd) == (1, realized)
     prices[NEAR] = 2.9
-    assert book.due_markouts(T0 + timedelta(seconds=0.5), prices.get) == []
-    due = book.due_markouts(T0 + timedelta(seconds=11), prices.get)
+    assert book.due_markouts(T0 + span(0.5), prices.get) == []
+    due = book.due_markouts(T0 + span(11), prices.get)
     assert [(f.quote_id, h) for f, h, _ in due] == [("q", 1), ("q", 10)]
     assert [v for _, _, v in due] == pytest.approx([-0.08, -0.08], abs=1e-12)
-    assert book.due_markouts(T0 + timedelta(seconds=11), prices.get) == []  # each one once
+    assert book.due_markouts(T0 + span(11), prices.get) == []  # each one once
     for _, horizon, value in due:
         book.add_markout(horizon, value)
     book.add_markout(7, 1.0)  # not a horizon of this book: ignored
@@ -45,11 +47,11 @@ def test_realized_edge_and_markouts() -> None:
 def test_a_markout_due_without_a_price_is_dropped_and_memory_stays_flat() -> None:
     book = PnlBook({USDC: 6, NEAR: 24}, horizons_s=(1, 10))
     for i in range(1_000):
-        book.record_fill(fill_value(f"q{i}"), T0 + timedelta(milliseconds=i), 0.01)
+        book.record_fill(fill_value(f"q{i}"), T0 + i * MILLI, 0.01)
     prices: dict[str, float] = {USDC: 1.0}  # no NEAR price when the first horizon is due
-    assert book.due_markouts(T0 + timedelta(seconds=5), prices.get) == []
+    assert book.due_markouts(T0 + span(5), prices.get) == []
     prices[NEAR] = 3.0
-    due = book.due_markouts(T0 + timedelta(seconds=20), prices.get)
+    due = book.due_markouts(T0 + span(20), prices.get)
     assert {h for _, h, _ in due} == {10} and len(due) == 1_000  # the 1 s ones are gone
     assert all(not queue for queue in book._due.values())
     assert book.fills == 1_000 and book.realized_usd == pytest.approx(10.0)
@@ -64,10 +66,10 @@ def test_marked_pnl_peak_drawdown_and_daily_loss() -> None:
     assert book.mark(T0, balances, prices.get)  # the starting equity was taken
     assert (book.start_equity, book.pnl, book.day) == (130.0, 0.0, "2026-11-22")
     prices[NEAR] = 4.0
-    assert book.mark(T0 + timedelta(hours=1), balances, prices.get)  # a new peak
+    assert book.mark(T0 + HOUR, balances, prices.get)  # a new peak
     assert book.pnl == pytest.approx(10.0) and book.peak_pnl == pytest.approx(10.0)
     prices[NEAR] = 2.0
-    assert not book.mark(T0 + timedelta(hours=2), balances, prices.get)  # nothing to keep
+    assert not book.mark(T0 + 2 * HOUR, balances, prices.get)  # nothing to keep
     assert book.pnl == pytest.approx(-10.0)
     assert book.drawdown_usd() == pytest.approx(20.0)
     assert book.daily_loss_usd() == pytest.approx(10.0)
@@ -89,9 +91,9 @@ def test_a_new_utc_day_restarts_the_daily_loss() -> None:
     balances = {USDC: 100 * E6, NEAR: 10 * E24}
     book.mark(T0, balances, prices.get)
     prices[NEAR] = 2.0
-    book.mark(T0 + timedelta(hours=1), balances, prices.get)
+    book.mark(T0 + HOUR, balances, prices.get)
     assert book.daily_loss_usd() == pytest.approx(10.0)
-    assert book.mark(T0 + timedelta(hours=12), balances, prices.get)  # the next UTC day
+    assert book.mark(T0 + 12 * HOUR, balances, prices.get)  # the next UTC day
     assert book.day == "2026-11-23" and book.day_start_pnl == pytest.approx(-10.0)
     assert book.daily_loss_usd() == 0.0 and book.drawdown_usd() == pytest.approx(10.0)
 
@@ -100,15 +102,15 @@ def test_a_deposit_is_not_a_profit_and_references_survive_a_restore() -> None:
     prices = {USDC: 1.0}
     book = PnlBook({USDC: 6})
     book.mark(T0, {USDC: 100 * E6}, prices.get)
-    book.mark(T0 + timedelta(seconds=1), {USDC: 150 * E6}, prices.get)  # 50 USDC deposited
+    book.mark(T0 + span(1), {USDC: 150 * E6}, prices.get)  # 50 USDC deposited
     assert book.pnl == pytest.approx(50.0)
     book.shift_baseline(50.0)  # the operator accepted the new balances
     assert book.pnl == pytest.approx(0.0) and book.start_equity == pytest.approx(150.0)
-    book.mark(T0 + timedelta(seconds=2), {USDC: 150 * E6}, prices.get)
+    book.mark(T0 + span(2), {USDC: 150 * E6}, prices.get)
     assert book.pnl == pytest.approx(0.0)
     restored = PnlBook({USDC: 6})
     restored.restore(150.0, book.peak_pnl, "2026-11-22", book.day_start_pnl)
-    assert not restored.mark(T0 + timedelta(seconds=2), {USDC: 140 * E6}, prices.get)
+    assert not restored.mark(T0 + span(2), {USDC: 140 * E6}, prices.get)
     assert restored.pnl == pytest.approx(-10.0) and restored.daily_loss_usd() == pytest.approx(10)
 
 

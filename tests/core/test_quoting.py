@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from solver.core import quoting as q
+from solver.core.clock import MILLI, MINUTE, from_micros, micros, span
 from solver.core.inventory import Inventory
 from solver.core.market import MarketView, QuoteRequest
 from solver.core.pauses import GLOBAL, Pause, Pauses
 from solver.core.quoting import PipelineSettings, QuotePipeline, Route
 from solver.core.state import MarketState
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+NOW = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
 USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
 E6, E24 = 10**6, 10**24
 
@@ -64,7 +65,7 @@ def test_happy_path_reserves_and_sets_the_deadline() -> None:
     quote = pipeline.decide(req(), NOW)
     assert isinstance(quote, q.Quote)
     assert (quote.amount_in, quote.amount_out, quote.fee) == (E24, 3 * E6, 0)
-    assert quote.deadline == NOW + timedelta(milliseconds=65_000)
+    assert quote.deadline == NOW + 65_000 * MILLI
     assert pipeline.inventory.reserved == {USDC: 3 * E6}
     assert strategy.seen == [req()]
 
@@ -100,17 +101,18 @@ def test_protocol_fee_is_reserved_with_the_outflow() -> None:
         (lambda p: None, {"min_deadline_ms": 600_000}, q.DEADLINE_TOO_LONG),
         (lambda p: setattr(p.state, "salt", None), {}, q.NO_SALT),
         (
-            lambda p: setattr(p.inventory, "confirmed_at", NOW - timedelta(minutes=5)),
+            lambda p: setattr(p.inventory, "confirmed_at", NOW - 5 * MINUTE),
             {},
             q.STALE_BALANCES,
         ),
         (lambda p: p.state.prices.pop(NEAR), {}, q.NO_PRICE),
         (
             lambda p: (
-                p.state.set_price(NEAR, 3.0, NOW - timedelta(minutes=1))
+                p.state.set_price(NEAR, 3.0, NOW - MINUTE)
                 or p.state.prices.update(
-                    {NEAR: replace(p.state.prices[NEAR], observed_at=NOW - timedelta(minutes=1))}
+                    {NEAR: replace(p.state.prices[NEAR], observed_at=from_micros(NOW - MINUTE))}
                 )
+                or p.state.price_at.update({NEAR: NOW - MINUTE})
             ),
             {},
             q.STALE_PRICE,
@@ -160,7 +162,7 @@ def test_slow_strategy_is_skipped() -> None:
 
 def test_answer_after_the_bus_wait_is_too_late() -> None:
     pipeline, _ = build()
-    outcome = pipeline.decide(req(), NOW, received_at=NOW - timedelta(seconds=3))
+    outcome = pipeline.decide(req(), NOW, received_at=NOW - span(3))
     assert isinstance(outcome, q.Skip) and outcome.reason == q.TOO_LATE
 
 
@@ -184,7 +186,7 @@ def test_exposure_and_rate_limits() -> None:
     limited, _ = build(max_quotes_per_s=2)
     results = [limited.decide(req(quote_id=f"r{i}"), NOW) for i in range(3)]
     assert [type(r).__name__ for r in results] == ["Quote", "Quote", "Skip"]
-    later = limited.decide(req(quote_id="r9"), NOW + timedelta(seconds=1))
+    later = limited.decide(req(quote_id="r9"), NOW + span(1))
     assert isinstance(later, q.Quote)
 
 
@@ -272,8 +274,8 @@ def test_sources_that_disagree_make_the_pair_skip_until_they_agree() -> None:
     assert "333 bps > 200" in outcome.detail and "a=3" in outcome.detail
     assert strategy.seen == []
     # The other direction's asset too: USDC->NEAR would need the same NEAR price.
-    state.set_price(NEAR, 3.02, NOW + timedelta(seconds=1), "b")
-    outcome = pipeline.decide(req(quote_id="y"), NOW + timedelta(seconds=1))
+    state.set_price(NEAR, 3.02, NOW + span(1), "b")
+    outcome = pipeline.decide(req(quote_id="y"), NOW + span(1))
     assert isinstance(outcome, q.Quote), outcome
     # The median of the three fresh ones: "" (3.0, from build), a (3.0), b (3.02).
     assert state.prices[NEAR].usd == 3.0

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from solver.core.clock import micros
 from solver.core.facts import FillPrices
 from solver.core.lifecycle import TrackedQuote
 from solver.core.readable import Readable
 
 USDC, NEAR = "nep141:usdc.sandbox", "nep141:wrap.sandbox"
-T0 = datetime(2026, 1, 2, tzinfo=UTC)
+T0 = micros(datetime(2026, 1, 2, tzinfo=UTC))
 
 
 def test_a_fill_line_in_whole_units() -> None:

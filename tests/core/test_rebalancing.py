@@ -5,12 +5,14 @@ reservation and pause, and the journal alone (or a snapshot) brings all of it ba
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 
 import orjson
 
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import OperatorReply
+from solver.core.clock import from_micros
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.rebalance_record import RebalanceRecord, RebalanceState
@@ -19,8 +21,15 @@ from tests.core.desk_helpers import E6, E24, NEAR, USDC, at, make_desk, recorded
 
 ROUTE = f"{NEAR}->{USDC}"
 HELD = {ROUTE: "rebalancing: rebalancing (rb-1)"}
+
+
+def when(seconds: float) -> datetime:
+    """``at(seconds)`` as a rebalance record keeps it (a ``datetime``: an edge)."""
+    return from_micros(at(seconds))
+
+
 PLANNED = RebalanceRecord(
-    "rb-1", at(1), at(1), RebalanceState.PLANNED, NEAR, NEAR, USDC, 100 * E24, {"side": "sell"}
+    "rb-1", when(1), when(1), RebalanceState.PLANNED, NEAR, NEAR, USDC, 100 * E24, {"side": "sell"}
 )
 
 
@@ -29,7 +38,7 @@ def signed(record: RebalanceRecord) -> RebalanceRecord:
     return dataclasses.replace(
         record,
         state=RebalanceState.DEPOSIT_SENT,
-        updated_at=at(2),
+        updated_at=when(2),
         quote_response={"quote": {"depositAddress": "dep-1", "amountOut": "300000000"}},
         quote_signature="ed25519:sig",
         deposit_address="dep-1",
@@ -38,7 +47,7 @@ def signed(record: RebalanceRecord) -> RebalanceRecord:
         deposit_intent_hash="hash-1",
         deposit_signed={"standard": "nep413", "signature": "ed25519:x"},
         deposit_nonce=bytes(range(32)),
-        deposit_deadline=at(62),
+        deposit_deadline=when(62),
     )
 
 
@@ -67,13 +76,13 @@ def test_each_step_is_a_fact_and_the_desk_holds_the_open_record() -> None:
     ]
     assert view.rebalances == {"rb-1": sent}
 
-    deposited = dataclasses.replace(sent, state=RebalanceState.DEPOSITED, updated_at=at(3))
+    deposited = dataclasses.replace(sent, state=RebalanceState.DEPOSITED, updated_at=when(3))
     facts = recorded(desk.receive(ev.RebalanceStepping(deposited, "tx"), at(3)))
     assert facts == [f.RebalanceStepped(deposited, "tx"), f.RebalanceDeposited("rb-1", at(3))]
     assert view.inventory.reserved == {} and view.pauses.as_dict() == HELD
 
     done = dataclasses.replace(
-        deposited, state=RebalanceState.SUCCESS, updated_at=at(4), finished_at=at(4)
+        deposited, state=RebalanceState.SUCCESS, updated_at=when(4), finished_at=when(4)
     )
     facts = recorded(desk.receive(ev.RebalanceStepping(done, "received"), at(4)))
     assert facts == [

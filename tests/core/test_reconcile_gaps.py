@@ -8,7 +8,6 @@ of being found by its nonce (6)."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
 
 from solver.core import events as ev
 from solver.core import facts as f
@@ -20,6 +19,7 @@ from solver.core.actions import (
     PollIntent,
     RefreshBalances,
 )
+from solver.core.clock import SECOND
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.lifecycle import TrackedQuote
@@ -63,14 +63,14 @@ def executed(balances: dict[str, int], *quotes: TrackedQuote) -> dict[str, int]:
     return out
 
 
-def open_quote(desk: Desk, quote_id: str, now: datetime) -> TrackedQuote:
+def open_quote(desk: Desk, quote_id: str, now: int) -> TrackedQuote:
     answer(desk, quote_id, now)
     quote = desk.book.get(quote_id)
     assert quote is not None
     return quote
 
 
-def settle_by_status(desk: Desk, quote_id: str, now: datetime) -> list[Action]:
+def settle_by_status(desk: Desk, quote_id: str, now: int) -> list[Action]:
     """Its ``quote_status`` and a ``get_status`` answering SETTLED."""
     actions = desk.receive(ev.QuoteStatusSeen(quote_hash(quote_id), f"i-{quote_id}"), now)
     assert any(isinstance(a, PollIntent) for a in actions)
@@ -143,7 +143,7 @@ def lost_unnamed(desk: Desk, quote_id: str) -> TrackedQuote:
     """A quote nobody named while the bot stayed connected: LOST at its deadline, no RPC."""
     desk.receive(ev.ConnectionRestored(), at(0.5))
     quote = open_quote(desk, quote_id, at(1))
-    past = (quote.deadline - at(0)).total_seconds() + 2.5
+    past = (quote.deadline - at(0)) / SECOND + 2.5
     lost = recorded(desk.tick(at(past)))
     assert any(isinstance(x, f.QuotesLost) and quote_id in x.quote_ids for x in lost)
     return quote
@@ -155,7 +155,7 @@ def test_a_missed_status_is_found_by_its_nonce_and_booked_as_a_fill() -> None:
     fill, says a status was missed, and never pauses."""
     desk = desk_with()
     quote = lost_unnamed(desk, "q1")
-    t = (quote.deadline - at(0)).total_seconds() + 3
+    t = (quote.deadline - at(0)) / SECOND + 3
     actions = feed(desk, at(t), executed(BALANCES, quote))
     assert [a.quote_id for a in actions if isinstance(a, CheckNonce)] == ["q1"]
     assert not desk.pauses and alerts(actions) == []  # held while the verifier is asked
@@ -176,7 +176,7 @@ def test_a_gap_during_a_stall_pauses_after_the_hold_and_lifts_itself_once_explai
     answers (the stall is over) and explains it all, the pause lifts itself with a message."""
     desk = desk_with(hold_max_s=10.0)
     quote = lost_unnamed(desk, "q1")
-    t = (quote.deadline - at(0)).total_seconds() + 3
+    t = (quote.deadline - at(0)) / SECOND + 3
     moved = executed(BALANCES, quote)
     feed(desk, at(t), moved)
     desk.receive(ev.NonceChecked("q1", None), at(t + 1))  # the node does not answer
@@ -202,7 +202,7 @@ def test_a_gap_with_more_candidates_than_the_cap_pauses_saying_so() -> None:
     desk = desk_with(explain_max_checks=1)
     desk.receive(ev.ConnectionRestored(), at(0.5))
     q1, q2 = open_quote(desk, "q1", at(1)), open_quote(desk, "q2", at(1))
-    desk.tick(at((q1.deadline - at(0)).total_seconds() + 2.5))
+    desk.tick(at((q1.deadline - at(0)) / SECOND + 2.5))
     actions = feed(desk, at(20), executed(BALANCES, q1))
     assert not [a for a in actions if isinstance(a, CheckNonce)]
     pause = desk.pauses.get(GLOBAL, "reconciliation")
@@ -228,7 +228,7 @@ def test_the_journal_rebuilds_held_gaps_late_fills_and_corrections() -> None:
     facts += [f.QuoteOpened(quote.quote_id, quote.quote_hash, quote.asset_in, quote.asset_out,
                             quote.amount_in, quote.amount_out, quote.fee, quote.deadline,
                             quote.nonce, quote.created_at, True)]  # fmt: skip
-    t = (quote.deadline - at(0)).total_seconds()
+    t = (quote.deadline - at(0)) / SECOND
     facts += recorded(desk.tick(at(t + 2.5)))
     facts += recorded(feed(desk, at(t + 3), executed(BALANCES, quote)))
     facts += recorded(desk.receive(ev.NonceChecked("q1", True), at(t + 3.1)))
@@ -287,7 +287,7 @@ def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None
     gap, still there, pauses (it was not theirs)."""
     desk = desk_with()
     quote = lost_unnamed(desk, "q1")
-    t = (quote.deadline - at(0)).total_seconds() + 3
+    t = (quote.deadline - at(0)) / SECOND + 3
     theft = {**BALANCES, NEAR: BALANCES[NEAR] - quote.outflow}  # looks like q1's outflow
     actions = feed(desk, at(t), theft)
     assert [a.quote_id for a in actions if isinstance(a, CheckNonce)] == ["q1"]

@@ -13,10 +13,11 @@ import pytest
 from mypy import api as mypy_api
 
 from solver.core import facts as f
+from solver.core.clock import micros
 from solver.core.market import QuoteRequest
 
 REPO = Path(__file__).resolve().parents[2]
-T0 = datetime(2026, 1, 2, tzinfo=UTC)
+T0 = micros(datetime(2026, 1, 2, tzinfo=UTC))
 
 
 def test_the_type_checker_refuses_an_assignment_to_a_value_field(tmp_path: Path) -> None:

@@ -9,10 +9,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from solver.core import facts as f
+from solver.core.clock import SECOND, micros
 from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.core.rebalance_record import RebalanceRecord
@@ -29,6 +30,9 @@ ETH = "nep141:eth.sandbox"
 ACCOUNT = "solver.sandbox"
 SALT = bytes.fromhex("252812b3")
 T0 = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+T0_US = micros(T0)
+""":data:`T0` on the desk's clock (µs since the epoch, :mod:`solver.core.clock`): the time the
+facts and tracked quotes hold. The helpers take datetimes, as the store's queries do."""
 
 _SIGNER = QuoteSigner(SecretKey.generate(), ACCOUNT, "intents.sandbox")
 
@@ -54,8 +58,10 @@ def signed_quote(
     nonce: bytes | None = None,
     exact_in: bool = True,
 ) -> Signed:
-    """A quote signed for real, its tracked form, and the request it answers."""
-    deadline = at + timedelta(seconds=60)
+    """A quote signed for real, its tracked form, and the request it answers (its times are
+    µs: ``at`` as created, a deadline 60 s later)."""
+    created = micros(at)
+    deadline = created + 60 * SECOND
     nonce = nonce if nonce is not None else salted_nonce(SALT)
     signed = _SIGNER.sign(
         deadline=deadline,
@@ -75,7 +81,7 @@ def signed_quote(
         fee,
         deadline,
         nonce,
-        at,
+        created,
     )
     amount = amount_in if exact_in else amount_out
     request = QuoteRequest(quote_id, asset_in, asset_out, exact_in, amount, 30_000, "partner-1")
@@ -116,8 +122,8 @@ def move(
     tx_hash: str | None = None,
     fill: f.FillPrices | None = None,
 ) -> f.QuoteMoved:
-    """Append a ``QuoteMoved`` (not committed); the fact is returned."""
-    fact = f.QuoteMoved(quote_id, new.value, at, reason, intent_hash, tx_hash, fill)
+    """Append a ``QuoteMoved`` at ``at`` (not committed); the fact is returned."""
+    fact = f.QuoteMoved(quote_id, new.value, micros(at), reason, intent_hash, tx_hash, fill)
     store.journal.append(fact)
     return fact
 

@@ -16,6 +16,7 @@ import pytest
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, Record
+from solver.core.clock import SECOND, from_micros, micros
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.rebalance_record import RebalanceRecord
@@ -33,7 +34,7 @@ from tests.core.desk_helpers import (
     make_desk,
     quote_hash,
 )
-from tests.io.store_helpers import ACCOUNT, T0, U128_MAX, WNEAR, opened, signed_quote
+from tests.io.store_helpers import ACCOUNT, T0, T0_US, U128_MAX, WNEAR, opened, signed_quote
 
 PLUS_2 = timezone(timedelta(hours=2))
 
@@ -58,14 +59,13 @@ STEPPED = RebalanceRecord(
 
 def one_of_each_kind() -> list[f.Fact]:
     """Every kind of fact, with the values that are easy to get wrong (u128, bytes, None,
-    tuples, a time not in UTC)."""
+    tuples, a time taken from a zone not UTC)."""
     quote = signed_quote("q1")
-    t = T0 + timedelta(seconds=1)
+    t = T0_US + SECOND
+    away = micros(from_micros(t).astimezone(PLUS_2))  # the same instant, read in +02:00
     return [
         opened(quote),
-        f.QuoteOpened(
-            "q2", "h2", USDC, WNEAR, 1, 2, 0, t, b"\x00" * 32, t.astimezone(PLUS_2), False, None
-        ),
+        f.QuoteOpened("q2", "h2", USDC, WNEAR, 1, 2, 0, t, b"\x00" * 32, away, False, None),
         f.ClaimAdded("q1", "i1", None, t),
         f.ClaimAdded("q1", "i2", "tx2", t),
         f.ClaimEnded("q1", "i1", "NOT_FOUND_OR_NOT_VALID", t),
@@ -129,8 +129,8 @@ def test_load_returns_every_kind_of_fact_in_order(db: Path) -> None:
     assert bodies[1]["signed_data"] == {}  # a fact without one
     assert all(getattr(x, "signed_data", 0) is None for x in loaded[:2])  # the desk needs none
     assert bodies == [f.encode(fact) for fact in facts]
-    assert rows[0][1] == f.micros(T0)  # a quote's entry is at its creation
-    assert rows[9][1] == f.micros(T0 + timedelta(seconds=1))  # balances: when observed
+    assert rows[0][1] == T0_US  # a quote's entry is at its creation
+    assert rows[9][1] == T0_US + SECOND  # balances: when observed
 
 
 def test_only_committed_facts_are_loaded_after_the_writer_dies(db: Path) -> None:
@@ -138,12 +138,12 @@ def test_only_committed_facts_are_loaded_after_the_writer_dies(db: Path) -> None
     opener of the store (it is held alone while open, issue 24) loads only what was
     committed."""
     store = Store(db, checkpoint_every_s=None)
-    store.journal.append(f.PauseSet("*", "operator", "one", T0))
+    store.journal.append(f.PauseSet("*", "operator", "one", T0_US))
     store.journal.commit()
-    store.journal.append(f.PauseSet("*", "drawdown", "two", T0))
+    store.journal.append(f.PauseSet("*", "drawdown", "two", T0_US))
     store._conn.close()  # as a process dying would: no commit
     with Store(db, create=False, checkpoint_every_s=None) as reader:
-        assert reader.journal.load()[1] == [f.PauseSet("*", "operator", "one", T0)]
+        assert reader.journal.load()[1] == [f.PauseSet("*", "operator", "one", T0_US)]
 
 
 def _damage(db: Path, sql: str, *params: Any) -> None:
@@ -189,8 +189,8 @@ def test_a_damaged_entry_stops_the_load_naming_its_number(
 
 def test_a_damaged_snapshot_stops_the_load(db: Path) -> None:
     with Store(db, account=ACCOUNT) as store:
-        store.journal.append(f.PauseSet("*", "operator", "x", T0))
-        store.journal.write_snapshot({"version": 1}, T0)
+        store.journal.append(f.PauseSet("*", "operator", "x", T0_US))
+        store.journal.write_snapshot({"version": 1}, T0_US)
     _damage(db, "UPDATE desk_snapshots SET body = ?", "{not json")
     with Store(db, account=ACCOUNT) as store, pytest.raises(StoreError, match="entry 1"):
         store.journal.load()
@@ -205,7 +205,7 @@ def test_a_snapshot_covers_what_came_before_it(db: Path) -> None:
         journal = store.journal
         for fact in facts[:5]:
             journal.append(fact)  # not committed: the snapshot commits them first
-        assert journal.write_snapshot({"version": 1, "n": 5}, T0) == 5
+        assert journal.write_snapshot({"version": 1, "n": 5}, T0_US) == 5
         assert not store._conn.in_transaction
         for fact in facts[5:9]:
             journal.append(fact)
@@ -214,13 +214,14 @@ def test_a_snapshot_covers_what_came_before_it(db: Path) -> None:
         doc, later = store.journal.load()
         assert doc == {"version": 1, "n": 5}
         assert later == facts[5:9]
-        assert store.journal.write_snapshot({"version": 1, "n": 9}, T0.astimezone(PLUS_2)) == 9
+        away = micros(T0.astimezone(PLUS_2))
+        assert store.journal.write_snapshot({"version": 1, "n": 9}, away) == 9
         assert store.journal.load() == ({"version": 1, "n": 9}, [])
         store.journal.append(facts[9])
-        assert store.journal.write_snapshot({"version": 1, "n": 10}, T0) == 10
+        assert store.journal.write_snapshot({"version": 1, "n": 10}, T0_US) == 10
         # The latest and the one before it are kept; older ones are dropped.
         rows = store._conn.execute("SELECT seq, at FROM desk_snapshots ORDER BY seq").fetchall()
-        assert rows == [(9, f.micros(T0)), (10, f.micros(T0))]
+        assert rows == [(9, T0_US), (10, T0_US)]
         assert store.journal.load() == ({"version": 1, "n": 10}, [])
         # The journal itself is never cut: every fact is still there.
         assert store._conn.execute("SELECT COUNT(*) FROM journal").fetchone()[0] == 10
@@ -248,10 +249,10 @@ class Recorder:
                 self.facts.append(action.fact)
         return actions
 
-    def receive(self, event: ev.Event, now: datetime) -> list[Action]:
+    def receive(self, event: ev.Event, now: int) -> list[Action]:
         return self.take(self.desk.receive(event, now))
 
-    def tick(self, now: datetime) -> list[Action]:
+    def tick(self, now: int) -> list[Action]:
         return self.take(self.desk.tick(now))
 
 
@@ -263,10 +264,15 @@ def fresh(desk: Desk) -> Desk:
     return Desk(desk.settings, desk.pipeline.routes, desk.state.decimals, symbols=desk.symbols)
 
 
-def prices(desk: Desk, now: datetime, near_usd: float) -> None:
+def prices(desk: Desk, now: int, near_usd: float) -> None:
     desk.receive(ev.SaltSeen(b"salt", now), now)
     desk.receive(ev.PriceSeen(USDC, 1.0, now), now)
     desk.receive(ev.PriceSeen(NEAR, near_usd, now), now)
+
+
+def dt(seconds: float) -> datetime:
+    """:func:`at` as a datetime, for the rebalance records (they keep datetimes)."""
+    return from_micros(at(seconds))
 
 
 def trade_a_while(r: Recorder, *, snapshot_at: float | None = None) -> None:
@@ -289,18 +295,18 @@ def trade_a_while(r: Recorder, *, snapshot_at: float | None = None) -> None:
     r.take(feed(desk, at(1.6), {USDC: BALANCES[USDC] + 100 * E6, NEAR: BALANCES[NEAR] - E24}))
     r.receive(ev.OwnFlowSettled("rebalance-1", USDC, 10 * E6, NEAR, E24), at(2))
     plan = {"reason": "above max"}
-    rb1 = RebalanceRecord("rb-1", at(2.01), at(2.01), "PLANNED", NEAR, NEAR, USDC, E24, plan)
+    rb1 = RebalanceRecord("rb-1", dt(2.01), dt(2.01), "PLANNED", NEAR, NEAR, USDC, E24, plan)
     r.receive(ev.RebalanceStarting(rb1, at(60), "planned"), at(2.01))
-    rb1 = dataclasses.replace(rb1, state="DEPOSITED", updated_at=at(2.02), deposit_nonce=b"n" * 32)
+    rb1 = dataclasses.replace(rb1, state="DEPOSITED", updated_at=dt(2.02), deposit_nonce=b"n" * 32)
     r.receive(ev.RebalanceStepping(rb1, "tx"), at(2.02))
-    rb1 = dataclasses.replace(rb1, state="SUCCESS", updated_at=at(2.03), finished_at=at(2.03))
+    rb1 = dataclasses.replace(rb1, state="SUCCESS", updated_at=dt(2.03), finished_at=dt(2.03))
     r.receive(ev.RebalanceStepping(rb1, "received"), at(2.03))
     # One still in flight across the snapshot: the desk holds it, its input and its pause.
-    rb2 = RebalanceRecord("rb-2", at(2.04), at(2.04), "PLANNED", NEAR, NEAR, USDC, E24, plan)
+    rb2 = RebalanceRecord("rb-2", dt(2.04), dt(2.04), "PLANNED", NEAR, NEAR, USDC, E24, plan)
     r.receive(ev.RebalanceStarting(rb2, at(60), "planned"), at(2.04))
     quote = {"quote": {"depositAddress": "dep-2"}, "signature": "ed25519:x"}
     rb2 = dataclasses.replace(
-        rb2, state="QUOTED", updated_at=at(2.05), quote_response=quote, amount_out=3 * E6
+        rb2, state="QUOTED", updated_at=dt(2.05), quote_response=quote, amount_out=3 * E6
     )
     r.receive(ev.RebalanceStepping(rb2, "quoted"), at(2.05))
     r.receive(ev.OperatorPause("wNEAR/USDC", "watching"), at(2.1))
@@ -443,13 +449,14 @@ def test_rebuilt_reservations_are_the_outflow_plus_the_fee(store: Store) -> None
     assert desk.inventory.free(WNEAR) == 0
 
 
-def test_times_come_back_in_utc(store: Store) -> None:
+def test_times_come_back_as_the_same_instant_in_utc(store: Store) -> None:
     moment = datetime(2025, 6, 1, 12, 0, 0, 1, tzinfo=PLUS_2)
-    store.journal.append(f.PauseSet("*", "operator", "x", moment))
+    store.journal.append(f.PauseSet("*", "operator", "x", micros(moment)))
     store.journal.commit()
     (fact,) = store.journal.load()[1]
     assert isinstance(fact, f.PauseSet)
-    assert fact.at == moment and fact.at.tzinfo == UTC
+    assert fact.at == micros(moment)
+    assert from_micros(fact.at) == moment and from_micros(fact.at).tzinfo == UTC
 
 
 def test_the_spelled_out_quote_opened_decoder_matches_the_encoder() -> None:
@@ -457,8 +464,8 @@ def test_the_spelled_out_quote_opened_decoder_matches_the_encoder() -> None:
     generic loop; it must give back exactly what ``encode`` wrote, u128 amounts and the partner
     included, and name what is wrong with a bad entry."""
     fact = f.QuoteOpened(
-        "q-1", "hash", WNEAR, "nep141:usdc", U128_MAX, 1, 7, T0 + timedelta(seconds=5),
-        bytes(range(32)), T0, False, "partner-9",
+        "q-1", "hash", WNEAR, "nep141:usdc", U128_MAX, 1, 7, T0_US + 5 * SECOND,
+        bytes(range(32)), T0_US, False, "partner-9",
     )  # fmt: skip
     body = orjson.loads(orjson.dumps(f.encode(fact)))
     assert f.decode("quote_opened", body) == fact

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from sandbox.server import Sandbox
 from sandbox.serving import start_server
+from solver.core.clock import micros
 from solver.core.state import MarketState
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.price_feeds import PriceFeeds, extract_json_path, into, parse_usd
@@ -18,6 +19,8 @@ from solver.protocol.keys import SecretKey
 from tests.sandbox.scripted import NEAR, USDC, ScriptedSolver, sandbox_config
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+T0_US = micros(T0)
+"""The feeds' clock: µs since the epoch (:mod:`solver.core.clock`)."""
 
 
 def feeds(
@@ -27,7 +30,7 @@ def feeds(
     return PriceFeeds(
         state,
         into(state),
-        lambda: T0,
+        lambda: T0_US,
         client=client,
         bus=bus,
         own_quote_hashes=lambda: own,
@@ -60,9 +63,10 @@ def test_json_path_and_price_parsing() -> None:
 
 def test_static_prices_are_restamped() -> None:
     state = MarketState(decimals={USDC: 6})
-    feed = PriceFeeds(state, into(state), lambda: T0, client=httpx.AsyncClient())
+    feed = PriceFeeds(state, into(state), lambda: T0_US, client=httpx.AsyncClient())
     feed.poll_static({USDC: 1.0})
     assert state_of(feed).prices[USDC].usd == 1.0 and state_of(feed).prices[USDC].observed_at == T0
+    assert state_of(feed).price_at[USDC] == T0_US  # what the desk's age checks read
 
 
 async def test_sandbox_source_reads_every_configured_token(sandbox: Sandbox) -> None:
@@ -126,12 +130,12 @@ async def test_bus_quote_source_prices_from_other_solvers_only(sandbox: Sandbox)
             BusRpcClient(sandbox.urls()["relay_rpc"], client=client) as bus,
         ):
             feed = feeds(client, bus)
-            state_of(feed).set_price(USDC, 1.0, T0)
+            state_of(feed).set_price(USDC, 1.0, T0_US)
             await feed.poll_bus_quote(NEAR, USDC, 10**24)
             assert state_of(feed).prices[NEAR].usd == pytest.approx(3.1)
             # Our own answers are excluded: with only our quote hash on offer, nothing is learned.
             mine = feeds(client, bus)
-            state_of(mine).set_price(USDC, 1.0, T0)
+            state_of(mine).set_price(USDC, 1.0, T0_US)
             mine.own_quote_hashes = lambda: frozenset(sandbox.bus.quotes)  # every hash is "ours"
             await mine.poll_bus_quote(NEAR, USDC, 10**24)
             assert NEAR not in state_of(mine).prices

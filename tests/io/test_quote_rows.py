@@ -17,23 +17,24 @@ from typing import Any
 import pytest
 
 from solver.core import facts as f
+from solver.core.clock import SECOND, span
 from solver.core.lifecycle import QuoteState as S
 from solver.io.store.projection import project
 from solver.io.store.quote_rows import QuoteRows
 from solver.io.store.sqlite_store import Store
-from tests.io.store_helpers import ETH, T0, USDC, WNEAR
+from tests.io.store_helpers import ETH, T0, T0_US, USDC, WNEAR
 
 PAIRS = ((USDC, WNEAR), (WNEAR, USDC), (ETH, USDC))
 FILL = f.FillPrices(1.0, 3.0, 0.25)
 
 
 def quote(i: int, rng: random.Random) -> f.QuoteOpened:
-    created = T0 + timedelta(seconds=0.7 * i)
+    created = T0_US + span(0.7 * i)
     asset_in, asset_out = PAIRS[i % 3]
     amount_in = int(10 ** rng.uniform(5, 12))
     return f.QuoteOpened(
         f"q{i:05d}", f"h{i}", asset_in, asset_out, amount_in, amount_in // 3 + 1, 0,
-        created + timedelta(seconds=5), i.to_bytes(32, "big"), created, True, None,
+        created + 5 * SECOND, i.to_bytes(32, "big"), created, True, None,
         {"standard": "nep413", "payload": {"message": f"m{i}"}, "signature": f"s{i}"},
     )  # fmt: skip
 
@@ -61,7 +62,7 @@ def journal_facts(n: int = 3000, seed: int = 7) -> list[f.Fact]:
             pending.append((i + 20, q, fate))
         while pending and pending[0][0] <= i:
             _, q, fate = pending.pop(0)
-            at = q.created_at + timedelta(seconds=14)
+            at = q.created_at + 14 * SECOND
             qid = q.quote_id
             if fate in ("lost", "late"):
                 expiring.append(qid)
@@ -81,10 +82,10 @@ def journal_facts(n: int = 3000, seed: int = 7) -> list[f.Fact]:
                 else:
                     facts.append(f.QuoteMoved(qid, S.SETTLING.value, at, None, None, "tx"))
         if len(expiring) >= rng.randint(1, 64) or (i >= n and expiring):
-            facts.append(f.QuotesLost(tuple(expiring), T0 + timedelta(seconds=0.7 * i), "expired"))
+            facts.append(f.QuotesLost(tuple(expiring), T0_US + span(0.7 * i), "expired"))
             expiring = []
         for qid, when in [x for x in late if x[1] <= i]:
-            facts.append(f.QuoteMoved(qid, S.SETTLED.value, T0, "missed_status", fill=FILL))
+            facts.append(f.QuoteMoved(qid, S.SETTLED.value, T0_US, "missed_status", fill=FILL))
             late.remove((qid, when))
     return facts
 
@@ -299,15 +300,15 @@ def test_the_journal_of_an_open_quote_without_a_row_is_kept(tmp_path: Path) -> N
         store.journal.append(old)
         for i in range(1, 50):
             store.journal.append(quote(i, random.Random(i)))
-        store.journal.append(f.QuotesLost(tuple(f"q{i:05d}" for i in range(1, 50)), T0, "x"))
+        store.journal.append(f.QuotesLost(tuple(f"q{i:05d}" for i in range(1, 50)), T0_US, "x"))
         store.commit()
-        older = store.journal.write_snapshot({"v": 1}, T0)
-        store.journal.append(f.PauseSet("all", "operator", "a test", T0))
-        store.journal.write_snapshot({"v": 2}, T0)
+        older = store.journal.write_snapshot({"v": 1}, T0_US)
+        store.journal.append(f.PauseSet("all", "operator", "a test", T0_US))
+        store.journal.write_snapshot({"v": 2}, T0_US)
         store.project()
         pruned = store.prune(T0 + timedelta(days=400))
         assert pruned.journal == 0  # the open quote's entry is the first
-        store.journal.append(f.QuoteMoved(unsampled, S.WON.value, T0, None, "I"))
+        store.journal.append(f.QuoteMoved(unsampled, S.WON.value, T0_US, None, "I"))
         store.commit()
         store.project()
         won = rows(store, "SELECT quote_id, state, weight FROM quotes WHERE state = 'WON'")

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from solver.core import facts as f
+from solver.core.clock import SECOND, from_micros, micros
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.checkpoint import Pacing
@@ -42,6 +43,7 @@ from tests.io.store_helpers import (
     SALT,
     SELECT_OPEN,
     T0,
+    T0_US,
     U128_MAX,
     USDC,
     WNEAR,
@@ -118,23 +120,29 @@ def test_a_missing_or_foreign_file_is_a_store_error(tmp_path: Path) -> None:
 
 
 def test_naive_datetimes_are_refused_and_write_nothing(db: Path) -> None:
+    """Facts, requests and snapshots hold µs: a naive datetime is refused where it would
+    become µs (:func:`solver.core.clock.micros`), so none reaches the journal; the store's own
+    datetime inputs refuse one too."""
     naive = datetime(2025, 1, 1)  # noqa: DTZ001
     quote = signed_quote("q1")
     with Store(db, account=ACCOUNT, sample_requests=1.0) as store:
-        facts: list[f.Fact] = [
-            f.PauseSet("*", "stale_data", "naive", naive),
-            f.QuoteMoved("q1", "LOST", naive),
-            f.BalancesReconciled(naive, {USDC: 1}),
-            dataclasses.replace(opened(quote), created_at=naive),
-            dataclasses.replace(opened(quote), deadline=naive),
+        facts: list[Callable[[], f.Fact]] = [
+            lambda: f.PauseSet("*", "stale_data", "naive", micros(naive)),
+            lambda: f.QuoteMoved("q1", "LOST", micros(naive)),
+            lambda: f.BalancesReconciled(micros(naive), {USDC: 1}),
+            lambda: dataclasses.replace(opened(quote), created_at=micros(naive)),
+            lambda: dataclasses.replace(opened(quote), deadline=micros(naive)),
+            lambda: move(store, "q1", S.LOST, naive),
         ]
         for fact in facts:
             with pytest.raises(ValueError, match="timezone-aware"):
-                store.journal.append(fact)
+                store.journal.append(fact())
         with pytest.raises(ValueError, match="timezone-aware"):
-            store.record_request(quote[2], "quoted", naive)
+            store.record_request(quote[2], "quoted", micros(naive))
         with pytest.raises(ValueError, match="timezone-aware"):
-            store.journal.write_snapshot({"version": 1}, naive)
+            store.journal.write_snapshot({"version": 1}, micros(naive))
+        with pytest.raises(ValueError, match="timezone-aware"):
+            store.register_nonce(ACCOUNT, bytes(32), naive)
         store.commit()
         record(store, quote)  # nothing was left half written
     for table in ("journal", "quotes"):
@@ -273,7 +281,7 @@ def test_moves_are_projected_and_open_quotes_survive_a_restart(db: Path) -> None
         assert loaded["open"] == quotes["open"][0]
         assert loaded["won"].state is S.WON
         assert (loaded["won"].intent_hash, loaded["won"].tx_hash) == ("I-won", "T-won")
-        assert loaded["won"].updated_at == at
+        assert loaded["won"].updated_at == micros(at)
         assert loaded["settling"].state is S.SETTLING
         assert (loaded["settling"].intent_hash, loaded["settling"].tx_hash) == ("I-s", "T-s")
         assert all(q.nonce == quotes[name][0].nonce for name, q in loaded.items())
@@ -312,7 +320,7 @@ def test_quotes_that_expire_untouched_are_lost_on_their_row_without_transition_r
     append_quotes(store, *(signed_quote(f"x{i}") for i in range(3)))
     move(store, "x2", S.WON, T0, intent_hash="I")
     later = T0 + timedelta(seconds=70)
-    store.journal.append(f.QuotesLost(("x0", "x1"), later, "deadline passed, never named"))
+    store.journal.append(f.QuotesLost(("x0", "x1"), micros(later), "deadline passed, never named"))
     store.project()
     rows = store._conn.execute(
         "SELECT quote_id, state, updated_at, reason FROM quotes ORDER BY quote_id"
@@ -346,8 +354,8 @@ def test_fills_round_trip_exactly_and_markouts_merge(db: Path) -> None:
         move(store, "q1", S.SETTLED, settled_at, tx_hash="T1", fill=prices)
         move(store, "bare", S.SETTLED, settled_at, reason="nonce used")  # no prices known
         for horizon, value in ((1, 0.1), (60, -0.25), (300, 1e-7)):
-            store.journal.append(f.Markout("q1", horizon, value, settled_at))
-        store.journal.append(f.Markout("absent", 1, 1.0, settled_at))  # no fill: no row
+            store.journal.append(f.Markout("q1", horizon, value, micros(settled_at)))
+        store.journal.append(f.Markout("absent", 1, 1.0, micros(settled_at)))  # no fill: no row
         store.project()
     with Store(db) as store:
         loaded = {fill.quote_id: fill for fill in store.fills_since()}
@@ -376,16 +384,16 @@ def test_fills_round_trip_exactly_and_markouts_merge(db: Path) -> None:
 
 def test_balance_snapshots_round_trip_and_the_last_one_wins(store: Store) -> None:
     assert store.last_balance_snapshot() is None
-    store.journal.append(f.BalancesReconciled(T0, {USDC: 5, WNEAR: 6}))
+    store.journal.append(f.BalancesReconciled(T0_US, {USDC: 5, WNEAR: 6}))
     later = T0 + timedelta(seconds=2)
-    store.journal.append(f.BalancesReconciled(later, {USDC: U128_MAX, WNEAR: 0}))
+    store.journal.append(f.BalancesReconciled(micros(later), {USDC: U128_MAX, WNEAR: 0}))
     store.project()
     snapshot = store.last_balance_snapshot()
     assert snapshot is not None
     assert snapshot.at == later
     assert snapshot.balances == {USDC: U128_MAX, WNEAR: 0}
     assert snapshot.expected is None  # the journal's projection does not write it
-    store.journal.append(f.BalancesReconciled(later + timedelta(seconds=1), {ETH: 1}))
+    store.journal.append(f.BalancesReconciled(micros(later) + SECOND, {ETH: 1}))
     store.project()
     last = store.last_balance_snapshot()
     assert last is not None and last.balances == {ETH: 1}
@@ -393,10 +401,10 @@ def test_balance_snapshots_round_trip_and_the_last_one_wins(store: Store) -> Non
 
 def test_alerts_open_with_a_risk_pause_and_resolve_when_it_clears(store: Store) -> None:
     journal = store.journal
-    journal.append(f.PauseSet("*", "reconciliation", "USDC off by 5", T0))
-    journal.append(f.PauseSet("*", "stale_data", "no price for 30 s", T0 + timedelta(seconds=1)))
-    journal.append(f.PauseSet("a->b", "operator", "maintenance", T0))  # an operator's: no alert
-    journal.append(f.PauseSet("*", "reconciliation", "USDC off by 7", T0 + timedelta(seconds=2)))
+    journal.append(f.PauseSet("*", "reconciliation", "USDC off by 5", T0_US))
+    journal.append(f.PauseSet("*", "stale_data", "no price for 30 s", T0_US + SECOND))
+    journal.append(f.PauseSet("a->b", "operator", "maintenance", T0_US))  # an operator's: no alert
+    journal.append(f.PauseSet("*", "reconciliation", "USDC off by 7", T0_US + 2 * SECOND))
     store.project()
     assert [(a.kind, a.detail) for a in store.open_alerts()] == [
         ("reconciliation", "USDC off by 5"),
@@ -405,8 +413,8 @@ def test_alerts_open_with_a_risk_pause_and_resolve_when_it_clears(store: Store) 
     ]
     assert store.open_alerts()[0].at == T0
     resolved_at = T0 + timedelta(seconds=9)
-    journal.append(f.PauseCleared("*", "reconciliation", resolved_at, "operator"))
-    journal.append(f.PauseCleared("a->b", "operator", resolved_at, "operator"))
+    journal.append(f.PauseCleared("*", "reconciliation", micros(resolved_at), "operator"))
+    journal.append(f.PauseCleared("a->b", "operator", micros(resolved_at), "operator"))
     store.project()
     assert [a.kind for a in store.open_alerts()] == ["stale_data"]
     rows = store._conn.execute("SELECT kind, resolved_at FROM alerts ORDER BY id").fetchall()
@@ -435,7 +443,7 @@ def test_record_request_writes_only_the_sample_with_the_next_commit(db: Path) ->
         kept = []
         for n in range(200):
             _, _, request = signed_quote(f"r{n}", amount_in=U128_MAX - n)
-            if store.record_request(request, "skipped", T0, reason="no_price"):
+            if store.record_request(request, "skipped", T0_US, reason="no_price"):
                 kept.append(request)
         assert kept == [r for r in kept if store.sampled(r.quote_id)]
         assert 50 < len(kept) < 150
@@ -464,7 +472,7 @@ def test_quotes_and_fills_since_filter_by_time_and_pair_newest_first(store: Stor
     ]
     append_quotes(store, *quotes)
     for tracked, _, _ in quotes:
-        move(store, tracked.quote_id, S.SETTLED, tracked.created_at + timedelta(seconds=1))
+        move(store, tracked.quote_id, S.SETTLED, from_micros(tracked.created_at + SECOND))
     store.project()
 
     def ids(items: Sequence[TrackedQuote | Fill]) -> list[str]:
@@ -514,8 +522,8 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
         (
             tracked.quote_id,
             tracked.quote_hash,
-            tracked.created_at.isoformat(timespec="microseconds"),
-            tracked.deadline.isoformat(timespec="microseconds"),
+            from_micros(tracked.created_at).isoformat(timespec="microseconds"),
+            from_micros(tracked.deadline).isoformat(timespec="microseconds"),
             tracked.asset_in,
             tracked.asset_out,
             str(tracked.amount_in),
@@ -527,7 +535,7 @@ def test_a_v1_store_is_migrated_on_open(db: Path) -> None:
     )
     conn.execute(
         "INSERT INTO nonces (account, nonce, quote_id, signed_at) VALUES (?, ?, ?, ?)",
-        (ACCOUNT, tracked.nonce.hex(), "legacy", tracked.created_at.isoformat()),
+        (ACCOUNT, tracked.nonce.hex(), "legacy", from_micros(tracked.created_at).isoformat()),
     )
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert not tables & {"fills", "requests", "rebalances", "journal", "desk_snapshots"}
@@ -653,12 +661,12 @@ def seed_every_table(store: Store) -> None:
     append_quotes(store, quote)
     move(store, "q1", S.WON, T0, intent_hash="I1")
     move(store, "q1", S.SETTLED, T0, fill=f.FillPrices(1.0, 3.0, 0.5))
-    store.journal.append(f.Markout("q1", 5, 0.5, T0))
-    store.journal.append(f.BalancesReconciled(T0, {USDC: U128_MAX}))
+    store.journal.append(f.Markout("q1", 5, 0.5, T0_US))
+    store.journal.append(f.BalancesReconciled(T0_US, {USDC: U128_MAX}))
     store.journal.append(
-        f.PauseSet("*", "reconciliation", "detail, with a comma\nand a newline", T0)
+        f.PauseSet("*", "reconciliation", "detail, with a comma\nand a newline", T0_US)
     )
-    store.record_request(quote[2], "quoted", T0)
+    store.record_request(quote[2], "quoted", T0_US)
     store.project()
     store.claim_nonce_prefix(T0)
     record = RebalanceRecord("r1", T0, T0, "PLANNED", USDC, USDC, WNEAR, 5, {"plan": [1, 2]})
@@ -718,14 +726,14 @@ def test_the_journal_exports_its_body_as_json(db: Path) -> None:
         assert csv_body == encoded  # JSON text in CSV
         assert f.decode(row["kind"], row["body"]) == fact
     assert nested[0]["body"]["amount_in"] == str(U128_MAX)
-    assert nested[0]["at"] == f.micros(T0)
+    assert nested[0]["at"] == T0_US
 
 
 def test_export_parses_back_to_the_stored_values(store: Store) -> None:
     tracked, signed, _ = quote = signed_quote("q1")
     record(store, quote)
     move(store, "q1", S.SETTLED, T0)
-    store.journal.append(f.Markout("q1", 5, 0.5, T0))
+    store.journal.append(f.Markout("q1", 5, 0.5, T0_US))
     store.project()
     csv_out, jsonl_out = io.StringIO(), io.StringIO()
     store.export("quotes", "csv", csv_out)
@@ -736,7 +744,7 @@ def test_export_parses_back_to_the_stored_values(store: Store) -> None:
         assert row["quote_id"] == "q1"
         assert int(row["amount_in"]) == U128_MAX
         assert bytes.fromhex(row["nonce"]) == tracked.nonce
-        assert datetime.fromisoformat(row["created_at"]) == tracked.created_at
+        assert micros(datetime.fromisoformat(row["created_at"])) == tracked.created_at
     assert orjson.loads(flat["signed_data"]) == signed.signed_data
     assert nested["signed_data"] == signed.signed_data
     fills = io.StringIO()
@@ -888,11 +896,11 @@ def test_the_store_journal_is_a_journal(store: Store) -> None:
     journal: Journal = store.journal  # the executor's journal port
     quote = signed_quote("q1")
     journal.append(opened(quote))
-    journal.append(f.QuoteMoved("q1", "LOST", T0))
+    journal.append(f.QuoteMoved("q1", "LOST", T0_US))
     journal.commit()
     store.project()
     assert open_quotes(store) == []
-    store.journal.append(f.PauseSet("*", "drawdown", "rolled back", T0))
+    store.journal.append(f.PauseSet("*", "drawdown", "rolled back", T0_US))
     store.journal.rollback()
     assert store.open_alerts() == []
     assert [f.kind_of(fact) for fact in store.journal.load()[1]] == ["quote_opened", "quote_moved"]
@@ -945,7 +953,7 @@ def test_group_commit_writes_the_batch_at_once_and_a_bad_row_fails_it_whole(db: 
         statements: list[str] = []
         store._conn.set_trace_callback(statements.append)
         append_quotes(store, first)
-        store.record_request(first[2], "quoted", T0)
+        store.record_request(first[2], "quoted", T0_US)
         assert statements == [] and not store._conn.in_transaction  # nothing in SQLite yet
         store.journal.commit()
         assert (count(db, "journal"), count(db, "requests")) == (1, 1)
@@ -961,7 +969,7 @@ def test_group_commit_writes_the_batch_at_once_and_a_bad_row_fails_it_whole(db: 
         assert store.journal.rows == []
         append_quotes(store, signed_quote("g4"))
         move(store, "g1", S.WON, T0, intent_hash="I")
-        store.journal.append(f.PauseSet("*", "stale_data", "old prices", T0))
+        store.journal.append(f.PauseSet("*", "stale_data", "old prices", T0_US))
         store.project()  # the store's own commit writes what waits first
         with committed_view(db) as other:
             ids = [r[0] for r in other.execute("SELECT quote_id FROM quotes ORDER BY quote_id")]
@@ -987,7 +995,7 @@ def test_a_projection_budget_stops_between_entries_and_the_next_call_resumes(
     the same query tables as one catch-up: entries are read one at a time, none skipped or
     projected twice (``projection.seq`` moves with them)."""
     quotes = [signed_quote(f"s{i}") for i in range(6)]
-    lost = f.QuotesLost(("s1", "s4"), T0 + timedelta(seconds=70), "deadline passed, never named")
+    lost = f.QuotesLost(("s1", "s4"), T0_US + 70 * SECOND, "deadline passed, never named")
     tables = []
     for path, sliced in ((db, True), (tmp_path / "whole.sqlite", False)):
         with Store(path, account=ACCOUNT) as store:
@@ -1027,7 +1035,7 @@ def test_a_caught_up_projection_runs_no_sql_until_the_journal_grows(db: Path) ->
         append_quotes(store, signed_quote("c2"))
         assert store.project() == 1 and statements  # a new entry: projected at once
         assert count(db, "quotes") == 2
-        store.journal.append(f.PauseSet("*", "drawdown", "rolled back", T0))
+        store.journal.append(f.PauseSet("*", "drawdown", "rolled back", T0_US))
         store.journal.rollback()
         assert store.project() == 0  # appended and rolled back: one more look, nothing lost
         assert store.unprojected() == 0

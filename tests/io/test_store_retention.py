@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from solver.core import facts as f
+from solver.core.clock import SECOND, micros
 from solver.core.lifecycle import QuoteState as S
 from solver.io.store import retention
 from solver.io.store.sqlite_store import Store
-from tests.io.store_helpers import ACCOUNT, T0, USDC, WNEAR, move, record, signed_quote
+from tests.io.store_helpers import ACCOUNT, T0, T0_US, USDC, WNEAR, move, record, signed_quote
 
 DAY = timedelta(days=1)
 CUT = T0 + 30 * DAY
@@ -35,7 +36,7 @@ def ids(store: Store, table: str) -> set[str]:
 
 
 def lose(store: Store, *quote_ids: str) -> None:
-    store.journal.append(f.QuotesLost(quote_ids, T0 + timedelta(seconds=90), "expired"))
+    store.journal.append(f.QuotesLost(quote_ids, T0_US + 90 * SECOND, "expired"))
 
 
 def test_quotes_never_traded_are_forgotten_after_the_cut_and_trades_stay(store: Store) -> None:
@@ -47,7 +48,7 @@ def test_quotes_never_traded_are_forgotten_after_the_cut_and_trades_stay(store: 
     move(store, "settled", S.SETTLED, T0, intent_hash="i1", fill=f.FillPrices(1.0, 2.0, 0.5))
     move(store, "failed", S.WON, T0, intent_hash="i2")
     move(store, "failed", S.FAILED, T0, intent_hash="i2")
-    store.journal.append(f.QuotesLost(("recent",), CUT + 2 * DAY, "expired"))
+    store.journal.append(f.QuotesLost(("recent",), micros(CUT + 2 * DAY), "expired"))
     store.project()
     assert "rejected" in ids(store, "transitions")
 
@@ -64,12 +65,12 @@ def test_journal_entries_go_only_once_the_desk_no_longer_needs_them(store: Store
     """Covered by the older of the two snapshots and projected: a restart loads the same."""
     record(store, *(signed_quote(f"a{i}") for i in range(10)))
     assert store.prune(CUT).journal == 0  # no snapshot yet: the whole journal is needed
-    first = store.journal.write_snapshot({"v": 1}, T0)
+    first = store.journal.write_snapshot({"v": 1}, T0_US)
     record(store, *(signed_quote(f"b{i}") for i in range(10)))
     assert store.prune(CUT).journal == 0  # one snapshot: it could be the damaged one
-    store.journal.write_snapshot({"v": 2}, T0)
+    store.journal.write_snapshot({"v": 2}, T0_US)
     record(store, *(signed_quote(f"c{i}") for i in range(5)))
-    store.journal.append(f.QuotesLost(("c0",), T0, "expired"))  # appended, not projected
+    store.journal.append(f.QuotesLost(("c0",), T0_US, "expired"))  # appended, not projected
     store.commit()
     loaded = store.journal.load()
     last_seq = int(str(rows(store, "SELECT MAX(seq) FROM journal")[0][0]))
@@ -87,9 +88,9 @@ def test_journal_entries_go_only_once_the_desk_no_longer_needs_them(store: Store
 def test_entries_newer_than_the_cut_stay_even_when_a_snapshot_covers_them(store: Store) -> None:
     record(store, *(signed_quote(f"o{i}") for i in range(4)))
     record(store, *(signed_quote(f"n{i}", at=CUT + DAY) for i in range(4)))
-    older = store.journal.write_snapshot({"v": 1}, T0)
+    older = store.journal.write_snapshot({"v": 1}, T0_US)
     record(store, signed_quote("last", at=CUT + DAY))
-    store.journal.write_snapshot({"v": 2}, T0)
+    store.journal.write_snapshot({"v": 2}, T0_US)
     assert store.prune(CUT).journal == 4  # the four before the cut; n0..n2 are newer
     assert store.prune(CUT + 10 * DAY).journal == 3  # now they are old too
     assert [r[0] for r in rows(store, "SELECT seq FROM journal")] == [older, older + 1]
@@ -101,8 +102,8 @@ def test_old_balance_snapshots_and_request_samples_go_but_the_latest_balance_sta
     with Store(tmp_path / "b.sqlite", account=ACCOUNT, sample_requests=1.0) as store:
         for day in (0, 1, 2):
             at = T0 + day * DAY
-            store.journal.append(f.BalancesReconciled(at, {USDC: 5, WNEAR: day}))
-            store.record_request(signed_quote(f"r{day}")[2], "quoted", at)
+            store.journal.append(f.BalancesReconciled(micros(at), {USDC: 5, WNEAR: day}))
+            store.record_request(signed_quote(f"r{day}")[2], "quoted", micros(at))
         store.project()
         assert store.prune(T0 + 10 * DAY).done
         latest = store.last_balance_snapshot()

@@ -16,7 +16,7 @@ from solver.core.lifecycle import QuoteState
 from solver.io.store.pg.store import PgStore
 from solver.io.store.sqlite_store import Store
 from tests.app.test_cli_run import write_config
-from tests.io.store_helpers import ACCOUNT, T0, move, record, signed_quote
+from tests.io.store_helpers import ACCOUNT, T0, T0_US, move, record, signed_quote
 from tests.pg.cluster import PASSWORD_ENV
 
 
@@ -28,11 +28,11 @@ def test_an_sqlite_store_copied_into_postgresql_reads_the_same(
         record(store, signed_quote("q1"), signed_quote("q2", at=T0 + timedelta(seconds=1)))
         move(store, "q1", QuoteState.WON, intent_hash="i1")
         move(store, "q1", QuoteState.SETTLED, intent_hash="i1", tx_hash="t1")
-        store.journal.append(f.PauseSet("*", "daily_loss", "too much", T0))
+        store.journal.append(f.PauseSet("*", "daily_loss", "too much", T0_US))
         store.commit()
         store.claim_nonce_prefix(T0)
-        store.journal.write_snapshot({"not": "a desk"}, T0)
-        store.journal.append(f.PauseCleared("*", "daily_loss", T0, "operator"))
+        store.journal.write_snapshot({"not": "a desk"}, T0_US)
+        store.journal.append(f.PauseCleared("*", "daily_loss", T0_US, "operator"))
         store.commit()  # one entry after the snapshot, not projected yet
         expected = store.journal.load()
         quotes = store.quotes_since(limit=10)
@@ -50,7 +50,7 @@ def test_an_sqlite_store_copied_into_postgresql_reads_the_same(
         assert copy.quotes_since(limit=10) == quotes
         assert copy.nonce_prefixes(ACCOUNT) == prefixes
         assert copy.open_alerts() == []  # the entry after the snapshot, projected here
-        copy.journal.append(f.PauseSet("*", "stale_data", "old", T0))
+        copy.journal.append(f.PauseSet("*", "stale_data", "old", T0_US))
         copy.journal.commit()  # the journal's numbering goes on after the copied rows
     finally:
         copy.close()

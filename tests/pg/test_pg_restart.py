@@ -36,7 +36,7 @@ import pytest
 from solver.core import facts as f
 from solver.io.store.pg.store import PgStore
 from solver.io.store.schema import StoreError
-from tests.io.store_helpers import ACCOUNT, T0, opened, signed_quote
+from tests.io.store_helpers import ACCOUNT, T0_US, opened, signed_quote
 from tests.pg.cluster import PASSWORD, PASSWORD_ENV, Cluster
 from tests.pg.two_instances import (
     EXIT_FENCED,
@@ -130,7 +130,7 @@ def test_a_commit_lost_aside_fails_the_executors_next_one(pg_url: str, pg_cluste
         store.journal.append(opened(signed_quote("next")))
         store.commit()  # aside again: nothing is written while the loss waits for the executor
         with pytest.raises(StoreError, match="lost facts"):
-            store.journal.write_snapshot({}, T0)  # the desk holds facts the journal does not
+            store.journal.write_snapshot({}, T0_US)  # the desk holds facts the journal does not
         with pytest.raises(StoreError, match="made aside"):
             store.journal.commit()  # the executor's: none of its answers is sent
         store.journal.append(opened(signed_quote("again")))  # it appends its facts again

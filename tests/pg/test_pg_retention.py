@@ -13,11 +13,12 @@ from datetime import timedelta
 import pytest
 
 from solver.core import facts as f
+from solver.core.clock import SECOND, micros
 from solver.core.lifecycle import QuoteState as S
 from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.quote_rows import QuoteRows
-from tests.io.store_helpers import T0, USDC, WNEAR, move, record, signed_quote
+from tests.io.store_helpers import T0, T0_US, USDC, WNEAR, move, record, signed_quote
 from tests.pg.test_pg_store import open_store as open_sampling_store
 
 DAY = timedelta(days=1)
@@ -68,23 +69,23 @@ def history(store: PgStore) -> tuple[int, int]:
     snapshot's entry)."""
     lost, rejected, settled, *others = SAMPLED[:7]
     record(store, *(signed_quote(q) for q in (lost, rejected, settled)))
-    store.journal.append(f.QuotesLost((lost,), T0 + timedelta(seconds=90), "expired"))
+    store.journal.append(f.QuotesLost((lost,), T0_US + 90 * SECOND, "expired"))
     move(store, rejected, S.REJECTED, T0, reason="refused by the relay")
     move(store, settled, S.WON, T0, intent_hash="i1")
     move(store, settled, S.SETTLED, T0, intent_hash="i1", fill=f.FillPrices(1.0, 2.0, 0.5))
     for day in (0, 1):
-        store.journal.append(f.BalancesReconciled(T0 + day * DAY, {USDC: 5, WNEAR: day}))
-        store.record_request(signed_quote(f"r{day}")[2], "quoted", T0 + day * DAY)
+        store.journal.append(f.BalancesReconciled(micros(T0 + day * DAY), {USDC: 5, WNEAR: day}))
+        store.record_request(signed_quote(f"r{day}")[2], "quoted", micros(T0 + day * DAY))
     caught_up(store)
     record(store, signed_quote(UNSAMPLED, at=T0 + timedelta(hours=1)))
     caught_up(store)
     open_entry = seqs(store)[-1]
     record(store, *(signed_quote(q, at=T0 + timedelta(hours=2)) for q in others))
-    store.journal.append(f.QuotesLost(tuple(others), T0 + timedelta(hours=3), "expired"))
+    store.journal.append(f.QuotesLost(tuple(others), micros(T0 + timedelta(hours=3)), "expired"))
     caught_up(store)
-    older = store.journal.write_snapshot({"v": 1}, T0 + timedelta(hours=3))
+    older = store.journal.write_snapshot({"v": 1}, micros(T0 + timedelta(hours=3)))
     record(store, signed_quote(RECENT, at=CUT + DAY))
-    store.journal.write_snapshot({"v": 2}, CUT + DAY)
+    store.journal.write_snapshot({"v": 2}, micros(CUT + DAY))
     record(store, signed_quote(AFTER, at=CUT + 2 * DAY))
     caught_up(store)
     return open_entry, older
@@ -118,7 +119,7 @@ def test_what_sqlite_forgets_postgresql_forgets_and_the_desk_is_the_same(
     assert store.prune(CUT).rows == 0  # the same cut again: nothing more
 
     # The open quote closes: nothing holds the journal before the older snapshot any more.
-    store.journal.append(f.QuotesLost((UNSAMPLED,), T0 + timedelta(hours=4), "expired"))
+    store.journal.append(f.QuotesLost((UNSAMPLED,), micros(T0 + timedelta(hours=4)), "expired"))
     caught_up(store)
     loaded = store.journal.load()
     assert store.prune(CUT).journal == older - open_entry

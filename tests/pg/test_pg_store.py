@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from solver.core import facts as f
+from solver.core.clock import micros
 from solver.core.lifecycle import QuoteState
 from solver.io.store.migrations import SCHEMA_VERSION, current_tables, migrate
 from solver.io.store.pg.conn import PgConn
@@ -72,8 +73,8 @@ def test_the_query_tables_and_exports_are_projected(store: PgStore) -> None:
     move(store, "qa", QuoteState.WON, intent_hash="i1")
     move(store, "qa", QuoteState.SETTLED, intent_hash="i1", tx_hash="t1",
          fill=f.FillPrices(1.0, 2.0, 0.5))  # fmt: skip
-    store.journal.append(f.Markout("qa", 60, -0.25, T0))
-    store.journal.append(f.PauseSet("*", "daily_loss", "too much", T0))
+    store.journal.append(f.Markout("qa", 60, -0.25, micros(T0)))
+    store.journal.append(f.PauseSet("*", "daily_loss", "too much", micros(T0)))
     store.project()
     quotes = store.quotes_since(limit=10)
     assert [q.quote_id for q in quotes] == ["qb", "qa"]

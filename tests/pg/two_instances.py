@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +168,7 @@ class Pair:
 def exposure(quotes: list[f.QuoteOpened]) -> dict[str, int]:
     """Per asset, the most the answers promised at once: the peak over time of the sum of
     ``amount_out`` of the answers between their creation and their deadline."""
-    events: dict[str, list[tuple[datetime, int]]] = {}
+    events: dict[str, list[tuple[int, int]]] = {}  # (µs, change)
     for q in quotes:
         events.setdefault(q.asset_out, []).extend(
             [(q.created_at, q.amount_out), (q.deadline, -q.amount_out)]

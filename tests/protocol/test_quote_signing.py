@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solver.core import clock
 from solver.protocol import encoding, intents, quote_signing
 from solver.protocol.amounts import I128_MAX
 from solver.protocol.encoding import b58encode
@@ -44,7 +45,7 @@ def test_fast_signer_equals_model_signer(amount_in: int, amount_out: int, micros
     nonce = os.urandom(32)
     signer = QuoteSigner(KEY, "solver.sandbox", "intents.sandbox")
     fast = signer.sign(
-        deadline=deadline,
+        deadline=clock.micros(deadline),
         nonce=nonce,
         asset_in=ASSET_A,
         amount_in=amount_in,
@@ -248,7 +249,9 @@ def test_signed_quote_is_byte_identical_to_the_previous_signer(
         "asset_out": asset_out,
         "amount_out": amount_out,
     }
-    new = QuoteSigner(SecretKey(seed), signer, contract).sign(**inputs)  # type: ignore[arg-type]
+    signer_inputs = {**inputs, "deadline": clock.micros(deadline)}  # the signer takes µs
+    quote_signer = QuoteSigner(SecretKey(seed), signer, contract)
+    new = quote_signer.sign(**signer_inputs)  # type: ignore[arg-type]
     old_signed, old_hash = _old_sign(seed, signer, contract, **inputs)  # type: ignore[arg-type]
     assert new.signed_data == old_signed
     assert orjson.dumps(new.signed_data) == orjson.dumps(old_signed)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta
 from typing import Any
 
 from solver.core import events as ev
 from solver.core import facts as f
+from solver.core.clock import SECOND
 from solver.core.desk import Desk
 from solver.core.lifecycle import QuoteState
 from solver.core.quoting import Quote
@@ -128,7 +128,7 @@ class Clock:
     def __init__(self) -> None:
         self.now = at(1)
 
-    def __call__(self) -> datetime:
+    def __call__(self) -> int:
         return self.now
 
 
@@ -367,7 +367,7 @@ async def test_settlement_io_reports_back_to_the_desk() -> None:
     # Past the deadline after a disconnect: the verifier's nonce decides.
     ledger = oracle(executor).ledger = Ledger({n1.nonce: False})
     executor.feed(ev.ConnectionRestored(), at(2))
-    late = n1.deadline + timedelta(seconds=3)
+    late = n1.deadline + 3 * SECOND
     executor.tick(late)
     await drain(executor)
     assert ledger.asked == [(ACCOUNT, n1.nonce)]

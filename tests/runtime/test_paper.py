@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from prometheus_client import generate_latest
 
 from backtest.settings import FillSpec, TakerSpec
 from solver.config.shadow import ShadowFillSpec, ShadowSpec, ShadowTakerSpec
+from solver.core.clock import MINUTE, micros
 from solver.core.market import QuoteRequest
 from solver.core.pnl import FillValue, PnlBook
 from solver.core.quoting import Quote
@@ -21,7 +22,7 @@ from solver.runtime.paper import LOST_INVENTORY, PaperBook, fill_spec
 USDC, NEAR = "nep141:usdc", "nep141:wrap"
 DECIMALS = {USDC: 6, NEAR: 24}
 E6, E24 = 10**6, 10**24
-NOW = datetime(2025, 1, 1, tzinfo=UTC)
+NOW = micros(datetime(2025, 1, 1, tzinfo=UTC))
 PRICES = {USDC: 1.0, NEAR: 3.0}
 CONFIRMED = {USDC: 1_000 * E6, NEAR: 100 * E24}
 
@@ -34,7 +35,7 @@ def spec(model: str = "always", tolerance_bps: float = 60.0, **fill: float) -> S
 def sell_near(quote_id: str, near: int, usdc: int, fee: int = 0) -> Quote:
     """The user sells ``near`` wNEAR (our amount_in) for ``usdc`` USDC (our amount_out)."""
     request = QuoteRequest(quote_id, NEAR, USDC, True, near, 60_000, None)
-    return Quote(request, near, usdc, fee, NOW + timedelta(minutes=1))
+    return Quote(request, near, usdc, fee, NOW + MINUTE)
 
 
 def test_a_taken_quote_books_its_flows_and_its_realized_edge() -> None:

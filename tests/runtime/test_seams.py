@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from solver.config import BotConfig, load_bot_config
+from solver.core.clock import micros
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore
 from solver.core.view import DeskView
@@ -45,6 +46,7 @@ from solver.runtime.wiring import build_desk
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+NOW_US = micros(NOW)  # the desk's clock (solver.core.clock); the notifier speaks datetimes
 UNREACHABLE = "http://127.0.0.1:9"  # nothing here is asked: no question leaves the process
 
 
@@ -93,7 +95,7 @@ async def parts(tmp_path: Path) -> AsyncIterator[Parts]:
             alerts=LoggedAlerts(None),
             metrics=metrics,
             loop=RunningLoop(),
-            clock=lambda: NOW,
+            clock=lambda: NOW_US,
         ),
     )
     notifier = Notifier.from_config(config.alerts, {}, clock=lambda: NOW)
@@ -121,7 +123,7 @@ def operator_of(parts: Parts) -> Operator:
             notifier=parts.notifier,
             metrics=parts.metrics,
             refresh_balances=refresh_balances,
-            clock=lambda: NOW,
+            clock=lambda: NOW_US,
         )
     )
 
@@ -167,7 +169,7 @@ async def test_the_upkeep_ticks_gauges_and_snapshots_through_its_ports(parts: Pa
             bus_watch=BusWatch(parts.config.alerts.bus_down_after_s),
             refresh_gauges=lambda: gauges.append("refreshed"),
             observe_loop_lag=lags.append,
-            clock=lambda: NOW,
+            clock=lambda: NOW_US,
         )
     )
     operator_of(parts).pause(None, "kept across the snapshot")
@@ -179,7 +181,7 @@ async def test_the_upkeep_ticks_gauges_and_snapshots_through_its_ports(parts: Pa
     await ticker
     assert len(lags) >= 5 and all(lag >= 0 for lag in lags)
 
-    upkeep.close(NOW)  # at shutdown: a snapshot, taken through the view
+    upkeep.close(NOW_US)  # at shutdown: a snapshot, taken through the view
     doc, after = parts.store.journal.load()
     assert doc == parts.view.snapshot() and after == []
     rebuilt = build_desk(parts.config)

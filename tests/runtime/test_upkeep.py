@@ -18,6 +18,7 @@ import pytest
 
 from solver.config import load_bot_config
 from solver.core import facts as f
+from solver.core.clock import MINUTE, SECOND, from_micros, micros, span
 from solver.core.lifecycle import TrackedQuote
 from solver.io.store import retention
 from solver.protocol.keys import SecretKey
@@ -28,7 +29,7 @@ from solver.runtime.gc_pacer import GcPacer
 from tests.io.store_helpers import append_quotes, signed_quote
 
 ROOT = Path(__file__).resolve().parents[2]
-NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+NOW = micros(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
 
 
 @pytest.fixture
@@ -51,9 +52,7 @@ def bot(tmp_path: Path) -> Iterator[live.LiveBot]:
 def _open_quotes(bot: live.LiveBot, count: int) -> None:
     for i in range(count):
         bot.desk.book.add(
-            TrackedQuote(
-                f"q{i}", f"h{i}", "a", "b", 1, 1, 0, NOW + timedelta(seconds=5), bytes(32), NOW
-            )
+            TrackedQuote(f"q{i}", f"h{i}", "a", "b", 1, 1, 0, NOW + 5 * SECOND, bytes(32), NOW)
         )
 
 
@@ -257,11 +256,11 @@ def test_the_gauges_say_how_far_the_query_tables_are_behind(
 
 def _old_lost_quotes(bot: live.LiveBot, prefix: str, count: int) -> None:
     assert bot.store is not None
-    old = NOW - timedelta(days=40)
+    old = from_micros(NOW) - timedelta(days=40)
     quotes = [signed_quote(f"{prefix}{i}", at=old) for i in range(count)]
     append_quotes(bot.store, *quotes)
     ids = tuple(q[0].quote_id for q in quotes)
-    bot.store.journal.append(f.QuotesLost(ids, old + timedelta(minutes=1), "expired"))
+    bot.store.journal.append(f.QuotesLost(ids, micros(old) + MINUTE, "expired"))
     bot.store.project()
 
 
@@ -287,7 +286,7 @@ def test_the_store_forgets_old_quotes_a_budget_a_tick_then_waits_for_the_next_pa
     left = []
     with caplog.at_level("INFO", logger="solver.bot"):
         for tick in range(4):
-            bot.upkeep.maybe_prune(NOW + timedelta(seconds=tick))
+            bot.upkeep.maybe_prune(NOW + tick * SECOND)
             left.append(_quotes(bot))
     assert left == [6, 2, 0, 0]
     said = [r.getMessage() for r in caplog.records if "forgot" in r.getMessage()]
@@ -296,9 +295,9 @@ def test_the_store_forgets_old_quotes_a_budget_a_tick_then_waits_for_the_next_pa
         "0 balance snapshots, 0 request samples"
     ]
     _old_lost_quotes(bot, "b", 3)
-    bot.upkeep.maybe_prune(NOW + timedelta(seconds=upkeep.PRUNE_EVERY_S - 1))  # not due yet
+    bot.upkeep.maybe_prune(NOW + span(upkeep.PRUNE_EVERY_S - 1))  # not due yet
     assert _quotes(bot) == 3
-    bot.upkeep.maybe_prune(NOW + timedelta(seconds=upkeep.PRUNE_EVERY_S + 5))
+    bot.upkeep.maybe_prune(NOW + span(upkeep.PRUNE_EVERY_S + 5))
     assert _quotes(bot) == 0
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from solver.core.clock import MINUTE, SECOND, now_micros
 from solver.errors import RemoteError
 from solver.protocol.intents import format_deadline
 from solver.protocol.keys import PublicKey
@@ -48,11 +49,11 @@ async def ask(signer: SignerProcess, *quotes: Mapping[str, object]) -> list[Sign
     await client.start()
     results: list[SignedQuote | str] = []
     done = asyncio.Event()
-    now = datetime.now(UTC)
+    now = now_micros()
     for index, changes in enumerate(quotes):
         args: dict[str, object] = {
             "quote_id": f"q{index}",
-            "deadline": now + timedelta(seconds=20),
+            "deadline": now + 20 * SECOND,
             "nonce": salted_nonce(SALT),
             "asset_in": NEAR,
             "amount_in": 3,
@@ -91,11 +92,11 @@ async def test_quotes_are_signed_in_order_and_verify(signer: SignerProcess) -> N
 async def test_a_quote_beyond_the_rules_is_refused_by_name_and_not_signed(
     signer: SignerProcess,
 ) -> None:
-    now = datetime.now(UTC)
+    now = now_micros()
     results = await ask(
         signer,
         {"amount_out": 1_001},
-        {"deadline": now + timedelta(minutes=5)},
+        {"deadline": now + 5 * MINUTE},
         {"asset_out": NEAR, "asset_in": USDC},
     )
     assert [r.split(":")[1] for r in results if isinstance(r, str)] == [
@@ -139,7 +140,7 @@ async def test_a_quote_to_another_recipient_is_refused(signer: SignerProcess) ->
     got: list[SignedQuote | str] = []
     client.sign_later(
         quote_id="q",
-        deadline=datetime.now(UTC) + timedelta(seconds=20),
+        deadline=now_micros() + 20 * SECOND,
         nonce=salted_nonce(SALT),
         asset_in=NEAR,
         amount_in=3,

@@ -6,12 +6,12 @@ Skipped with a printed reason without SoftHSM2 or python-pkcs11."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
 import pytest
 
+from solver.core.clock import SECOND, now_micros
 from solver.protocol.keys import PublicKey
 from solver.protocol.nonce import salted_nonce
 from solver.protocol.quote_signing import SignedQuote
@@ -62,11 +62,11 @@ async def test_the_signer_signs_with_the_key_in_the_token(tmp_path: Path, token:
         client = RemoteQuoteSigner(signer.socket, ACCOUNT, VERIFIER, timeout_s=10)
         await client.start()
         results: list[SignedQuote | str] = []
-        now = datetime.now(UTC)
+        now = now_micros()
         for amount in range(1, 21):
             client.sign_later(
                 quote_id=str(amount),
-                deadline=now + timedelta(seconds=20),
+                deadline=now + 20 * SECOND,
                 nonce=salted_nonce(b"\x01\x02\x03\x04"),
                 asset_in=NEAR,
                 amount_in=1,

@@ -28,12 +28,12 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from solver.core import facts as f
+from solver.core.clock import Micros
 from solver.io.store.schema import StoreError
 from solver.io.store.spill import Spill
 
@@ -77,9 +77,9 @@ class SqliteJournal:
         ``QuoteOpened`` carries its signed answer, kept for disputes)."""
         body = orjson.dumps(f.encode(fact)).decode()
         if type(fact) is f.QuoteOpened:
-            self.rows.append((f.micros(fact.created_at), "quote_opened", body))
+            self.rows.append((fact.created_at, "quote_opened", body))
         else:
-            self.rows.append((f.micros(_at(fact)), f.kind_of(fact), body))
+            self.rows.append((_at(fact), f.kind_of(fact), body))
         self.appended += 1
 
     def write_and_commit(self) -> None:
@@ -190,7 +190,7 @@ class SqliteJournal:
                 raise StoreError(f"journal entry {seq} ({kind}) cannot be read: {exc}") from None
         return snapshot, facts
 
-    def write_snapshot(self, body: Mapping[str, Any], at: datetime) -> int:
+    def write_snapshot(self, body: Mapping[str, Any], at: Micros) -> int:
         """Store a desk snapshot covering every fact appended so far (committed with them).
         Returns the journal position it covers. Older snapshots but the previous are dropped."""
         self.commit()
@@ -201,7 +201,7 @@ class SqliteJournal:
             cur.execute("BEGIN")
             cur.execute(
                 "INSERT OR REPLACE INTO desk_snapshots (seq, at, body) VALUES (?, ?, ?)",
-                (seq, f.micros(at), orjson.dumps(dict(body)).decode()),
+                (seq, at, orjson.dumps(dict(body)).decode()),
             )
             cur.execute(
                 "DELETE FROM desk_snapshots WHERE seq < (SELECT seq FROM desk_snapshots "
@@ -214,10 +214,10 @@ class SqliteJournal:
         return seq
 
 
-def _at(fact: f.Fact) -> datetime:
+def _at(fact: f.Fact) -> Micros:
     if type(fact) is f.BalancesReconciled:
         return fact.observed
     if type(fact) is f.QuoteOpened:
         return fact.created_at
-    at: datetime = getattr(fact, "at")  # noqa: B009 (every other fact has ``at``)
+    at: Micros = getattr(fact, "at")  # noqa: B009 (every other fact has ``at``)
     return at

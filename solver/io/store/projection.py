@@ -37,6 +37,7 @@ from solver.io.store.schema import (
     StoreError,
     rebalance_values,
     ts,
+    ts_us,
     with_savepoint,
 )
 
@@ -167,7 +168,7 @@ def _apply(cur: Any, quotes: QuoteRows, seq: int, fact: f.Fact, doc: dict[str, A
         path = f'$."{fact.horizon_s}"'
         cur.execute(UPDATE_MARKOUT, (path, fact.value_usd, fact.quote_id))  # a JSON number
     elif type(fact) is f.BalancesReconciled:
-        at = ts(fact.observed)
+        at = ts_us(fact.observed)
         want = fact.expected or {}
         for asset, amount in fact.balances.items():
             expected = want.get(asset)
@@ -176,9 +177,9 @@ def _apply(cur: Any, quotes: QuoteRows, seq: int, fact: f.Fact, doc: dict[str, A
                 (at, asset, str(amount), None if expected is None else str(expected)),
             )
     elif type(fact) is f.PauseSet and fact.kind != "operator":
-        cur.execute(INSERT_ALERT, (ts(fact.at), fact.kind, fact.reason))
+        cur.execute(INSERT_ALERT, (ts_us(fact.at), fact.kind, fact.reason))
     elif type(fact) is f.PauseCleared and fact.kind != "operator":
-        cur.execute(RESOLVE_ALERTS, (ts(fact.at), fact.kind))
+        cur.execute(RESOLVE_ALERTS, (ts_us(fact.at), fact.kind))
     elif type(fact) is f.RebalanceStepped:
         row = rebalance_values(doc["record"])  # the entry's own text: the row, column for column
         cur.execute(SAVE_REBALANCE, row)

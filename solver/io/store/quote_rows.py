@@ -42,7 +42,7 @@ from solver.io.store.schema import (
     INSERT_QUOTE,
     INSERT_TRANSITION,
     UPDATE_STATE,
-    ts,
+    ts_us,
     with_savepoint,
 )
 
@@ -112,7 +112,7 @@ def quote_row(doc: dict[str, Any], state: str, weight: float) -> tuple[Any, ...]
     q = f.decode("quote_opened", doc)
     if type(q) is not f.QuoteOpened:  # pragma: no cover - decode returns the kind it was given
         raise f.FactError("quote_opened: not an opened quote")
-    return (q.quote_id, q.quote_hash, ts(q.created_at), ts(q.deadline), q.asset_in,
+    return (q.quote_id, q.quote_hash, ts_us(q.created_at), ts_us(q.deadline), q.asset_in,
             q.asset_out, str(q.amount_in), str(q.amount_out), str(q.fee), q.nonce,
             orjson.dumps(doc.get("signed_data") or {}).decode(), state, None, q.exact_in,
             q.partner_id, weight)  # fmt: skip
@@ -215,7 +215,7 @@ class QuoteRows:
     def lost(self, cur: Any, seq: int, fact: f.QuotesLost) -> None:
         """Quotes that expired untouched: their row (if they have one) says it all (state LOST,
         updated_at, reason), so no transition row each (issue 11)."""
-        at = ts(fact.at)
+        at = ts_us(fact.at)
         unrowed, rowed = self._open, self._rowed
         known: list[tuple[str, Counted]] = []
         updates = []
@@ -260,7 +260,7 @@ class QuoteRows:
             self._count(key.lost, 1)
 
     def moved(self, cur: Any, seq: int, fact: f.QuoteMoved) -> None:
-        quote_id, new, at = fact.quote_id, fact.new, ts(fact.at)
+        quote_id, new, at = fact.quote_id, fact.new, ts_us(fact.at)
         entry = self._open.get(quote_id)
         key = self._rowed.get(quote_id)
         old = OPEN
@@ -325,7 +325,7 @@ class QuoteRows:
         if key is None:
             if len(self._keys) >= 4096:
                 self._keys.clear()
-            minute = ts(f.from_micros(raw[0] * MINUTE_US))
+            minute = ts_us(raw[0] * MINUTE_US)
             key = self._keys[raw] = Counted((minute, raw[1], raw[2], raw[3]))
         return key
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from solver.core.clock import iso_micros
 from solver.core.lifecycle import TrackedQuote
 from solver.io.store.schema import Fill
 from solver.io.store.totals import PairTotals
@@ -17,7 +18,7 @@ def quote_record(q: TrackedQuote, weight: float | None = None) -> dict[str, Any]
     """``weight``: how many quotes of its state the row stands for (lost quotes are sampled,
     issue 29); None leaves it out."""
     record: dict[str, Any] = {
-        "created_at": q.created_at.isoformat(),
+        "created_at": iso_micros(q.created_at),
         "quote_id": q.quote_id,
         "state": q.state.value,
         "asset_in": q.asset_in,
@@ -25,7 +26,7 @@ def quote_record(q: TrackedQuote, weight: float | None = None) -> dict[str, Any]
         "asset_out": q.asset_out,
         "amount_out": str(q.amount_out),
         "fee": str(q.fee),
-        "deadline": q.deadline.isoformat(),
+        "deadline": iso_micros(q.deadline),
         "quote_hash": q.quote_hash,
         "intent_hash": q.intent_hash,
         "tx_hash": q.tx_hash,

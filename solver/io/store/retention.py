@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from solver.core.facts import micros
+from solver.core.clock import micros
 from solver.io.store.schema import DB_ERRORS, StoreError, ts
 
 CHUNK = 64

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import orjson
 import psycopg
 
+from solver.core.clock import from_micros, micros
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.rebalance_record import FIELDS, RebalanceRecord
 from solver.errors import SolverError
@@ -146,6 +147,23 @@ def ts(moment: datetime) -> str:
     if tz is not UTC:  # the bot's own times are UTC already (one per answer: skip the copy)
         moment = moment.astimezone(UTC)
     return moment.isoformat(timespec="microseconds")
+
+
+_SECOND_TEXT: dict[int, str] = {}
+"""Epoch second -> its ``YYYY-MM-DDTHH:MM:SS`` (cleared when full): the rows of one second
+share it."""
+
+
+def ts_us(value: int) -> str:
+    """:func:`ts` of a time in µs since the epoch (the desk's clock, :mod:`solver.core.clock`),
+    the same text, with no ``datetime`` built for the rows of a second already seen."""
+    second, rest = divmod(value, 1_000_000)
+    text = _SECOND_TEXT.get(second)
+    if text is None:
+        if len(_SECOND_TEXT) >= 4096:
+            _SECOND_TEXT.clear()
+        text = _SECOND_TEXT[second] = from_micros(second * 1_000_000).isoformat()[:19]
+    return f"{text}.{rest:06d}+00:00"
 
 
 def from_ts(text: str) -> datetime:
@@ -307,11 +325,11 @@ def tracked_row(row: tuple[Any, ...]) -> TrackedQuote:
         int(row[4]),
         int(row[5]),
         int(row[6]),
-        from_ts(row[7]),
+        micros(from_ts(row[7])),
         bytes(row[8]),
-        from_ts(row[9]),
+        micros(from_ts(row[9])),
         QuoteState(row[10]),
-        opt_ts(row[11]),
+        None if row[11] is None else micros(from_ts(row[11])),
         row[12],
         row[13],
         row[14],

@@ -73,6 +73,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from solver.core.clock import Micros
 from solver.core.market import QuoteRequest
 from solver.io.store.backup import backup_to
 from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpointer, Checkpoints, Pacing
@@ -93,6 +94,7 @@ from solver.io.store.schema import (
     NonceReusedError,
     StoreError,
     ts,
+    ts_us,
 )
 from solver.io.store.spill import Spill, recover, spill_path
 from solver.protocol.nonce import PREFIX_LEN
@@ -460,13 +462,13 @@ class Store(StoreQueries):
         return int.from_bytes(digest, "big") < self._sample_below
 
     def record_request(
-        self, request: QuoteRequest, outcome: str, at: datetime, reason: str | None = None
+        self, request: QuoteRequest, outcome: str, at: Micros, reason: str | None = None
     ) -> bool:
         """Keep a sampled request with its outcome (``quoted``, ``skipped``...); True if kept."""
         if not self.sampled(request.quote_id):
             return False
         r = request
-        row = (ts(at), r.quote_id, r.asset_in, r.asset_out, r.exact_in, str(r.amount),
+        row = (ts_us(at), r.quote_id, r.asset_in, r.asset_out, r.exact_in, str(r.amount),
                r.min_deadline_ms, r.partner_id, outcome, reason)  # fmt: skip
         self.journal.extra.append((INSERT_REQUEST, row))  # written with the next group commit
         return True

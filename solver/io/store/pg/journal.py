@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
 import orjson
 import psycopg
 
 from solver.core import facts as f
+from solver.core.clock import Micros
 from solver.io.store.journal import _at
 from solver.io.store.pg.lease import FencedError, Lease
 from solver.io.store.schema import StoreError
@@ -97,7 +97,7 @@ class PgJournal:
     def append(self, fact: f.Fact) -> None:
         if self._fenced is not None:
             raise self._fenced
-        self._at.append(f.micros(_at(fact)))
+        self._at.append(_at(fact))
         self._kind.append(f.kind_of(fact))
         self._body.append(orjson.dumps(f.encode(fact)).decode())
         self.appended += 1
@@ -249,7 +249,7 @@ class PgJournal:
             self.committed_seq = int(seq)
         return facts
 
-    def write_snapshot(self, body: Mapping[str, Any], at: datetime) -> int:
+    def write_snapshot(self, body: Mapping[str, Any], at: Micros) -> int:
         """A desk snapshot covering every fact committed so far, fenced like a commit (a
         fenced-out instance's desk is not the journal's any more). Refused while a loss waits
         for the executor (:attr:`lost`): the desk holds facts the journal does not."""
@@ -270,7 +270,7 @@ class PgJournal:
                 conn.execute(
                     "INSERT INTO desk_snapshots (seq, at, body) VALUES (%s, %s, %s) "
                     "ON CONFLICT (seq) DO UPDATE SET at = EXCLUDED.at, body = EXCLUDED.body",
-                    (seq, f.micros(at), orjson.dumps(dict(body)).decode()),
+                    (seq, at, orjson.dumps(dict(body)).decode()),
                 )
                 conn.execute(
                     "DELETE FROM desk_snapshots WHERE seq < (SELECT seq FROM desk_snapshots "

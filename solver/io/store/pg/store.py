@@ -38,6 +38,7 @@ from typing import Any
 
 import psycopg
 
+from solver.core.clock import Micros
 from solver.core.market import QuoteRequest
 from solver.io.store.migrations import migrate_pg
 from solver.io.store.pg.conn import PgConn, connect, redact
@@ -47,7 +48,14 @@ from solver.io.store.pg.projector import Projector
 from solver.io.store.projection import SELECT_ENTRIES, pending, project
 from solver.io.store.quote_rows import QuoteRows
 from solver.io.store.retention import Pruned, Pruner
-from solver.io.store.schema import INSERT_NONCE, INSERT_REQUEST, NonceReusedError, StoreError, ts
+from solver.io.store.schema import (
+    INSERT_NONCE,
+    INSERT_REQUEST,
+    NonceReusedError,
+    StoreError,
+    ts,
+    ts_us,
+)
 from solver.io.store.sqlite_store import INSERT_NONCE_PREFIX, Store
 from solver.protocol.nonce import PREFIX_LEN
 
@@ -295,13 +303,13 @@ class PgStore(Store):
         return rowcount
 
     def record_request(
-        self, request: QuoteRequest, outcome: str, at: datetime, reason: str | None = None
+        self, request: QuoteRequest, outcome: str, at: Micros, reason: str | None = None
     ) -> bool:
         if not self.sampled(request.quote_id):
             return False
         r = request
         self._requests.append(
-            (ts(at), r.quote_id, r.asset_in, r.asset_out, int(r.exact_in), str(r.amount),
+            (ts_us(at), r.quote_id, r.asset_in, r.asset_out, int(r.exact_in), str(r.amount),
              r.min_deadline_ms, r.partner_id, outcome, reason)
         )  # fmt: skip
         return True

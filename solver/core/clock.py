@@ -55,7 +55,7 @@ def micros(moment: datetime) -> Micros:
 
 def from_micros(value: Micros) -> datetime:
     """The UTC datetime of ``value`` µs (for the edges: people, logs, wire texts)."""
-    return EPOCH + timedelta(microseconds=value)
+    return EPOCH + timedelta(0, 0, value)  # positional: a tenth cheaper than by keyword
 
 
 def iso_micros(value: Micros) -> str:

@@ -251,7 +251,7 @@ def test_partner_allow_and_deny_lists(
 ) -> None:
     partners = q.PartnerFilter(None if allow is None else frozenset(allow), frozenset(deny))
     pipeline, strategy = build(route={"partners": partners})
-    request = replace(req(), partner_id=partner)
+    request = req()._replace(partner_id=partner)
     outcome = pipeline.decide(request, NOW)
     if admitted:
         assert isinstance(outcome, q.Quote), outcome

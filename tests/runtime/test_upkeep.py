@@ -4,7 +4,6 @@ collector at the ticker's pace (issue 11: no event-loop stall over 5 ms)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import math
 import os
@@ -159,7 +158,7 @@ def test_a_request_sample_the_store_refuses_is_counted_and_said(
     with caplog.at_level("WARNING", logger="solver.store"):
         bot._on_quote(request)
         bot.store.commit()
-        bot._on_quote(dataclasses.replace(request, quote_id="sampled-2"))
+        bot._on_quote(request._replace(quote_id="sampled-2"))
         bot.store.commit()
     assert bot.store.journal.extra_failed == 2
     said = [r.getMessage() for r in caplog.records if "request sample not stored" in r.getMessage()]

@@ -14,7 +14,8 @@ driver samples the bot's RSS (``VmRSS`` of ``/proc/<pid>/status``, with ``RssAno
 window), the journal's size on disk, and per window: answers/s, latency p50/p99, CPU of the
 bot, the sandbox, this driver and every other process on the machine.
 
-The first 30 s (``--quick``: 10 s) are warm-up: the RSS at *start* is the sample at its end.
+The first 30 s are warm-up, in every run: the RSS at *start* is the sample at its end (a
+``--quick`` run, 30 s, tries the machinery and gets no verdict).
 The bot's bounded structures fill within it: at 1,000 lost quotes a second, the recently lost
 quotes a balance gap may come from (``RecentLost``, capped at 20,000: ~19 MB) are full after
 ~21 s, and the executor's last 20,000 response times after 20 s; the open book holds its
@@ -89,6 +90,7 @@ DEFAULT_SECONDS = 600.0
 QUICK_SECONDS = 30.0
 FLAT_SHARE = 0.05  # of the start RSS ...
 FLAT_MB = 10.0  # ... or this, whichever is larger
+WARMUP_S = 30.0  # the bounded structures are full by ~21 s at this rate (module docstring)
 STEP_MB = 1.0  # a rise between two samples listed as a step
 SNAPSHOT_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO solver\.bot: desk snapshot: "
@@ -116,8 +118,11 @@ class Options:
 
     @property
     def warmup_s(self) -> float:
-        """30 s, but at most a third of the run (so a short run still has a fit)."""
-        return min(30.0, self.window_s * max(1, round(self.duration_s / 3 / self.window_s)))
+        """30 s in every run. It was at most a third of the run, so that a short one still had
+        a fit: a ``--quick`` run judged from 10 s on, while the recently lost quotes were
+        still filling up (+15 MB to 21 s), and said *growing*. A run too short for two samples
+        after the warm-up gets no verdict."""
+        return WARMUP_S
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -188,7 +193,10 @@ def fit(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
     the verdict (module docstring)."""
     kept = [s for s in samples if s["t_s"] >= warmup_s - 1e-6 and "VmRSS" in s["memory_mb"]]
     if len(kept) < 2:
-        return {"samples": len(kept), "verdict": "too few samples"}
+        return {
+            "samples": len(kept),
+            "verdict": f"not judged: fewer than 2 samples after the {warmup_s:g} s warm-up",
+        }
     t = np.array([s["t_s"] for s in kept]) / 60.0
     rss = np.array([s["memory_mb"]["VmRSS"] for s in kept])
     slope, intercept = np.polyfit(t, rss, 1)

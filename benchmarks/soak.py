@@ -14,9 +14,27 @@ driver samples the bot's RSS (``VmRSS`` of ``/proc/<pid>/status``, with ``RssAno
 window), the journal's size on disk, and per window: answers/s, latency p50/p99, CPU of the
 bot, the sandbox, this driver and every other process on the machine.
 
-The first 30 s (``--quick``: 10 s) are warm-up: the RSS at *start* is the sample at its end,
-the slope a least-squares fit over the samples from there on, and the verdict *flat* when the
-fit's growth over that span is under 5 % of the start RSS or 10 MB, whichever is larger.
+The first 30 s are warm-up, in every run: the RSS at *start* is the sample at its end (a
+``--quick`` run, 30 s, tries the machinery and gets no verdict).
+The bot's bounded structures fill within it: at 1,000 lost quotes a second, the recently lost
+quotes a balance gap may come from (``RecentLost``, capped at 20,000: ~19 MB) are full after
+~21 s, and the executor's last 20,000 response times after 20 s; the open book holds its
+~3,000 quotes (~3 MB) within seconds. After warm-up, Python's objects stay within ~0.3 MB
+(tracemalloc, in-process, 10 simulated minutes; issue 29).
+
+The verdict is *flat* when the RSS after warm-up grew by less than 5 % of the start RSS or
+10 MB, whichever is larger, counted both ways: the end's RSS minus the start's, and the growth
+of a least-squares line through every sample from the start on (the slope is reported). A
+line alone turned a step into a slope: a rise at t counts 6·p·(1−p) of its height, p being
+t's place in the span (1.02 at the forced desk snapshot of a 10-minute run, 0.29 near the end).
+Steps are listed (rises of at least 1 MB between two samples), beside the bot's desk snapshots
+(its ``desk snapshot:`` log lines), its largest transient: the document and text of the open
+book and the recently lost quotes (23,000 quotes here: ~23 MB of objects and 11 MB of text,
+VmHWM ~55 MB above the RSS), built while the loop waits (~170 ms). At this rate a snapshot is
+forced every 500,000 journal facts, ~476 s: a 10-minute run sees one, ``--soak-seconds 1200``
+two — which is what shows whether each snapshot leaves memory behind.
+Until issue 29 each did (SQLite kept the body bound to its cached statement; glibc kept the
+freed heap): +24, +13, +2, +1, +10, +5 MB over six forced snapshots in-process.
 """
 
 from __future__ import annotations
@@ -24,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +90,12 @@ DEFAULT_SECONDS = 600.0
 QUICK_SECONDS = 30.0
 FLAT_SHARE = 0.05  # of the start RSS ...
 FLAT_MB = 10.0  # ... or this, whichever is larger
+WARMUP_S = 30.0  # the bounded structures are full by ~21 s at this rate (module docstring)
+STEP_MB = 1.0  # a rise between two samples listed as a step
+SNAPSHOT_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO solver\.bot: desk snapshot: "
+    r"(\d+) facts since the last, (\d+) open quotes, (\d+) ms"
+)
 LOG_TAIL_BYTES = 64 * 1024
 
 
@@ -93,8 +118,11 @@ class Options:
 
     @property
     def warmup_s(self) -> float:
-        """30 s, but at most a third of the run (so a short run still has a fit)."""
-        return min(30.0, self.window_s * max(1, round(self.duration_s / 3 / self.window_s)))
+        """30 s in every run. It was at most a third of the run, so that a short one still had
+        a fit: a ``--quick`` run judged from 10 s on, while the recently lost quotes were
+        still filling up (+15 MB to 21 s), and said *growing*. A run too short for two samples
+        after the warm-up gets no verdict."""
+        return WARMUP_S
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -161,10 +189,14 @@ class Window:
 
 
 def fit(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
-    """Least-squares line through the RSS samples after warm-up; the verdict."""
+    """The RSS after warm-up: its growth end minus start, a least-squares line, the steps;
+    the verdict (module docstring)."""
     kept = [s for s in samples if s["t_s"] >= warmup_s - 1e-6 and "VmRSS" in s["memory_mb"]]
     if len(kept) < 2:
-        return {"samples": len(kept), "verdict": "too few samples"}
+        return {
+            "samples": len(kept),
+            "verdict": f"not judged: fewer than 2 samples after the {warmup_s:g} s warm-up",
+        }
     t = np.array([s["t_s"] for s in kept]) / 60.0
     rss = np.array([s["memory_mb"]["VmRSS"] for s in kept])
     slope, intercept = np.polyfit(t, rss, 1)
@@ -173,6 +205,11 @@ def fit(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
     start, end = float(rss[0]), float(rss[-1])
     threshold = max(FLAT_SHARE * start, FLAT_MB)
     residual = rss - (slope * t + intercept)
+    steps = [
+        {"t_s": b["t_s"], "mb": round(float(rb - ra), 2)}
+        for a, b, ra, rb in zip(kept, kept[1:], rss, rss[1:], strict=False)
+        if rb - ra >= STEP_MB
+    ]
     return {
         "samples": len(kept),
         "from_s": kept[0]["t_s"],
@@ -185,9 +222,36 @@ def fit(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
         "intercept_mb": round(float(intercept), 2),
         "residual_sd_mb": round(float(residual.std()), 3),
         "fit_growth_mb": round(growth, 2),
+        "rss_growth_mb": round(end - start, 2),
+        "steps": steps,
         "flat_threshold_mb": round(threshold, 2),
-        "verdict": "flat" if growth < threshold else "growing",
+        "verdict": "flat" if max(growth, end - start) < threshold else "growing",
     }
+
+
+def desk_snapshots(log_path: Path, wall_t0: float) -> list[dict[str, Any]]:
+    """The bot's desk snapshots from its log (``desk snapshot:`` lines, local time as the
+    bot's text log writes it), at t seconds since the load started."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        m = SNAPSHOT_LINE.match(line)
+        if m is None:
+            continue
+        stamp = m[1]
+        at = time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:]) / 1e3
+        out.append(
+            {
+                "t_s": round(at - wall_t0, 1),
+                "facts": int(m[2]),
+                "open_quotes": int(m[3]),
+                "loop_held_ms": int(m[4]),
+            }
+        )
+    return out
 
 
 def component_slopes(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
@@ -238,6 +302,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
     store = fresh_store(scratch / "bot.sqlite")
     windows: list[Window] = []
     idle: dict[str, Any] = {}
+    wall_t0 = time.time()
     errors: list[str] = []
     store_at_end: dict[str, float] = {}
     try:
@@ -258,7 +323,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
                     "driver": None,
                 }
                 idle = {"memory_mb": proc_memory(pid), "journal_mb": store_size_mb(store)}
-                t0 = time.monotonic()
+                t0, wall_t0 = time.monotonic(), time.time()
                 for index in range(n_windows):
                     if bot.child.process.returncode is not None:
                         raise RuntimeError(f"the bot exited ({bot.child.process.returncode})")
@@ -320,8 +385,8 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
             "window_s": window_s,
             "warmup_s": warmup_s,
             "min_deadline_ms": MIN_DEADLINE_MS,
-            "flat_rule": f"fit growth after warm-up < max({FLAT_SHARE:.0%} of start RSS, "
-            f"{FLAT_MB:.0f} MB)",
+            "flat_rule": f"RSS growth after warm-up (end minus start, and the least-squares "
+            f"fit's) < max({FLAT_SHARE:.0%} of start RSS, {FLAT_MB:.0f} MB)",
             "latency": "driver clock: before writing the event -> reading the quote_response",
         },
         "memory": {
@@ -343,6 +408,7 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
             "shutdown": bot.shutdown,
             "log": log,
             "lost_quotes": ((log.get("final_summary") or {}).get("outcomes") or {}).get("LOST"),
+            "desk_snapshots": desk_snapshots(bot.child.log_path, wall_t0) if bot.child else [],
             "last_periodic_summary": next(
                 (s["bot_summary"] for s in reversed(samples) if s.get("bot_summary")), None
             ),

@@ -65,12 +65,14 @@ def markdown(r: dict[str, Any]) -> str:
                     "slope (least squares after warm-up)",
                     f"{fmt(mem.get('slope_mb_per_min'), 3)} MB/min",
                 ],
+                ["growth after warm-up (end minus start)", _mb_v(mem.get("rss_growth_mb"))],
                 ["fit growth over the run after warm-up", _mb_v(mem.get("fit_growth_mb"))],
                 ["flat threshold", _mb_v(mem.get("flat_threshold_mb"))],
                 ["residual SD around the fit", _mb_v(mem.get("residual_sd_mb"), 3)],
             ],
         ),
         "",
+        *_steps(mem.get("steps"), r["bot"].get("desk_snapshots")),
         *_components(mem.get("components") or {}),
         f"**Journal on disk** (`{Path(journal['path']).name}`, SQLite, with its WAL): "
         f"{fmt((journal.get('at_end_of_load_mb') or {}).get('total'))} MB at the end of the load, "
@@ -160,6 +162,26 @@ def _final_summary(r: dict[str, Any]) -> tuple[dict[str, Any], str]:
     if last:
         return last, "No summary at shutdown; the last periodic one"
     return {}, "No summary"
+
+
+def _steps(steps: list[dict[str, Any]] | None, snapshots: list[dict[str, Any]] | None) -> list[str]:
+    """The RSS's steps after warm-up beside the bot's desk snapshots (its largest transient)."""
+    if steps is None and snapshots is None:  # a result from before issue 29 had neither
+        return []
+    said = ", ".join(f"{s['mb']:+.2f} MB at t = {s['t_s']} s" for s in steps or []) or "none"
+    taken = (
+        "; ".join(
+            f"t = {s['t_s']} s ({s['facts']:,} facts since the last, {s['open_quotes']:,} open "
+            f"quotes, the loop held {s['loop_held_ms']} ms)"
+            for s in snapshots or []
+        )
+        or "none"
+    )
+    return [
+        f"RSS steps after warm-up (a rise of at least 1 MB between two samples): {said}. "
+        f"The bot's desk snapshots (its log): {taken}.",
+        "",
+    ]
 
 
 def _components(parts: dict[str, Any]) -> list[str]:
@@ -262,6 +284,10 @@ def plot(r: dict[str, Any], path: Path) -> None:
             label=f"fit {mem['slope_mb_per_min']:+.3f} MB/min ({mem['verdict']})",
         )
     ax1.axvspan(0, warmup, color="grey", alpha=0.15, label="warm-up")
+    for i, snap in enumerate(r["bot"].get("desk_snapshots") or []):
+        ax1.axvline(
+            snap["t_s"], color="C2", lw=1, ls=":", label="desk snapshot" if i == 0 else None
+        )
     ax1.set_ylabel("bot memory (MB)")
     ax1.set_ylim(bottom=0)
     ax1.grid(alpha=0.3)

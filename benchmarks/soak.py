@@ -29,8 +29,9 @@ line alone turned a step into a slope: a rise at t counts 6·p·(1−p) of its h
 t's place in the span (1.02 at the forced desk snapshot of a 10-minute run, 0.29 near the end).
 Steps are listed (rises of at least 1 MB between two samples), beside the bot's desk snapshots
 (its ``desk snapshot:`` log lines), its largest transient: the document and text of the open
-book and the recently lost quotes (23,000 quotes here: ~23 MB of objects and 11 MB of text,
-VmHWM ~55 MB above the RSS), built while the loop waits (~170 ms). At this rate a snapshot is
+book and the recently lost quotes (23,000 quotes here: ~8 MB of text since the lost ones are
+rows, 11 MB before), built while the loop waits (~40 ms in-process; ~220 ms when they were
+dicts). At this rate a snapshot is
 forced every 500,000 journal facts, ~476 s: a 10-minute run sees one, ``--soak-seconds 1200``
 two — which is what shows whether each snapshot leaves memory behind.
 Until issue 29 each did (SQLite kept the body bound to its cached statement; glibc kept the

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import orjson
+
+from solver.core import desk_snapshot
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import (
@@ -22,7 +25,7 @@ from solver.core.actions import (
 from solver.core.clock import SECOND
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
-from solver.core.lifecycle import TrackedQuote
+from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL
 from solver.core.risk import RiskLimits
 from tests.core.desk_helpers import (
@@ -280,6 +283,28 @@ def test_a_desk_snapshot_keeps_what_a_gap_explains_itself_with() -> None:
     older = _fresh_like(desk)
     restore(older, doc)
     assert older.balances.held_at is None and not older.gaps.recent_lost.quotes
+
+
+def test_the_recently_lost_quotes_restore_whole_from_rows_and_from_the_older_dicts() -> None:
+    """A snapshot writes each recently lost quote as a row (issue 29: 20,000 dicts held the
+    loop ~100 ms); the ``[quote, lost_at]`` entries of the snapshots written before (25a75e5)
+    still read, to the same quotes."""
+    desk = desk_with()
+    first = lost_unnamed(desk, "q1")
+    assert first.state is QuoteState.LOST
+    doc = _json(snapshot(desk))
+    (row,) = doc["balances"]["recent_lost"]
+    assert isinstance(row, list) and row[0] == "q1" and len(row) == 13
+    older = _json(snapshot(desk))
+    older["balances"]["recent_lost"] = orjson.loads(
+        orjson.dumps(
+            [[desk_snapshot._quote(q), at_] for q, at_ in desk.gaps.recent_lost.quotes.values()]
+        )
+    )
+    for written in (doc, older):
+        rebuilt = _fresh_like(desk)
+        restore(rebuilt, written)
+        assert rebuilt.gaps.recent_lost.quotes == desk.gaps.recent_lost.quotes
 
 
 def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None:

@@ -328,8 +328,11 @@ def _us(value: float | None, pct: float | None = None) -> str:
 
 
 def _signed(value: float | None) -> str:
+    """``+12.3`` / ``−4.5``; ``0``; ``—`` when there is nothing to compare."""
     if value is None:
         return "—"
+    if round(value, 1) == 0:
+        return "0"
     return f"{value:+,.1f}".replace("-", "−")
 
 

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -530,7 +531,8 @@ def analyse_collapsed(text: str, stages: Stages, top: int = 25) -> dict[str, Any
     """Shares of the main thread's busy samples, from py-spy's collapsed (``raw``) stacks: per
     function (self and inclusive) and per stage (the first of ``stages`` whose test matches a
     frame of the stack). Idle samples (the loop in ``select``) and other threads (idle
-    executor workers) are counted apart."""
+    executor workers) are counted apart. Each stage also keeps its count of samples, so that
+    a caller can turn it into a cost without the rounding of the shares."""
     main_total = idle = other_threads = 0
     self_counts: Counter[str] = Counter()
     incl_counts: Counter[str] = Counter()
@@ -569,12 +571,15 @@ def analyse_collapsed(text: str, stages: Stages, top: int = 25) -> dict[str, Any
         "samples_main_thread": main_total,
         "samples_idle": idle,
         "samples_other_threads": other_threads,
+        "samples_busy": busy,
         "busy_share_pct": round(100 * busy / main_total, 1) if main_total else 0.0,
         "top_self": [
             {"function": k, "pct_of_busy": share(v)} for k, v in self_counts.most_common(top)
         ],
         "top_inclusive": inclusive[:top],
-        "groups": [{"group": k, "pct_of_busy": share(v)} for k, v in groups.most_common()],
+        "groups": [
+            {"group": k, "samples": v, "pct_of_busy": share(v)} for k, v in groups.most_common()
+        ],
     }
 
 
@@ -626,8 +631,16 @@ def profile_markdown(
     return lines
 
 
-def plot_stages(profiles: Mapping[str, dict[str, Any]], path: Path, title: str) -> None:
-    """Horizontal bars of the stage shares of one or more py-spy profiles."""
+def plot_stages(
+    profiles: Mapping[str, dict[str, Any]],
+    path: Path,
+    title: str,
+    value: str = "pct_of_busy",
+    xlabel: str = "% of busy samples of the main thread (py-spy)",
+) -> None:
+    """Horizontal bars of the stages of one or more py-spy profiles: their shares of the busy
+    samples, or another figure of each stage (``value``, a key of its ``groups`` entries, such
+    as a cost per answer); a stage without that figure is left out of its profile's bars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -645,16 +658,18 @@ def plot_stages(profiles: Mapping[str, dict[str, Any]], path: Path, title: str) 
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(order) * max(1, len(staged) * 0.7) + 1.5))
     y = np.arange(len(order))
     for i, (name, prof) in enumerate(staged.items()):
-        share = {g["group"]: g["pct_of_busy"] for g in prof["groups"]}
+        share = {g["group"]: g.get(value) or 0.0 for g in prof["groups"]}
         values = [share.get(stage, 0.0) for stage in order]
         offset = (i - (len(staged) - 1) / 2) * height
         label = f"{name} (busy {prof['busy_share_pct']}%)" if name else None
         ax.barh(y + offset, values, height=height, label=label)
+        pct = value == "pct_of_busy"
+        unit, pad = ("%", 0.3) if pct else ("", max(values, default=0.0) / 100)
         for yy, v in zip(y + offset, values, strict=True):
             if v:
-                ax.text(v + 0.3, yy, f"{v:.1f}%", va="center", fontsize=7)
-    ax.set_yticks(y, order, fontsize=8)
-    ax.set_xlabel("% of busy samples of the main thread (py-spy)")
+                ax.text(v + pad, yy, f"{v:.1f}{unit}", va="center", fontsize=7)
+    ax.set_yticks(y, [textwrap.fill(stage, 60) for stage in order], fontsize=8)
+    ax.set_xlabel(xlabel)
     ax.set_title(title)
     if len(staged) > 1 or next(iter(staged)):
         ax.legend(fontsize=8, loc="lower right")

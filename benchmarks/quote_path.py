@@ -21,7 +21,9 @@ from the phase's start to then is its cost per answer *with the after-work* (exp
 next run starts on a quiet machine.
 
 The in-process path (:mod:`benchmarks.quote_path_inprocess`) is timed first; when a target is
-missed (``--profile auto``) the bot is profiled with py-spy (:mod:`benchmarks.quote_path_profile`).
+missed (``--profile auto``) the bot, and the minimal solver beside it at saturation, are
+profiled with py-spy (:mod:`benchmarks.quote_path_profile`): each stage in µs of CPU per
+answer, the bot's beside the minimal's (``stage_costs`` in the results).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ from benchmarks.quote_path_inprocess import cprofile_desk_executor, desk_executo
 from benchmarks.quote_path_pg import fence_cost, pg_names, pg_server
 from benchmarks.quote_path_pg import figures as pg_figures
 from benchmarks.quote_path_pg import overrides as pg_overrides
-from benchmarks.quote_path_profile import profile_phases, pyspy_profile
+from benchmarks.quote_path_profile import profile_key, profile_runs, pyspy_profile, stage_costs
 from benchmarks.quote_path_report import markdown, plot
 from benchmarks.quote_path_signers import figures as signer_figures
 from benchmarks.quote_path_signers import remote_overrides, signer_names, start_signer
@@ -285,24 +287,25 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
                         runs.append({"repeat": rep, "phase": phase.name, **figures})
                         kept.append((system.name, data))
                         progress.log(_line(rep, system.name, phase.name, figures))
-            bot = systems[0]
             summary = summaries(runs, names)
             missed = not all(
                 t["met"] for k, t in issue11_targets(summary, worst_stall(runs, "bot"), 0).items()
             )
             # A quick run is a smoke run: it profiles only when asked to (always).
             if options.profile == "always" or (options.profile == "auto" and missed and not quick):
-                assert bot.child is not None
-                for phase in profile_phases(quick):
-                    progress.log(f"profiling the bot with py-spy: {phase.name}")
-                    prof, data_ = await pyspy_profile(
-                        bot.relay, bot.child, scratch, progress, phase, pids
+                by_name = {s.name: s for s in systems}
+                for name, phase in profile_runs(quick):
+                    spied = by_name[name].child
+                    assert spied is not None
+                    progress.log(f"profiling the {name} with py-spy: {phase.name}")
+                    prof, figures_ = await pyspy_profile(
+                        name, by_name[name].relay, spied, scratch, progress, phase, pids
                     )
-                    if data_ is not None:
-                        profiled[phase.name] = phase_figures(data_, "bot")
+                    if figures_ is not None:
+                        profiled[profile_key(name, phase)] = figures_
                     if prof is None:
                         break
-                    profiles[phase.name] = prof
+                    profiles[profile_key(name, phase)] = prof
                     await settle(systems, after_s, progress)
                 if not profiles:
                     progress.log("py-spy unavailable: cProfile of the in-process path instead")
@@ -368,6 +371,8 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
         "sandbox": {"shutdown": sandbox_stop, "log_records": sandbox_stats.get("log_records")},
         "profiles": profiles,
         "profiled_phases": profiled,
+        # Issue 29: each stage in µs of CPU per answer, the bot's beside the minimal's.
+        "stage_costs": stage_costs(profiles),
         "errors": errors,
         "runtime_s": round(time.monotonic() - started, 1),
     }

@@ -1,4 +1,11 @@
-"""The ``quote_path`` summary (markdown) and plots, from the result the benchmark writes."""
+"""The ``quote_path`` summary (markdown) and plots, from the result the benchmark writes.
+
+The profile section (issue 29) is one table of µs of CPU per answer by stage, the bot beside
+the minimal solver at saturation, with their difference and the bot at 500/s
+(``stage_costs``, :func:`benchmarks.quote_path_profile.stage_costs`): shares of busy samples
+alone do not compare across two processes whose totals differ. Results written before it (no
+``stage_costs``) still render as the shares they carry.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +17,9 @@ import numpy as np
 
 from benchmarks.common import dirty_note, md_table, plot_stages, profile_markdown, stage_table
 from benchmarks.quote_path_compare import METRIC_LABELS, spread
-from benchmarks.quote_path_driver import PhaseData
+from benchmarks.quote_path_driver import SAT_INFLIGHT, PhaseData
 from benchmarks.quote_path_pg import section as pg_section
+from benchmarks.quote_path_profile import COMPARED
 from benchmarks.quote_path_signers import section as signer_section
 from solver.runtime.upkeep import TICK_S
 
@@ -276,9 +284,13 @@ def _profiles(r: dict[str, Any]) -> list[str]:
     profiles = r.get("profiles") or {}
     if not profiles:
         return []
-    lines = ["## Where the bot's time goes", ""]
+    costs = r.get("stage_costs")
+    title = "the time goes, per stage: the bot beside the minimal solver"
+    lines = [f"## Where {title}" if costs else "## Where the bot's time goes", ""]
     staged = {n: p for n, p in profiles.items() if p.get("groups")}
-    if staged:
+    if costs:
+        lines += _stage_costs(costs, profiles)
+    elif staged:  # results written before the costs per answer (issue 29)
         runs = r.get("profiled_phases") or {}
         lines += [
             "py-spy on the bot during extra phases ("
@@ -296,8 +308,101 @@ def _profiles(r: dict[str, Any]) -> list[str]:
         ]
     for name, prof in profiles.items():
         lines += [f"### {name}", ""]
-        lines += profile_markdown(prof, "the bot", rows=15, level="####", stages=False)
+        what = f"the {prof.get('system', 'bot')}"
+        lines += profile_markdown(prof, what, rows=15, level="####", stages=False)
     return lines
+
+
+def _column(name: str) -> str:
+    """``bot, saturation (profiled)`` -> ``bot, saturation``."""
+    return name.removesuffix(" (profiled)")
+
+
+def _us(value: float | None, pct: float | None = None) -> str:
+    """``12.3 (9.8 %)``; ``—`` for a stage the system has not."""
+    if value is None:
+        return "—"
+    if value == 0:
+        return "0"
+    return f"{value:,.1f}" + ("" if pct is None else f" ({pct:.1f} %)")
+
+
+def _signed(value: float | None) -> str:
+    """``+12.3`` / ``−4.5``; ``0``; ``—`` when there is nothing to compare."""
+    if value is None:
+        return "—"
+    if round(value, 1) == 0:
+        return "0"
+    return f"{value:+,.1f}".replace("-", "−")
+
+
+def _stage_costs(costs: dict[str, Any], profiles: dict[str, dict[str, Any]]) -> list[str]:
+    """Issue 29's table: each stage in µs of CPU per answer, the bot beside the minimal
+    solver at saturation, their difference, and the bot at 500/s."""
+    columns, totals = costs["columns"], costs["totals"]
+    compared = [c for c in columns if c in COMPARED]
+    rest = [c for c in columns if c not in compared]
+    with_diff = len(compared) == 2  # the bot's and the minimal's
+
+    def line(first: str, cells: dict[str, str], diff: str) -> list[str]:
+        return [first, *[cells[c] for c in compared], *([diff] if with_diff else [])] + [
+            cells[c] for c in rest
+        ]
+
+    header = line(
+        "stage", {c: f"{_column(c)}: µs/answer (% of busy)" for c in columns}, "bot − minimal, µs"
+    )
+    rows = [
+        line(
+            row["stage"],
+            {c: _us(row["us_per_answer"][c], row["pct_of_busy"][c]) for c in columns},
+            _signed(row["bot_minus_minimal"]),
+        )
+        for row in costs["rows"]
+    ]
+    rows.append(
+        line(
+            "**total: the process's CPU per answer (measured)**",
+            {c: f"**{_us(totals[c]['cpu_us_per_answer'])}**" for c in columns},
+            f"**{_signed(costs['total_bot_minus_minimal'])}**",
+        )
+    )
+    runs = "; ".join(
+        f"{_column(c)}: {_us(totals[c]['answers_per_s'])} answers/s, "
+        f"{_us(totals[c]['cpu_us_per_answer'])} µs of CPU per answer, main thread busy in "
+        f"{totals[c]['busy_share_pct']} % of {profiles[c]['samples_main_thread']:,} samples"
+        for c in columns
+    )
+    return [
+        "py-spy on the bot during two extra phases (500 requests/s, then saturation) and on "
+        "the minimal solver right after, at saturation too (the same driver, "
+        f"{SAT_INFLIGHT} requests in flight): {runs}.",
+        "",
+        "**How a stage's µs are counted.** py-spy samples the process's main thread 250 times "
+        "a second; a sample is *busy* unless the event loop is waiting for I/O. Each busy "
+        "sample goes to the first stage, in the system's list order "
+        "(`benchmarks/quote_path_profile.py`: `STAGES` for the bot, `MINIMAL_STAGES` for the "
+        "minimal solver), found anywhere in its stack. A stage's **µs of CPU per answer = its "
+        "share of the busy samples × the phase's measured CPU µs per answer** (the process's "
+        "user + system CPU from /proc over the phase's sending window, divided by the answers "
+        "in that window), so a column adds up to its total. That spreads the measured CPU "
+        "over the stages as the busy samples are spread: a busy sample may be off the CPU "
+        "(waiting for a core on this shared machine, py-spy's pause, a blocking system "
+        "call) and other threads are not sampled, so a stage's figure is its part of the "
+        "measured total, not a measurement of its own. A stage both systems have (parse, "
+        "decide, sign, send, websockets, asyncio) is the same step of the answer in both, "
+        "done the bot's way or the floor's (the bot's parse also validates and dispatches; "
+        "its decide runs filters, a strategy, limits and a reservation where the minimal "
+        "solver multiplies by a fixed price); `bot − minimal` is what the bot spends on it "
+        "above the floor, and all of a stage the minimal solver has not (—: no journal, "
+        "desk book, ticker, jobs or executor). The sign stage runs "
+        "the same `QuoteSigner` in both (only the nonce differs), so its difference shows "
+        "what this attribution cannot resolve (sampling error, the bot's larger working set "
+        "in the caches, time off the CPU spread evenly) rather than work the bot adds.",
+        "",
+        md_table(header, rows),
+        "",
+    ]
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -310,7 +415,13 @@ def markdown(r: dict[str, Any]) -> str:
     lines += [
         "Plots: `quote_path.png` (latency CDFs per system at 500 and 2,000/s; saturation "
         "answers/s and CPU per answer per repeat)"
-        + (", `quote_path_profile.png` (profiles by stage)" if r.get("profiles") else "")
+        + (
+            ", `quote_path_profile.png` (µs of CPU per answer by stage at saturation)"
+            if r.get("stage_costs")
+            else ", `quote_path_profile.png` (profiles by stage)"
+            if r.get("profiles")
+            else ""
+        )
         + ". All figures: `quote_path.json`."
     ]
     return "\n".join(lines) + "\n"
@@ -364,5 +475,15 @@ def plot(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    if any(p.get("groups") for p in (r.get("profiles") or {}).values()):
-        plot_stages(r["profiles"], profile_path, "Bot CPU by stage")
+    profiles = {n: p for n, p in (r.get("profiles") or {}).items() if p.get("groups")}
+    compared = [n for n in (r.get("stage_costs") or {}).get("columns", []) if n in COMPARED]
+    if compared:  # the saturation pair only: the bot at 500/s would dwarf it (see the table)
+        plot_stages(
+            {_column(n): profiles[n] for n in compared},
+            profile_path,
+            "CPU per answer by stage at saturation: the bot beside the minimal solver",
+            value="us_per_answer",
+            xlabel="µs of CPU per answer (share of busy py-spy samples × measured CPU)",
+        )
+    elif profiles:  # results written before the costs per answer (issue 29)
+        plot_stages(profiles, profile_path, "Bot CPU by stage")

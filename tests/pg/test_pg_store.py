@@ -67,6 +67,23 @@ def test_every_kind_of_fact_comes_back_in_order(store: PgStore, pg_url: str) -> 
         again.close()
 
 
+def test_a_commit_keeps_every_character_of_its_facts(store: PgStore, pg_url: str) -> None:
+    """The commit sends its columns as binary arrays, as they are: what a text array would have
+    to quote or escape, text beyond ASCII, an empty text and a long one come back unchanged."""
+    reasons = ['"quoted"', "back\\slash", "{braces}, commas", "NULL", "", "é 中文 \u2028 \x1e",
+               "x" * 70_000]  # fmt: skip
+    facts = [f.PauseSet("*", "daily_loss", reason, micros(T0)) for reason in reasons]
+    for fact in facts:
+        store.journal.append(fact)
+    store.journal.commit()
+    store.close()
+    again = open_store(pg_url)
+    try:
+        assert again.journal.load() == (None, facts)
+    finally:
+        again.close()
+
+
 def test_the_query_tables_and_exports_are_projected(store: PgStore) -> None:
     a, b = signed_quote("qa"), signed_quote("qb", at=T0 + timedelta(seconds=1))
     record(store, a, b)

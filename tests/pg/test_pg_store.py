@@ -19,6 +19,7 @@ from solver.core import facts as f
 from solver.core.clock import micros
 from solver.core.lifecycle import QuoteState
 from solver.io.store.migrations import SCHEMA_VERSION, current_tables, migrate
+from solver.io.store.pg import projector
 from solver.io.store.pg.conn import PgConn
 from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
@@ -65,6 +66,58 @@ def test_every_kind_of_fact_comes_back_in_order(store: PgStore, pg_url: str) -> 
         assert again.schema_version == SCHEMA_VERSION
     finally:
         again.close()
+
+
+def test_a_commit_keeps_every_character_of_its_facts(store: PgStore, pg_url: str) -> None:
+    """The commit sends its columns as binary arrays, as they are: what a text array would have
+    to quote or escape, text beyond ASCII, an empty text and a long one come back unchanged."""
+    reasons = ['"quoted"', "back\\slash", "{braces}, commas", "NULL", "", "é 中文 \u2028 \x1e",
+               "x" * 70_000]  # fmt: skip
+    facts = [f.PauseSet("*", "daily_loss", reason, micros(T0)) for reason in reasons]
+    for fact in facts:
+        store.journal.append(fact)
+    store.journal.commit()
+    store.close()
+    again = open_store(pg_url)
+    try:
+        assert again.journal.load() == (None, facts)
+    finally:
+        again.close()
+
+
+def _projected(store: PgStore, timeout_s: float = 5.0) -> None:
+    give_up = time.monotonic() + timeout_s
+    while store.unprojected():
+        assert time.monotonic() < give_up, "the projection's thread did not catch up"
+        time.sleep(0.01)
+
+
+def test_the_projection_thread_follows_the_commits_and_rests_when_idle(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread projects what is committed by itself (nothing on the loop asks), and a wake
+    with nothing committed since costs no pass (no round trip)."""
+    passes: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> int:
+        passes.append(1)
+        return project(*args, **kwargs)
+
+    monkeypatch.setattr(projector, "project", counted)
+    store = open_store(pg_url)
+    try:
+        store.journal.append(opened(signed_quote("qa")))
+        store.journal.commit()
+        _projected(store)
+        seen = len(passes)
+        time.sleep(6 * projector.EVERY_S)  # wakes with nothing new
+        assert len(passes) == seen
+        store.journal.append(opened(signed_quote("qb")))
+        store.journal.commit()
+        _projected(store)
+        assert len(passes) > seen
+    finally:
+        store.close()
 
 
 def test_the_query_tables_and_exports_are_projected(store: PgStore) -> None:

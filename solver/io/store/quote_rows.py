@@ -172,6 +172,12 @@ class QuoteRows:
     def committed(self, seq: int) -> None:
         self._valid_at = seq
 
+    @property
+    def position(self) -> int | None:
+        """The journal position the query tables are projected to, as this memory knows it
+        (None: unknown until the next batch begins)."""
+        return self._valid_at
+
     def forget(self) -> None:
         """A batch failed: what memory holds may be ahead of the tables."""
         self._valid_at = None

@@ -12,18 +12,24 @@ PostgreSQL equivalent are translated by exact text in :data:`TRANSLATED`, so eac
 visible and tested, not guessed by a regex. It binds parameters client-side
 (``psycopg.ClientCursor``): the SQLite statements compare untyped parameters (``?1 IS NULL``),
 which server-side binding cannot type. The hot path (:mod:`solver.io.store.pg.journal`) does not
-go through it.
+go through it: it sends its columns as :class:`BigintArray` and :class:`TextArray`, arrays
+already in PostgreSQL's binary format, which every connection made here passes as they are.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg.adapt import Dumper
+from psycopg.postgres import types as pg_types
+from psycopg.pq import Format
 
 from solver.io.store.projection import INSERT_FILL_FROM_QUOTE, SELECT_POSITION, UPDATE_MARKOUT
 from solver.io.store.schema import INSERT_FILL, SAVE_REBALANCE, StoreError
@@ -39,6 +45,59 @@ its projection or a snapshot) is ended by the server after this long, so the loc
 the lease row among them — cannot stop the next active. Every transaction of the store runs
 its statements back to back on the event loop: milliseconds."""
 TCP_USER_TIMEOUT_MS = 2000
+
+
+class BigintArray(bytes):
+    """A ``bigint[]`` in PostgreSQL's binary array format (:func:`bigint_array`), sent as is."""
+
+
+class TextArray(bytes):
+    """A ``text[]`` in PostgreSQL's binary array format (:func:`text_array`), sent as is."""
+
+
+_HEADER = struct.Struct(">iiIii")
+_INT8, _TEXT = pg_types["int8"], pg_types["text"]
+BIGINT_ELEMENT = struct.Struct(">iq")
+"""A ``bigint`` element of a binary array: its length (8), then its value."""
+TEXT_LENGTH = struct.Struct(">i")
+"""What comes before a ``text`` element of a binary array: its length in bytes (UTF-8)."""
+
+
+@functools.cache
+def text_element(text: str) -> bytes:
+    """``text`` as an element of a binary ``text[]`` (its length, then its UTF-8), made once
+    per text: for the few texts sent again and again (the journal's kinds)."""
+    encoded = text.encode()
+    return TEXT_LENGTH.pack(len(encoded)) + encoded
+
+
+def bigint_array(n: int, elements: bytes | bytearray) -> BigintArray:
+    """``n`` elements, each already a :data:`BIGINT_ELEMENT`, as one ``bigint[]`` (``n`` > 0)."""
+    return BigintArray(_HEADER.pack(1, 0, _INT8.oid, n, 1) + elements)
+
+
+def text_array(n: int, elements: bytes | bytearray) -> TextArray:
+    """``n`` elements, each its :data:`TEXT_LENGTH` then its UTF-8 text, as one ``text[]``
+    (``n`` > 0): a header (one dimension, no NULL, the element's type, ``n``, lower bound 1) and
+    the elements as they are — what psycopg's list dumper builds by looking at every element
+    (and, in text format, escaping every ``"`` of a JSON body), once per commit instead."""
+    return TextArray(_HEADER.pack(1, 0, _TEXT.oid, n, 1) + elements)
+
+
+class _BigintArrayDumper(Dumper):
+    format = Format.BINARY
+    oid = _INT8.array_oid
+
+    def dump(self, obj: Any) -> bytes:
+        return cast(bytes, obj)  # a BigintArray is its binary form
+
+
+class _TextArrayDumper(Dumper):
+    format = Format.BINARY
+    oid = _TEXT.array_oid
+
+    def dump(self, obj: Any) -> bytes:
+        return cast(bytes, obj)  # a TextArray is its binary form
 
 
 def redact(url: str) -> str:
@@ -80,9 +139,12 @@ def connect(
     if password:
         kwargs["password"] = password
     try:
-        return psycopg.connect(url, **kwargs)
+        conn = psycopg.connect(url, **kwargs)
     except psycopg.Error as exc:
         raise StoreError(f"cannot connect to the store {redact(url)}: {exc}") from None
+    conn.adapters.register_dumper(BigintArray, _BigintArrayDumper)
+    conn.adapters.register_dumper(TextArray, _TextArrayDumper)
+    return conn
 
 
 def _fill(sqlite_sql: str) -> str:

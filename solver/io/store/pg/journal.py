@@ -17,6 +17,13 @@ It is also one round trip on the event loop (~0.2 ms on loopback: docs/operation
 why the connection is synchronous: the executor commits synchronously at the end of its turn and
 nothing of the turn may run before the commit returns anyway.
 
+The three columns go as three parameters, each one array in PostgreSQL's binary format, built
+as the facts are appended (each element its length, then its bytes: the body is orjson's UTF-8
+as it is), on a cursor kept with its connection; the statement is prepared after its first
+executions. Sent as text arrays, psycopg quoted each body and escaped each of its ``"`` with a
+regular expression: ~90 µs of the bot's CPU an answer, most of the PostgreSQL bot's extra cost
+at saturation (issue 29, docs/performance.md).
+
 Before the statement, the lease's own clock is asked (:meth:`Lease.check`): an instance past
 its deadline commits nothing, whatever the database would say.
 
@@ -48,6 +55,15 @@ import psycopg
 from solver.core import facts as f
 from solver.core.clock import Micros
 from solver.io.store.journal import _at
+from solver.io.store.pg.conn import (
+    BIGINT_ELEMENT,
+    TEXT_LENGTH,
+    BigintArray,
+    TextArray,
+    bigint_array,
+    text_array,
+    text_element,
+)
 from solver.io.store.pg.lease import FencedError, Lease
 from solver.io.store.schema import StoreError
 
@@ -60,10 +76,13 @@ WITH fence AS (
 )
 INSERT INTO journal (at, kind, body)
 SELECT v.at, v.kind, v.body
-FROM fence, unnest(%s::bigint[], %s::text[], %s::text[]) WITH ORDINALITY AS v(at, kind, body, n)
+FROM fence, unnest(%b::bigint[], %b::text[], %b::text[]) WITH ORDINALITY AS v(at, kind, body, n)
 ORDER BY v.n
 RETURNING seq
 """
+_OPENED = text_element(f.KIND_OF[f.QuoteOpened])
+Rows = tuple[BigintArray, TextArray, TextArray]
+"""A group commit's ``at``, ``kind`` and ``body`` columns, each one binary array."""
 FENCE = (
     "SELECT 1 FROM lease WHERE account = %s AND holder = %s AND epoch = %s "
     "AND expires_at > now() FOR UPDATE"
@@ -83,9 +102,13 @@ class PgJournal:
         """The journal position of the last entry this instance committed."""
         self.lost: str | None = None
         """Why a commit made aside lost appended facts, until the executor's next commit."""
-        self._at: list[int] = []
-        self._kind: list[str] = []
-        self._body: list[str] = []
+        self._n = 0
+        self._at = bytearray()
+        self._kind = bytearray()
+        self._body = bytearray()
+        """The appended facts' columns, each element already in its binary form (the commit
+        sends each column as one binary array: :func:`~solver.io.store.pg.conn.text_array`)."""
+        self._cur: psycopg.Cursor[Any] | None = None
         self.on_fenced: Callable[[FencedError], None] | None = None
         """Told once, when a commit finds the lease lost (the bot stops and exits)."""
         self._fenced: FencedError | None = None
@@ -97,13 +120,20 @@ class PgJournal:
     def append(self, fact: f.Fact) -> None:
         if self._fenced is not None:
             raise self._fenced
-        self._at.append(_at(fact))
-        self._kind.append(f.kind_of(fact))
-        self._body.append(orjson.dumps(f.encode(fact)).decode())
+        body = orjson.dumps(f.encode(fact))  # UTF-8 without NUL: a text element as it is
+        if type(fact) is f.QuoteOpened:  # the quote path's fact (as SqliteJournal.append)
+            self._at += BIGINT_ELEMENT.pack(8, fact.created_at)
+            self._kind += _OPENED
+        else:
+            self._at += BIGINT_ELEMENT.pack(8, _at(fact))
+            self._kind += text_element(f.kind_of(fact))
+        self._body += TEXT_LENGTH.pack(len(body))
+        self._body += body
+        self._n += 1
         self.appended += 1
 
     def pending(self) -> int:
-        return len(self._at)
+        return self._n
 
     def commit(self) -> None:
         """The executor's group commit: write every appended fact, fenced;
@@ -124,7 +154,7 @@ class PgJournal:
         fact is written twice."""
         if self.lost is not None:
             return
-        carried = bool(self._at)
+        carried = self._n > 0
         try:
             self._write()
         except FencedError:
@@ -138,17 +168,22 @@ class PgJournal:
         if self._fenced is not None:
             self.rollback()
             raise self._fenced
-        if not self._at:
+        n = self._n
+        if not n:
             return
-        rows = (self._at, self._kind, self._body)
-        self._at, self._kind, self._body = [], [], []
+        rows = (
+            bigint_array(n, self._at),
+            text_array(n, self._kind),
+            text_array(n, self._body),
+        )
+        self.rollback()
         try:
             fence = self.lease.fence_params()
         except FencedError as exc:
             self._fence(exc)
             raise
         try:
-            seqs = self._conn().execute(FENCED_INSERT, (*fence, *rows)).fetchall()
+            seqs = self._cursor().execute(FENCED_INSERT, (*fence, *rows)).fetchall()
         except psycopg.OperationalError as exc:  # the connection broke: did the batch land?
             seqs = self._again(fence, rows, exc)
         except psycopg.Error as exc:
@@ -161,10 +196,19 @@ class PgJournal:
                 raise
         self.committed_seq = int(seqs[-1][0])
 
+    def _cursor(self) -> psycopg.Cursor[Any]:
+        """The commit's cursor, kept while its connection lasts (a cursor per commit cost
+        ~5 µs of its own)."""
+        conn = self._conn()
+        cur = self._cur
+        if cur is None or cur.connection is not conn:
+            cur = self._cur = conn.cursor()
+        return cur
+
     def _again(
         self,
         fence: tuple[str, str, int],
-        rows: tuple[list[int], list[str], list[str]],
+        rows: Rows,
         exc: Exception,
     ) -> list[tuple[Any, ...]]:
         """The commit's connection broke (``pg_terminate_backend``, a server restart): connect
@@ -194,7 +238,8 @@ class PgJournal:
                 self.on_fenced(exc)
 
     def rollback(self) -> None:
-        self._at, self._kind, self._body = [], [], []
+        self._n = 0
+        self._at, self._kind, self._body = bytearray(), bytearray(), bytearray()
 
     # ------------------------------------------------------------------ reading
 

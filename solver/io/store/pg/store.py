@@ -168,9 +168,11 @@ class PgStore(Store):
             raise StoreError(f"cannot take the lease in {self.shown}: {exc}") from None
         if taken and self._projector is None and self._writer:
             name = f"solver {self.lease.holder} projection"[:63]
+            journal: PgJournal = self.journal  # type: ignore[assignment]
             self._projector = Projector(
                 lambda: connect(self.url, self._password_env, application_name=name),
                 self.quote_rows,
+                committed=lambda: journal.committed_seq,
             )
             self._projector.start()
         return taken

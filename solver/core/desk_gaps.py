@@ -47,43 +47,69 @@ MISSED_STATUS = "missed_status"
 MISSED_REASON = "nonce used: its quote_status was missed"
 
 
+LostRow = tuple[
+    str, str, str, str, int, int, int, Micros, bytes, Micros, "Micros | None", "str | None", Micros
+]
+"""A recently lost quote as atoms: id, hash, asset in, asset out, amount in, amount out, fee,
+deadline, nonce, created, updated, reason, and when it was lost. A tuple of atoms is not
+tracked by the cyclic collector: 20,000 ``TrackedQuote`` objects (and their entries) were over
+half of what the bot's full collection walked every minute (12–16 ms of the loop, issue 29)."""
+
+
+def lost_row(quote: TrackedQuote, lost_at: Micros) -> LostRow:
+    q = quote
+    return (q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in, q.amount_out,
+            q.fee, q.deadline, q.nonce, q.created_at, q.updated_at, q.reason, lost_at)  # fmt: skip
+
+
+def quote_of(row: LostRow) -> TrackedQuote:
+    """The quote of a row: LOST, without a claim (only ``QuotesLost`` adds them)."""
+    i, h, a_in, a_out, amount_in, amount_out, fee, deadline, nonce, created, updated, why, _ = row
+    return TrackedQuote(i, h, a_in, a_out, amount_in, amount_out, fee, deadline, nonce, created,
+                        QuoteState.LOST, updated, None, None, why)  # fmt: skip
+
+
 class RecentLost:
     """Quotes closed LOST without a nonce check, for ``window_s`` (at most ``max_kept``): the
-    quotes a gap may come from. Rebuilt from the ``QuotesLost`` facts on restart."""
+    quotes a gap may come from. Rebuilt from the ``QuotesLost`` facts on restart. Kept as
+    rows (:data:`LostRow`); a quote is built again only when a gap or a late status asks."""
 
     def __init__(self, window_s: float, max_kept: int = 20_000) -> None:
         self.window = span(window_s)
         self.max_kept = max_kept
         # Ordered by adding; an OrderedDict because a plain dict whose oldest entries were
         # deleted walks their empty slots to find its first one (10 µs an add here).
-        self.quotes: OrderedDict[str, tuple[TrackedQuote, Micros]] = OrderedDict()
+        self.rows: OrderedDict[str, LostRow] = OrderedDict()
         self.by_hash: dict[str, str] = {}
 
     def add(self, quote: TrackedQuote, at: Micros) -> None:
-        """Keeps the quote; drops the oldest ones that left the window or the cap.
+        self.add_row(lost_row(quote, at))
+
+    def add_row(self, row: LostRow) -> None:
+        """Keeps the row; drops the oldest ones that left the window or the cap.
 
         Only the oldest entries are looked at: the first cut copied every entry at each add,
         150 µs a lost quote with 20,000 kept, over half of the replay's CPU (issue 29)."""
-        quotes = self.quotes
-        quotes[quote.quote_id] = (quote, at)
-        self.by_hash[quote.quote_hash] = quote.quote_id
-        while quotes:
-            oldest_id = next(iter(quotes))
-            lost_at = quotes[oldest_id][1]
-            if at - lost_at <= self.window and len(quotes) <= self.max_kept:
+        rows = self.rows
+        rows[row[0]] = row
+        self.by_hash[row[1]] = row[0]
+        at = row[-1]
+        while rows:
+            oldest = rows[next(iter(rows))]
+            if at - oldest[-1] <= self.window and len(rows) <= self.max_kept:
                 break
-            self.pop(oldest_id)
+            self.pop(oldest[0])
 
     def pop(self, quote_id: str) -> TrackedQuote | None:
-        entry = self.quotes.pop(quote_id, None)
-        if entry is None:
+        row = self.rows.pop(quote_id, None)
+        if row is None:
             return None
-        self.by_hash.pop(entry[0].quote_hash, None)
-        return entry[0]
+        self.by_hash.pop(row[1], None)
+        return quote_of(row)
 
     def get(self, quote_id: str) -> TrackedQuote | None:
-        entry = self.quotes.get(quote_id)
-        return entry[0] if entry is not None else None
+        row = self.rows.get(quote_id)
+        return quote_of(row) if row is not None else None
 
     def find_hash(self, quote_hash: str) -> TrackedQuote | None:
         quote_id = self.by_hash.get(quote_hash)
@@ -92,10 +118,9 @@ class RecentLost:
     def candidates(self, gaps: Mapping[str, int], now: Micros) -> list[TrackedQuote]:
         """Those whose fill would move the balances the way of ``gaps`` (in up, out down)."""
         return [
-            q
-            for q, lost_at in self.quotes.values()
-            if now - lost_at <= self.window
-            and (gaps.get(q.asset_in, 0) > 0 or gaps.get(q.asset_out, 0) < 0)
+            quote_of(row)
+            for row in self.rows.values()
+            if now - row[-1] <= self.window and (gaps.get(row[2], 0) > 0 or gaps.get(row[3], 0) < 0)
         ]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from solver.core.desk_gaps import LostRow, lost_row
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, Pause
@@ -62,30 +63,6 @@ def _quote(q: TrackedQuote) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _lost_row(q: TrackedQuote, lost_at: int) -> list[Any]:
-    """A recently lost quote as a row: LOST without a claim by construction (only
-    ``QuotesLost`` adds them), so its state, claims, intent and tx are not written. 20,000 of
-    them as dicts took ~100 ms of the loop at every snapshot (the soak, issue 29)."""
-    return [q.quote_id, q.quote_hash, q.asset_in, q.asset_out, str(q.amount_in),
-            str(q.amount_out), str(q.fee), q.deadline, q.nonce.hex(), q.created_at,
-            q.updated_at, q.reason, lost_at]  # fmt: skip
-
-
-def _from_lost(value: list[Any]) -> tuple[TrackedQuote, int]:
-    """A ``recent_lost`` entry: a row (:func:`_lost_row`), or ``[quote, lost_at]`` as the
-    snapshots written before it have it."""
-    if len(value) == 2:
-        return _from_quote(value[0]), int(value[1])
-    i, h, a_in, a_out, amount_in, amount_out, fee, deadline, nonce, created, updated, why, at = (
-        value
-    )
-    quote = TrackedQuote(
-        i, h, a_in, a_out, int(amount_in), int(amount_out), int(fee), int(deadline),
-        bytes.fromhex(nonce), int(created), QuoteState.LOST, _d(updated), None, None, why,
-    )  # fmt: skip
-    return quote, int(at)
-
-
 def _from_quote(v: dict[str, Any]) -> TrackedQuote:
     quote = TrackedQuote(
         v["id"], v["hash"], v["in"], v["out"], int(v["amount_in"]), int(v["amount_out"]),
@@ -98,9 +75,30 @@ def _from_quote(v: dict[str, Any]) -> TrackedQuote:
     return quote
 
 
+def _lost_doc(row: LostRow) -> list[Any]:
+    """A recently lost quote as the snapshot writes it: its row (:data:`LostRow`), amounts as
+    text, the nonce in hex. 20,000 of them as dicts held the loop ~100 ms at every snapshot
+    (the soak, issue 29)."""
+    i, h, a_in, a_out, amount_in, amount_out, fee, deadline, nonce, created, updated, why, at = row
+    return [i, h, a_in, a_out, str(amount_in), str(amount_out), str(fee), deadline, nonce.hex(),
+            created, updated, why, at]  # fmt: skip
+
+
+def _from_lost(value: list[Any]) -> LostRow:
+    """A ``recent_lost`` entry: a row (:func:`_lost_doc`), or ``[quote, lost_at]`` as the
+    snapshots written before it have it."""
+    if len(value) == 2:
+        return lost_row(_from_quote(value[0]), int(value[1]))
+    i, h, a_in, a_out, amount_in, amount_out, fee, deadline, nonce, created, updated, why, at = (
+        value
+    )
+    return (str(i), str(h), str(a_in), str(a_out), int(amount_in), int(amount_out), int(fee),
+            int(deadline), bytes.fromhex(nonce), int(created), _d(updated), why,
+            int(at))  # fmt: skip
+
+
 def snapshot(desk: Desk) -> dict[str, Any]:
     inv, bal, pnl, rec = desk.inventory, desk.balances, desk.pnl, desk.balances.reconciler
-    lost_quotes = desk.gaps.recent_lost.quotes
     return {
         "version": VERSION,
         "quotes": [_quote(q) for q in desk.book.quotes.values()],
@@ -128,7 +126,7 @@ def snapshot(desk: Desk) -> dict[str, Any]:
             "baseline_at": bal.baseline_at,
             "accepted_at": bal.accepted_at,
             "doubts": [[d.key, _ints(dict(d.diff)), d.heard_at] for d in bal.doubts.values()],
-            "recent_lost": [_lost_row(q, lost) for q, lost in lost_quotes.values()],
+            "recent_lost": [_lost_doc(row) for row in desk.gaps.recent_lost.rows.values()],
         },
         "pnl": {
             "start_equity": pnl.start_equity,
@@ -187,7 +185,7 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
         for key, diff, heard in part.get("doubts", ()):
             bal.doubts[key] = Doubt(key, _from_ints(diff) or {}, int(heard))
         for value in part.get("recent_lost", ()):
-            desk.gaps.recent_lost.add(*_from_lost(value))
+            desk.gaps.recent_lost.add_row(_from_lost(value))
         pnl, part = desk.pnl, doc["pnl"]
         pnl.start_equity, pnl.peak_pnl = part["start_equity"], float(part["peak"])
         pnl.day, pnl.day_start_pnl = part["day"], float(part["day_start"])

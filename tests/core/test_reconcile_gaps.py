@@ -24,6 +24,7 @@ from solver.core.actions import (
 )
 from solver.core.clock import SECOND
 from solver.core.desk import Desk
+from solver.core.desk_gaps import quote_of
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL
@@ -275,14 +276,14 @@ def test_a_desk_snapshot_keeps_what_a_gap_explains_itself_with() -> None:
     restore(rebuilt, doc)
     for part in ("held", "held_at", "baseline_at", "accepted_at", "doubts"):
         assert getattr(rebuilt.balances, part) == getattr(desk.balances, part), part
-    assert set(rebuilt.gaps.recent_lost.quotes) == {"q1"}
+    assert set(rebuilt.gaps.recent_lost.rows) == {"q1"}
     assert rebuilt.gaps.recent_lost.find_hash(quote.quote_hash) is not None
     assert q2.quote_id in rebuilt.balances.doubts
     for key in ("held", "held_at", "baseline_at", "accepted_at", "doubts", "recent_lost"):
         del doc["balances"][key]
     older = _fresh_like(desk)
     restore(older, doc)
-    assert older.balances.held_at is None and not older.gaps.recent_lost.quotes
+    assert older.balances.held_at is None and not older.gaps.recent_lost.rows
 
 
 def test_the_recently_lost_quotes_restore_whole_from_rows_and_from_the_older_dicts() -> None:
@@ -298,13 +299,16 @@ def test_the_recently_lost_quotes_restore_whole_from_rows_and_from_the_older_dic
     older = _json(snapshot(desk))
     older["balances"]["recent_lost"] = orjson.loads(
         orjson.dumps(
-            [[desk_snapshot._quote(q), at_] for q, at_ in desk.gaps.recent_lost.quotes.values()]
+            [
+                [desk_snapshot._quote(quote_of(row)), row[-1]]
+                for row in desk.gaps.recent_lost.rows.values()
+            ]
         )
     )
     for written in (doc, older):
         rebuilt = _fresh_like(desk)
         restore(rebuilt, written)
-        assert rebuilt.gaps.recent_lost.quotes == desk.gaps.recent_lost.quotes
+        assert rebuilt.gaps.recent_lost.rows == desk.gaps.recent_lost.rows
 
 
 def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None:
@@ -334,12 +338,19 @@ def test_recent_lost_keeps_a_window_and_a_cap_dropping_the_oldest_first() -> Non
     kept = RecentLost(window_s=10.0, max_kept=3)
     for i, quote in enumerate(quotes[:3]):
         kept.add(quote, at(i))
-    assert list(kept.quotes) == ["q0", "q1", "q2"]
+    assert list(kept.rows) == ["q0", "q1", "q2"]
     kept.add(quotes[3], at(3))  # the cap: q0 goes
-    assert list(kept.quotes) == ["q1", "q2", "q3"]
+    assert list(kept.rows) == ["q1", "q2", "q3"]
     assert kept.find_hash(quotes[0].quote_hash) is None
-    assert kept.find_hash(quotes[1].quote_hash) is quotes[1]
+    found = kept.find_hash(quotes[1].quote_hash)  # built again from its row, LOST
+    assert found is not None and found.state is QuoteState.LOST
+    assert (found.quote_id, found.nonce, found.outflow, found.deadline) == (
+        "q1",
+        quotes[1].nonce,
+        quotes[1].outflow,
+        quotes[1].deadline,
+    )
     kept.add(quotes[4], at(12.5))  # the window: q1 and q2 (lost at 1 and 2) are too old
-    assert list(kept.quotes) == ["q3", "q4"]
+    assert list(kept.rows) == ["q3", "q4"]
     kept.add(quotes[5], at(30))  # everything before 20 goes
-    assert list(kept.quotes) == ["q5"] and set(kept.by_hash.values()) == {"q5"}
+    assert list(kept.rows) == ["q5"] and set(kept.by_hash.values()) == {"q5"}

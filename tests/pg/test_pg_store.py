@@ -54,8 +54,8 @@ def store(pg_url: str) -> Iterator[PgStore]:
     s.close()
 
 
-def test_every_kind_of_fact_comes_back_in_order(store: PgStore, pg_url: str) -> None:
-    facts = one_of_each_kind()
+def _committed_then_read_back(store: PgStore, pg_url: str, facts: list[f.Fact]) -> None:
+    """Commit ``facts``, close the store, and read them back through a new one: the same."""
     for fact in facts:
         store.journal.append(fact)
     store.journal.commit()
@@ -68,21 +68,17 @@ def test_every_kind_of_fact_comes_back_in_order(store: PgStore, pg_url: str) -> 
         again.close()
 
 
+def test_every_kind_of_fact_comes_back_in_order(store: PgStore, pg_url: str) -> None:
+    _committed_then_read_back(store, pg_url, one_of_each_kind())
+
+
 def test_a_commit_keeps_every_character_of_its_facts(store: PgStore, pg_url: str) -> None:
     """The commit sends its columns as binary arrays, as they are: what a text array would have
     to quote or escape, text beyond ASCII, an empty text and a long one come back unchanged."""
     reasons = ['"quoted"', "back\\slash", "{braces}, commas", "NULL", "", "é 中文 \u2028 \x1e",
                "x" * 70_000]  # fmt: skip
-    facts = [f.PauseSet("*", "daily_loss", reason, micros(T0)) for reason in reasons]
-    for fact in facts:
-        store.journal.append(fact)
-    store.journal.commit()
-    store.close()
-    again = open_store(pg_url)
-    try:
-        assert again.journal.load() == (None, facts)
-    finally:
-        again.close()
+    facts: list[f.Fact] = [f.PauseSet("*", "daily_loss", r, micros(T0)) for r in reasons]
+    _committed_then_read_back(store, pg_url, facts)
 
 
 def _projected(store: PgStore, timeout_s: float = 5.0) -> None:

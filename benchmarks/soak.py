@@ -30,7 +30,7 @@ t's place in the span (1.02 at the forced desk snapshot of a 10-minute run, 0.29
 Steps are listed (rises of at least 1 MB between two samples), beside the bot's desk snapshots
 (its ``desk snapshot:`` log lines), its largest transient: the document and text of the open
 book and the recently lost quotes (23,000 quotes here: ~8 MB of text since the lost ones are
-rows, 11 MB before), built while the loop waits (~40 ms in-process; ~220 ms when they were
+rows, 11 MB before), built while the loop waits (84 ms in the soak; 220 ms when they were
 dicts). At this rate a snapshot is
 forced every 500,000 journal facts, ~476 s: a 10-minute run sees one, ``--soak-seconds 1200``
 two — which is what shows whether each snapshot leaves memory behind.

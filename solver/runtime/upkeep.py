@@ -322,7 +322,7 @@ class Upkeep:
             self._snapshot_mark = journal.appended
         except SolverError as exc:
             self.store_failed(exc)
-        else:  # the loop is held meanwhile (~40 ms with the soak's book); the soak reads it
+        else:  # the loop is held meanwhile (84 ms in the soak); the soak reads it
             log.info(
                 "desk snapshot: %d facts since the last, %d open quotes, %.0f ms",
                 facts, open_quotes, (time.perf_counter() - started) * 1e3,

@@ -417,10 +417,10 @@ def alternatives() -> dict[str, Stage]:
 
         return run
 
-    def deadline_ns(batch: Sequence[Quote]) -> None:
-        text = intents.format_deadline_ns
+    def deadline_us(batch: Sequence[Quote]) -> None:
+        text = intents.format_deadline_us
         for q in batch:
-            text(q.deadline_ns)
+            text(q.deadline_ns // 1000)
 
     def isoformat(batch: Sequence[Quote]) -> None:
         for q in batch:
@@ -450,7 +450,7 @@ def alternatives() -> dict[str, Stage]:
         "random 28 B: secrets.token_bytes": random_bytes(secrets.token_bytes),
         "random 28 B: random.SystemRandom().randbytes": random_bytes(system.randbytes),
         "deadline: datetime.isoformat(timespec='milliseconds') alone": isoformat,
-        "deadline: format_deadline_ns (integer nanoseconds)": deadline_ns,
+        "deadline: format_deadline_us (integer µs, the desk's clock)": deadline_us,
     }
     compiled = _based58()
     if compiled is not None:

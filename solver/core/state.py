@@ -86,11 +86,6 @@ class MarketState:
             series = self.history[asset] = deque(maxlen=self.history_size)
         series.append((from_micros(stamp), usd))
 
-    def price_age_s(self, asset: str, now: Micros) -> float | None:
-        """How old the asset's combined price is at ``now``, in seconds (None: no price)."""
-        at = self.price_at.get(asset)
-        return None if at is None else (now - at) / 1_000_000
-
     def _combine(
         self, asset: str, seen: Mapping[str, tuple[float, Micros]]
     ) -> tuple[float, Micros, Micros] | None:

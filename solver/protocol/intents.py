@@ -37,7 +37,9 @@ full, so a long run's distinct seconds do not pile up."""
 _SECONDS_MAX = 4096
 
 
-def _second_text(second: int) -> str:
+def second_text(second: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of an epoch second (UTC), from the per-second cache: the
+    deadlines of one second and the query tables' times of one second share it."""
     text = _SECONDS.get(second)
     if text is None:
         if len(_SECONDS) >= _SECONDS_MAX:
@@ -65,21 +67,14 @@ def format_deadline(moment: datetime) -> str:
         + moment.minute * 60
         + moment.second
     )
-    return (_SECONDS.get(second) or _second_text(second)) + _MILLIS[moment.microsecond // 1000]
+    return (_SECONDS.get(second) or second_text(second)) + _MILLIS[moment.microsecond // 1000]
 
 
 def format_deadline_us(us: int) -> str:
     """:func:`format_deadline` of a time in integer µs since the Unix epoch (the desk's clock,
     :mod:`solver.core.clock`), with no ``datetime`` built."""
     second, rest = divmod(us, 1_000_000)
-    return (_SECONDS.get(second) or _second_text(second)) + _MILLIS[rest // 1_000]
-
-
-def format_deadline_ns(ns: int) -> str:
-    """:func:`format_deadline` of a time in integer nanoseconds since the Unix epoch (the
-    versioned nonce's unit, protocol-notes 3), with no ``datetime`` built."""
-    second, rest = divmod(ns, 1_000_000_000)
-    return (_SECONDS.get(second) or _second_text(second)) + _MILLIS[rest // 1_000_000]
+    return (_SECONDS.get(second) or second_text(second)) + _MILLIS[rest // 1_000]
 
 
 def parse_deadline(text: str) -> datetime:

@@ -21,8 +21,7 @@ import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from datetime import UTC as UTC_ZONE
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -212,7 +211,7 @@ class LiveBot:
             own_quote_hashes=lambda: self.view.quote_hashes,
             assets=self.tokens,
         )
-        self.scheduler = AsyncIOScheduler(timezone=UTC_ZONE)
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
         self.control: ControlServer | None = None
         self.job_errors: dict[str, int] = {}
         self._jobs: set[asyncio.Task[Any]] = set()

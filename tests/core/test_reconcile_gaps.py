@@ -328,6 +328,18 @@ def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None
     assert desk.stats.outcomes["SETTLED"] == 0
 
 
+def test_the_recently_lost_quotes_cost_the_cyclic_collector_nothing() -> None:
+    """Kept as rows of atoms, which a collection stops tracking: 20,000 ``TrackedQuote``
+    objects were over half of what the bot's once-a-minute full collection walked (issue 29)."""
+    import gc
+
+    desk = desk_with()
+    lost_unnamed(desk, "q1")
+    gc.collect()
+    (row,) = desk.gaps.recent_lost.rows.values()
+    assert not gc.is_tracked(row)
+
+
 def test_recent_lost_keeps_a_window_and_a_cap_dropping_the_oldest_first() -> None:
     """The quotes a gap may come from: those lost in the window, at most ``max_kept``, the
     oldest dropped first (and findable by hash only while kept)."""

@@ -23,10 +23,11 @@ from typing import Any, TextIO
 import orjson
 import psycopg
 
-from solver.core.clock import from_micros, micros
+from solver.core.clock import micros
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.rebalance_record import FIELDS, RebalanceRecord
 from solver.errors import SolverError
+from solver.protocol.intents import second_text
 
 
 class StoreError(SolverError):
@@ -149,21 +150,11 @@ def ts(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds")
 
 
-_SECOND_TEXT: dict[int, str] = {}
-"""Epoch second -> its ``YYYY-MM-DDTHH:MM:SS`` (cleared when full): the rows of one second
-share it."""
-
-
 def ts_us(value: int) -> str:
     """:func:`ts` of a time in µs since the epoch (the desk's clock, :mod:`solver.core.clock`),
-    the same text, with no ``datetime`` built for the rows of a second already seen."""
+    the same text, its second from the deadlines' per-second cache (no ``datetime`` built)."""
     second, rest = divmod(value, 1_000_000)
-    text = _SECOND_TEXT.get(second)
-    if text is None:
-        if len(_SECOND_TEXT) >= 4096:
-            _SECOND_TEXT.clear()
-        text = _SECOND_TEXT[second] = from_micros(second * 1_000_000).isoformat()[:19]
-    return f"{text}.{rest:06d}+00:00"
+    return f"{second_text(second)}.{rest:06d}+00:00"
 
 
 def from_ts(text: str) -> datetime:

@@ -270,7 +270,10 @@ def test_journal_replay_rebuilds_the_desk_exactly() -> None:
 
 
 def _fresh_like(desk: Desk) -> Desk:
-    return Desk(desk.settings, desk.pipeline.routes, desk.state.decimals, symbols=desk.symbols)
+    return Desk(
+        desk.settings, desk.pipeline.routes, desk.state.decimals, symbols=desk.symbols,
+        timer=lambda: 0.0,  # decisions, not the machine's speed
+    )  # fmt: skip
 
 
 def _json(doc: dict) -> dict:  # type: ignore[type-arg]

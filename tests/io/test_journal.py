@@ -34,6 +34,7 @@ from tests.core.desk_helpers import (
     make_desk,
     quote_hash,
 )
+from tests.core.test_desk import _fresh_like as fresh
 from tests.io.store_helpers import ACCOUNT, T0, T0_US, U128_MAX, WNEAR, opened, signed_quote
 
 PLUS_2 = timezone(timedelta(hours=2))
@@ -293,11 +294,6 @@ class Recorder:
 
 
 LIMITS = RiskLimits(max_daily_loss_usd=50, max_drawdown_usd=1e9, max_mismatch={})
-
-
-def fresh(desk: Desk) -> Desk:
-    """A desk as the bot builds it at start: configured, with nothing applied."""
-    return Desk(desk.settings, desk.pipeline.routes, desk.state.decimals, symbols=desk.symbols)
 
 
 def prices(desk: Desk, now: int, near_usd: float) -> None:

@@ -27,7 +27,7 @@ still unanswered named; if they answer later and explain it, the pause lifts its
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
@@ -85,20 +85,45 @@ class RecentLost:
     def add(self, quote: TrackedQuote, at: Micros) -> None:
         self.add_row(lost_row(quote, at))
 
+    def add_many(self, quotes: Iterable[TrackedQuote], at: Micros) -> None:
+        """:meth:`add` of each quote (one ``QuotesLost`` fact), trimmed once at the end: all
+        are lost at ``at``, so the oldest rows a trim after each add would drop are the ones a
+        trim after the last drops (issue 29). A quote id kept already (a reused id) keeps its
+        place in the order: the rows added before it are trimmed first, as one at a time."""
+        rows, by_hash = self.rows, self.by_hash
+        added = False
+        for q in quotes:
+            quote_id = q.quote_id
+            if added and quote_id in rows:
+                self._trim(at)
+            added = True
+            rows[quote_id] = (q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in,
+                              q.amount_out, q.fee, q.deadline, q.nonce, q.created_at,
+                              q.updated_at, q.reason, at)  # fmt: skip
+            by_hash[q.quote_hash] = quote_id
+        self._trim(at)
+
     def add_row(self, row: LostRow) -> None:
         """Keeps the row; drops the oldest ones that left the window or the cap.
 
         Only the oldest entries are looked at: the first cut copied every entry at each add,
         150 µs a lost quote with 20,000 kept, over half of the replay's CPU (issue 29)."""
-        rows = self.rows
-        rows[row[0]] = row
+        self.rows[row[0]] = row
         self.by_hash[row[1]] = row[0]
-        at = row[-1]
+        self._trim(row[-1])
+
+    def _trim(self, at: Micros) -> None:
+        """Drop the oldest rows while the oldest left the window at ``at`` or there are more
+        than ``max_kept``. The row looked at is taken off the front and put back when it stays
+        (no quote is built for a row dropped)."""
+        rows, by_hash, window, cap = self.rows, self.by_hash, self.window, self.max_kept
         while rows:
-            oldest = rows[next(iter(rows))]
-            if at - oldest[-1] <= self.window and len(rows) <= self.max_kept:
-                break
-            self.pop(oldest[0])
+            quote_id, oldest = rows.popitem(last=False)
+            if at - oldest[-1] <= window and len(rows) < cap:  # it was counted: len <= cap
+                rows[quote_id] = oldest
+                rows.move_to_end(quote_id, last=False)
+                return
+            by_hash.pop(oldest[1], None)
 
     def pop(self, quote_id: str) -> TrackedQuote | None:
         row = self.rows.pop(quote_id, None)

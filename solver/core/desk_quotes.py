@@ -298,20 +298,31 @@ class QuoteLifecycle:
 
     def _due_deadlines(self, now: Micros, actions: list[Action]) -> None:
         since = self.connected_since
+        grace, open_ = self._grace, QuoteState.OPEN
         lost: list[str] = []
-        for quote in self.book.past_deadline(now - self._grace):
-            if quote.pending_claims() and now < quote.deadline + self._grace + self._claim_timeout:
-                continue  # a claim may still settle it: its polls decide
-            if quote.nonce_check_at is not None and now - quote.nonce_check_at < self._nonce_retry:
-                continue
+        for quote in self.book.past_deadline(now - grace):
             if (
-                quote.state is QuoteState.OPEN
-                and not quote.claims
+                not quote.claims
+                and quote.nonce_check_at is None
+                and quote.state is open_
                 and since is not None
                 and since <= quote.created_at
             ):
                 # Connected throughout its life and nobody named it: no status was missed, so
-                # nobody used it. No RPC (most answers are lost: this is the common case).
+                # nobody used it. No RPC (most answers are lost: this is the common case, so it
+                # is asked first; the checks below pass such a quote through to the same end).
+                lost.append(quote.quote_id)
+                continue
+            if quote.pending_claims() and now < quote.deadline + grace + self._claim_timeout:
+                continue  # a claim may still settle it: its polls decide
+            if quote.nonce_check_at is not None and now - quote.nonce_check_at < self._nonce_retry:
+                continue
+            if (
+                quote.state is open_
+                and not quote.claims
+                and since is not None
+                and since <= quote.created_at
+            ):
                 lost.append(quote.quote_id)
                 continue
             quote.nonce_check_at = now
@@ -385,18 +396,29 @@ class QuoteLifecycle:
             self.inventory.release(fact.quote_id)
 
     def _apply_lost(self, fact: f.QuotesLost) -> None:
-        book, inventory, outcomes = self.book, self.inventory, self.stats.outcomes
-        for quote_id in fact.quote_ids:
-            quote = book.get(quote_id)
-            if quote is None:
-                continue
-            book.move(quote_id, QuoteState.LOST, fact.at, reason=fact.reason)
-            self.desk.gaps.recent_lost.add(quote, fact.at)  # no nonce check: a gap may ask
-            inventory.release(quote_id)
-            outcomes["LOST"] += 1
-            pair = self.pair_book.of(quote.asset_in, quote.asset_out)
+        """The quotes leave the book, their rows join the recently lost (no nonce check: a gap
+        may ask), their reservations are released and the counts move: each a batch over the
+        fact's quotes, one pass each (issue 29)."""
+        lost: list[TrackedQuote] = []
+        try:
+            self.book.lose(fact.quote_ids, fact.at, fact.reason, lost)
+        finally:  # an illegal move raises after the quotes before it: they are accounted
+            if lost:
+                self._lost(lost, fact.at)
+
+    def _lost(self, lost: list[TrackedQuote], at: Micros) -> None:
+        self.desk.gaps.recent_lost.add_many(lost, at)
+        self.inventory.release_many([quote.quote_id for quote in lost])
+        self.stats.outcomes["LOST"] += len(lost)
+        routes: dict[tuple[str, str], int] = {}
+        for quote in lost:
+            route = (quote.asset_in, quote.asset_out)
+            routes[route] = routes.get(route, 0) + 1
+        of = self.pair_book.of
+        for (asset_in, asset_out), count in routes.items():
+            pair = of(asset_in, asset_out)
             if pair is not None:
-                pair.outcomes["LOST"] += 1
+                pair.outcomes["LOST"] += count
 
     def _apply_claim_added(self, fact: f.ClaimAdded) -> None:
         quote = self.book.get(fact.quote_id)

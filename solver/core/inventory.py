@@ -58,9 +58,10 @@ class Inventory:
             return []
         self.confirmed.update(balances)
         self.confirmed_at = observed_at
-        for quote_id, (reservation, seen_at) in list(self.unconfirmed_settlements.items()):
+        pending = self.unconfirmed_settlements
+        for quote_id, (reservation, seen_at) in list(pending.items()) if pending else ():
             if seen_at <= observed_at:
-                del self.unconfirmed_settlements[quote_id]  # this snapshot includes it
+                del pending[quote_id]  # this snapshot includes it
             elif reservation.asset_out in balances:
                 out = reservation.asset_out
                 self.confirmed[out] = self.confirmed[out] - reservation.amount_out
@@ -120,15 +121,50 @@ class Inventory:
                 self.unconfirmed_settlements[quote_id] = (reservation, seen_at)
         return reservation
 
+    def release_many(self, quote_ids: Iterable[str]) -> None:
+        """:meth:`release` of each id (a ``QuotesLost`` fact), the reserved totals changed once
+        per asset (issue 29)."""
+        reservations = self.reservations
+        freed: dict[str, int] = {}
+        for quote_id in quote_ids:
+            reservation = reservations.pop(quote_id, None)
+            if reservation is not None:
+                out = reservation.asset_out
+                freed[out] = freed.get(out, 0) + reservation.amount_out
+        if freed:
+            self._unreserve(freed)
+
+    def _unreserve(self, freed: Mapping[str, int]) -> None:
+        """Take released amounts off the reserved totals. A total that reaches 0 or less is
+        dropped, as :meth:`release` drops it one at a time: totals only fall here, so one that
+        is dropped part way would stay dropped."""
+        reserved = self.reserved
+        for asset, amount in freed.items():
+            left = reserved.get(asset, 0) - amount
+            if left > 0:
+                reserved[asset] = left
+            else:
+                reserved.pop(asset, None)
+
     def release_expired(self, snapshot_at: Micros) -> list[Reservation]:
+        """Release the reservations whose deadline is before ``snapshot_at``, oldest first; the
+        reserved totals change once per asset (a snapshot releases tens at a time)."""
         expired: list[Reservation] = []
         heap, reservations = self._deadlines, self.reservations
+        if not heap or heap[0][0] >= snapshot_at:
+            return expired
+        heappop = heapq.heappop
+        freed: dict[str, int] = {}
         while heap and heap[0][0] < snapshot_at:
-            deadline, quote_id = heapq.heappop(heap)
+            deadline, quote_id = heappop(heap)
             reservation = reservations.get(quote_id)
             if reservation is not None and reservation.deadline == deadline:
-                self.release(quote_id)
+                del reservations[quote_id]
+                out = reservation.asset_out
+                freed[out] = freed.get(out, 0) + reservation.amount_out
                 expired.append(reservation)
+        if freed:
+            self._unreserve(freed)
         return expired
 
     def restore(self, reservations: Iterable[Reservation]) -> None:

@@ -33,7 +33,7 @@ bookkeeping is wrong, and that must never pass silently.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -129,6 +129,10 @@ class QuoteBook:
     open_outflow: dict[str, int] = field(default_factory=dict)
     open_inflow: dict[str, int] = field(default_factory=dict)
     _deadlines: list[tuple[Micros, str]] = field(default_factory=list)
+    _due: list[tuple[Micros, str]] = field(default_factory=list)
+    """Entries popped from ``_deadlines`` by :meth:`past_deadline` whose quote was still in the
+    book, in heap order: kept aside instead of pushed back, so a quote closed at its deadline
+    costs one push and one pop, not two of each (issue 29)."""
 
     def _account(self, quote: TrackedQuote, sign: int) -> None:
         out, into = quote.asset_out, quote.asset_in
@@ -140,12 +144,26 @@ class QuoteBook:
             del self.open_inflow[into]
 
     def add(self, quote: TrackedQuote) -> None:
-        if quote.quote_id in self.quotes:
-            raise IllegalTransition(f"quote {quote.quote_id} is already tracked")
-        self.quotes[quote.quote_id] = quote
-        self.by_hash[quote.quote_hash] = quote.quote_id
-        self._account(quote, +1)
-        heapq.heappush(self._deadlines, (quote.deadline, quote.quote_id))
+        quote_id = quote.quote_id
+        if quote_id in self.quotes:
+            raise IllegalTransition(f"quote {quote_id} is already tracked")
+        self.quotes[quote_id] = quote
+        self.by_hash[quote.quote_hash] = quote_id
+        # _account(quote, +1) inlined: one call less an answer; adding never makes a total 0
+        # unless it was the opposite of what is added, which _account deletes too.
+        outflow, inflow = self.open_outflow, self.open_inflow
+        out, into = quote.asset_out, quote.asset_in
+        total = outflow.get(out, 0) + quote.amount_out + quote.fee
+        if total:
+            outflow[out] = total
+        else:
+            outflow.pop(out, None)
+        total = inflow.get(into, 0) + quote.amount_in
+        if total:
+            inflow[into] = total
+        else:
+            inflow.pop(into, None)
+        heapq.heappush(self._deadlines, (quote.deadline, quote_id))
 
     def get(self, quote_id: str) -> TrackedQuote | None:
         return self.quotes.get(quote_id)
@@ -182,25 +200,75 @@ class QuoteBook:
             self._account(quote, -1)
             self.terminal_counts[new] = self.terminal_counts.get(new, 0) + 1
 
+    def lose(
+        self, quote_ids: Iterable[str], at: Micros, reason: str, lost: list[TrackedQuote]
+    ) -> None:
+        """Move the OPEN quotes named to LOST at once (``QuotesLost``), appending to ``lost``
+        those that were in the book; ids no longer in it are passed over.
+
+        What :meth:`move` does a quote, for a batch: the open totals and the terminal count
+        change once per asset, not per quote (issue 29: ~99.7 % of answers end here). An
+        illegal move raises as :meth:`move` does, after the quotes before it have left."""
+        quotes, by_hash = self.quotes, self.by_hash
+        outflow: dict[str, int] = {}
+        inflow: dict[str, int] = {}
+        try:
+            for quote_id in quote_ids:
+                quote = quotes.get(quote_id)
+                if quote is None:
+                    continue
+                if quote.state is not QuoteState.OPEN:
+                    raise IllegalTransition(
+                        f"{quote_id}: {quote.state} -> {QuoteState.LOST} is not allowed"
+                    )
+                quote.state, quote.updated_at = QuoteState.LOST, at
+                quote.reason = reason or quote.reason
+                del quotes[quote_id]
+                by_hash.pop(quote.quote_hash, None)
+                out, into = quote.asset_out, quote.asset_in
+                outflow[out] = outflow.get(out, 0) + quote.amount_out + quote.fee
+                inflow[into] = inflow.get(into, 0) + quote.amount_in
+                lost.append(quote)
+        finally:
+            # Totals only fall here: one that reaches 0 part way stays 0, as _account leaves it.
+            for totals, taken in ((self.open_outflow, outflow), (self.open_inflow, inflow)):
+                for asset, amount in taken.items():
+                    total = totals.get(asset, 0) - amount
+                    if total:
+                        totals[asset] = total
+                    else:
+                        totals.pop(asset, None)
+            if lost:
+                counts = self.terminal_counts
+                counts[QuoteState.LOST] = counts.get(QuoteState.LOST, 0) + len(lost)
+
     def open_quotes(self) -> Iterator[TrackedQuote]:
         return iter(list(self.quotes.values()))
 
     def past_deadline(self, before: Micros) -> list[TrackedQuote]:
         """Open quotes whose deadline is earlier than ``before``, oldest deadline first.
 
-        They stay in the heap's due part until they leave the book, so a quote waiting for a
-        nonce check or a claim is returned again at the next call."""
+        They stay in the due part (``_due``) until they leave the book, so a quote waiting for
+        a nonce check or a claim is returned again at the next call."""
         heap, quotes = self._deadlines, self.quotes
+        heappop = heapq.heappop
         while heap and heap[0][1] not in quotes:
-            heapq.heappop(heap)  # left the book
-        due: list[TrackedQuote] = []
-        kept: list[tuple[Micros, str]] = []
+            heappop(heap)  # left the book
+        entries: list[tuple[Micros, str]] = []
+        later: list[tuple[Micros, str]] = []
+        if self._due:
+            for entry in self._due:
+                if entry[1] in quotes:
+                    (entries if entry[0] < before else later).append(entry)
+        new: list[tuple[Micros, str]] = []
         while heap and heap[0][0] < before:
-            entry = heapq.heappop(heap)
-            quote = quotes.get(entry[1])
-            if quote is not None:
-                due.append(quote)
-                kept.append(entry)
-        for entry in kept:
-            heapq.heappush(heap, entry)
-        return due
+            entry = heappop(heap)
+            if entry[1] in quotes:
+                new.append(entry)
+        if entries:
+            if new:
+                entries = sorted(entries + new)  # two sorted runs: the heap's order
+        else:
+            entries = new
+        self._due = entries + later if later else entries
+        return [quotes[entry[1]] for entry in entries]

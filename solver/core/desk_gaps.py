@@ -101,7 +101,8 @@ class RecentLost:
                               q.amount_out, q.fee, q.deadline, q.nonce, q.created_at,
                               q.updated_at, q.reason, at)  # fmt: skip
             by_hash[q.quote_hash] = quote_id
-        self._trim(at)
+        if added:  # an empty batch trims nothing, as adding none one at a time would not
+            self._trim(at)
 
     def add_row(self, row: LostRow) -> None:
         """Keeps the row; drops the oldest ones that left the window or the cap.

@@ -1,0 +1,184 @@
+"""Expiry in batches (issue 29) leaves what one quote at a time left: the book after
+``QuoteBook.lose`` as after ``move(LOST)`` of each, the recently lost rows after ``add_many`` as
+after ``add`` of each, the reserved totals after ``release_many`` and ``release_expired`` as
+after ``release`` of each, and ``past_deadline`` lists what re-pushing the due entries listed."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from solver.core.clock import Micros, micros, span
+from solver.core.desk_gaps import RecentLost
+from solver.core.inventory import Inventory, Reservation
+from solver.core.lifecycle import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
+
+T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
+ASSETS = ("nep141:a.near", "nep141:b.near", "nep141:c.near")
+
+
+def quote(rng: random.Random, i: int, deadline: Micros | None = None) -> TrackedQuote:
+    a_in, a_out = rng.sample(ASSETS, 2)
+    when = deadline if deadline is not None else T0 + span(rng.randint(1, 30))
+    return TrackedQuote(
+        f"q{i}", f"h{i}", a_in, a_out, rng.randint(0, 50), rng.randint(0, 50),
+        rng.randint(0, 3), when, bytes(32), T0,
+    )  # fmt: skip
+
+
+def book_state(book: QuoteBook) -> object:
+    return (
+        list(book.quotes), list(book.by_hash.items()), list(book.open_outflow.items()),
+        list(book.open_inflow.items()), list(book.terminal_counts.items()),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lose_leaves_the_book_as_moving_each_quote(seed: int) -> None:
+    rng = random.Random(seed)
+    one, batch = QuoteBook(), QuoteBook()
+    for i in range(40):
+        q = quote(rng, i)
+        one.add(q)
+        batch.add(replace(q))
+    for _ in range(4):
+        ids = list(dict.fromkeys(f"q{rng.randrange(45)}" for _ in range(rng.randint(0, 15))))
+        expected = [quote_id for quote_id in ids if one.get(quote_id) is not None]
+        for quote_id in expected:
+            one.move(quote_id, QuoteState.LOST, T0 + span(40), reason="r")
+        lost: list[TrackedQuote] = []
+        batch.lose(ids, T0 + span(40), "r", lost)
+        assert [q.quote_id for q in lost] == expected
+        assert all(q.state is QuoteState.LOST and q.updated_at == T0 + span(40) for q in lost)
+        assert all(q.reason == "r" for q in lost)
+        assert book_state(batch) == book_state(one)
+
+
+def test_lose_refuses_a_quote_that_is_not_open_after_the_ones_before_it() -> None:
+    rng = random.Random(1)
+    book = QuoteBook()
+    for i in range(3):
+        book.add(quote(rng, i))
+    book.move("q1", QuoteState.WON, T0)
+    lost: list[TrackedQuote] = []
+    with pytest.raises(IllegalTransition):
+        book.lose(["q0", "q1", "q2"], T0, "r", lost)
+    assert [q.quote_id for q in lost] == ["q0"] and book.get("q0") is None
+    assert book.terminal_counts == {QuoteState.LOST: 1} and book.get("q2") is not None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_add_many_keeps_the_rows_adding_each_kept(seed: int) -> None:
+    rng = random.Random(seed)
+    one = RecentLost(window_s=5.0, max_kept=rng.randint(1, 12))
+    batch = RecentLost(window_s=5.0, max_kept=one.max_kept)
+    at = T0
+    for _ in range(12):
+        at += span(rng.choice((0.5, 1, 3, 6)))
+        # ids repeat across facts (a reused id keeps its place), never within one
+        ids = rng.sample(range(25), rng.randint(0, 8))
+        quotes = [quote(rng, i) for i in ids]
+        for q in quotes:
+            one.add(q, at)
+        batch.add_many(quotes, at)
+        assert list(batch.rows.items()) == list(one.rows.items())
+        assert batch.by_hash == one.by_hash
+
+
+def reference_release(inv: Inventory, quote_id: str) -> None:
+    """Inventory.release as it was: one reservation, its total changed at once."""
+    reservation = inv.reservations.pop(quote_id, None)
+    if reservation is not None:
+        left = inv.reserved.get(reservation.asset_out, 0) - reservation.amount_out
+        if left > 0:
+            inv.reserved[reservation.asset_out] = left
+        else:
+            inv.reserved.pop(reservation.asset_out, None)
+
+
+def reservations(rng: random.Random, n: int) -> list[Reservation]:
+    return [
+        Reservation(f"q{i}", rng.choice(ASSETS), rng.randint(0, 9), ASSETS[0], 1,
+                    T0 + span(rng.randint(1, 20)))
+        for i in range(n)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_release_many_and_expired_free_what_releasing_each_freed(seed: int) -> None:
+    rng = random.Random(seed)
+    one, batch = Inventory(), Inventory()
+    made = reservations(rng, 40)
+    one.restore(made)
+    batch.restore(made)
+    if rng.random() < 0.5:  # a total the bookkeeping got wrong stays dropped as before
+        one.reserved[ASSETS[1]] = batch.reserved[ASSETS[1]] = 3
+    ids = [f"q{rng.randrange(45)}" for _ in range(15)]
+    for quote_id in ids:
+        reference_release(one, quote_id)
+    batch.release_many(ids)
+    assert list(batch.reserved.items()) == list(one.reserved.items())
+    assert batch.reservations == one.reservations
+    snapshot_at = T0 + span(rng.randint(0, 21))
+    expired = [
+        r for r in sorted(one.reservations.values(), key=lambda r: (r.deadline, r.quote_id))
+        if r.deadline < snapshot_at
+    ]  # fmt: skip
+    for r in expired:
+        reference_release(one, r.quote_id)
+    assert batch.release_expired(snapshot_at) == expired
+    assert list(batch.reserved.items()) == list(one.reserved.items())
+    assert batch.reservations == one.reservations
+
+
+def reference_past_deadline(
+    heap: list[tuple[Micros, str]], quotes: dict[str, TrackedQuote], before: Micros
+) -> list[TrackedQuote]:
+    """QuoteBook.past_deadline as it was: due entries popped and pushed back."""
+    while heap and heap[0][1] not in quotes:
+        heapq.heappop(heap)
+    due, kept = [], []
+    while heap and heap[0][0] < before:
+        entry = heapq.heappop(heap)
+        q = quotes.get(entry[1])
+        if q is not None:
+            due.append(q)
+            kept.append(entry)
+    for entry in kept:
+        heapq.heappush(heap, entry)
+    return due
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_past_deadline_lists_what_pushing_back_listed(seed: int) -> None:
+    rng = random.Random(seed)
+    book = QuoteBook()
+    heap: list[tuple[Micros, str]] = []
+    now, n = T0, 0
+    for _ in range(60):
+        roll = rng.random()
+        if roll < 0.4:
+            q = quote(
+                rng,
+                n if rng.random() < 0.9 else rng.randrange(n + 1),
+                now + span(rng.randint(0, 8)),
+            )
+            n += 1
+            if q.quote_id not in book.quotes:
+                book.add(q)
+                heapq.heappush(heap, (q.deadline, q.quote_id))
+        elif roll < 0.6 and book.quotes:
+            quote_id = rng.choice(list(book.quotes))
+            if book.quotes[quote_id].state is QuoteState.OPEN:
+                book.move(quote_id, rng.choice((QuoteState.LOST, QuoteState.WON)), now)
+            else:
+                book.move(quote_id, QuoteState.FAILED, now)
+        else:
+            now += span(rng.choice((0, 1, 2)))
+            before = now - span(rng.choice((0, 3)))  # a later call may look less far
+            expected = reference_past_deadline(heap, book.quotes, before)
+            assert book.past_deadline(before) == expected

@@ -261,14 +261,19 @@ class QuoteBook:
                 if entry[1] in quotes:
                     (entries if entry[0] < before else later).append(entry)
         new: list[tuple[Micros, str]] = []
+        due: list[TrackedQuote] = []
+        get = quotes.get
         while heap and heap[0][0] < before:
             entry = heappop(heap)
-            if entry[1] in quotes:
+            quote = get(entry[1])
+            if quote is not None:
                 new.append(entry)
-        if entries:
+                due.append(quote)
+        if entries:  # quotes listed before and still in the book
             if new:
                 entries = sorted(entries + new)  # two sorted runs: the heap's order
+            due = [quotes[entry[1]] for entry in entries]
         else:
             entries = new
         self._due = entries + later if later else entries
-        return [quotes[entry[1]] for entry in entries]
+        return due

@@ -227,7 +227,8 @@ class SpreadStrategy(Strategy):
             whole = (amount * num * keep_n) // (den * keep_d)  # floor(fair * keep)
             if whole <= 0:
                 return None  # out = 0: no quote (as_quote)
-            out = (whole * PIPS) // (PIPS + max(fee_pips, 0))
+            # (whole * PIPS) // (PIPS + max(fee_pips, 0)), which is whole itself without a fee
+            out = whole if fee_pips <= 0 else (whole * PIPS) // (PIPS + fee_pips)
             gross = out - ((-out * fee_pips) // PIPS) if fee_pips > 0 and out > 0 else out
             if gross > free_out:
                 return None

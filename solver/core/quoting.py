@@ -217,8 +217,8 @@ class QuotePipeline:
         if price_in is None or price_out is None:
             return Skip(NO_PRICE)
         price_at = state.price_at
-        oldest = min(price_at[asset_in], price_at[asset_out])
-        if now - oldest > self._price_max_us:
+        at_in, at_out = price_at[asset_in], price_at[asset_out]
+        if now - (at_in if at_in <= at_out else at_out) > self._price_max_us:  # the older one
             return Skip(STALE_PRICE)
         if unit_in is None or unit_out is None:  # no decimals: raise as the lookup always did
             unit_in, unit_out = self._unit[asset_in], self._unit[asset_out]

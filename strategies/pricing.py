@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from solver.core.market import MarketView, QuoteRequest
+from solver.core.market import EXACT_RATE_VIEWS, MarketView, QuoteRequest
 from solver.protocol.amounts import U128_MAX
 
 __all__ = [
@@ -168,7 +168,14 @@ def conversion_rate(
     ``amount`` of ``from_asset`` is worth ``amount * numerator / denominator`` smallest units of
     ``to_asset``, exactly. The same checks (and calls on ``market``, in the same order) as
     :func:`convert`, without a Fraction: for hot paths that finish with one floor or ceiling.
+    The desk's own view answers it itself, the same result cached per price update
+    (``solver.core.market.EXACT_RATE_VIEWS``).
     """
+    if type(market) in EXACT_RATE_VIEWS:
+        rate: tuple[int, int] | None = market.conversion_rate(  # type: ignore[attr-defined]
+            from_asset, to_asset, max_age_s
+        )
+        return rate
     ref_from = market.price(from_asset)
     ref_to = market.price(to_asset)
     if ref_from is None or ref_to is None:

@@ -38,6 +38,7 @@ from strategies.base import Strategy, StrategyConfig
 from strategies.pricing import (
     BPS,
     PIPS,
+    U128_MAX,
     as_quote,
     ceil_int,
     conversion_rate,
@@ -191,7 +192,13 @@ class SpreadStrategy(Strategy):
             self._flat_keep = (BPS * sd - sn, BPS * sd)
 
     def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
-        if not request_ok(request):
+        amount = request.amount
+        # request_ok, its common case inline: a plain int in range and two different assets.
+        if (
+            type(amount) is not int
+            or not 1 <= amount <= U128_MAX
+            or request.asset_in == request.asset_out
+        ) and not request_ok(request):
             return None
         cfg = self.config
         # A spread independent of size: the same exact rationals as :meth:`_quote_widening`,
@@ -211,17 +218,22 @@ class SpreadStrategy(Strategy):
         free_out = market.free(request.asset_out)
         age = cfg.max_price_age_s
         fee_pips = market.fee_pips
+        # gross_outflow and as_quote inline below: the same integer expressions.
         if request.exact_in:
             rate = conversion_rate(market, request.asset_in, request.asset_out, age)
             if rate is None:
                 return None
             num, den = rate
-            whole = (request.amount * num * keep_n) // (den * keep_d)  # floor(fair * keep)
-            out = (whole * PIPS) // (PIPS + max(fee_pips, 0)) if whole > 0 else 0
-            if gross_outflow(out, fee_pips) > free_out:
+            whole = (amount * num * keep_n) // (den * keep_d)  # floor(fair * keep)
+            if whole <= 0:
+                return None  # out = 0: no quote (as_quote)
+            # (whole * PIPS) // (PIPS + max(fee_pips, 0)), which is whole itself without a fee
+            out = whole if fee_pips <= 0 else (whole * PIPS) // (PIPS + fee_pips)
+            gross = out - ((-out * fee_pips) // PIPS) if fee_pips > 0 and out > 0 else out
+            if gross > free_out:
                 return None
-            return as_quote(out)
-        gross = gross_outflow(request.amount, fee_pips)
+            return out if 1 <= out <= U128_MAX else None
+        gross = amount - ((-amount * fee_pips) // PIPS) if fee_pips > 0 else amount
         if gross > free_out:
             return None
         rate = conversion_rate(market, request.asset_out, request.asset_in, age)
@@ -229,7 +241,8 @@ class SpreadStrategy(Strategy):
             return None
         num, den = rate
         # ceil(fair_in / keep)
-        return as_quote(-((-gross * num * keep_d) // (den * keep_n)))
+        amount_in = -((-gross * num * keep_d) // (den * keep_n))
+        return amount_in if 1 <= amount_in <= U128_MAX else None
 
     def _quote_widening(self, request: QuoteRequest, market: MarketView) -> int | None:
         """The general path, in Fractions (a spread that widens with size)."""

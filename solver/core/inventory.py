@@ -80,15 +80,24 @@ class Inventory:
 
     def reserve(self, reservation: Reservation) -> bool:
         """Reserve the outflow if free inventory covers it; False (nothing changed) otherwise."""
-        if reservation.quote_id in self.reservations:
+        return self.reserve_within(reservation, self.free(reservation.asset_out))
+
+    def reserve_within(self, reservation: Reservation, free: int) -> bool:
+        """:meth:`reserve` for a caller that has just read ``free(reservation.asset_out)`` (the
+        quote pipeline checks it first, for its own skip reason): the same checks without
+        reading it again."""
+        quote_id = reservation.quote_id
+        reservations = self.reservations
+        if quote_id in reservations:
             return False
-        if reservation.amount_out > self.free(reservation.asset_out):
+        amount = reservation.amount_out
+        if amount > free:
             return False
-        self.reservations[reservation.quote_id] = reservation
-        self.reserved[reservation.asset_out] = (
-            self.reserved.get(reservation.asset_out, 0) + reservation.amount_out
-        )
-        heapq.heappush(self._deadlines, (reservation.deadline, reservation.quote_id))
+        reservations[quote_id] = reservation
+        reserved = self.reserved
+        asset = reservation.asset_out
+        reserved[asset] = reserved.get(asset, 0) + amount
+        heapq.heappush(self._deadlines, (reservation.deadline, quote_id))
         return True
 
     def release(self, quote_id: str) -> Reservation | None:

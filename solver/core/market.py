@@ -14,7 +14,7 @@ from typing import Protocol
 
 from solver.protocol.quote_request import QuoteRequest
 
-__all__ = ["MarketView", "QuoteRequest", "ReferencePrice", "StaticMarket"]
+__all__ = ["EXACT_RATE_VIEWS", "MarketView", "QuoteRequest", "ReferencePrice", "StaticMarket"]
 """The strategy API: a strategy imports the request and the market's view from here. The
 request record itself is the wire vocabulary's (:mod:`solver.protocol.quote_request`), parsed
 once where it arrives."""
@@ -61,6 +61,15 @@ class MarketView(Protocol):
     def price_history(self, asset: str) -> list[tuple[datetime, float]]:
         """Recent reference prices, oldest first (for volatility estimates)."""
         ...
+
+
+EXACT_RATE_VIEWS: set[type] = set()
+"""View types (the exact types, not their subclasses) with a ``conversion_rate(from_asset,
+to_asset, max_age_s)`` method giving what ``strategies.pricing.conversion_rate`` computes from
+the view's public methods, bit for bit, only cheaper: the desk's own view registers itself
+(:mod:`solver.core.state`), so the strategy API stays :class:`MarketView` while the built-in
+strategies skip a ``datetime`` and the float-to-ratio work per request (issue 29). Not part of
+the API a strategy implements or relies on."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,6 +127,10 @@ class PipelineSettings:
     max_quotes_per_s: float = 200.0
 
 
+_Slot = tuple[Route, str, float | None, float | None, float]
+"""A pair's route, its pause scope, the two assets' units and the price guard's factor."""
+
+
 class QuotePipeline:
     def __init__(
         self,
@@ -152,6 +156,8 @@ class QuotePipeline:
         self.bucket = TokenBucket(rate, max(1.0, rate))
         # 10**decimals as floats, once: USD notionals are estimates for limits, never amounts.
         self._unit = {asset: 10.0**dec for asset, dec in state.decimals.items()}
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        """Per pair, what its decisions read of its route (:meth:`_slot`)."""
         self._leads: dict[int, Micros] = {}
         """``min_deadline_ms`` -> the µs from decision to the quote's deadline."""
         # The age limits in µs, once (the checks compare integers: :mod:`solver.core.clock`).
@@ -164,18 +170,24 @@ class QuotePipeline:
         self, request: QuoteRequest, now: Micros, received_at: Micros | None = None
     ) -> Quote | Skip:
         s = self.settings
-        route = self.routes.get(request.pair)
+        asset_in, asset_out, amount = request.asset_in, request.asset_out, request.amount
+        pair = (asset_in, asset_out)
+        route = self.routes.get(pair)
         if route is None:
-            return Skip(UNKNOWN_PAIR, f"{request.asset_in}->{request.asset_out}")
+            return Skip(UNKNOWN_PAIR, f"{asset_in}->{asset_out}")
+        slot = self._slots.get(pair)
+        if slot is None or slot[0] is not route:
+            slot = self._slot(pair, route)
+        _, key, unit_in, unit_out, guard = slot
         if not route.enabled:
             return Skip(PAIR_DISABLED)
-        paused = self.pauses.reason(route.key)
+        paused = self.pauses.reason(key)
         if paused:
             return Skip(PAUSED, paused)
         partners = route.partners
         if partners is not None and not partners.admits(request.partner_id):
             return Skip(PARTNER_NOT_ALLOWED, request.partner_id or "no partner_id")
-        if request.amount > I128_MAX:
+        if amount > I128_MAX:
             return Skip(ABOVE_MAX_SIZE, "amount does not fit a token_diff delta (i128)")
         if request.min_deadline_ms > s.max_min_deadline_ms:
             return Skip(
@@ -189,69 +201,75 @@ class QuotePipeline:
             return Skip(NO_SALT)
         if now - salt_at > self._salt_max_us:
             return Skip(NO_SALT, "salt is stale")
-        balances_at = self.inventory.confirmed_at
+        inventory = self.inventory
+        balances_at = inventory.confirmed_at
         if balances_at is None:
             return Skip(STALE_BALANCES, "no balance snapshot")
         if now - balances_at > self._balance_max_us:
             return Skip(STALE_BALANCES, f"{(now - balances_at) / SECOND:.1f}s old")
         divergent = state.divergent
         if divergent:
-            detail = divergent.get(request.asset_in) or divergent.get(request.asset_out)
+            detail = divergent.get(asset_in) or divergent.get(asset_out)
             if detail is not None:
                 return Skip(PRICE_DIVERGENCE, detail)
-        price_in, price_out = (
-            state.prices.get(request.asset_in),
-            state.prices.get(request.asset_out),
-        )
+        prices = state.prices
+        price_in, price_out = prices.get(asset_in), prices.get(asset_out)
         if price_in is None or price_out is None:
             return Skip(NO_PRICE)
         price_at = state.price_at
-        oldest = min(price_at[request.asset_in], price_at[request.asset_out])
-        if now - oldest > self._price_max_us:
+        at_in, at_out = price_at[asset_in], price_at[asset_out]
+        if now - (at_in if at_in <= at_out else at_out) > self._price_max_us:  # the older one
             return Skip(STALE_PRICE)
-        unit_in, unit_out = self._unit[request.asset_in], self._unit[request.asset_out]
-        if request.exact_in:
-            fixed_usd = request.amount * price_in.usd / unit_in
-        else:
-            fixed_usd = request.amount * price_out.usd / unit_out
+        if unit_in is None or unit_out is None:  # no decimals: raise as the lookup always did
+            unit_in, unit_out = self._unit[asset_in], self._unit[asset_out]
+        usd_in, usd_out = price_in.usd, price_out.usd
+        exact_in = request.exact_in
+        fixed_usd = amount * usd_in / unit_in if exact_in else amount * usd_out / unit_out
         if fixed_usd < route.min_notional_usd:
             return Skip(BELOW_MIN_SIZE, f"{fixed_usd:.2f} USD")
         if fixed_usd > route.max_notional_usd:
             return Skip(ABOVE_MAX_SIZE, f"{fixed_usd:.2f} USD")
 
-        view = LiveMarketView(state, self.inventory, now, s.deadline_margin_ms)
-        started = self.timer()
+        view = LiveMarketView(state, inventory, now, s.deadline_margin_ms)
+        timer = self.timer
+        started = timer()
         try:
             other = route.strategy.quote(request, view)
         except Exception as exc:  # user code is guarded (STYLE 5)
             return Skip(STRATEGY_ERROR, f"{type(exc).__name__}: {str(exc)[:200]}")
-        elapsed_ms = (self.timer() - started) * 1000
+        elapsed_ms = (timer() - started) * 1000
         if elapsed_ms > s.strategy_budget_ms:
             return Skip(STRATEGY_SLOW, f"{elapsed_ms:.1f} ms")
         if other is None:
             return Skip(STRATEGY_NO_QUOTE)
         # Both sides become token_diff deltas, so they must fit i128 (protocol-notes 2).
-        if isinstance(other, bool) or not isinstance(other, int) or not 0 < other <= I128_MAX:
+        if type(other) is not int and (isinstance(other, bool) or not isinstance(other, int)):
             return Skip(STRATEGY_BAD_AMOUNT, repr(other)[:80])
-        amount_in, amount_out = (
-            (request.amount, other) if request.exact_in else (other, request.amount)
-        )
+        if not 0 < other <= I128_MAX:
+            return Skip(STRATEGY_BAD_AMOUNT, repr(other)[:80])
+        amount_in, amount_out = (amount, other) if exact_in else (other, amount)
 
-        value_in = amount_in * price_in.usd / unit_in
-        value_out = amount_out * price_out.usd / unit_out
-        if value_out > value_in * (1 + route.max_giveaway_bps / 10_000):
+        value_in = amount_in * usd_in / unit_in
+        value_out = amount_out * usd_out / unit_out
+        if value_out > value_in * guard:
             return Skip(PRICE_GUARD, f"gives {value_out:.2f} USD for {value_in:.2f} USD")
         fee = -(-amount_out * state.fee_pips // 1_000_000)
         outflow = amount_out + fee
-        limit = s.max_open_per_token.get(request.asset_out)
-        if (
-            limit is not None
-            and self.inventory.reserved.get(request.asset_out, 0) + outflow > limit
-        ):
+        reserved = inventory.reserved
+        limit = s.max_open_per_token.get(asset_out)
+        if limit is not None and reserved.get(asset_out, 0) + outflow > limit:
             return Skip(PER_TOKEN_LIMIT)
-        if self.open_exposure_usd() + value_out > s.max_open_exposure_usd:
+        # open_exposure_usd(), inline: the same terms summed in the same order (same bits).
+        exposure = 0.0
+        units = self._unit
+        for asset, held in reserved.items():
+            price = prices.get(asset)
+            if price is not None:
+                exposure += held * price.usd / units.get(asset, 1.0)
+        if exposure + value_out > s.max_open_exposure_usd:
             return Skip(EXPOSURE_LIMIT)
-        if outflow > self.inventory.free(request.asset_out):
+        free = inventory.free(asset_out)
+        if outflow > free:
             return Skip(INSUFFICIENT_INVENTORY)
         if not self.bucket.take(now / SECOND):
             return Skip(RATE_LIMITED)
@@ -262,14 +280,26 @@ class QuotePipeline:
                 self._leads.clear()
             lead = self._leads[ms] = (ms + s.deadline_margin_ms) * MILLI
         deadline = now + lead
-        reserved = self.inventory.reserve(
-            Reservation(
-                request.quote_id, request.asset_out, outflow, request.asset_in, amount_in, deadline
-            )
-        )
-        if not reserved:
+        if not inventory.reserve_within(
+            Reservation(request.quote_id, asset_out, outflow, asset_in, amount_in, deadline), free
+        ):
             return Skip(INSUFFICIENT_INVENTORY, "duplicate quote_id or inventory changed")
         return Quote(request, amount_in, amount_out, fee, deadline)
+
+    def _slot(self, pair: tuple[str, str], route: Route) -> _Slot:
+        """What a pair's decisions read of its route, worked out once per route (a changed
+        route in :attr:`routes` gets a new slot): the pause scope's text, the assets' units
+        (None when the decimals are unknown) and the price guard's factor, each the same value
+        the decision computed from the route before (issue 29)."""
+        unit = self._unit
+        slot = self._slots[pair] = (
+            route,
+            route.key,
+            unit.get(pair[0]),
+            unit.get(pair[1]),
+            1 + route.max_giveaway_bps / 10_000,
+        )
+        return slot
 
     def open_exposure_usd(self) -> float:
         """What the open reservations are worth at reference prices (the exposure limit's

@@ -26,17 +26,22 @@ what strategies, limits and PnL read.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from solver.core.clock import Micros, from_micros, span
+from solver.core.clock import SECOND, Micros, from_micros, micros, span
 from solver.core.inventory import Inventory
-from solver.core.market import ReferencePrice
+from solver.core.market import EXACT_RATE_VIEWS, ReferencePrice
 
 BPS = 10_000
+
+_Rate = tuple[ReferencePrice, ReferencePrice, tuple[int, int] | None, Micros, Micros]
+"""The two prices a rate was worked out from, the rate (None: unusable whatever the time) and
+the two prices' times in µs."""
 
 
 @dataclass
@@ -60,6 +65,10 @@ class MarketState:
     """Per asset, the latest observation of each source (by source name): USD and µs."""
     divergent: dict[str, str] = field(default_factory=dict)
     """Assets whose fresh sources disagree, with the detail (the skip's)."""
+    rates: dict[tuple[str, str], _Rate] = field(default_factory=dict, compare=False, repr=False)
+    """Per ``(from, to)``, the conversion rate worked out from the two price objects it holds
+    (:meth:`LiveMarketView.conversion_rate`): valid while both are still the current ones, so
+    it is worked out once per price update, not per request."""
 
     def set_price(self, asset: str, usd: float, observed: Micros, source: str = "") -> None:
         """A source's observation at ``observed`` µs (a price arrival: not on the quote path,
@@ -116,6 +125,48 @@ class MarketState:
         self.salt, self.salt_at = salt, observed
 
 
+_MAX_DECIMALS = 255  # as strategies.pricing: NEP-141 metadata stores decimals as u8
+_SCALES: dict[int, int] = {}
+
+
+def _rate(
+    decimals: Mapping[str, int],
+    from_asset: str,
+    to_asset: str,
+    ref_from: ReferencePrice,
+    ref_to: ReferencePrice,
+) -> _Rate:
+    """``strategies.pricing.conversion_rate``'s checks and rate except the age (which depends
+    on the time), in its terms: every failing check means None there too."""
+    usd_from, usd_to = ref_from.usd, ref_to.usd
+    if not (0.0 < usd_from < math.inf and 0.0 < usd_to < math.inf):
+        return ref_from, ref_to, None, 0, 0
+    try:
+        d_from, d_to = decimals[from_asset], decimals[to_asset]
+    except (KeyError, LookupError, ValueError):
+        return ref_from, ref_to, None, 0, 0
+    if (
+        isinstance(d_from, bool)
+        or not isinstance(d_from, int)
+        or not 0 <= d_from <= _MAX_DECIMALS
+        or isinstance(d_to, bool)
+        or not isinstance(d_to, int)
+        or not 0 <= d_to <= _MAX_DECIMALS
+    ):
+        return ref_from, ref_to, None, 0, 0
+    from_n, from_d = usd_from.as_integer_ratio()
+    to_n, to_d = usd_to.as_integer_ratio()
+    rate = from_n * to_d * _scale(d_to), from_d * to_n * _scale(d_from)
+    return ref_from, ref_to, rate, micros(ref_from.observed_at), micros(ref_to.observed_at)
+
+
+def _scale(decimals: int) -> int:
+    cached = _SCALES.get(decimals)
+    if cached is None:
+        cached = _SCALES[decimals] = int(10**decimals)
+    return cached
+
+
 class LiveMarketView:
     """The :class:`~solver.core.market.MarketView` strategies get for one decision."""
 
@@ -155,3 +206,32 @@ class LiveMarketView:
 
     def price_history(self, asset: str) -> list[tuple[datetime, float]]:
         return list(self._state.history.get(asset, ()))
+
+    def conversion_rate(
+        self, from_asset: str, to_asset: str, max_age_s: float | None
+    ) -> tuple[int, int] | None:
+        """``strategies.pricing.conversion_rate(self, ...)``, the same result: the rate is
+        worked out once per price update (:attr:`MarketState.rates`), and the prices' ages are
+        read in µs, ``(now - at) / SECOND``, which is exactly the ``timedelta.total_seconds()``
+        of the ``datetime`` difference it replaces (integer µs over 10**6, correctly rounded
+        both ways). The token decimals are fixed for a state's life (the pipeline's units too).
+        """
+        state = self._state
+        prices = state.prices
+        ref_from = prices.get(from_asset)
+        ref_to = prices.get(to_asset)
+        if ref_from is None or ref_to is None:
+            return None
+        key = (from_asset, to_asset)
+        entry = state.rates.get(key)
+        if entry is None or entry[0] is not ref_from or entry[1] is not ref_to:
+            entry = state.rates[key] = _rate(state.decimals, from_asset, to_asset, ref_from, ref_to)
+        rate = entry[2]
+        if rate is not None and max_age_s is not None:
+            now = self.now_us
+            if (now - entry[3]) / SECOND > max_age_s or (now - entry[4]) / SECOND > max_age_s:
+                return None
+        return rate
+
+
+EXACT_RATE_VIEWS.add(LiveMarketView)

@@ -51,6 +51,12 @@ class QuoteRequest(NamedTuple):
         return (self.asset_in, self.asset_out)
 
 
+_new_request: Final = tuple.__new__
+"""Builds a :class:`QuoteRequest` from its seven fields in order, without the named tuple's own
+``__new__`` (a Python ``lambda`` around this same call: one frame less per request on the
+parser's fast path, issue 29). Only where every field is given."""
+
+
 class BadQuoteRequest(ProtocolError):
     """A request that cannot be answered: ``field`` names what is wrong (``quote_id``,
     ``asset``, ``exact_amount`` (both or neither side given), ``amount``,
@@ -106,9 +112,10 @@ class QuoteRequestParser:
         ):
             amount = int(raw)
             if amount <= U128_MAX:
-                return QuoteRequest(
-                    quote_id, asset_in, asset_out, raw_in is not None, amount, deadline,
-                    partner_id,
+                return _new_request(
+                    QuoteRequest,
+                    (quote_id, asset_in, asset_out, raw_in is not None, amount, deadline,
+                     partner_id),
                 )  # fmt: skip
         return self._checked(data, partner_id)
 

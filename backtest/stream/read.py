@@ -60,15 +60,24 @@ from backtest.stream.kinds import PARSERS, competitor, partner_of
 from backtest.stream.records import (
     REC_COMPETITOR,
     REC_REQUEST,
+    TAILS,
     Record,
     Timestamps,
     event,
 )
 from solver.core.clock import from_micros, micros
 from solver.protocol.amounts import U128_DIGITS, U128_MAX
-from solver.protocol.quote_request import BadQuoteRequest, QuoteRequestParser
+from solver.protocol.quote_request import (
+    MAX_MIN_DEADLINE_MS,
+    BadQuoteRequest,
+    QuoteRequest,
+    QuoteRequestParser,
+)
+from solver.protocol.quote_request import MAX_QUOTE_ID_LEN as MAX_REQUEST_ID_LEN
 
 __all__ = ["BATCH", "StreamReader", "StreamStats", "read_stream"]
+
+new_tuple = tuple.__new__  # a QuoteRequest built without its __new__'s Python frame
 
 _open_bytes = open_bytes  # the sweep's segments read a stream's tail with it
 
@@ -80,7 +89,6 @@ _KINDS = {name: index for index, name in enumerate(_KIND_NAMES)}  # the REC_* of
 _SHORT_WAY = dict(_KINDS)
 """The kinds whose lines may take the short way (a test empties it to compare with the long)."""
 _NO_TIME = -(2**63)
-_NOTHING = object()
 
 
 class StreamReader(Iterator[StreamEvent]):
@@ -212,7 +220,9 @@ class StreamReader(Iterator[StreamEvent]):
 
         A line of the usual shape (an object with a known kind, ``"v": 1``, a timestamp in
         the writer's form, a data object) takes the short way to its kind's checks; any other
-        goes through :meth:`_fields`, the checks one at a time, which name what is wrong."""
+        goes through :meth:`_fields`, the checks one at a time, which name what is wrong. A
+        timestamp whose second is the last one read costs a slice, a compare and a lookup of
+        its ``.mmmZ`` tail (:data:`~backtest.stream.records.TAILS`)."""
         file = self._file
         assert file is not None
         stats = self.stats
@@ -220,13 +230,16 @@ class StreamReader(Iterator[StreamEvent]):
         loads, json_error = orjson.loads, orjson.JSONDecodeError
         kinds, names = _SHORT_WAY, _KIND_NAMES
         parse_request = self._requests.parse
+        known = self._tokens
         parsers, tokens = PARSERS, self._tokens
-        timestamp_micros = self._timestamps.micros
+        seconds, tails = self._timestamps.second, TAILS
+        version_1 = FORMAT_VERSION
+        index: int | None
         batch: list[Record] = []
         append = batch.append
         last = self._last_us
-        last_text: object = _NOTHING  # the last timestamp read and its µs (events share them)
-        last_t = 0
+        second: object = None  # the last second read (the first 19 characters) and its µs
+        second_us = 0
         number = self._number
         try:
             try:
@@ -235,29 +248,22 @@ class StreamReader(Iterator[StreamEvent]):
                     try:
                         try:
                             obj = loads(line)
-                            kind, version, text = obj["kind"], obj["v"], obj["ts"]
-                            data = obj["data"]
-                            index = kinds[kind]
-                        except (json_error, KeyError, TypeError):
-                            index = None
-                        if (
-                            index is not None
-                            and version.__class__ is int
-                            and version == FORMAT_VERSION
-                            and data.__class__ is dict
-                        ):
-                            if text == last_text:
-                                t_us = last_t
+                            version, text, data = obj["v"], obj["ts"], obj["data"]
+                            index = kinds[obj["kind"]]
+                            if text[:19] == second:
+                                t_us = second_us + tails[text[19:]]
                             else:
-                                read = timestamp_micros(text) if text.__class__ is str else None
-                                if read is None:
+                                read_us = seconds(text) if text.__class__ is str else None
+                                if read_us is None:
                                     index = None
                                 else:
-                                    t_us = last_t = read
-                                    last_text = text
-                        else:
+                                    second, second_us = text[:19], read_us
+                                    t_us = read_us + tails[text[19:]]
+                        except (json_error, KeyError, TypeError):
                             index = None
-                        if index is None:
+                        # ``is``: orjson's 1 is the interpreter's one small int (any
+                        # other 1 takes the long way, which reads it the same).
+                        if index is None or version is not version_1 or data.__class__ is not dict:
                             self._last_us = last
                             fields = self._fields(line, number)
                             last = self._last_us
@@ -270,21 +276,54 @@ class StreamReader(Iterator[StreamEvent]):
                             last = t_us
                         if index == REC_REQUEST:
                             meta = obj.get("meta")
-                            partner = meta.get("partner_id") if type(meta) is dict else None
-                            if (partner is not None and type(partner) is not str) or (
-                                meta is not None and type(meta) is not dict
+                            partner = meta.get("partner_id") if meta.__class__ is dict else None
+                            if (partner is not None and partner.__class__ is not str) or (
+                                meta is not None and meta.__class__ is not dict
                             ):
                                 partner = partner_of(meta)  # says what is wrong
-                            try:
-                                record: Record = (REC_REQUEST, t_us, parse_request(data, partner))
-                            except BadQuoteRequest as exc:
-                                raise Malformed(str(exc)) from None
+                            # QuoteRequestParser.parse's fast path, inline (a call and a
+                            # frame less); anything it does not pass is parsed by it.
+                            get = data.get
+                            quote_id = get("quote_id")
+                            asset_in = get("core_asset_identifier_in")
+                            asset_out = get("core_asset_identifier_out")
+                            raw_in, raw_out = get("exact_amount_in"), get("exact_amount_out")
+                            deadline = get("min_deadline_ms")
+                            raw = raw_in if raw_out is None else raw_out if raw_in is None else None
+                            if (
+                                quote_id.__class__ is str
+                                and 0 < len(quote_id) <= MAX_REQUEST_ID_LEN
+                                and asset_in.__class__ is str
+                                and asset_out.__class__ is str
+                                and asset_in in known
+                                and asset_out in known
+                                and asset_in != asset_out
+                                and raw.__class__ is str
+                                and 0 < len(raw) <= U128_DIGITS
+                                and raw[0] != "0"
+                                and raw.isdigit()
+                                and raw.isascii()
+                                and deadline.__class__ is int
+                                and 0 <= deadline <= MAX_MIN_DEADLINE_MS
+                                and (amount := int(raw)) <= U128_MAX
+                            ):
+                                request = new_tuple(
+                                    QuoteRequest,
+                                    (quote_id, asset_in, asset_out, raw_in is not None,
+                                     amount, deadline, partner),
+                                )  # fmt: skip
+                            else:
+                                try:
+                                    request = parse_request(data, partner)
+                                except BadQuoteRequest as exc:
+                                    raise Malformed(str(exc)) from None
+                            record: Record = (REC_REQUEST, t_us, request)
                         elif index == REC_COMPETITOR:
                             quote_id, best = data.get("quote_id"), data.get("best_amount")
                             if (
-                                type(quote_id) is str
+                                quote_id.__class__ is str
                                 and 0 < len(quote_id) <= MAX_QUOTE_ID_LEN
-                                and type(best) is str
+                                and best.__class__ is str
                                 and 0 < len(best) <= U128_DIGITS
                                 and best.isdigit()
                                 and best.isascii()

@@ -15,7 +15,7 @@ import pytest
 from backtest.stream import read as read_module
 from backtest.stream.format import StreamError, format_ts
 from backtest.stream.read import read_stream
-from backtest.stream.records import Timestamps, event, ms_to_us, record
+from backtest.stream.records import TAILS, Timestamps, event, ms_to_us, record
 from backtest.stream.write import write_stream
 from solver.core.clock import from_micros, micros
 from tests.backtest.test_stream import (
@@ -76,6 +76,25 @@ def test_a_random_edit_is_read_as_fromisoformat_reads_it_or_left_to_it() -> None
         text = "".join(chars)
         got = stamps.micros(text)
         assert got is None or got == _iso_micros(text), text
+
+
+def test_a_second_and_a_tail_are_the_timestamp_as_the_reader_caches_them() -> None:
+    """The reader's loop: a text whose first 19 characters are a second read before and whose
+    rest is a key of TAILS is that second's µs plus the tail's, as micros reads it."""
+    stamps = Timestamps()
+    rng = random.Random(13)
+    base = "2025-03-01T12:34:56.789Z"
+    for _ in range(20_000):
+        chars = list(base)
+        for _ in range(rng.randrange(0, 3)):
+            chars[rng.randrange(len(chars))] = rng.choice("0123456789T:.Z-+ x")
+        text = "".join(chars)
+        second = stamps.second(text)
+        got = stamps.micros(text)
+        if second is None:
+            assert got is None, text
+        else:
+            assert text[19:] in TAILS and got == second + TAILS[text[19:]] == _iso_micros(text)
 
 
 def test_milliseconds_become_microseconds_as_timedelta_rounds_them() -> None:

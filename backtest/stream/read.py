@@ -230,7 +230,9 @@ class StreamReader(Iterator[StreamEvent]):
         loads, json_error = orjson.loads, orjson.JSONDecodeError
         kinds, names = _SHORT_WAY, _KIND_NAMES
         parse_request = self._requests.parse
-        known = self._tokens
+        # Each asset id as the header's own str: a request holds one object per asset, whose
+        # hash is computed once, and the replay's lookups by asset compare it by identity.
+        canonical = {token: token for token in self._tokens}
         parsers, tokens = PARSERS, self._tokens
         seconds, tails = self._timestamps.second, TAILS
         version_1 = FORMAT_VERSION
@@ -295,9 +297,9 @@ class StreamReader(Iterator[StreamEvent]):
                                 and 0 < len(quote_id) <= MAX_REQUEST_ID_LEN
                                 and asset_in.__class__ is str
                                 and asset_out.__class__ is str
-                                and asset_in in known
-                                and asset_out in known
-                                and asset_in != asset_out
+                                and (asset_in := canonical.get(asset_in)) is not None
+                                and (asset_out := canonical.get(asset_out)) is not None
+                                and asset_in is not asset_out
                                 and raw.__class__ is str
                                 and 0 < len(raw) <= U128_DIGITS
                                 and raw[0] != "0"

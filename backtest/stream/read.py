@@ -284,14 +284,25 @@ class StreamReader(Iterator[StreamEvent]):
                             ):
                                 partner = partner_of(meta)  # says what is wrong
                             # QuoteRequestParser.parse's fast path, inline (a call and a
-                            # frame less); anything it does not pass is parsed by it.
-                            get = data.get
-                            quote_id = get("quote_id")
-                            asset_in = get("core_asset_identifier_in")
-                            asset_out = get("core_asset_identifier_out")
-                            raw_in, raw_out = get("exact_amount_in"), get("exact_amount_out")
-                            deadline = get("min_deadline_ms")
-                            raw = raw_in if raw_out is None else raw_out if raw_in is None else None
+                            # frame less), on the writer's shape: every field there, one exact
+                            # amount. Anything it does not pass is parsed by parse.
+                            try:
+                                quote_id = data["quote_id"]
+                                asset_in = data["core_asset_identifier_in"]
+                                asset_out = data["core_asset_identifier_out"]
+                                deadline = data["min_deadline_ms"]
+                                if "exact_amount_in" in data:
+                                    exact_in = True
+                                    raw = (
+                                        None
+                                        if "exact_amount_out" in data
+                                        else data["exact_amount_in"]
+                                    )
+                                else:
+                                    exact_in = False
+                                    raw = data["exact_amount_out"]
+                            except KeyError:
+                                quote_id = None
                             if (
                                 quote_id.__class__ is str
                                 and 0 < len(quote_id) <= MAX_REQUEST_ID_LEN
@@ -311,8 +322,8 @@ class StreamReader(Iterator[StreamEvent]):
                             ):
                                 request = new_tuple(
                                     QuoteRequest,
-                                    (quote_id, asset_in, asset_out, raw_in is not None,
-                                     amount, deadline, partner),
+                                    (quote_id, asset_in, asset_out, exact_in, amount, deadline,
+                                     partner),
                                 )  # fmt: skip
                             else:
                                 try:
@@ -321,7 +332,10 @@ class StreamReader(Iterator[StreamEvent]):
                                     raise Malformed(str(exc)) from None
                             record: Record = (REC_REQUEST, t_us, request)
                         elif index == REC_COMPETITOR:
-                            quote_id, best = data.get("quote_id"), data.get("best_amount")
+                            try:
+                                quote_id, best = data["quote_id"], data["best_amount"]
+                            except KeyError:
+                                quote_id = None
                             if (
                                 quote_id.__class__ is str
                                 and 0 < len(quote_id) <= MAX_QUOTE_ID_LEN

@@ -278,11 +278,12 @@ class StreamReader(Iterator[StreamEvent]):
                             last = t_us
                         if index == REC_REQUEST:
                             meta = obj.get("meta")
-                            partner = meta.get("partner_id") if meta.__class__ is dict else None
-                            if (partner is not None and partner.__class__ is not str) or (
-                                meta is not None and meta.__class__ is not dict
-                            ):
-                                partner = partner_of(meta)  # says what is wrong
+                            if meta.__class__ is dict:
+                                partner = meta.get("partner_id")
+                                if partner is not None and partner.__class__ is not str:
+                                    partner = partner_of(meta)  # says what is wrong
+                            else:
+                                partner = None if meta is None else partner_of(meta)
                             # QuoteRequestParser.parse's fast path, inline (a call and a
                             # frame less), on the writer's shape: every field there, one exact
                             # amount. Anything it does not pass is parsed by parse.

@@ -240,6 +240,8 @@ class StreamReader(Iterator[StreamEvent]):
         batch: list[Record] = []
         append = batch.append
         last = self._last_us
+        last_text: object = None  # the last timestamp read and its µs
+        last_t = 0
         second: object = None  # the last second read (the first 19 characters) and its µs
         second_us = 0
         number = self._number
@@ -252,15 +254,19 @@ class StreamReader(Iterator[StreamEvent]):
                             obj = loads(line)
                             version, text, data = obj["v"], obj["ts"], obj["data"]
                             index = kinds[obj["kind"]]
-                            if text[:19] == second:
-                                t_us = second_us + tails[text[19:]]
+                            if text == last_text:  # half the lines: the time before
+                                t_us = last_t
+                            elif text[:19] == second:
+                                t_us = last_t = second_us + tails[text[19:]]
+                                last_text = text
                             else:
                                 read_us = seconds(text) if text.__class__ is str else None
                                 if read_us is None:
                                     index = None
                                 else:
                                     second, second_us = text[:19], read_us
-                                    t_us = read_us + tails[text[19:]]
+                                    t_us = last_t = read_us + tails[text[19:]]
+                                    last_text = text
                         except (json_error, KeyError, TypeError):
                             index = None
                         # ``is``: orjson's 1 is the interpreter's one small int (any

@@ -56,9 +56,10 @@ from backtest.stream.format import (
     format_ts,
     parse_ts,
 )
-from backtest.stream.kinds import PARSERS, competitor, partner_of
+from backtest.stream.kinds import PARSERS, competitor, partner_of, price
 from backtest.stream.records import (
     REC_COMPETITOR,
+    REC_PRICE,
     REC_REQUEST,
     TAILS,
     Record,
@@ -356,6 +357,28 @@ class StreamReader(Iterator[StreamEvent]):
                                 record = (REC_COMPETITOR, t_us, quote_id, amount)
                             else:
                                 record = competitor(t_us, data)
+                        elif index == REC_PRICE:
+                            # kinds.price's rules on the usual line, by str methods in place
+                            # of its regular expression; anything else is read by it.
+                            try:
+                                asset_id, usd = data["asset"], data["usd"]
+                            except KeyError:
+                                asset_id = None
+                            if (
+                                asset_id.__class__ is str
+                                and (asset_id := canonical.get(asset_id)) is not None
+                                and usd.__class__ is str
+                                and 0 < len(usd) <= 64
+                                and (digits := usd.replace(".", "", 1)).isdigit()
+                                and digits.isascii()
+                                and usd[0] != "."
+                                and usd[-1] != "."
+                                and (usd[0] != "0" or len(usd) == 1 or usd[1] == ".")
+                                and usd.strip("0.")  # a digit other than 0
+                            ):
+                                record = (REC_PRICE, t_us, asset_id, usd)
+                            else:
+                                record = price(t_us, data, tokens)
                         else:
                             record = parsers[index](t_us, data, tokens)
                     except Malformed as bad:

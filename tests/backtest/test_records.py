@@ -14,7 +14,7 @@ import pytest
 
 from backtest.stream import read as read_module
 from backtest.stream.format import Malformed, StreamError, format_ts
-from backtest.stream.kinds import partner_of
+from backtest.stream.kinds import partner_of, price
 from backtest.stream.read import read_stream
 from backtest.stream.records import REC_REQUEST, TAILS, Timestamps, event, ms_to_us, record
 from backtest.stream.write import write_stream
@@ -237,3 +237,39 @@ def test_the_inline_request_checks_read_every_request_as_the_parser_does(tmp_pat
     assert reader.stats.malformed == reasons[: len(reader.stats.malformed)]
     assert reader.stats.malformed_total == len(reasons)
     assert 300 < len(got) < 1_900
+
+
+def test_the_inline_price_checks_read_every_price_as_kinds_price_does(tmp_path: Path) -> None:
+    """The reader checks a price line's ``usd`` by str methods, not ``USD_RE``; prices of
+    random texts near decimals (and other types, a missing or unknown asset) must come out as
+    ``kinds.price`` reads them: the same record or the same reason."""
+    rng = random.Random(19)
+    texts: list[Any] = [None, 1, 1.5, True, [], "", "1" * 64, "1" * 65, "0." + "0" * 62 + "1"]
+    for _ in range(3_000):
+        texts.append(
+            "".join(rng.choice("0000123456789..٣²x-+ e_") for _ in range(rng.randrange(1, 8)))
+        )
+    lines: list[Any] = []
+    for ms, usd in enumerate(texts):
+        data: dict[str, Any] = {
+            "asset": rng.choice([USDC, USDC, NEAR, "nep141:other", 7]),
+            "usd": usd,
+        }
+        if rng.random() < 0.05:
+            data.pop(rng.choice(["asset", "usd"]))
+        lines.append({"v": 1, "ts": format_ts(at_ms(ms)), "kind": "price", "data": data})
+    reader = read_stream(write_lines(tmp_path / "s.jsonl", lines))
+    got = [r for batch in reader.batches() for r in batch]
+    expected: list[Any] = []
+    reasons: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=2):
+        try:
+            expected.append(
+                price(micros(datetime.fromisoformat(line["ts"])), line["data"], HEADER.tokens)
+            )
+        except Malformed as exc:
+            reasons.append((number, str(exc)))
+    assert got == expected
+    assert reader.stats.malformed == reasons[: len(reader.stats.malformed)]
+    assert reader.stats.malformed_total == len(reasons)
+    assert 200 < len(got) < len(lines) - 200

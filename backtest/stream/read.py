@@ -25,9 +25,12 @@ The hot path parses with orjson and checks fields by hand with the rules of
 :class:`solver.protocol.bus.QuoteRequestEvent` read with ``context=WIRE`` (amounts are u128
 decimal strings, never JSON numbers), which is several times faster than a pydantic model per
 line. Timestamps in the writer's own form are read without a ``datetime``
-(:class:`~backtest.stream.records.Timestamps`); any other is read by the ISO 8601 parser.
-The common request and competitor lines are checked inline; any line those checks do not pass
-is checked again field by field, so it gets the same reason as before.
+(:class:`~backtest.stream.records.Timestamps`; the one before, or its second, is reused without
+a call, since events share them); any other is read by the ISO 8601 parser. The common request,
+competitor and price lines are checked inline (a call per line is a good part of a line's cost);
+any line those checks do not pass is checked again field by field
+(:class:`~solver.protocol.quote_request.QuoteRequestParser`, :mod:`backtest.stream.kinds`), so
+it gets the same reason as before. A request's asset ids are the header's own strings.
 """
 
 from __future__ import annotations

@@ -25,9 +25,12 @@ The hot path parses with orjson and checks fields by hand with the rules of
 :class:`solver.protocol.bus.QuoteRequestEvent` read with ``context=WIRE`` (amounts are u128
 decimal strings, never JSON numbers), which is several times faster than a pydantic model per
 line. Timestamps in the writer's own form are read without a ``datetime``
-(:class:`~backtest.stream.records.Timestamps`); any other is read by the ISO 8601 parser.
-The common request and competitor lines are checked inline; any line those checks do not pass
-is checked again field by field, so it gets the same reason as before.
+(:class:`~backtest.stream.records.Timestamps`; the one before, or its second, is reused without
+a call, since events share them); any other is read by the ISO 8601 parser. The common request,
+competitor and price lines are checked inline (a call per line is a good part of a line's cost);
+any line those checks do not pass is checked again field by field
+(:class:`~solver.protocol.quote_request.QuoteRequestParser`, :mod:`backtest.stream.kinds`), so
+it gets the same reason as before. A request's asset ids are the header's own strings.
 """
 
 from __future__ import annotations
@@ -56,19 +59,29 @@ from backtest.stream.format import (
     format_ts,
     parse_ts,
 )
-from backtest.stream.kinds import PARSERS, competitor, partner_of
+from backtest.stream.kinds import PARSERS, competitor, partner_of, price
 from backtest.stream.records import (
     REC_COMPETITOR,
+    REC_PRICE,
     REC_REQUEST,
+    TAILS,
     Record,
     Timestamps,
     event,
 )
 from solver.core.clock import from_micros, micros
 from solver.protocol.amounts import U128_DIGITS, U128_MAX
-from solver.protocol.quote_request import BadQuoteRequest, QuoteRequestParser
+from solver.protocol.quote_request import (
+    MAX_MIN_DEADLINE_MS,
+    BadQuoteRequest,
+    QuoteRequest,
+    QuoteRequestParser,
+)
+from solver.protocol.quote_request import MAX_QUOTE_ID_LEN as MAX_REQUEST_ID_LEN
 
 __all__ = ["BATCH", "StreamReader", "StreamStats", "read_stream"]
+
+new_tuple = tuple.__new__  # a QuoteRequest built without its __new__'s Python frame
 
 _open_bytes = open_bytes  # the sweep's segments read a stream's tail with it
 
@@ -80,7 +93,6 @@ _KINDS = {name: index for index, name in enumerate(_KIND_NAMES)}  # the REC_* of
 _SHORT_WAY = dict(_KINDS)
 """The kinds whose lines may take the short way (a test empties it to compare with the long)."""
 _NO_TIME = -(2**63)
-_NOTHING = object()
 
 
 class StreamReader(Iterator[StreamEvent]):
@@ -212,7 +224,9 @@ class StreamReader(Iterator[StreamEvent]):
 
         A line of the usual shape (an object with a known kind, ``"v": 1``, a timestamp in
         the writer's form, a data object) takes the short way to its kind's checks; any other
-        goes through :meth:`_fields`, the checks one at a time, which name what is wrong."""
+        goes through :meth:`_fields`, the checks one at a time, which name what is wrong. A
+        timestamp whose second is the last one read costs a slice, a compare and a lookup of
+        its ``.mmmZ`` tail (:data:`~backtest.stream.records.TAILS`)."""
         file = self._file
         assert file is not None
         stats = self.stats
@@ -220,13 +234,20 @@ class StreamReader(Iterator[StreamEvent]):
         loads, json_error = orjson.loads, orjson.JSONDecodeError
         kinds, names = _SHORT_WAY, _KIND_NAMES
         parse_request = self._requests.parse
+        # Each asset id as the header's own str: a request holds one object per asset, whose
+        # hash is computed once, and the replay's lookups by asset compare it by identity.
+        canonical = {token: token for token in self._tokens}
         parsers, tokens = PARSERS, self._tokens
-        timestamp_micros = self._timestamps.micros
+        seconds, tails = self._timestamps.second, TAILS
+        version_1 = FORMAT_VERSION
+        index: int | None
         batch: list[Record] = []
         append = batch.append
         last = self._last_us
-        last_text: object = _NOTHING  # the last timestamp read and its µs (events share them)
+        last_text: object = None  # the last timestamp read and its µs
         last_t = 0
+        second: object = None  # the last second read (the first 19 characters) and its µs
+        second_us = 0
         number = self._number
         try:
             try:
@@ -235,29 +256,26 @@ class StreamReader(Iterator[StreamEvent]):
                     try:
                         try:
                             obj = loads(line)
-                            kind, version, text = obj["kind"], obj["v"], obj["ts"]
-                            data = obj["data"]
-                            index = kinds[kind]
-                        except (json_error, KeyError, TypeError):
-                            index = None
-                        if (
-                            index is not None
-                            and version.__class__ is int
-                            and version == FORMAT_VERSION
-                            and data.__class__ is dict
-                        ):
-                            if text == last_text:
+                            version, text, data = obj["v"], obj["ts"], obj["data"]
+                            index = kinds[obj["kind"]]
+                            if text == last_text:  # half the lines: the time before
                                 t_us = last_t
+                            elif text[:19] == second:
+                                t_us = last_t = second_us + tails[text[19:]]
+                                last_text = text
                             else:
-                                read = timestamp_micros(text) if text.__class__ is str else None
-                                if read is None:
+                                read_us = seconds(text) if text.__class__ is str else None
+                                if read_us is None:
                                     index = None
                                 else:
-                                    t_us = last_t = read
+                                    second, second_us = text[:19], read_us
+                                    t_us = last_t = read_us + tails[text[19:]]
                                     last_text = text
-                        else:
+                        except (json_error, KeyError, TypeError):
                             index = None
-                        if index is None:
+                        # ``is``: orjson's 1 is the interpreter's one small int (any
+                        # other 1 takes the long way, which reads it the same).
+                        if index is None or version is not version_1 or data.__class__ is not dict:
                             self._last_us = last
                             fields = self._fields(line, number)
                             last = self._last_us
@@ -270,21 +288,69 @@ class StreamReader(Iterator[StreamEvent]):
                             last = t_us
                         if index == REC_REQUEST:
                             meta = obj.get("meta")
-                            partner = meta.get("partner_id") if type(meta) is dict else None
-                            if (partner is not None and type(partner) is not str) or (
-                                meta is not None and type(meta) is not dict
-                            ):
-                                partner = partner_of(meta)  # says what is wrong
+                            if meta.__class__ is dict:
+                                partner = meta.get("partner_id")
+                                if partner is not None and partner.__class__ is not str:
+                                    partner = partner_of(meta)  # says what is wrong
+                            else:
+                                partner = None if meta is None else partner_of(meta)
+                            # QuoteRequestParser.parse's fast path, inline (a call and a
+                            # frame less), on the writer's shape: every field there, one exact
+                            # amount. Anything it does not pass is parsed by parse.
                             try:
-                                record: Record = (REC_REQUEST, t_us, parse_request(data, partner))
-                            except BadQuoteRequest as exc:
-                                raise Malformed(str(exc)) from None
-                        elif index == REC_COMPETITOR:
-                            quote_id, best = data.get("quote_id"), data.get("best_amount")
+                                quote_id = data["quote_id"]
+                                asset_in = data["core_asset_identifier_in"]
+                                asset_out = data["core_asset_identifier_out"]
+                                deadline = data["min_deadline_ms"]
+                                if "exact_amount_in" in data:
+                                    exact_in = True
+                                    raw = (
+                                        None
+                                        if "exact_amount_out" in data
+                                        else data["exact_amount_in"]
+                                    )
+                                else:
+                                    exact_in = False
+                                    raw = data["exact_amount_out"]
+                            except KeyError:
+                                quote_id = None
                             if (
-                                type(quote_id) is str
+                                quote_id.__class__ is str
+                                and 0 < len(quote_id) <= MAX_REQUEST_ID_LEN
+                                and asset_in.__class__ is str
+                                and asset_out.__class__ is str
+                                and (asset_in := canonical.get(asset_in)) is not None
+                                and (asset_out := canonical.get(asset_out)) is not None
+                                and asset_in is not asset_out
+                                and raw.__class__ is str
+                                and 0 < len(raw) <= U128_DIGITS
+                                and raw[0] != "0"
+                                and raw.isdigit()
+                                and raw.isascii()
+                                and deadline.__class__ is int
+                                and 0 <= deadline <= MAX_MIN_DEADLINE_MS
+                                and (amount := int(raw)) <= U128_MAX
+                            ):
+                                request = new_tuple(
+                                    QuoteRequest,
+                                    (quote_id, asset_in, asset_out, exact_in, amount, deadline,
+                                     partner),
+                                )  # fmt: skip
+                            else:
+                                try:
+                                    request = parse_request(data, partner)
+                                except BadQuoteRequest as exc:
+                                    raise Malformed(str(exc)) from None
+                            record: Record = (REC_REQUEST, t_us, request)
+                        elif index == REC_COMPETITOR:
+                            try:
+                                quote_id, best = data["quote_id"], data["best_amount"]
+                            except KeyError:
+                                quote_id = None
+                            if (
+                                quote_id.__class__ is str
                                 and 0 < len(quote_id) <= MAX_QUOTE_ID_LEN
-                                and type(best) is str
+                                and best.__class__ is str
                                 and 0 < len(best) <= U128_DIGITS
                                 and best.isdigit()
                                 and best.isascii()
@@ -294,6 +360,28 @@ class StreamReader(Iterator[StreamEvent]):
                                 record = (REC_COMPETITOR, t_us, quote_id, amount)
                             else:
                                 record = competitor(t_us, data)
+                        elif index == REC_PRICE:
+                            # kinds.price's rules on the usual line, by str methods in place
+                            # of its regular expression; anything else is read by it.
+                            try:
+                                asset_id, usd = data["asset"], data["usd"]
+                            except KeyError:
+                                asset_id = None
+                            if (
+                                asset_id.__class__ is str
+                                and (asset_id := canonical.get(asset_id)) is not None
+                                and usd.__class__ is str
+                                and 0 < len(usd) <= 64
+                                and (digits := usd.replace(".", "", 1)).isdigit()
+                                and digits.isascii()
+                                and usd[0] != "."
+                                and usd[-1] != "."
+                                and (usd[0] != "0" or len(usd) == 1 or usd[1] == ".")
+                                and usd.strip("0.")  # a digit other than 0
+                            ):
+                                record = (REC_PRICE, t_us, asset_id, usd)
+                            else:
+                                record = price(t_us, data, tokens)
                         else:
                             record = parsers[index](t_us, data, tokens)
                     except Malformed as bad:

@@ -48,7 +48,8 @@ def ms_to_us(ms: float) -> int:
 # ---------------------------------------------------------------------------- timestamps
 
 _DAY_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_MILLIS: Final = {f"{ms:03d}": ms * 1000 for ms in range(1000)}
+TAILS: Final = {f".{ms:03d}Z": ms * 1000 for ms in range(1000)}
+"""The µs of each tail ``.mmmZ`` of the writer's form (after the 19 characters of its second)."""
 _HOURS: Final = {f"{h:02d}": h * 3_600_000_000 for h in range(24)}
 _MINUTES: Final = {f"{m:02d}": m * 60_000_000 for m in range(60)}
 _SECONDS: Final = {f"{s:02d}": s * 1_000_000 for s in range(60)}
@@ -64,7 +65,9 @@ class Timestamps:
     ``datetime.fromisoformat`` and remembered; the time of day by tables of the two- and
     three-ASCII-digit strings in range. So a timestamp is accepted here only where
     ``fromisoformat`` accepts it, with the same value; and the last second read is kept, since
-    most events share their second with the one before.
+    most events share their second with the one before. :meth:`second` is the part a reader
+    caches: a text whose first 19 characters are a second it read and whose rest is a key of
+    :data:`TAILS` is that second's µs plus the tail's, no call needed (the stream reader's loop).
     """
 
     __slots__ = ("_days", "_last")
@@ -74,15 +77,17 @@ class Timestamps:
         self._last = ("", 0)  # the last second read: its text, its µs
 
     def micros(self, text: str) -> int | None:
-        if len(text) != 24 or text[19] != "." or text[23] != "Z":
-            return None
-        ms = _MILLIS.get(text[20:23])
-        if ms is None:
+        second = self.second(text)
+        return None if second is None else second + TAILS[text[19:]]
+
+    def second(self, text: str) -> int | None:
+        """The µs of the whole second of ``text`` if it is in the writer's form, else None."""
+        if len(text) != 24 or text[19:] not in TAILS:
             return None
         second = text[:19]
         last = self._last
         if second == last[0]:
-            return last[1] + ms
+            return last[1]
         day = self._days.get(text[:10])
         if day is None:
             day = self._day(text[:10])
@@ -99,7 +104,7 @@ class Timestamps:
             return None
         t_us = day + h + m + s
         self._last = (second, t_us)
-        return t_us + ms
+        return t_us
 
     def _day(self, text: str) -> int | None:
         if not _DAY_RE.fullmatch(text):

@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 
 from backtest.stream import read as read_module
-from backtest.stream.format import StreamError, format_ts
+from backtest.stream.format import Malformed, StreamError, format_ts
+from backtest.stream.kinds import partner_of, price
 from backtest.stream.read import read_stream
-from backtest.stream.records import Timestamps, event, ms_to_us, record
+from backtest.stream.records import REC_REQUEST, TAILS, Timestamps, event, ms_to_us, record
 from backtest.stream.write import write_stream
 from solver.core.clock import from_micros, micros
+from solver.protocol.quote_request import BadQuoteRequest, QuoteRequestParser
 from tests.backtest.test_stream import (
     HEADER,
+    NEAR,
     USDC,
     bad_stream,
     every_kind,
@@ -76,6 +79,25 @@ def test_a_random_edit_is_read_as_fromisoformat_reads_it_or_left_to_it() -> None
         text = "".join(chars)
         got = stamps.micros(text)
         assert got is None or got == _iso_micros(text), text
+
+
+def test_a_second_and_a_tail_are_the_timestamp_as_the_reader_caches_them() -> None:
+    """The reader's loop: a text whose first 19 characters are a second read before and whose
+    rest is a key of TAILS is that second's µs plus the tail's, as micros reads it."""
+    stamps = Timestamps()
+    rng = random.Random(13)
+    base = "2025-03-01T12:34:56.789Z"
+    for _ in range(20_000):
+        chars = list(base)
+        for _ in range(rng.randrange(0, 3)):
+            chars[rng.randrange(len(chars))] = rng.choice("0123456789T:.Z-+ x")
+        text = "".join(chars)
+        second = stamps.second(text)
+        got = stamps.micros(text)
+        if second is None:
+            assert got is None, text
+        else:
+            assert text[19:] in TAILS and got == second + TAILS[text[19:]] == _iso_micros(text)
 
 
 def test_milliseconds_become_microseconds_as_timedelta_rounds_them() -> None:
@@ -166,3 +188,88 @@ def test_the_short_way_reads_every_line_as_the_long_way(
     long = outcome()
     assert short == long
     assert len(short[0]) > 100 and short[1]["malformed_total"] > 100
+
+
+def test_the_inline_request_checks_read_every_request_as_the_parser_does(tmp_path: Path) -> None:
+    """The reader's loop checks the writer's request shape inline; any request it does not pass
+    goes to ``QuoteRequestParser.parse``. Requests changed a little (a field dropped, null, of
+    another type, both or neither exact amount, the same asset twice, an odd meta) must come
+    out as the parser reads them: the same request (field for field, the same types) or the
+    same reason."""
+    rng = random.Random(17)
+    values: list[Any] = [None, 1, 1.0, True, "1", [], {}, "", "0", "01", "٣", "1_0", " 1", "+1",
+                         "9" * 39, "340282366920938463463374607431768211456", USDC, NEAR, "x",
+                         -1, 86_400_000, 86_400_001, "q" * 256, "q" * 257]  # fmt: skip
+    keys = ["quote_id", "core_asset_identifier_in", "core_asset_identifier_out",
+            "exact_amount_in", "exact_amount_out", "min_deadline_ms"]  # fmt: skip
+    lines: list[Any] = []
+    for ms in range(2_000):
+        line = request_json(ms, quote_id=f"q{ms}")
+        if rng.random() < 0.5:
+            data = line["data"]
+            data["exact_amount_out"] = data.pop("exact_amount_in")
+        for _ in range(rng.randrange(0, 3)):
+            key = rng.choice([*keys, "meta"])
+            target = line if key == "meta" else line["data"]
+            if rng.random() < 0.3:
+                target.pop(key, None)
+            elif key == "meta":
+                target[key] = rng.choice([None, {}, {"partner_id": "p"}, {"partner_id": 1}, []])
+            else:
+                target[key] = rng.choice(values)
+        lines.append(line)
+    reader = read_stream(write_lines(tmp_path / "s.jsonl", lines))
+    got = [r for batch in reader.batches() for r in batch]
+    parser = QuoteRequestParser(assets=HEADER.tokens)
+    expected: list[Any] = []
+    reasons: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=2):
+        meta = line.get("meta")
+        try:
+            partner = partner_of(meta)
+            request = parser.parse(line["data"], partner)
+        except (Malformed, BadQuoteRequest) as exc:
+            reasons.append((number, str(exc)))
+            continue
+        expected.append((REC_REQUEST, micros(datetime.fromisoformat(line["ts"])), request))
+    assert got == expected
+    assert [[type(x) for x in r[2]] for r in got] == [[type(x) for x in r[2]] for r in expected]
+    assert reader.stats.malformed == reasons[: len(reader.stats.malformed)]
+    assert reader.stats.malformed_total == len(reasons)
+    assert 300 < len(got) < 1_900
+
+
+def test_the_inline_price_checks_read_every_price_as_kinds_price_does(tmp_path: Path) -> None:
+    """The reader checks a price line's ``usd`` by str methods, not ``USD_RE``; prices of
+    random texts near decimals (and other types, a missing or unknown asset) must come out as
+    ``kinds.price`` reads them: the same record or the same reason."""
+    rng = random.Random(19)
+    texts: list[Any] = [None, 1, 1.5, True, [], "", "1" * 64, "1" * 65, "0." + "0" * 62 + "1"]
+    for _ in range(3_000):
+        texts.append(
+            "".join(rng.choice("0000123456789..٣²x-+ e_") for _ in range(rng.randrange(1, 8)))
+        )
+    lines: list[Any] = []
+    for ms, usd in enumerate(texts):
+        data: dict[str, Any] = {
+            "asset": rng.choice([USDC, USDC, NEAR, "nep141:other", 7]),
+            "usd": usd,
+        }
+        if rng.random() < 0.05:
+            data.pop(rng.choice(["asset", "usd"]))
+        lines.append({"v": 1, "ts": format_ts(at_ms(ms)), "kind": "price", "data": data})
+    reader = read_stream(write_lines(tmp_path / "s.jsonl", lines))
+    got = [r for batch in reader.batches() for r in batch]
+    expected: list[Any] = []
+    reasons: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=2):
+        try:
+            expected.append(
+                price(micros(datetime.fromisoformat(line["ts"])), line["data"], HEADER.tokens)
+            )
+        except Malformed as exc:
+            reasons.append((number, str(exc)))
+    assert got == expected
+    assert reader.stats.malformed == reasons[: len(reader.stats.malformed)]
+    assert reader.stats.malformed_total == len(reasons)
+    assert 200 < len(got) < len(lines) - 200

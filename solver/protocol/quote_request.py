@@ -51,6 +51,11 @@ class QuoteRequest(NamedTuple):
         return (self.asset_in, self.asset_out)
 
 
+_new: Final = tuple.__new__
+"""Builds a :class:`QuoteRequest` from its seven fields at C speed (0.16 µs, the class call
+0.34: its generated ``__new__`` is a Python function; issue 29)."""
+
+
 class BadQuoteRequest(ProtocolError):
     """A request that cannot be answered: ``field`` names what is wrong (``quote_id``,
     ``asset``, ``exact_amount`` (both or neither side given), ``amount``,
@@ -106,9 +111,10 @@ class QuoteRequestParser:
         ):
             amount = int(raw)
             if amount <= U128_MAX:
-                return QuoteRequest(
-                    quote_id, asset_in, asset_out, raw_in is not None, amount, deadline,
-                    partner_id,
+                return _new(  # the named tuple's own __new__ without its Python frame
+                    QuoteRequest,
+                    (quote_id, asset_in, asset_out, raw_in is not None, amount, deadline,
+                     partner_id),
                 )  # fmt: skip
         return self._checked(data, partner_id)
 

@@ -26,7 +26,7 @@ class Skip:
     reason: str
 
 
-_REQUESTS = QuoteRequestParser(default_deadline_ms=DEFAULT_MIN_DEADLINE_MS)
+BUS_REQUESTS = QuoteRequestParser(default_deadline_ms=DEFAULT_MIN_DEADLINE_MS)
 """The bus's rules: any well-formed asset id; an absent ``min_deadline_ms`` is the relay's
 default (protocol-notes 6)."""
 
@@ -40,7 +40,7 @@ def parse_quote_event(
     neither given), ``quote.amount`` (not a u128 string, or zero), ``quote.min_deadline_ms``.
     """
     try:
-        return _REQUESTS.parse(data, partner_id)
+        return BUS_REQUESTS.parse(data, partner_id)
     except BadQuoteRequest as exc:
         return Skip("quote." + exc.field)
 

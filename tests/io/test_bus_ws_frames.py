@@ -16,11 +16,13 @@ import orjson
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from solver.core.quoting import Quote
 from solver.errors import RemoteError
 from solver.io.bus_frames import Skip, parse_quote_event
 from solver.io.bus_ws import BusWsClient
-from solver.protocol.bus import QuoteStatusEvent
+from solver.protocol.bus import QuoteStatusEvent, quote_response, rpc_request
 from solver.protocol.quote_request import QuoteRequest
+from solver.protocol.quote_signing import SignedQuote
 from tests.io.peers import wait_for
 from tests.sandbox.scripted import NEAR, USDC
 
@@ -353,3 +355,38 @@ async def test_cancelling_run_closes_cleanly() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert client.state == "stopped"
+
+
+class _Socket:
+    """A connected link's sending side: keeps the frames."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def send_text_now(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+
+@pytest.mark.parametrize("exact_in", [True, False])
+@pytest.mark.parametrize("quote_id", ["q-1", 'odd "id" \\ é\n\u2028'])
+def test_send_answer_writes_the_bytes_of_the_dict_built_request(
+    exact_in: bool, quote_id: str
+) -> None:
+    """The answer frame is a bytes template filled in (issue 29): byte for byte what orjson
+    writes for :func:`quote_response`'s params in a JSON-RPC request, and awaited by its id."""
+    client = client_for("ws://127.0.0.1:9/ws", Sink())
+    socket = _Socket()
+    client._ws = socket  # type: ignore[assignment]
+    signed_data = {
+        "standard": "nep413",
+        "payload": {"message": '{"x":"y"}', "nonce": "AAE=", "recipient": "intents.near"},
+        "public_key": "ed25519:abc",
+        "signature": "ed25519:def",
+    }
+    request = QuoteRequest(quote_id, USDC, NEAR, exact_in, 10**30, 60_000)
+    signed = SignedQuote(signed_data, "hash", b"\x00", "message")
+    client._next_id = 41
+    client.send_answer(Quote(request, 10**30 + 7, (1 << 128) - 1, 3, 0), signed)
+    params = quote_response(quote_id, exact_in, 10**30 + 7, (1 << 128) - 1, signed_data)
+    assert socket.frames == [orjson.dumps(rpc_request("quote_response", params, 42))]
+    assert client._pending[42].tag == quote_id

@@ -988,6 +988,31 @@ def test_group_commit_writes_the_batch_at_once_and_a_bad_row_fails_it_whole(db: 
         assert count(db, "journal") == 5
 
 
+def test_a_single_row_commit_is_one_autocommitted_insert_and_fails_alone(db: Path) -> None:
+    """One entry in the loop's turn: its INSERT is the transaction, no BEGIN/COMMIT (issue 29).
+    Refused, it leaves nothing in the journal and no transaction open; the next commits."""
+    with Store(db, account=ACCOUNT) as store:
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        append_quotes(store, signed_quote("s1"))
+        store.journal.commit()
+        assert [s.split(" ")[0] for s in statements] == ["INSERT"]
+        assert count(db, "journal") == 1 and not store._conn.in_transaction
+        store._conn.execute(
+            "CREATE TEMP TRIGGER refuse_s2 BEFORE INSERT ON journal "
+            """WHEN NEW.body LIKE '%"quote_id":"s2"%' BEGIN SELECT RAISE(ABORT, 'refused'); END"""
+        )
+        append_quotes(store, signed_quote("s2"))
+        with pytest.raises(StoreError, match="refused"):
+            store.journal.commit()
+        assert count(db, "journal") == 1 and not store._conn.in_transaction
+        append_quotes(store, signed_quote("s3"))
+        store.journal.commit()
+        with committed_view(db) as other:
+            bodies = [r[0] for r in other.execute("SELECT body FROM journal ORDER BY seq")]
+        assert [orjson.loads(b)["quote_id"] for b in bodies] == ["s1", "s3"]
+
+
 def test_a_projection_budget_stops_between_entries_and_the_next_call_resumes(
     db: Path, tmp_path: Path
 ) -> None:

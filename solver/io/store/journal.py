@@ -97,15 +97,21 @@ class SqliteJournal:
         extra = self.extra
         self.rows, self.extra = [], []
         cur = self._cur
-        if rows or extra:
-            if not self._conn.in_transaction:
-                cur.execute("BEGIN")
-            if rows:
-                cur.executemany(INSERT_ENTRY, rows)
-            if extra:
-                self._write_extra(extra)
-        if self._conn.in_transaction:
-            cur.execute("COMMIT")
+        if len(rows) == 1 and not extra and not self._conn.in_transaction:
+            # One entry in the loop's turn (below saturation, the common case): the INSERT
+            # alone is the transaction (the connection autocommits), as durable as BEGIN,
+            # INSERT, COMMIT and two statements fewer (9.9 -> 8.3 µs a commit, issue 29).
+            cur.execute(INSERT_ENTRY, rows[0])
+        else:
+            if rows or extra:
+                if not self._conn.in_transaction:
+                    cur.execute("BEGIN")
+                if rows:
+                    cur.executemany(INSERT_ENTRY, rows)
+                if extra:
+                    self._write_extra(extra)
+            if self._conn.in_transaction:
+                cur.execute("COMMIT")
         if spilled:
             assert spill is not None
             spill.emptied()

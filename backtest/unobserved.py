@@ -176,13 +176,14 @@ class Coverage:
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self._routes: dict[tuple[str, str], list[int]] = {}  # (in, out) -> [judged, observed]
+        self.routes: dict[tuple[str, str], list[int]] = {}
+        """``(asset_in, asset_out) -> [judged, observed]`` (the relay counts into it inline)."""
         self.fills = [0, 0]  # [with an observed competitor, without]
 
     def judged(self, asset_in: str, asset_out: str, observed: bool) -> None:
-        counts = self._routes.get((asset_in, asset_out))
+        counts = self.routes.get((asset_in, asset_out))
         if counts is None:
-            counts = self._routes[(asset_in, asset_out)] = [0, 0]
+            counts = self.routes[(asset_in, asset_out)] = [0, 0]
         counts[0] += 1
         counts[1] += observed
 
@@ -190,7 +191,7 @@ class Coverage:
     def by_pair(self) -> dict[tuple[str, str], list[int]]:
         """``pair_key -> [judged, observed]``: both directions of a pair together."""
         pairs: dict[tuple[str, str], list[int]] = {}
-        for (asset_in, asset_out), (judged, observed) in self._routes.items():
+        for (asset_in, asset_out), (judged, observed) in self.routes.items():
             counts = pairs.setdefault(pair_key(asset_in, asset_out), [0, 0])
             counts[0] += judged
             counts[1] += observed

@@ -262,7 +262,7 @@ class Replay:
         """The loop: each record at its time (the clock never goes back), after the work due
         before it; the number of records."""
         relay = self.relay
-        resolves = relay.resolves
+        resolves, resolve_due = relay.resolves, relay.resolve_due
         events = self.measures.events
         price, informed = self._price, self._informed
         # A request, inline (one call fewer per request): recorded at ``rec[1]``, replayed at
@@ -284,9 +284,11 @@ class Replay:
                     t_us = clock
                 else:
                     clock = t_us
-                if t_us >= next_tick or (resolves and resolves[0][0] <= t_us):
+                if t_us >= next_tick:
                     self._run_due(t_us)
                     next_tick = self._next_tick_us
+                elif resolves and resolves[0][0] <= t_us:
+                    resolve_due(t_us)  # _run_due with no tick due: outcomes only
                 kind = rec[0]
                 if kind == REC_REQUEST:
                     latency, latency_us = next(latencies)

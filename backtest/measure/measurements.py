@@ -156,7 +156,7 @@ class Measurements:
         self._exposure_t0 = self._exposure_t = 0.0
         self._exposure_started = False
         self.pairs = PairBook(pair_names or {}, self.symbols)
-        self._requests: dict[tuple[str, str, str | None], int] = {}
+        self._requests: Counter[tuple[str, str, str | None]] = Counter()
         self.request_queue: list[tuple[str, str, int, float, str | None]] = []
         """What :meth:`on_request` queues; the replay appends to it directly (its hot path),
         then calls :meth:`fold_queues` when it holds :data:`QUEUE_MAX`."""
@@ -224,15 +224,21 @@ class Measurements:
         latency total is summed in that order, the timeline merges at the same points)."""
         queue = self.request_queue
         if queue:
-            routes, latency, timeline = self._requests, self.latency, self.outcomes
-            bins, total, top = latency.bins, latency.total, latency.max
+            # Column by column: the counts in C (Counter.update counts in order of first
+            # appearance, as the loop did), the latency total summed in order.
+            ins, outs, times, latencies, skips = zip(*queue, strict=True)
+            self._requests.update(zip(ins, outs, skips, strict=True))  # the pairs' at fold()
+            latency, timeline = self.latency, self.outcomes
+            total = latency.total
+            for ms in latencies:  # LatencyHistogram.add, by column
+                total += ms
+            latency.total = total
+            latency.max = max(latency.max, *latencies)
+            cap = LATENCY_CAP_MS
+            latency.bins.update([int(ms) if ms < cap else cap for ms in latencies])
+            latency.n += len(queue)
             origin, width, buckets = timeline.origin, timeline.width_s, timeline.buckets
-            for asset_in, asset_out, t_us, ms, skip in queue:
-                key = (asset_in, asset_out, skip)
-                routes[key] = routes.get(key, 0) + 1  # into the pairs' counts at fold()
-                total += ms  # LatencyHistogram.add, inline
-                top = max(top, ms)
-                bins[int(ms) if ms < LATENCY_CAP_MS else LATENCY_CAP_MS] += 1
+            for t_us, skip in zip(times, skips, strict=True):
                 # Timeline.add, inline while the bucket exists (the same arithmetic)
                 label = "quoted" if skip is None else skip
                 t = t_us / 1e6
@@ -242,8 +248,6 @@ class Measurements:
                     origin, width, buckets = timeline.origin, timeline.width_s, timeline.buckets
                 else:
                     bucket[label] = bucket.get(label, 0) + 1
-            latency.n += len(queue)
-            latency.total, latency.max = total, top
             queue.clear()
         resolved = self.resolved_queue
         if resolved:

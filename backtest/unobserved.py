@@ -123,11 +123,18 @@ class CompetitionModel:
         hasher = self._hash.copy()
         hasher.update(quote_id.encode())
         u = (int.from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
-        pair = pair_key(asset_in, asset_out)
+        # The route's four buckets, as observe finds them (made empty if none yet: an empty
+        # bucket is passed over as a missing one was).
+        route = (asset_in, asset_out, size_bucket(notional_usd), day_quarter(t_us))
+        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
         minimum = self.spec.min_observed
-        for key in self._levels(pair, size_bucket(notional_usd), day_quarter(t_us)):
-            bucket = self._buckets.get(key)
-            if bucket is not None and len(bucket) >= (minimum if key else _POOLED_MIN):
+        for bucket, least in (
+            (finest, minimum),
+            (by_size, minimum),
+            (by_pair, minimum),
+            (pooled, _POOLED_MIN),
+        ):
+            if len(bucket) >= least:
                 return bucket[int(u * len(bucket))]
         prior = self.spec.prior
         if prior is None:

@@ -225,9 +225,11 @@ class Measurements:
         queue = self.request_queue
         if queue:
             # Column by column: the counts in C (Counter.update counts in order of first
-            # appearance, as the loop did), the latency total summed in order.
-            ins, outs, times, latencies, skips = zip(*queue, strict=True)
-            self._requests.update(zip(ins, outs, skips, strict=True))  # the pairs' at fold()
+            # appearance, as the loop did), the latency total summed in order. No column of
+            # tracked objects is held (each key tuple is freed once counted): a transpose
+            # (zip(*queue)) held 4,096 iterators and paced the cyclic collector.
+            self._requests.update((r[0], r[1], r[4]) for r in queue)  # the pairs' at fold()
+            latencies = [r[3] for r in queue]
             latency, timeline = self.latency, self.outcomes
             total = latency.total
             for ms in latencies:  # LatencyHistogram.add, by column
@@ -238,7 +240,7 @@ class Measurements:
             latency.bins.update([int(ms) if ms < cap else cap for ms in latencies])
             latency.n += len(queue)
             origin, width, buckets = timeline.origin, timeline.width_s, timeline.buckets
-            for t_us, skip in zip(times, skips, strict=True):
+            for _, _, t_us, _, skip in queue:
                 # Timeline.add, inline while the bucket exists (the same arithmetic)
                 label = "quoted" if skip is None else skip
                 t = t_us / 1e6

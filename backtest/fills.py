@@ -40,7 +40,7 @@ import numpy as np
 from backtest.settings import FillSpec, LatencySpec, RaceSpec, UnobservedSpec
 from backtest.stream.records import ms_to_us
 from backtest.takers import TakerModel
-from backtest.unobserved import CompetitionModel, Race, competitor_edge_bps
+from backtest.unobserved import CompetitionModel, Race
 from solver.core.quoting import Quote
 
 # Why a quote lost (summary ``lost`` keys).
@@ -154,6 +154,7 @@ class CompetitorFill:
         seed = self.takers.seed
         self.competition = CompetitionModel(spec, seed) if spec.mode == "model" else None
         self.race = Race(race if race is not None else RaceSpec(), seed)
+        self._accepts = self.takers.accepts
 
     def decide(
         self,
@@ -167,7 +168,7 @@ class CompetitorFill:
         request = quote.request
         competition = self.competition
         if best_amount is None:
-            if not self.takers.accepts(request.quote_id, edge_bps):
+            if not self._accepts(request.quote_id, edge_bps):
                 return LOST_TAKER
             if competition is None:
                 return LOST_UNOBSERVED if self.unobserved == "exclude" else None
@@ -180,14 +181,16 @@ class CompetitorFill:
         exact_in = request.exact_in
         ours = quote.amount_out if exact_in else quote.amount_in
         if competition is not None:  # observed, whatever the taker says of our answer
+            # competitor_edge_bps, inline (once per observed answer): the same operations
+            ratio = best_amount / ours if exact_in else ours / best_amount
             competition.observe(
                 request.asset_in,
                 request.asset_out,
                 notional_usd,
                 t_us,
-                competitor_edge_bps(edge_bps, exact_in, ours, best_amount),
+                ((1.0 + edge_bps / 10_000.0) * ratio - 1.0) * 10_000.0,
             )
-        if not self.takers.accepts(request.quote_id, edge_bps):
+        if not self._accepts(request.quote_id, edge_bps):
             return LOST_TAKER
         if ours == best_amount:  # a tie: the relay's user takes the first of equal answers
             return None if self.race.first(request.quote_id, latency_ms) else LOST_RACE
@@ -281,6 +284,12 @@ class CompetitorBook:
             horizon = t_us - self.ttl_us
             self._best = {q: entry for q, entry in best.items() if entry[1] >= horizon}
             self._sweep_at = max(_SWEEP_MIN, 2 * len(self._best))
+
+    def entries(self) -> tuple[dict[str, tuple[int, int]], int]:
+        """The entries and the horizon for a run of pops with no add between them (the
+        relay's batch of due outcomes): an entry seen before the horizon counts as gone, as
+        in :meth:`pop`."""
+        return self._best, self._newest_us - self.ttl_us
 
     def pop(self, quote_id: str) -> int | None:
         entry = self._best.pop(quote_id, None)

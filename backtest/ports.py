@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backtest.fills import LOST_LATE, CompetitorBook, FillModel
-from backtest.measure.measurements import FillRecord, Measurements
+from backtest.measure.measurements import QUEUE_MAX, FillRecord, Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
 from backtest.unobserved import Coverage
 from solver.core import events as ev
@@ -75,9 +75,14 @@ class ImmediateLoop:
         callback()
 
 
+Due = tuple[int, Quote, SignedQuote, float, float, int, float]
+"""An answer the relay holds until its outcome is due: its due time (µs), then a
+:class:`Pending`'s fields (a tuple: one object per answer instead of two)."""
+
+
 @dataclass(slots=True)
 class Pending:
-    """An answer the relay holds until its outcome is due."""
+    """An answer whose outcome was decided a win (or a late one): what settles it."""
 
     quote: Quote
     signed: SignedQuote
@@ -135,7 +140,7 @@ class SimulatedRelay:
         """Requests the stream labelled informed (a generator's ``informed`` events)."""
         # Outcomes are due a constant delay after their request, so they come due in the order
         # they were scheduled: a FIFO, merged with the ticks by time (outcomes first on a tie).
-        self.resolves: deque[tuple[int, Pending]] = deque()
+        self.resolves: deque[Due] = deque()
         self.feed: Reply = _unwired
         self.won: Callable[[Pending, int], None] = _no_winner
         """Where a quote a taker took goes, with its time (the driver's: it settles it)."""
@@ -145,6 +150,16 @@ class SimulatedRelay:
         # replay's clock (µs) and the latency it reached the desk with.
         self.arrive_us = 0
         self.latency_ms = 0.0
+        # What deciding a batch of due answers uses, bound once (all fixed at construction):
+        # a batch is one or two answers, so binding them per batch cost as much as the work.
+        self._deciding = (
+            fill_model.decide,
+            observe,
+            self.coverage.routes,
+            measures.lost,
+            measures.resolved_queue,
+            measures.fold_queues,
+        )
 
     # ------------------------------------------------------------------ the sender port
 
@@ -158,11 +173,11 @@ class SimulatedRelay:
         # edge_bps(amount_in, v_in, amount_out, v_out), inline: the same operations
         edge = 0.0 if paid <= 0 else (quote.amount_out * v_out / paid - 1.0) * 10_000.0
         t_us, latency = self.arrive_us, self.latency_ms
-        pending = Pending(quote, signed, edge, paid, t_us, latency)
         if latency > self.wait_ms:
-            self._lose(pending, LOST_LATE)
+            self._lose(Pending(quote, signed, edge, paid, t_us, latency), LOST_LATE)
         else:
-            self.resolves.append((t_us + self.delay_us, pending))
+            # A plain tuple (a :class:`Due`); a Pending is made only for a quote that won.
+            self.resolves.append((t_us + self.delay_us, quote, signed, edge, paid, t_us, latency))
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         return _UNCORKED
@@ -183,32 +198,46 @@ class SimulatedRelay:
         """Decide every answer due at or before ``until_us``, in order: the fill model's
         verdict; a loss is counted here, a quote a taker took goes to :attr:`won` with its
         time (the driver sets its clock then and calls :meth:`settle`; a loss reaches nobody,
-        so it needs no time)."""
+        so it needs no time).
+
+        One pass over the due answers with everything bound once: the competitor books are
+        read as :meth:`CompetitorBook.pop` does (nothing is added to them meanwhile, so their
+        horizon holds), the coverage counted and the outcome queued as
+        :meth:`Coverage.judged` and :meth:`Measurements.on_resolved` do."""
         resolves = self.resolves
         if not resolves or resolves[0][0] > until_us:
             return
-        competitors, informed, judged = self.competitors, self.informed, self.coverage.judged
-        decide, observe, measures = self.fill_model.decide, self.observe, self.measures
-        lost_counts, on_resolved = measures.lost, measures.on_resolved
+        best_of, horizon = self.competitors.entries()
+        informed_of, informed_horizon = self.informed.entries()
+        decide, observe, routes, lost_counts, queue, fold = self._deciding
+        popleft = resolves.popleft
         while resolves and resolves[0][0] <= until_us:
-            at_us, pending = resolves.popleft()
-            quote = pending.quote
+            at_us, quote, signed, edge, paid, t_us, latency = popleft()
             request = quote.request
-            best = competitors.pop(request.quote_id)
-            observed = pending.observed = best is not None
-            if informed.held:
-                pending.informed = informed.pop(request.quote_id) is not None
-            judged(request.asset_in, request.asset_out, observed)
-            edge = pending.edge_bps
-            lost = decide(quote, best, edge, pending.notional_usd, pending.t_us, pending.latency_ms)
+            quote_id = request.quote_id
+            entry = best_of.pop(quote_id, None)
+            best = None if entry is None or entry[1] < horizon else entry[0]
+            observed = best is not None
+            label = informed_of.pop(quote_id, None) if informed_of else None
+            route = (request.asset_in, request.asset_out)
+            counts = routes.get(route)
+            if counts is None:
+                counts = routes[route] = [0, 0]
+            counts[0] += 1
+            counts[1] += observed
+            lost = decide(quote, best, edge, paid, t_us, latency)
             if observe is not None:
                 observe(edge, lost, observed)
             if lost is None:
+                pending = Pending(quote, signed, edge, paid, t_us, latency, observed)
+                pending.informed = label is not None and label[1] >= informed_horizon
                 self.won(pending, at_us)
             else:
                 # Nothing to tell the desk: nobody names the quote; LOST after its deadline.
                 lost_counts[lost] += 1
-                on_resolved(edge, pending.notional_usd, False)
+                queue.append((edge, paid, False))
+                if len(queue) >= QUEUE_MAX:
+                    fold()
 
     def _lose(self, pending: Pending, reason: str) -> None:
         # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.

@@ -123,11 +123,18 @@ class CompetitionModel:
         hasher = self._hash.copy()
         hasher.update(quote_id.encode())
         u = (int.from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
-        pair = pair_key(asset_in, asset_out)
+        # The route's four buckets, as observe finds them (made empty if none yet: an empty
+        # bucket is passed over as a missing one was).
+        route = (asset_in, asset_out, size_bucket(notional_usd), day_quarter(t_us))
+        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
         minimum = self.spec.min_observed
-        for key in self._levels(pair, size_bucket(notional_usd), day_quarter(t_us)):
-            bucket = self._buckets.get(key)
-            if bucket is not None and len(bucket) >= (minimum if key else _POOLED_MIN):
+        for bucket, least in (
+            (finest, minimum),
+            (by_size, minimum),
+            (by_pair, minimum),
+            (pooled, _POOLED_MIN),
+        ):
+            if len(bucket) >= least:
                 return bucket[int(u * len(bucket))]
         prior = self.spec.prior
         if prior is None:
@@ -176,13 +183,14 @@ class Coverage:
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self._routes: dict[tuple[str, str], list[int]] = {}  # (in, out) -> [judged, observed]
+        self.routes: dict[tuple[str, str], list[int]] = {}
+        """``(asset_in, asset_out) -> [judged, observed]`` (the relay counts into it inline)."""
         self.fills = [0, 0]  # [with an observed competitor, without]
 
     def judged(self, asset_in: str, asset_out: str, observed: bool) -> None:
-        counts = self._routes.get((asset_in, asset_out))
+        counts = self.routes.get((asset_in, asset_out))
         if counts is None:
-            counts = self._routes[(asset_in, asset_out)] = [0, 0]
+            counts = self.routes[(asset_in, asset_out)] = [0, 0]
         counts[0] += 1
         counts[1] += observed
 
@@ -190,7 +198,7 @@ class Coverage:
     def by_pair(self) -> dict[tuple[str, str], list[int]]:
         """``pair_key -> [judged, observed]``: both directions of a pair together."""
         pairs: dict[tuple[str, str], list[int]] = {}
-        for (asset_in, asset_out), (judged, observed) in self._routes.items():
+        for (asset_in, asset_out), (judged, observed) in self.routes.items():
             counts = pairs.setdefault(pair_key(asset_in, asset_out), [0, 0])
             counts[0] += judged
             counts[1] += observed

@@ -1,7 +1,8 @@
 """The desk's quote book and each quote's lifecycle (DESIGN "The quote path", "Settlement";
 :mod:`solver.core.lifecycle` for the transition table).
 
-The quote path: ``QuoteRequested`` → :class:`~solver.core.quoting.QuotePipeline` decides and
+The quote path: the request (the :class:`~solver.core.market.QuoteRequest` itself, or
+``QuoteRequested``) → :class:`~solver.core.quoting.QuotePipeline` decides and
 reserves → :class:`~solver.core.actions.SignAndSend`; the executor signs and reports
 ``QuoteSigned`` (with the quote and its signed answer) → the ``QuoteOpened`` fact, journaled
 before the answer leaves. Then the relay's reply, ``quote_status`` claims followed with

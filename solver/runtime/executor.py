@@ -4,7 +4,9 @@ shape", "The quote path", "Settlement").
 Both drivers run this same object: the live bot with real ports (``solver/io/``), the backtest
 with simulated ones (``backtest/ports.py``); see :mod:`solver.runtime.ports`. Events reach the
 desk only through :meth:`Executor.feed`, :meth:`Executor.request` and :meth:`Executor.tick`, and
-what the desk returns is carried out by a handler table keyed by the action's type.
+what the desk returns is carried out by a handler table keyed by the action's type (but on the
+quote path: a ``SignAndSend`` goes straight to signing, the ``QuoteOpened`` it brings back
+straight to the journal).
 
 The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
 signature (the signer) → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appended to

@@ -1,7 +1,8 @@
 """The desk's quote book and each quote's lifecycle (DESIGN "The quote path", "Settlement";
 :mod:`solver.core.lifecycle` for the transition table).
 
-The quote path: ``QuoteRequested`` → :class:`~solver.core.quoting.QuotePipeline` decides and
+The quote path: the request (the :class:`~solver.core.market.QuoteRequest` itself, or
+``QuoteRequested``) → :class:`~solver.core.quoting.QuotePipeline` decides and
 reserves → :class:`~solver.core.actions.SignAndSend`; the executor signs and reports
 ``QuoteSigned`` (with the quote and its signed answer) → the ``QuoteOpened`` fact, journaled
 before the answer leaves. Then the relay's reply, ``quote_status`` claims followed with
@@ -29,6 +30,7 @@ from solver.core.actions import (
 from solver.core.clock import Micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
+from solver.core.market import QuoteRequest
 from solver.core.pauses import GLOBAL, STORE_ERROR
 from solver.core.pnl import FillValue, usd_value
 from solver.core.quoting import DUPLICATE_QUOTE_ID, Quote, Skip
@@ -78,6 +80,7 @@ class QuoteLifecycle:
 
     def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {
+            QuoteRequest: self._quote_requested,  # the request is its own event (executor)
             ev.QuoteRequested: self._quote_requested,
             ev.QuoteSigned: self._quote_signed,
             ev.QuoteNotSent: self._quote_not_sent,
@@ -105,22 +108,31 @@ class QuoteLifecycle:
 
     # ------------------------------------------------------------------ deciding
 
-    def _quote_requested(self, event: ev.QuoteRequested, now: Micros) -> list[Action]:
+    def _quote_requested(
+        self, event: ev.QuoteRequested | QuoteRequest, now: Micros
+    ) -> list[Action]:
+        """One decision, one action. The executor hands the request itself (no wrapper built
+        per request); ``QuoteRequested`` says when it arrived (the strategy's budget)."""
         self.stats.requests += 1
-        request = event.request
+        if type(event) is QuoteRequest:
+            request, received_at = event, None
+        else:
+            assert isinstance(event, ev.QuoteRequested)
+            request, received_at = event.request, event.received_at
+        quote_id = request.quote_id
         pair = self.pair_book.of(request.asset_in, request.asset_out)
         if pair is not None:
             pair.requests += 1
-        if request.quote_id in self.book.quotes:  # the relay's ids are unique: a repeat
+        if quote_id in self.book.quotes:  # the relay's ids are unique: a repeat
             self.stats.skipped[DUPLICATE_QUOTE_ID] += 1
             return [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
-        outcome = self.pipeline.decide(request, now, event.received_at)
+        outcome = self.pipeline.decide(request, now, received_at)
         if type(outcome) is Skip:
             self.stats.skipped[outcome.reason] += 1
             return [outcome]
         assert isinstance(outcome, Quote)
         if self.settings.shadow:
-            self.inventory.release(outcome.request.quote_id)
+            self.inventory.release(quote_id)
             self.stats.shadow_quotes += 1
             if pair is not None:
                 pair.quotes += 1
@@ -130,6 +142,8 @@ class QuoteLifecycle:
         return [SignAndSend(outcome, salt)]
 
     def _quote_signed(self, event: ev.QuoteSigned, now: Micros) -> list[Action]:
+        """The answer exists: its one fact, applied here (not through the desk's table of
+        appliers: it is always this one) and handed back as the one action."""
         quote = event.quote
         request = quote.request
         fact = f.QuoteOpened(
@@ -137,7 +151,7 @@ class QuoteLifecycle:
             quote.amount_in, quote.amount_out, quote.fee, quote.deadline, event.nonce, now,
             request.exact_in, request.partner_id, event.signed_data,
         )  # fmt: skip
-        self.desk.apply(fact)
+        self._apply_opened(fact)
         return [Record(fact)]
 
     def _quote_not_sent(self, event: ev.QuoteNotSent, now: Micros) -> list[Action]:

@@ -22,7 +22,11 @@ from solver.protocol.values import value
 
 @value
 class QuoteRequested:
-    """A ``quote`` event from the bus (protocol-notes 6); ``received_at`` when it arrived."""
+    """A ``quote`` event from the bus (protocol-notes 6); ``received_at`` when it arrived.
+
+    The executor hands the :class:`~solver.core.market.QuoteRequest` itself to the desk (an
+    event of its own, :data:`Event`): one object less per request where nothing says when it
+    arrived; this wrapper is for a driver that does."""
 
     request: QuoteRequest
     received_at: Micros | None = None
@@ -193,7 +197,8 @@ class ShutdownStarted:
 
 
 Event = (
-    QuoteRequested
+    QuoteRequest
+    | QuoteRequested
     | QuoteSigned
     | QuoteNotSent
     | StoreWorks

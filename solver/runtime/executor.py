@@ -4,7 +4,9 @@ shape", "The quote path", "Settlement").
 Both drivers run this same object: the live bot with real ports (``solver/io/``), the backtest
 with simulated ones (``backtest/ports.py``); see :mod:`solver.runtime.ports`. Events reach the
 desk only through :meth:`Executor.feed`, :meth:`Executor.request` and :meth:`Executor.tick`, and
-what the desk returns is carried out by a handler table keyed by the action's type.
+what the desk returns is carried out by a handler table keyed by the action's type (but on the
+quote path: a ``SignAndSend`` goes straight to signing, the ``QuoteOpened`` it brings back
+straight to the journal).
 
 The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
 signature (the signer) → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appended to
@@ -86,9 +88,11 @@ class Executor:
         self._observers: dict[type, list[Callable[[Any], None]]] = {
             kind: [] for kind in KINDS.values()
         }
+        self._opened_observers = self._observers[QuoteOpened]  # the same list, read per answer
         # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
-        self._signer, self._nonces, self._sender = ports.signer, ports.nonces, ports.sender
+        self._sender = ports.sender
         self._journal, self._metrics, self._loop = ports.journal, ports.metrics, ports.loop
+        self._next_nonce = ports.nonces.next  # bound once, not at every answer
         if ports.metrics is not None:  # it shows this count of answers sent, keeps none
             ports.metrics.count_quotes_from(self.sent_by_pair)
         self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
@@ -99,6 +103,8 @@ class Executor:
         self._deferred = (
             cast(DeferredSigner, ports.signer) if getattr(ports.signer, "deferred", False) else None
         )
+        # The inline signer's method, or None when the signer answers later.
+        self._sign = None if self._deferred is not None else cast(Signer, ports.signer).sign
         # Facts (not answers) appended since the last commit, and facts the desk applied that
         # the journal does not hold yet: a failed commit or append must not lose them.
         self._uncommitted: list[Fact] = []
@@ -148,20 +154,27 @@ class Executor:
 
     def request(self, request: QuoteRequest, now: Micros) -> list[Action]:
         """The quote path: one desk decision, then sign, journal and queue the answer (its
-        skip or its quote counted under the request's pair)."""
+        skip or its quote counted under the request's pair). The request is its own event
+        (no wrapper), and an answer goes straight to signing (no handler table)."""
         metrics = self._metrics
         if metrics is None:  # nothing counted, nothing timed (a replay measures itself)
-            actions = self.desk.receive(ev.QuoteRequested(request), now)
-            handlers = self._handlers
+            actions = self.desk.receive(request, now)
             for action in actions:
-                handlers[type(action)](action, now, 0.0, OTHER)
+                if type(action) is SignAndSend:
+                    self._sign_and_queue(action, now, 0.0, OTHER)
+                else:
+                    self._handlers[type(action)](action, now, 0.0, OTHER)
             return actions
         started = time.perf_counter()
-        actions = self.desk.receive(ev.QuoteRequested(request), now)
+        actions = self.desk.receive(request, now)
         pair = metrics.pair_label(request.asset_in, request.asset_out)
         metrics.inc_request(pair)
         metrics.observe_decision(time.perf_counter() - started)
-        self.carry_out(actions, now, started, pair)
+        for action in actions:
+            if type(action) is SignAndSend:
+                self._sign_and_queue(action, now, started, pair)
+            else:
+                self._handlers[type(action)](action, now, started, pair)
         return actions
 
     def tick(self, now: Micros) -> list[Action]:
@@ -197,8 +210,10 @@ class Executor:
         quote = action.quote
         request = quote.request
         deadline = quote.deadline
-        nonce = self._nonces.next(action.salt, deadline)
-        if self._deferred is not None:
+        nonce = self._next_nonce(action.salt, deadline)
+        sign = self._sign
+        if sign is None:
+            assert self._deferred is not None
             self._signing += 1
             self._deferred.sign_later(
                 quote_id=request.quote_id,
@@ -212,7 +227,7 @@ class Executor:
             )
             return
         try:
-            signed = cast(Signer, self._signer).sign(
+            signed = sign(
                 deadline=deadline,
                 nonce=nonce,
                 asset_in=request.asset_in,
@@ -251,17 +266,27 @@ class Executor:
     def _queue_signed(
         self, action: SignAndSend, signed: SignedQuote, now: Micros, started: float, pair: str
     ) -> None:
+        """The signature back to the desk, its ``QuoteOpened`` appended (and observed), the
+        answer queued for the flush that commits it before it leaves."""
         quote = action.quote
         signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
-        journal, observers = self._journal, self._observers
+        journal = self._journal
         for record in self.desk.receive(signed_event, now):
             if type(record) is not Record:
                 continue
             fact = record.fact
-            if journal is not None and type(fact) is QuoteOpened and not self._append(fact):
-                return  # not recorded: never sent (the desk released and paused)
-            for observer in observers[type(fact)]:
-                observer(fact)
+            if type(fact) is QuoteOpened:
+                if journal is not None:
+                    try:
+                        journal.append(fact)
+                    except SolverError as exc:
+                        self._not_appended(fact, exc)
+                        return  # not recorded: never sent (the desk released and paused)
+                for observer in self._opened_observers:
+                    observer(fact)
+            else:
+                for observer in self._observers[type(fact)]:
+                    observer(fact)
         self._outbox.append((quote, signed, started, pair))
         if not self._flush_scheduled:  # _schedule_flush, inline: once per answer
             self._flush_scheduled = True
@@ -283,22 +308,26 @@ class Executor:
         try:
             journal.append(fact)
         except SolverError as exc:
-            why = f"cannot record {type(fact).__name__}: {exc}; quoting paused"
-            self.journal_failing.failed(why, time.monotonic())
-            # Only an answer not recorded is never sent (and released); any other fact failing
-            # (a claim, a settlement) must not end the quote it names: the desk pauses, the
-            # fact is kept and appended again at the next flush, and the operator looks at
-            # the store.
-            if type(fact) is QuoteOpened:
-                self.feed(ev.QuoteNotSent(fact.quote_id, f"not recorded: {exc}", store_error=True))
-            else:
-                self._unjournaled.append(fact)
-                self.feed(ev.QuoteNotSent("", f"not recorded: {exc}", store_error=True))
+            self._not_appended(fact, exc)
             return False
         if type(fact) is not QuoteOpened:
             self._uncommitted.append(fact)
         self._schedule_flush()
         return True
+
+    def _not_appended(self, fact: Fact, exc: SolverError) -> None:
+        """The journal refused ``fact``: quoting pauses (``store_error``)."""
+        why = f"cannot record {type(fact).__name__}: {exc}; quoting paused"
+        self.journal_failing.failed(why, time.monotonic())
+        # Only an answer not recorded is never sent (and released); any other fact failing
+        # (a claim, a settlement) must not end the quote it names: the desk pauses, the
+        # fact is kept and appended again at the next flush, and the operator looks at
+        # the store.
+        if type(fact) is QuoteOpened:
+            self.feed(ev.QuoteNotSent(fact.quote_id, f"not recorded: {exc}", store_error=True))
+        else:
+            self._unjournaled.append(fact)
+            self.feed(ev.QuoteNotSent("", f"not recorded: {exc}", store_error=True))
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -312,7 +341,8 @@ class Executor:
         if batch:
             self._outbox = []
         if journal is not None:
-            self._append_again()
+            if self._unjournaled:
+                self._append_again()
             written = bool(batch or self._uncommitted)
             try:
                 journal.commit()  # the durable point: nothing below runs before it
@@ -331,8 +361,10 @@ class Executor:
                     reason = f"not recorded: {exc}"
                     self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
                 return
-            self._uncommitted = []
-            if written and self.journal_failing.worked() and not self._unjournaled:
+            if self._uncommitted:  # no new list at every flush
+                self._uncommitted = []
+            failing = self.journal_failing
+            if written and failing.failures and failing.worked() and not self._unjournaled:
                 # Every fact it refused is in it now: a store_error pause lost its cause.
                 self.feed(ev.StoreWorks("the journal commits again"), self.clock())
         if not batch:

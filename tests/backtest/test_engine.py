@@ -35,6 +35,13 @@ from tests.backtest.replay_helpers import (
 )
 
 
+def _request_of(event: ev.Event) -> QuoteRequest | None:
+    """The request an event asks to decide (the executor hands the request itself)."""
+    if isinstance(event, QuoteRequest):
+        return event
+    return event.request if isinstance(event, ev.QuoteRequested) else None
+
+
 def _decision(actions: list[Action]) -> Quote | Skip:
     outcome = actions[0]
     assert isinstance(outcome, SignAndSend | Skip), actions
@@ -73,8 +80,9 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
     def receiving(event: ev.Event, now: int) -> list[Action]:
         fed.append((event, now))
         actions = receive(event, now)
-        if isinstance(event, ev.QuoteRequested):
-            decided[event.request.quote_id] = _decision(actions)
+        request = _request_of(event)
+        if request is not None:
+            decided[request.quote_id] = _decision(actions)
         return actions
 
     def ticking(now: int) -> list[Action]:
@@ -90,8 +98,8 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
     for fed_event, now in fed:
         if fed_event is None:
             twin.tick(now)
-        elif isinstance(fed_event, ev.QuoteRequested):
-            expected[fed_event.request.quote_id] = _decision(twin.receive(fed_event, now))
+        elif (request := _request_of(fed_event)) is not None:
+            expected[request.quote_id] = _decision(twin.receive(fed_event, now))
         else:
             twin.receive(fed_event, now)
     assert decided == expected

@@ -176,6 +176,19 @@ def test_past_the_deadline_after_a_disconnect_asks_the_nonce() -> None:
     assert quote.state is QuoteState.SETTLED
 
 
+def test_the_request_is_its_own_event_and_decides_as_the_wrapped_one() -> None:
+    """The executor hands the request itself (no ``QuoteRequested`` built per request): the
+    same decision, the same counts, the same skips."""
+    wrapped, bare = make_desk(), make_desk()
+    for quote_id, amount in (("q1", 100), ("q2", 10**9), ("q1", 100)):
+        one = wrapped.receive(ev.QuoteRequested(request(quote_id, amount)), at(1))
+        other = bare.receive(request(quote_id, amount), at(1))
+        assert one == other
+        assert type(one[0]) in (SignAndSend, Skip)
+    assert wrapped.stats == bare.stats
+    assert wrapped.inventory.reserved == bare.inventory.reserved
+
+
 def test_a_failed_store_pauses_and_never_keeps_the_reservation() -> None:
     desk = make_desk()
     actions = desk.receive(ev.QuoteRequested(request("q1")), at(1))

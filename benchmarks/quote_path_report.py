@@ -140,7 +140,9 @@ def _issue11(r: dict[str, Any]) -> list[str]:
 def _own_lag(runs: list[dict[str, Any]]) -> str:
     """The bot's own measure (``solver_loop_lag_seconds``, its 20 ms ticker) over the runs at
     500 and 2,000/s and their after-work: it sees a stall only when a tick falls due inside it
-    (one of 8 ms, with a 40 % chance), so it attributes gaps rather than proving their absence."""
+    (one of 8 ms, with a 40 % chance), so it attributes gaps rather than proving their absence.
+    ``held``: the lateness less the loop thread's wait for a core (Linux schedstat), the part
+    the bot's own work or blocking held the loop, at least."""
     lags = [
         run["loop_lag"]
         for run in runs
@@ -148,15 +150,27 @@ def _own_lag(runs: list[dict[str, Any]]) -> str:
     ]
     if not lags:
         return "The bot's own ticker lateness was not read."
+    text = (
+        f"Inside the bot (`solver_loop_lag_seconds`, how late its 20 ms ticker woke, in those "
+        f"runs and their after-work): {_late(lags)}; a tick sees a stall only when it falls "
+        f"due inside it."
+    )
+    held = [lag["held"] for lag in lags if lag.get("held")]
+    if len(held) == len(lags):
+        text += (
+            f" Less the time the loop's thread waited for a core meanwhile "
+            f"(`solver_loop_lag_held_seconds`: what the bot held the loop itself, at least; "
+            f"the wait is counted over the whole sleep): {_late(held)}."
+        )
+    return text
+
+
+def _late(lags: list[dict[str, Any]]) -> str:
     ticks = sum(lag["ticks"] for lag in lags)
     over = sum(lag["over_5ms"] for lag in lags)
     bounds = [lag["worst_le_ms"] for lag in lags]
     worst = "over 5,000" if None in bounds else f"≤ {max(b for b in bounds if b is not None):g}"
-    return (
-        f"Inside the bot (`solver_loop_lag_seconds`, how late its 20 ms ticker woke, in those "
-        f"runs and their after-work): {over:,} of {ticks:,} ticks late by more than 5 ms, the "
-        f"latest {worst} ms; a tick sees a stall only when it falls due inside it."
-    )
+    return f"{over:,} of {ticks:,} ticks late by more than 5 ms, the latest {worst} ms"
 
 
 def _issue10(r: dict[str, Any]) -> list[str]:

@@ -12,7 +12,8 @@ The bots log at INFO to their own file; their summary lines (periodic and at shu
 parsed by :func:`read_bot_log`, in both the current (``response_us``) and the baseline's
 (``decision_us``) wording. The bot (not the baseline) also serves its control API and
 ``/metrics`` on a free port, as a deployment does; :func:`scrape_loop_lag` reads its
-``solver_loop_lag_seconds`` before and after each run, to tell its own stalls from the driver's.
+``solver_loop_lag_seconds`` (and ``_held_seconds``, the lateness less the loop thread's wait for
+a core) before and after each run, to tell its own stalls from the driver's and the machine's.
 """
 
 from __future__ import annotations
@@ -147,30 +148,48 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def scrape_loop_lag(url: str) -> dict[str, float]:
-    """The bot's ``solver_loop_lag_seconds`` as ``{upper bound: cumulative count}`` (the
-    bucket bounds as text, ``"+Inf"`` last) with ``"sum"``; empty when it cannot be read."""
+LAG = "solver_loop_lag_seconds"
+HELD = "solver_loop_lag_held_seconds"
+
+
+async def scrape_loop_lag(url: str) -> dict[str, dict[str, float]]:
+    """The bot's ``solver_loop_lag_seconds`` and ``solver_loop_lag_held_seconds`` (the lateness
+    less the loop thread's wait for a core), each as ``{upper bound: cumulative count}`` (the
+    bucket bounds as text, ``"+Inf"`` last) with ``"sum"``; empty when they cannot be read."""
     try:
         async with httpx.AsyncClient(timeout=5.0) as client:
             text = (await client.get(url)).text
     except httpx.HTTPError:
         return {}
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "solver_loop_lag_seconds":
+        if family.name not in (LAG, HELD):
             continue
+        buckets = out.setdefault(family.name, {})
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
-                out[sample.labels["le"]] = sample.value
+                buckets[sample.labels["le"]] = sample.value
             elif sample.name.endswith("_sum"):
-                out["sum"] = sample.value
+                buckets["sum"] = sample.value
     return out
 
 
-def loop_lag_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, Any] | None:
-    """How late the bot's 20 ms ticker woke between two scrapes: ticks, how many over 5 ms, and
-    the bucket of the latest (``worst_le_ms``: its upper bound; None past the last bound)."""
-    if not before or not after or "+Inf" not in after:
+def loop_lag_figures(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, Any] | None:
+    """How late the bot's 20 ms ticker woke between two scrapes (:func:`_lag_figures`), with
+    ``held``: the same figures for the lateness less the thread's wait for a core."""
+    lag = _lag_figures(before.get(LAG, {}), after.get(LAG, {}))
+    if lag is None:
+        return None
+    lag["held"] = _lag_figures(before.get(HELD, {}), after.get(HELD, {}))
+    return lag
+
+
+def _lag_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, Any] | None:
+    """Ticks, how many over 5 ms, and the bucket of the latest (``worst_le_ms``: its upper
+    bound; None past the last bound)."""
+    if not after or "+Inf" not in after:
         return None
     counts = {le: after[le] - before.get(le, 0.0) for le in after if le != "sum"}
     ticks = counts["+Inf"]

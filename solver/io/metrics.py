@@ -30,6 +30,7 @@ Series (all prefixed ``solver_``)::
     decision_seconds                          histogram  request -> decision (Quote | Skip)
     response_seconds                          histogram  request -> quote_response written
     loop_lag_seconds                          histogram  how late the 20 ms ticker woke
+    loop_lag_held_seconds                     histogram  ... less the thread's wait for a core
     free_inventory{asset}                     gauge      confirmed - reserved - floor
     reserved_inventory{asset}                 gauge      outflow held by open quotes
     pnl_marked_usd                            gauge      PnL marked to reference prices; NaN unknown
@@ -358,6 +359,14 @@ class Metrics:
             buckets=LOOP_LAG_BUCKETS,
             registry=r,
         )
+        self._loop_lag_held = Histogram(
+            "solver_loop_lag_held_seconds",
+            "How late the 20 ms ticker woke, less the time the loop's thread waited for a core "
+            "during the sleep (Linux schedstat): what the bot's own work or blocking held the "
+            "loop, at least; a core taken by another process is not in it.",
+            buckets=LOOP_LAG_BUCKETS,
+            registry=r,
+        )
         self._free = _AssetGauge(
             Gauge("solver_free_inventory", "Free inventory per asset.", ["asset"], registry=r)
         )
@@ -466,8 +475,10 @@ class Metrics:
     def observe_response(self, seconds: float) -> None:
         self._response.observe(seconds)
 
-    def observe_loop_lag(self, seconds: float) -> None:
+    def observe_loop_lag(self, seconds: float, held_s: float) -> None:
+        """A tick ``seconds`` late, ``held_s`` of it the bot's (:mod:`solver.runtime.run_queue`)."""
         self._loop_lag.observe(seconds)
+        self._loop_lag_held.observe(held_s)
 
     def heartbeat(self, unix_s: float) -> None:
         """The ticker is alive at ``unix_s``: ``SolverHeartbeatStale`` watches it."""

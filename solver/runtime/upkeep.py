@@ -44,6 +44,7 @@ from solver.io.store.retention import Pruned
 from solver.runtime import heap
 from solver.runtime.gc_pacer import GcPacer
 from solver.runtime.repeats import Repeats
+from solver.runtime.run_queue import RunQueueWait
 
 if TYPE_CHECKING:
     from solver.core.actions import Action
@@ -117,8 +118,9 @@ class UpkeepPorts:
     bus_watch: BusWatch
     refresh_gauges: Callable[[], None]
     """The operator's gauges and the paper book's metrics."""
-    observe_loop_lag: Callable[[float], None]
-    """Where the ticker's late wake-ups go (the loop-lag histogram)."""
+    observe_loop_lag: Callable[[float, float], None]
+    """Where the ticker's late wake-ups go: the lateness and the part of it the process could
+    have spent running (the loop-lag histograms)."""
     clock: Callable[[], Micros]
 
 
@@ -222,16 +224,24 @@ class Upkeep:
         :data:`GAUGES_EVERY_TICKS`, a snapshot check every second."""
         ports = self.ports
         count = 0
-        while not stop.is_set():
-            count += 1
-            self.tick(count)
-            # A plain sleep, not wait_for(stop.wait()): that made a task and a timer a tick,
-            # ~35 µs of CPU more each time (measured under uvloop); a stop waits ≤ one tick.
-            due = time.perf_counter() + TICK_S
-            await asyncio.sleep(TICK_S)
-            # How late the wake-up came is how long other work held the loop (or the core
-            # was taken): the operator's measure of stalls, requests flowing or not.
-            ports.observe_loop_lag(max(0.0, time.perf_counter() - due))
+        run_queue = RunQueueWait()  # of this thread: the loop's
+        try:
+            while not stop.is_set():
+                count += 1
+                self.tick(count)
+                # A plain sleep, not wait_for(stop.wait()): that made a task and a timer a tick,
+                # ~35 µs of CPU more each time (measured under uvloop); a stop waits ≤ one tick.
+                due = time.perf_counter() + TICK_S
+                waited = run_queue.waited_s()
+                await asyncio.sleep(TICK_S)
+                # How late the wake-up came is how long other work held the loop, or how long the
+                # core was taken: the operator's measure of stalls, requests flowing or not. Less
+                # the time the loop's thread waited for a core meanwhile, it is what the bot held
+                # the loop itself (at least): a shared machine's stall is told from the bot's.
+                lag = max(0.0, time.perf_counter() - due)
+                ports.observe_loop_lag(lag, max(0.0, lag - (run_queue.waited_s() - waited)))
+        finally:
+            run_queue.close()
 
     def project(self, slices: int = 1) -> None:
         """The query tables follow the journal in slices of :data:`PROJECT_BUDGET_S`, so the

@@ -168,7 +168,7 @@ async def test_the_upkeep_ticks_gauges_and_snapshots_through_its_ports(parts: Pa
             retain_days=parts.config.storage.retain_days,
             bus_watch=BusWatch(parts.config.alerts.bus_down_after_s),
             refresh_gauges=lambda: gauges.append("refreshed"),
-            observe_loop_lag=lags.append,
+            observe_loop_lag=lambda lag, held: lags.append(lag),
             clock=lambda: NOW_US,
         )
     )

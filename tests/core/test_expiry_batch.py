@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from solver.core.clock import Micros, micros, span
-from solver.core.desk_gaps import RecentLost
+from solver.core.desk_gaps import LostRow, RecentLost, lost_row
 from solver.core.inventory import Inventory, Reservation
 from solver.core.lifecycle import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
 
@@ -87,6 +88,57 @@ def test_add_many_keeps_the_rows_adding_each_kept(seed: int) -> None:
         batch.add_many(quotes, at)
         assert list(batch.rows.items()) == list(one.rows.items())
         assert batch.by_hash == one.by_hash
+
+
+class ReferenceLost:
+    """RecentLost as it was, on an OrderedDict: one row added and trimmed at a time."""
+
+    def __init__(self, window_s: float, max_kept: int) -> None:
+        self.window, self.max_kept = span(window_s), max_kept
+        self.rows: OrderedDict[str, LostRow] = OrderedDict()
+        self.by_hash: dict[str, str] = {}
+
+    def add(self, q: TrackedQuote, at: Micros) -> None:
+        self.rows[q.quote_id] = lost_row(q, at)
+        self.by_hash[q.quote_hash] = q.quote_id
+        while self.rows:
+            quote_id, oldest = self.rows.popitem(last=False)
+            if at - oldest[-1] <= self.window and len(self.rows) < self.max_kept:
+                self.rows[quote_id] = oldest
+                self.rows.move_to_end(quote_id, last=False)
+                return
+            self.by_hash.pop(oldest[1], None)
+
+    def pop(self, quote_id: str) -> None:
+        row = self.rows.pop(quote_id, None)
+        if row is not None:
+            self.by_hash.pop(row[1], None)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_recent_lost_keeps_what_the_ordered_dict_kept(seed: int) -> None:
+    """Rows in a plain dict with their order in a deque (issue 29): the same rows, in the same
+    order, as the OrderedDict kept, through reused ids, rows popped and added again, trims."""
+    rng = random.Random(seed)
+    ref = ReferenceLost(window_s=5.0, max_kept=rng.randint(1, 12))
+    kept = RecentLost(window_s=5.0, max_kept=ref.max_kept)
+    at = T0
+    for _ in range(40):
+        at += span(rng.choice((0, 0.5, 1, 3, 6)))
+        if rng.random() < 0.3:
+            for i in rng.sample(range(25), rng.randint(0, 4)):
+                assert (kept.pop(f"q{i}") is None) == (f"q{i}" not in ref.rows)
+                ref.pop(f"q{i}")
+        quotes = [quote(rng, i) for i in rng.sample(range(25), rng.randint(0, 8))]
+        for q in quotes:
+            ref.add(q, at)
+        if rng.random() < 0.2:
+            for q in quotes:
+                kept.add(q, at)
+        else:
+            kept.add_many(quotes, at)
+        assert list(kept.rows.items()) == list(ref.rows.items())
+        assert kept.by_hash == ref.by_hash
 
 
 def reference_release(inv: Inventory, quote_id: str) -> None:

@@ -187,6 +187,40 @@ def test_release_many_and_expired_free_what_releasing_each_freed(seed: int) -> N
     assert batch.reservations == one.reservations
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_release_expired_over_snapshots_releases_what_a_heap_released(seed: int) -> None:
+    """Deadlines filed by bucket (issue 29): snapshot after snapshot, within a bucket and across
+    several, with ids reserved again (another deadline, or the same), the reservations
+    released are those due, oldest first, as the heap of every entry popped them."""
+    rng = random.Random(seed)
+    inv = Inventory()
+    inv.set_confirmed(dict.fromkeys(ASSETS, 10**9), T0)
+    live: dict[str, Reservation] = {}
+    at = T0
+    for _ in range(30):
+        for _ in range(rng.randint(0, 8)):
+            quote_id = f"q{rng.randrange(30)}"
+            if quote_id in live and rng.random() < 0.5:
+                inv.release(quote_id)
+                del live[quote_id]
+            deadline = at + rng.randint(-(2**19), 2**22)
+            if quote_id in live or rng.random() < 0.1:
+                deadline = live[quote_id].deadline if quote_id in live else deadline
+                inv.release(quote_id)
+                live.pop(quote_id, None)
+            r = Reservation(quote_id, rng.choice(ASSETS), rng.randint(0, 9), ASSETS[0], 1, deadline)
+            assert inv.reserve(r)
+            live[quote_id] = r
+        at += rng.choice((0, 1, 2**10, 2**19, 2**20, 2**20 + 1, 3 * 2**20))
+        expected = sorted(
+            (r for r in live.values() if r.deadline < at), key=lambda r: (r.deadline, r.quote_id)
+        )
+        assert inv.release_expired(at) == expected
+        for r in expected:
+            del live[r.quote_id]
+        assert inv.reservations == live
+
+
 def reference_past_deadline(
     heap: list[tuple[Micros, str]], quotes: dict[str, TrackedQuote], before: Micros
 ) -> list[TrackedQuote]:

@@ -10,10 +10,10 @@ no clock reads.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping
 
 from solver.core.clock import SECOND, Micros
+from solver.core.deadlines import BUCKET_BITS, DeadlineBuckets
 from solver.protocol.values import value
 
 
@@ -29,11 +29,6 @@ class Reservation:
     deadline: Micros
 
 
-BUCKET_BITS = 20
-"""Deadlines are filed in buckets of 2**20 µs (~1 s): about one bucket is due a snapshot in the
-replay (a tick a second), a few live (a refresh every few seconds)."""
-
-
 class Inventory:
     def __init__(self, floors: Mapping[str, int] | None = None) -> None:
         self.floors: dict[str, int] = dict(floors or {})
@@ -41,13 +36,9 @@ class Inventory:
         self.confirmed_at: Micros | None = None
         self.reserved: dict[str, int] = {}
         self.reservations: dict[str, Reservation] = {}
-        # (deadline, quote_id) of reservations by deadline bucket (``deadline >> BUCKET_BITS``),
-        # and a heap of the buckets: releasing the expired ones costs what is due, not a walk
-        # of every open reservation at every snapshot. A snapshot sorts the few entries due
-        # (tens) instead of each costing a pop from a heap of thousands (issue 29: 2.5 → ~1 µs
-        # a quote).
-        self._buckets: dict[int, list[tuple[Micros, str]]] = {}
-        self._bucket_heap: list[int] = []
+        # (deadline, quote_id) of reservations: releasing the expired ones costs what is due,
+        # not a walk of every open reservation at every snapshot.
+        self._deadlines = DeadlineBuckets()
         # Settlements heard of (at the Micros) that no snapshot is known to include yet.
         self.unconfirmed_settlements: dict[str, tuple[Reservation, Micros]] = {}
 
@@ -106,23 +97,13 @@ class Inventory:
         reserved = self.reserved
         asset = reservation.asset_out
         reserved[asset] = reserved.get(asset, 0) + amount
-        deadline = reservation.deadline
-        bucket = self._buckets.get(deadline >> BUCKET_BITS)
+        deadline = reservation.deadline  # DeadlineBuckets.file inlined: one call less a quote
+        bucket = self._deadlines.buckets.get(deadline >> BUCKET_BITS)
         if bucket is None:
-            self._schedule(deadline, quote_id)
+            self._deadlines.file(deadline, quote_id)
         else:
             bucket.append((deadline, quote_id))
         return True
-
-    def _schedule(self, deadline: Micros, quote_id: str) -> None:
-        """File a reservation's deadline in its bucket (a new bucket joins the heap)."""
-        key = deadline >> BUCKET_BITS
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            self._buckets[key] = [(deadline, quote_id)]
-            heapq.heappush(self._bucket_heap, key)
-        else:
-            bucket.append((deadline, quote_id))
 
     def release(self, quote_id: str) -> Reservation | None:
         """Drop a reservation (rejected or lost quote); the balances are unchanged."""
@@ -183,25 +164,9 @@ class Inventory:
         """Release the reservations whose deadline is before ``snapshot_at``, oldest first; the
         reserved totals change once per asset (a snapshot releases tens at a time)."""
         expired: list[Reservation] = []
-        order, buckets = self._bucket_heap, self._buckets
-        last = snapshot_at >> BUCKET_BITS
-        if not order or order[0] > last:
+        due = self._deadlines.take_before(snapshot_at)
+        if not due:
             return expired
-        heappop = heapq.heappop
-        due: list[tuple[Micros, str]] = []
-        while order and order[0] < last:  # every deadline in it is before the snapshot
-            due += buckets.pop(heappop(order))
-        if order and order[0] == last:  # the snapshot's own bucket: what is before it
-            bucket = buckets[last]
-            kept = [entry for entry in bucket if entry[0] >= snapshot_at]
-            if len(kept) < len(bucket):
-                due += [entry for entry in bucket if entry[0] < snapshot_at]
-                if kept:
-                    buckets[last] = kept
-                else:
-                    del buckets[last]
-                    heappop(order)
-        due.sort()  # the order a heap of every entry would have popped them in
         reservations = self.reservations
         freed: dict[str, int] = {}
         for deadline, quote_id in due:
@@ -223,7 +188,7 @@ class Inventory:
                 self.reservations[reservation.quote_id] = reservation
                 asset = reservation.asset_out
                 self.reserved[asset] = self.reserved.get(asset, 0) + reservation.amount_out
-                self._schedule(reservation.deadline, reservation.quote_id)
+                self._deadlines.file(reservation.deadline, reservation.quote_id)
 
     def open_outflow(self) -> dict[str, int]:
         return dict(self.reserved)

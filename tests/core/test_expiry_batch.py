@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from solver.core.clock import Micros, micros, span
+from solver.core.deadlines import DeadlineBuckets
 from solver.core.desk_gaps import LostRow, RecentLost, lost_row
 from solver.core.inventory import Inventory, Reservation
 from solver.core.lifecycle import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
@@ -268,3 +269,29 @@ def test_past_deadline_lists_what_pushing_back_listed(seed: int) -> None:
             before = now - span(rng.choice((0, 3)))  # a later call may look less far
             expected = reference_past_deadline(heap, book.quotes, before)
             assert book.past_deadline(before) == expected
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_deadline_buckets_take_what_a_heap_popped(seed: int) -> None:
+    """DeadlineBuckets (issue 29) against the heap it replaces: entries filed in any order
+    (repeats too), taken before times that go back and forth, heads dropped by key."""
+    rng = random.Random(seed)
+    buckets, heap = DeadlineBuckets(), list[tuple[Micros, str]]()
+    at = T0
+    for _ in range(40):
+        for _ in range(rng.randint(0, 10)):
+            entry = (at + rng.randint(-(2**20), 2**23), f"k{rng.randrange(20)}")
+            buckets.file(*entry)
+            heapq.heappush(heap, entry)
+        keys = {f"k{i}" for i in rng.sample(range(20), 10)}
+        if rng.random() < 0.3:
+            buckets.drop_head_unless_in(keys)
+            while heap and heap[0][1] not in keys:
+                heapq.heappop(heap)
+        at += rng.choice((0, 1, 2**19, 2**20, 3 * 2**20))
+        before = at - rng.choice((0, 2**21))
+        popped = []
+        while heap and heap[0][0] < before:
+            popped.append(heapq.heappop(heap))
+        assert buckets.take_before(before) == popped
+        assert len(buckets) == len(heap)

@@ -11,6 +11,7 @@ already. The entries taken, and their order, are those the heap popped.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Container
 
 from solver.core.clock import Micros
@@ -54,11 +55,12 @@ class DeadlineBuckets:
             due += buckets.pop(heappop(order))
         if order and order[0] == last:  # the bucket of ``at``: what is before it
             bucket = buckets[last]
-            kept = [entry for entry in bucket if entry[0] >= at]
-            if len(kept) < len(bucket):
-                due += [entry for entry in bucket if entry[0] < at]
-                if kept:
-                    buckets[last] = kept
+            bucket.sort()  # in order since the last call but for the entries filed since
+            cut = bisect_left(bucket, (at, ""))  # the first entry not before ``at``
+            if cut:
+                due += bucket[:cut]
+                if cut < len(bucket):
+                    del bucket[:cut]
                 else:
                     del buckets[last]
                     heappop(order)
@@ -71,9 +73,11 @@ class DeadlineBuckets:
         order, buckets = self.order, self.buckets
         while order:
             bucket = buckets[order[0]]
-            bucket.sort(reverse=True)
-            while bucket and bucket[-1][1] not in keys:
-                bucket.pop()
-            if bucket:
+            bucket.sort()
+            cut, size = 0, len(bucket)
+            while cut < size and bucket[cut][1] not in keys:
+                cut += 1
+            if cut < size:
+                del bucket[:cut]
                 return
             del buckets[heapq.heappop(order)]

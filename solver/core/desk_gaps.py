@@ -26,7 +26,7 @@ still unanswered named; if they answer later and explain it, the pause lifts its
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
@@ -77,9 +77,15 @@ class RecentLost:
     def __init__(self, window_s: float, max_kept: int = 20_000) -> None:
         self.window = span(window_s)
         self.max_kept = max_kept
-        # Ordered by adding; an OrderedDict because a plain dict whose oldest entries were
-        # deleted walks their empty slots to find its first one (10 µs an add here).
-        self.rows: OrderedDict[str, LostRow] = OrderedDict()
+        # Ordered by adding (a reused id keeps its place, as a dict keeps a key assigned
+        # again). The order is also kept in ``_order``, ids oldest first: a plain dict whose
+        # oldest entries were deleted walks their empty slots to find its first one (10 µs an
+        # add here), and an OrderedDict costs its linked list at every add and trim (~0.6 µs a
+        # lost quote, issue 29). The deque holds the keys of ``rows`` in their order, and the
+        # ids popped since (``_popped``: how many of an id's first entries are such).
+        self.rows: dict[str, LostRow] = {}
+        self._order: deque[str] = deque()
+        self._popped: dict[str, int] = {}
         self.by_hash: dict[str, str] = {}
 
     def add(self, quote: TrackedQuote, at: Micros) -> None:
@@ -90,14 +96,19 @@ class RecentLost:
         are lost at ``at``, so the oldest rows a trim after each add would drop are the ones a
         trim after the last drops (issue 29). A quote id kept already (a reused id) keeps its
         place in the order: the rows added before it are trimmed first, as one at a time."""
-        rows, by_hash = self.rows, self.by_hash
+        rows, by_hash, order = self.rows, self.by_hash, self._order
         added = False
         for q in quotes:
             quote_id = q.quote_id
-            if added and quote_id in rows:
-                self._trim(at)
+            if quote_id in rows:
+                if added:
+                    self._trim(at)
+                if quote_id not in rows:  # the trim dropped it: it is added anew, last
+                    order.append(quote_id)
+            else:
+                order.append(quote_id)
             added = True
-            rows[quote_id] = (q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in,
+            rows[quote_id] = (quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in,
                               q.amount_out, q.fee, q.deadline, q.nonce, q.created_at,
                               q.updated_at, q.reason, at)  # fmt: skip
             by_hash[q.quote_hash] = quote_id
@@ -109,27 +120,41 @@ class RecentLost:
 
         Only the oldest entries are looked at: the first cut copied every entry at each add,
         150 µs a lost quote with 20,000 kept, over half of the replay's CPU (issue 29)."""
-        self.rows[row[0]] = row
-        self.by_hash[row[1]] = row[0]
+        quote_id = row[0]
+        if quote_id not in self.rows:
+            self._order.append(quote_id)
+        self.rows[quote_id] = row
+        self.by_hash[row[1]] = quote_id
         self._trim(row[-1])
 
     def _trim(self, at: Micros) -> None:
         """Drop the oldest rows while the oldest left the window at ``at`` or there are more
-        than ``max_kept``. The row looked at is taken off the front and put back when it stays
-        (no quote is built for a row dropped)."""
-        rows, by_hash, window, cap = self.rows, self.by_hash, self.window, self.max_kept
-        while rows:
-            quote_id, oldest = rows.popitem(last=False)
-            if at - oldest[-1] <= window and len(rows) < cap:  # it was counted: len <= cap
-                rows[quote_id] = oldest
-                rows.move_to_end(quote_id, last=False)
+        than ``max_kept``; only the oldest row is looked at (no quote is built for a row
+        dropped)."""
+        rows, by_hash, order = self.rows, self.by_hash, self._order
+        window, cap = self.window, self.max_kept
+        popped = self._popped
+        while order:
+            quote_id = order[0]
+            if popped and quote_id in popped:  # an entry of a row popped: not a row
+                order.popleft()
+                if popped[quote_id] > 1:
+                    popped[quote_id] -= 1
+                else:
+                    del popped[quote_id]
+                continue
+            oldest = rows[quote_id]
+            if at - oldest[-1] <= window and len(rows) <= cap:
                 return
+            order.popleft()
+            del rows[quote_id]
             by_hash.pop(oldest[1], None)
 
     def pop(self, quote_id: str) -> TrackedQuote | None:
         row = self.rows.pop(quote_id, None)
         if row is None:
             return None
+        self._popped[quote_id] = self._popped.get(quote_id, 0) + 1  # its entry: left to _trim
         self.by_hash.pop(row[1], None)
         return quote_of(row)
 

@@ -10,10 +10,10 @@ no clock reads.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping
 
 from solver.core.clock import SECOND, Micros
+from solver.core.deadlines import BUCKET_BITS, DeadlineBuckets
 from solver.protocol.values import value
 
 
@@ -36,9 +36,9 @@ class Inventory:
         self.confirmed_at: Micros | None = None
         self.reserved: dict[str, int] = {}
         self.reservations: dict[str, Reservation] = {}
-        # (deadline, quote_id) of reservations, oldest first: releasing the expired ones costs
-        # what is due, not a walk of every open reservation at every snapshot.
-        self._deadlines: list[tuple[Micros, str]] = []
+        # (deadline, quote_id) of reservations: releasing the expired ones costs what is due,
+        # not a walk of every open reservation at every snapshot.
+        self._deadlines = DeadlineBuckets()
         # Settlements heard of (at the Micros) that no snapshot is known to include yet.
         self.unconfirmed_settlements: dict[str, tuple[Reservation, Micros]] = {}
 
@@ -97,7 +97,12 @@ class Inventory:
         reserved = self.reserved
         asset = reservation.asset_out
         reserved[asset] = reserved.get(asset, 0) + amount
-        heapq.heappush(self._deadlines, (reservation.deadline, quote_id))
+        deadline = reservation.deadline  # DeadlineBuckets.file inlined: one call less a quote
+        bucket = self._deadlines.buckets.get(deadline >> BUCKET_BITS)
+        if bucket is None:
+            self._deadlines.file(deadline, quote_id)
+        else:
+            bucket.append((deadline, quote_id))
         return True
 
     def release(self, quote_id: str) -> Reservation | None:
@@ -159,13 +164,12 @@ class Inventory:
         """Release the reservations whose deadline is before ``snapshot_at``, oldest first; the
         reserved totals change once per asset (a snapshot releases tens at a time)."""
         expired: list[Reservation] = []
-        heap, reservations = self._deadlines, self.reservations
-        if not heap or heap[0][0] >= snapshot_at:
+        due = self._deadlines.take_before(snapshot_at)
+        if not due:
             return expired
-        heappop = heapq.heappop
+        reservations = self.reservations
         freed: dict[str, int] = {}
-        while heap and heap[0][0] < snapshot_at:
-            deadline, quote_id = heappop(heap)
+        for deadline, quote_id in due:
             reservation = reservations.get(quote_id)
             if reservation is not None and reservation.deadline == deadline:
                 del reservations[quote_id]
@@ -184,7 +188,7 @@ class Inventory:
                 self.reservations[reservation.quote_id] = reservation
                 asset = reservation.asset_out
                 self.reserved[asset] = self.reserved.get(asset, 0) + reservation.amount_out
-                heapq.heappush(self._deadlines, (reservation.deadline, reservation.quote_id))
+                self._deadlines.file(reservation.deadline, reservation.quote_id)
 
     def open_outflow(self) -> dict[str, int]:
         return dict(self.reserved)

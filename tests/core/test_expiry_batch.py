@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from solver.core.clock import Micros, micros, span
-from solver.core.desk_gaps import RecentLost
+from solver.core.deadlines import DeadlineBuckets
+from solver.core.desk_gaps import LostRow, RecentLost, lost_row
 from solver.core.inventory import Inventory, Reservation
 from solver.core.lifecycle import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
 
@@ -89,6 +91,57 @@ def test_add_many_keeps_the_rows_adding_each_kept(seed: int) -> None:
         assert batch.by_hash == one.by_hash
 
 
+class ReferenceLost:
+    """RecentLost as it was, on an OrderedDict: one row added and trimmed at a time."""
+
+    def __init__(self, window_s: float, max_kept: int) -> None:
+        self.window, self.max_kept = span(window_s), max_kept
+        self.rows: OrderedDict[str, LostRow] = OrderedDict()
+        self.by_hash: dict[str, str] = {}
+
+    def add(self, q: TrackedQuote, at: Micros) -> None:
+        self.rows[q.quote_id] = lost_row(q, at)
+        self.by_hash[q.quote_hash] = q.quote_id
+        while self.rows:
+            quote_id, oldest = self.rows.popitem(last=False)
+            if at - oldest[-1] <= self.window and len(self.rows) < self.max_kept:
+                self.rows[quote_id] = oldest
+                self.rows.move_to_end(quote_id, last=False)
+                return
+            self.by_hash.pop(oldest[1], None)
+
+    def pop(self, quote_id: str) -> None:
+        row = self.rows.pop(quote_id, None)
+        if row is not None:
+            self.by_hash.pop(row[1], None)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_recent_lost_keeps_what_the_ordered_dict_kept(seed: int) -> None:
+    """Rows in a plain dict with their order in a deque (issue 29): the same rows, in the same
+    order, as the OrderedDict kept, through reused ids, rows popped and added again, trims."""
+    rng = random.Random(seed)
+    ref = ReferenceLost(window_s=5.0, max_kept=rng.randint(1, 12))
+    kept = RecentLost(window_s=5.0, max_kept=ref.max_kept)
+    at = T0
+    for _ in range(40):
+        at += span(rng.choice((0, 0.5, 1, 3, 6)))
+        if rng.random() < 0.3:
+            for i in rng.sample(range(25), rng.randint(0, 4)):
+                assert (kept.pop(f"q{i}") is None) == (f"q{i}" not in ref.rows)
+                ref.pop(f"q{i}")
+        quotes = [quote(rng, i) for i in rng.sample(range(25), rng.randint(0, 8))]
+        for q in quotes:
+            ref.add(q, at)
+        if rng.random() < 0.2:
+            for q in quotes:
+                kept.add(q, at)
+        else:
+            kept.add_many(quotes, at)
+        assert list(kept.rows.items()) == list(ref.rows.items())
+        assert kept.by_hash == ref.by_hash
+
+
 def reference_release(inv: Inventory, quote_id: str) -> None:
     """Inventory.release as it was: one reservation, its total changed at once."""
     reservation = inv.reservations.pop(quote_id, None)
@@ -133,6 +186,40 @@ def test_release_many_and_expired_free_what_releasing_each_freed(seed: int) -> N
     assert batch.release_expired(snapshot_at) == expired
     assert list(batch.reserved.items()) == list(one.reserved.items())
     assert batch.reservations == one.reservations
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_release_expired_over_snapshots_releases_what_a_heap_released(seed: int) -> None:
+    """Deadlines filed by bucket (issue 29): snapshot after snapshot, within a bucket and across
+    several, with ids reserved again (another deadline, or the same), the reservations
+    released are those due, oldest first, as the heap of every entry popped them."""
+    rng = random.Random(seed)
+    inv = Inventory()
+    inv.set_confirmed(dict.fromkeys(ASSETS, 10**9), T0)
+    live: dict[str, Reservation] = {}
+    at = T0
+    for _ in range(30):
+        for _ in range(rng.randint(0, 8)):
+            quote_id = f"q{rng.randrange(30)}"
+            if quote_id in live and rng.random() < 0.5:
+                inv.release(quote_id)
+                del live[quote_id]
+            deadline = at + rng.randint(-(2**19), 2**22)
+            if quote_id in live or rng.random() < 0.1:
+                deadline = live[quote_id].deadline if quote_id in live else deadline
+                inv.release(quote_id)
+                live.pop(quote_id, None)
+            r = Reservation(quote_id, rng.choice(ASSETS), rng.randint(0, 9), ASSETS[0], 1, deadline)
+            assert inv.reserve(r)
+            live[quote_id] = r
+        at += rng.choice((0, 1, 2**10, 2**19, 2**20, 2**20 + 1, 3 * 2**20))
+        expected = sorted(
+            (r for r in live.values() if r.deadline < at), key=lambda r: (r.deadline, r.quote_id)
+        )
+        assert inv.release_expired(at) == expected
+        for r in expected:
+            del live[r.quote_id]
+        assert inv.reservations == live
 
 
 def reference_past_deadline(
@@ -182,3 +269,29 @@ def test_past_deadline_lists_what_pushing_back_listed(seed: int) -> None:
             before = now - span(rng.choice((0, 3)))  # a later call may look less far
             expected = reference_past_deadline(heap, book.quotes, before)
             assert book.past_deadline(before) == expected
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_deadline_buckets_take_what_a_heap_popped(seed: int) -> None:
+    """DeadlineBuckets (issue 29) against the heap it replaces: entries filed in any order
+    (repeats too), taken before times that go back and forth, heads dropped by key."""
+    rng = random.Random(seed)
+    buckets, heap = DeadlineBuckets(), list[tuple[Micros, str]]()
+    at = T0
+    for _ in range(40):
+        for _ in range(rng.randint(0, 10)):
+            entry = (at + rng.randint(-(2**20), 2**23), f"k{rng.randrange(20)}")
+            buckets.file(*entry)
+            heapq.heappush(heap, entry)
+        keys = {f"k{i}" for i in rng.sample(range(20), 10)}
+        if rng.random() < 0.3:
+            buckets.drop_head_unless_in(keys)
+            while heap and heap[0][1] not in keys:
+                heapq.heappop(heap)
+        at += rng.choice((0, 1, 2**19, 2**20, 3 * 2**20))
+        before = at - rng.choice((0, 2**21))
+        popped = []
+        while heap and heap[0][0] < before:
+            popped.append(heapq.heappop(heap))
+        assert buckets.take_before(before) == popped
+        assert len(buckets) == len(heap)

@@ -308,7 +308,9 @@ def test_the_recently_lost_quotes_restore_whole_from_rows_and_from_the_older_dic
     for written in (doc, older):
         rebuilt = _fresh_like(desk)
         restore(rebuilt, written)
-        assert rebuilt.gaps.recent_lost.rows == desk.gaps.recent_lost.rows
+        assert list(rebuilt.gaps.recent_lost.rows.items()) == list(
+            desk.gaps.recent_lost.rows.items()
+        )
 
 
 def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None:

@@ -1,0 +1,83 @@
+"""Deadlines by bucket: what a heap of ``(deadline, key)`` entries gives the inventory and the
+quote book, for less (issue 29).
+
+Both take out, at a snapshot or a tick, every entry due before a time, oldest first. A heap of
+every open quote (thousands) cost each quote a push and a pop of ~12 levels of tuple compares.
+Here an entry is appended to its bucket (``deadline >> BUCKET_BITS``, ~1 s), the buckets' keys
+are a small heap, and the entries due are sorted once when taken: tens of them, mostly in order
+already. The entries taken, and their order, are those the heap popped.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Container
+
+from solver.core.clock import Micros
+
+BUCKET_BITS = 20
+"""Buckets of 2**20 µs (~1 s): about one is due a snapshot or a tick in the replay (a tick a
+second), a few live (a balance refresh every few seconds)."""
+
+Entry = tuple[Micros, str]
+
+
+class DeadlineBuckets:
+    __slots__ = ("buckets", "order")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, list[Entry]] = {}
+        self.order: list[int] = []  # the buckets' keys, a heap
+
+    def __len__(self) -> int:
+        return sum(len(bucket) for bucket in self.buckets.values())
+
+    def file(self, deadline: Micros, key: str) -> None:
+        """Add the entry ``(deadline, key)`` (as a push on the heap)."""
+        bucket = self.buckets.get(deadline >> BUCKET_BITS)
+        if bucket is None:
+            self.buckets[deadline >> BUCKET_BITS] = [(deadline, key)]
+            heapq.heappush(self.order, deadline >> BUCKET_BITS)
+        else:
+            bucket.append((deadline, key))
+
+    def take_before(self, at: Micros) -> list[Entry]:
+        """Take out every entry whose deadline is before ``at``, oldest first (as popping the
+        heap while its head is before ``at``)."""
+        order, buckets = self.order, self.buckets
+        last = at >> BUCKET_BITS
+        if not order or order[0] > last:
+            return []
+        heappop = heapq.heappop
+        due: list[Entry] = []
+        while order and order[0] < last:  # every deadline in it is before ``at``
+            due += buckets.pop(heappop(order))
+        if order and order[0] == last:  # the bucket of ``at``: what is before it
+            bucket = buckets[last]
+            bucket.sort()  # in order since the last call but for the entries filed since
+            cut = bisect_left(bucket, (at, ""))  # the first entry not before ``at``
+            if cut:
+                due += bucket[:cut]
+                if cut < len(bucket):
+                    del bucket[:cut]
+                else:
+                    del buckets[last]
+                    heappop(order)
+        due.sort()
+        return due
+
+    def drop_head_unless_in(self, keys: Container[str]) -> None:
+        """Drop the oldest entries while their key is not in ``keys`` (as popping the heap
+        while its head's key is not): the oldest bucket is sorted, newest first, to see them."""
+        order, buckets = self.order, self.buckets
+        while order:
+            bucket = buckets[order[0]]
+            bucket.sort()
+            cut, size = 0, len(bucket)
+            while cut < size and bucket[cut][1] not in keys:
+                cut += 1
+            if cut < size:
+                del bucket[:cut]
+                return
+            del buckets[heapq.heappop(order)]

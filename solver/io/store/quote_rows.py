@@ -138,6 +138,10 @@ class QuoteRows:
         """The open quotes with a row, by id: their keys without a query. A rebuild leaves out
         those opened before ``open_from``; their row tells then."""
         self._counts: dict[tuple[str, str, str, int, str], int] = {}
+        self._opens: dict[Counted, int] = {}
+        self._losts: dict[Counted, int] = {}
+        """The batch's OPEN and LOST counts, by key object: hashing it is cheaper than hashing
+        a 5-tuple, and most quotes are counted OPEN then LOST (:meth:`finish` merges them)."""
         self._keys: dict[tuple[int, str, str, int], Counted] = {}
         self._valid_at: int | None = None
 
@@ -161,8 +165,13 @@ class QuoteRows:
     def finish(self, cur: Any, seq: int) -> int:
         """Write the batch's counts; return the position's ``open_from``: the entry of the
         oldest open quote without a row (retention keeps the journal from there)."""
-        rows = [(*key, n) for key, n in self._counts.items() if n]
-        self._counts.clear()
+        counts = self._counts
+        for key, n in self._opens.items():
+            counts[key.open] = counts.get(key.open, 0) + n
+        for key, n in self._losts.items():
+            counts[key.lost] = counts.get(key.lost, 0) + n
+        rows = [(*key, n) for key, n in counts.items() if n]
+        self._clear_counts()
         if rows:
             cur.executemany(UPSERT_COUNT, rows)
         if not self._open:
@@ -181,7 +190,7 @@ class QuoteRows:
     def forget(self) -> None:
         """A batch failed: what memory holds may be ahead of the tables."""
         self._valid_at = None
-        self._counts.clear()
+        self._clear_counts()
 
     # ------------------------------------------------------------------ the facts
 
@@ -190,20 +199,27 @@ class QuoteRows:
         sampled. Parsed without its signed answer unless it gets a row (the answer is the
         entry's last field and most of its text: parsing only what comes before it halves the
         cost); one call for all of it (this runs once per answer)."""
+        below = self._below
         try:
-            if self._below > _MASK:  # every quote keeps its row: all of it, parsed once
+            if below > _MASK:  # every quote keeps its row: all of it, parsed once
                 doc, sampled = orjson.loads(body), True
             else:
                 cut = body.find(',"signed_data":')
                 doc = orjson.loads(body[:cut] + "}" if cut > 0 else body)
-                code = zlib.crc32(doc["quote_id"].encode())
-                sampled = (code * _SPREAD) & _MASK < self._below  # as sampled()
+                sampled = (zlib.crc32(doc["quote_id"].encode()) * _SPREAD) & _MASK < below
                 if sampled and cut > 0:
                     doc = orjson.loads(body)
             quote_id = doc["quote_id"]
             if quote_id in self._open or quote_id in self._rowed:
                 raise f.FactError(f"quote_opened: {quote_id} is open already")
-            key = self._key(doc)
+            amount = doc["amount_in"]
+            raw = (
+                int(doc["created_at"]) // MINUTE_US,
+                doc["asset_in"],
+                doc["asset_out"],
+                len(amount if type(amount) is str else str(int(amount))),
+            )
+            key = self._keys.get(raw) or self._new_key(raw)  # as _key(doc), inlined
         except _MALFORMED as exc:
             raise f.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
         if sampled:
@@ -215,8 +231,8 @@ class QuoteRows:
             self._rowed[quote_id] = key
         else:
             self._open[quote_id] = (seq, key)
-        counts = self._counts
-        counts[key.open] = counts.get(key.open, 0) + 1
+        opens = self._opens
+        opens[key] = opens.get(key, 0) + 1
 
     def lost(self, cur: Any, seq: int, fact: f.QuotesLost) -> None:
         """Quotes that expired untouched: their row (if they have one) says it all (state LOST,
@@ -254,12 +270,12 @@ class QuoteRows:
                 ended.append((self._key(orjson.loads(body)), ""))
         if updates:
             cur.executemany(UPDATE_STATE, updates)
-        counts = self._counts
+        opens, losts = self._opens, self._losts
         for quote_id, key in known:
             if unrowed.pop(quote_id, None) is None:
                 del rowed[quote_id]
-            counts[key.open] = counts.get(key.open, 0) - 1
-            counts[key.lost] = counts.get(key.lost, 0) + 1
+            opens[key] = opens.get(key, 0) - 1
+            losts[key] = losts.get(key, 0) + 1
         for key, old in ended:
             if old:
                 self._count(key.of(old), -1)
@@ -327,13 +343,19 @@ class QuoteRows:
             doc["asset_out"],
             len(amount if type(amount) is str else str(int(amount))),
         )
-        key = self._keys.get(raw)
-        if key is None:
-            if len(self._keys) >= 4096:
-                self._keys.clear()
-            minute = ts_us(raw[0] * MINUTE_US)
-            key = self._keys[raw] = Counted((minute, raw[1], raw[2], raw[3]))
+        return self._keys.get(raw) or self._new_key(raw)
+
+    def _new_key(self, raw: tuple[int, str, str, int]) -> Counted:
+        if len(self._keys) >= 4096:
+            self._keys.clear()
+        minute = ts_us(raw[0] * MINUTE_US)
+        key = self._keys[raw] = Counted((minute, raw[1], raw[2], raw[3]))
         return key
+
+    def _clear_counts(self) -> None:
+        self._counts.clear()
+        self._opens.clear()
+        self._losts.clear()
 
     def _count(self, counted: tuple[str, str, str, int, str], n: int) -> None:
         self._counts[counted] = self._counts.get(counted, 0) + n
@@ -343,7 +365,7 @@ class QuoteRows:
         with a row are told apart by the table (the rate may have changed since)."""
         self._open.clear()
         self._rowed.clear()
-        self._counts.clear()
+        self._clear_counts()
         start, read = open_from, 0
         while True:
             rows = cur.execute(SELECT_QUOTE_FACTS, (start, seq, SCAN)).fetchall()

@@ -54,6 +54,9 @@ _MASK = 2**32 - 1
 _SPREAD = 0x9E3779B1
 SCAN = 8192
 """Journal entries read in one step of a rebuild or a search."""
+HANDOFF_CAP = 4096
+"""At most this many quotes in :attr:`QuoteRows.handoff` (emptied when full: the projection
+parses what it misses)."""
 
 SELECT_ROW = (
     "SELECT state, created_at, asset_in, asset_out, amount_in FROM quotes WHERE quote_id = ?"
@@ -97,6 +100,10 @@ class Counted:
         return (*self.key, state)
 
 
+Handed = tuple[str, str, int, str, str, int]
+"""A ``QuoteOpened`` the journal appended: its body, quote id, ``created_at``, assets and
+``amount_in``: atoms only, so the collector stops tracking the tuple (a fact held until
+projected made the bot's collections longer)."""
 Open = tuple[int, Counted]
 """An open quote without a row: the ``seq`` of its ``quote_opened`` entry, and its key."""
 _MALFORMED = (KeyError, TypeError, ValueError, orjson.JSONDecodeError)
@@ -144,6 +151,11 @@ class QuoteRows:
         a 5-tuple, and most quotes are counted OPEN then LOST (:meth:`finish` merges them)."""
         self._keys: dict[tuple[int, str, str, int], Counted] = {}
         self._valid_at: int | None = None
+        self.handoff: dict[str, Handed] = {}
+        """The ``quote_opened`` entries this process appended and has not projected yet, by
+        quote id, with the body it wrote (the SQLite journal fills it): an entry read back
+        with that very body needs no parsing (1.5 µs an answer, the projection's largest
+        cost after reading the row). A body that differs, or none, is parsed as before."""
 
     def sampled(self, quote_id: str) -> bool:
         """Whether ``quote_id`` keeps its row however it ends: a hash, so the same on every
@@ -200,6 +212,10 @@ class QuoteRows:
         entry's last field and most of its text: parsing only what comes before it halves the
         cost); one call for all of it (this runs once per answer)."""
         below = self._below
+        if self.handoff and below <= _MASK:
+            hit = self.handoff.pop(body[13 : body.find('"', 13)], None)
+            if hit is not None and hit[0] == body and self._handed(seq, hit):
+                return
         try:
             if below > _MASK:  # every quote keeps its row: all of it, parsed once
                 doc, sampled = orjson.loads(body), True
@@ -233,6 +249,22 @@ class QuoteRows:
             self._open[quote_id] = (seq, key)
         opens = self._opens
         opens[key] = opens.get(key, 0) + 1
+
+    def _handed(self, seq: int, hit: Handed) -> bool:
+        """:meth:`opened` for a quote whose entry is the body this process wrote: counted and
+        remembered from the fact's fields, unless it is sampled (False: it is parsed for its
+        row). The same fields the body gives (its text is the fact encoded)."""
+        _, quote_id, created_at, asset_in, asset_out, amount_in = hit
+        if (zlib.crc32(quote_id.encode()) * _SPREAD) & _MASK < self._below:
+            return False
+        if quote_id in self._open or quote_id in self._rowed:
+            raise f.FactError(f"quote_opened: {quote_id} is open already")
+        raw = (created_at // MINUTE_US, asset_in, asset_out, len(str(amount_in)))
+        key = self._keys.get(raw) or self._new_key(raw)
+        self._open[quote_id] = (seq, key)
+        opens = self._opens
+        opens[key] = opens.get(key, 0) + 1
+        return True
 
     def lost(self, cur: Any, seq: int, fact: f.QuotesLost) -> None:
         """Quotes that expired untouched: their row (if they have one) says it all (state LOST,

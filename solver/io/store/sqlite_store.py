@@ -213,6 +213,7 @@ class Store(StoreQueries):
         self._cur = self._conn.cursor()
         self._pruner = Pruner()
         self.journal = SqliteJournal(self._conn)
+        self.journal.handoff = self.quote_rows.handoff
         self.account = account
         self._writer = create
         self._projected_at: int | None = None  # journal.appended when nothing was left

@@ -169,6 +169,33 @@ def test_totals_are_exact_and_the_lost_quotes_a_weighted_sample(
         assert every.lost_sample_rate() == 1.0 and tenth.lost_sample_rate() == 0.1
 
 
+def test_the_writer_projects_what_it_appended_as_a_reader_would(
+    journal: Path, tmp_path: Path
+) -> None:
+    """The writer counts the quotes it appended from their facts (the journal's handoff), not
+    from their bodies: the tables are those a reader projecting the same journal builds."""
+    writer = Store(tmp_path / "writer.sqlite", lost_quote_sample_rate=0.1, checkpoint_every_s=None)
+    reader = projected(journal, tmp_path / "reader.sqlite", 0.1)
+    with writer, reader:
+        handoff = writer.quote_rows.handoff
+        handed = 0
+        for i, fact in enumerate(journal_facts()):
+            writer.journal.append(fact)
+            if i % 97 == 96:
+                writer.commit()
+                handed += len(handoff)
+                writer.project()
+                assert not handoff  # each one projected from its fact or its row's body
+        writer.commit()
+        writer.project()
+        assert handed > 2000
+        for table in ("quotes", "transitions", "fills"):
+            everything = f"SELECT * FROM {table} ORDER BY 1, 2, 3"
+            assert rows(writer, everything) == rows(reader, everything), table
+        counts = "SELECT * FROM quote_counts WHERE n != 0 ORDER BY 1, 2, 3, 4, 5"  # batches
+        assert rows(writer, counts) == rows(reader, counts)  # leave counts back at 0 apart
+
+
 def count_state(store: Store, state: str) -> int:
     found = rows(store, "SELECT SUM(n) FROM quote_counts WHERE state = ?", state)[0][0]
     return int(found or 0)

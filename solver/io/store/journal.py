@@ -34,6 +34,7 @@ import orjson
 
 from solver.core import facts as f
 from solver.core.clock import Micros
+from solver.io.store.quote_rows import HANDOFF_CAP, Handed
 from solver.io.store.schema import StoreError
 from solver.io.store.spill import Spill
 
@@ -57,6 +58,10 @@ class SqliteJournal:
         Written in a savepoint: one SQLite refuses costs the commit nothing (counted in
         :attr:`extra_failed`, logged the first time and every 1,000th)."""
         self.extra_failed = 0
+        self.handoff: dict[str, Handed] | None = None
+        """The projection's :attr:`~solver.io.store.quote_rows.QuoteRows.handoff` (the store
+        sets it): each ``QuoteOpened`` appended goes there with its body, so that projecting
+        it needs no parsing."""
         self.held: bool = False
         """While the store's checkpoint pass has the connection (in its thread): a commit
         goes to :attr:`spill` (the store sets it)."""
@@ -81,6 +86,18 @@ class SqliteJournal:
         body = orjson.dumps(f.encode(fact)).decode()
         if type(fact) is f.QuoteOpened:
             self.rows.append((fact.created_at, "quote_opened", body))
+            handoff = self.handoff
+            if handoff is not None:
+                if len(handoff) >= HANDOFF_CAP:
+                    handoff.clear()  # the projection is far behind: it parses those
+                handoff[fact.quote_id] = (
+                    body,
+                    fact.quote_id,
+                    fact.created_at,
+                    fact.asset_in,
+                    fact.asset_out,
+                    fact.amount_in,
+                )
         else:
             self.rows.append((_at(fact), f.kind_of(fact), body))
         self.appended += 1

@@ -213,6 +213,8 @@ class Store(StoreQueries):
         self._cur = self._conn.cursor()
         self._pruner = Pruner()
         self.journal = SqliteJournal(self._conn)
+        if lost_quote_sample_rate < 1.0:  # at 1 every entry is parsed for its row anyway
+            self.journal.handoff = self.quote_rows.handoff
         self.account = account
         self._writer = create
         self._projected_at: int | None = None  # journal.appended when nothing was left

@@ -36,8 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from backtest.engine import ReplayResult
 from backtest.measure.measurements import HORIZONS_S, FillRecord
+from backtest.replay_result import ReplayResult
 from backtest.report.stats import benchmark, breakdowns, ratios, span_days, trades
 from backtest.report.tables import report_sections, usd
 

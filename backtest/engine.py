@@ -60,7 +60,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from backtest.fills import LatencyModel, make_fill_model
 from backtest.measure.detail import pair_names
-from backtest.measure.measurements import QUEUE_MAX, FillRecord, Measurements
+from backtest.measure.fill_record import FillRecord
+from backtest.measure.measurements import QUEUE_MAX, Measurements
 from backtest.ports import (
     ImmediateLoop,
     LedgerNonceOracle,

@@ -28,6 +28,10 @@ Robustness rules:
   came (the connection dropped, or too many were awaited) is *unanswered*, not refused — the
   relay may hold it and use it until its deadline — and is only counted
   (``counters.unanswered``). No per-frame logging above debug.
+
+The receiving half (frames, events, replies, the state they move) is the client's base,
+:class:`~solver.io.bus_ws_receive.BusWsReceiver`; here are the connection's lifecycle and the
+sending.
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ simulated time. The replay keeps only the stream, the clock and the measurements
   stays open with its reservation (someone else could still use it) until its deadline; then the
   desk asks ``CheckNonce``, answered from the ledger (unused), and the quote is LOST.
 - **Kill switch, PnL, markouts**: the desk's. A risk pause (daily loss, drawdown, stale data,
-  reconciliation) marks the replay halted (when, and the desk's reason; the replay is the
-  executor's alert port); quoting stays paused for the rest of the replay (nobody resumes it),
-  settlement goes on. :mod:`backtest.measure.measurements` only observes (counts, fills with the
+  reconciliation) marks the replay halted (when, and the desk's reason;
+  :class:`~backtest.replay_result.RiskHalt` is the executor's alert port); quoting stays paused
+  for the rest of the replay (nobody resumes it), settlement goes on.
+  :mod:`backtest.measure.measurements` only observes (counts, fills with the
   desk's markouts, series sampled at ticks).
 
 What differs from live, on purpose: the strategy's wall-clock budget is not enforced (a timing
@@ -54,16 +55,13 @@ open quotes and the markout horizon, measurements are fixed-size.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
 
 from backtest.fills import LatencyModel, make_fill_model
 from backtest.measure.detail import pair_names
-from backtest.measure.measurements import QUEUE_MAX, FillRecord, Measurements
+from backtest.measure.fill_record import FillRecord
+from backtest.measure.measurements import QUEUE_MAX, Measurements
 from backtest.ports import (
     ImmediateLoop,
     LedgerNonceOracle,
@@ -72,6 +70,8 @@ from backtest.ports import (
     StandInSigner,
     seeded_sequence,
 )
+from backtest.replay_result import Progress, ReplayResult, RiskHalt
+from backtest.replay_start import check_header, collector_paced, lookahead, starting_balances
 from backtest.settings import BacktestSettings
 from backtest.settle import LedgerSettler
 from backtest.stream.events import Header, StreamEvent
@@ -87,52 +87,24 @@ from backtest.stream.records import (
 from backtest.unobserved import Coverage, require_competition
 from solver.config import BotConfig
 from solver.core import facts as f
-from solver.core.actions import Alert, PauseChanged, SignAndSend
+from solver.core.actions import SignAndSend
 from solver.core.clock import Micros, from_micros, micros
-from solver.core.desk import Desk
 from solver.core.events import BalancesSeen, ConnectionRestored, FeeSeen, PriceSeen, SaltSeen
 from solver.core.inventory import Inventory
 from solver.core.market import QuoteRequest
-from solver.core.pauses import RISK_KINDS
 from solver.core.view import DeskView
-from solver.errors import ConfigError
 from solver.protocol.nonce import QuoteNonces
 from solver.runtime.executor import Executor
 from solver.runtime.ports import Ports, Refresh
 from solver.runtime.wiring import build_desk
 
-__all__ = ["TICK_S", "Progress", "Replay", "ReplayResult"]
+__all__ = ["TICK_S", "Replay"]
 
 TICK_S = 1.0
 """The desk's clock in the replay: a tick every second of stream time (shorter if the config's
 balance, price or salt max age is under two seconds, so inputs refreshed at ticks stay fresh)."""
-GC_YOUNG = 10_000
-"""Tracked allocations between two passes of the cyclic collector during a replay."""
 PROGRESS_EVERY = 8192
 """``progress`` is called about this often (in records; at the end of a batch)."""
-
-
-@dataclass(frozen=True)
-class Progress:
-    events: int
-    requests: int
-    quoted: int
-    won: int
-
-
-@dataclass
-class ReplayResult:
-    measures: Measurements
-    desk: Desk
-    """The desk as the replay left it: PnL (``desk.pnl``), pauses, counters, open quotes."""
-    start_inventory: dict[str, int]
-    final_inventory: dict[str, int]
-    open_at_end: int
-    """Quotes the desk still held open when the replay ended (deadline not passed yet)."""
-    halted: dict[str, str] | None
-    coverage: Coverage
-    """How much competition was observed, what the fills rest on (:mod:`backtest.unobserved`)."""
-    header: Header | None = None
 
 
 class Replay:
@@ -190,6 +162,7 @@ class Replay:
         self.now: Micros = 0
         """The simulated clock: the time of the work being done (a request as it reaches the
         desk, an outcome, a tick)."""
+        self.halt = RiskHalt()  # the executor's alert port
         self.executor = Executor(
             self.desk,
             Ports(
@@ -201,7 +174,7 @@ class Replay:
                 nonce_oracle=LedgerNonceOracle(self.settler),
                 balances=Refresh(self._balances),
                 salt=Refresh(self._salt),
-                alerts=self,
+                alerts=self.halt,
                 metrics=None,
                 loop=ImmediateLoop(),
                 clock=self._now,
@@ -224,7 +197,6 @@ class Replay:
         self._next_tick_us = 2**62
         self._latencies = self.latency.draws()  # (ms, µs) per request
         self._clock_us = -(2**62)
-        self.halted: dict[str, str] | None = None
         self._started = False
         self._header: Header | None = None
 
@@ -254,7 +226,7 @@ class Replay:
         buffered, first_prices = self._lookahead(it)
         start_us = buffered[0][1] if buffered else micros(header.created)
         start = self._setup(start_us, first_prices)
-        with _collector_paced():
+        with collector_paced():
             count = self._replay(itertools.chain((buffered,), it))
             return self._finish(count, start_us, start)
 
@@ -375,7 +347,7 @@ class Replay:
             start,
             self.settler.balances(self.tokens),
             len(self.desk.book.quotes),
-            self.halted,
+            self.halt.halted,
             self.relay.coverage,
             self._header,
         )
@@ -390,62 +362,26 @@ class Replay:
         return Progress(count, m.requests, m.quoted, m.won)
 
     def _check_header(self, header: Header) -> None:
-        for asset, info in header.tokens.items():
-            ours = self.decimals.get(asset)
-            if ours is not None and ours != info.decimals:
-                raise ConfigError(
-                    f"{asset}: the stream says {info.decimals} decimals, the config {ours}"
-                )
+        check_header(header, self.decimals)
 
     def _lookahead(self, it: Iterator[Sequence[Record]]) -> tuple[list[Record], dict[str, float]]:
         """Read ahead until every token that may be held has a price: the traded ones (for
-        their default balance) and those given a balance; at most ``lookahead_events`` records
-        are looked at. The records read (whole batches, at least one record unless the stream
-        is empty) and the first price of each token. The desk hears these prices only at
-        their time."""
+        their default balance) and those given a balance (:func:`~backtest.replay_start.lookahead`,
+        at most ``lookahead_events`` records)."""
         need = {a for pair in self.routes for a in pair}
         need |= {a for a, amount in self.settings.balances.items() if amount}
         need -= set(self.static)
-        limit = self.settings.lookahead_events
-        buffered: list[Record] = []
-        first: dict[str, float] = {}
-        seen = 0
-        while need and seen < limit:
-            batch = next(it, None)
-            if batch is None:
-                break
-            buffered.extend(batch)
-            for rec in batch:
-                if not need or seen >= limit:
-                    break
-                seen += 1
-                if rec[0] == REC_PRICE and rec[2] not in first:
-                    usd = float(rec[3])
-                    if usd > 0:
-                        first[rec[2]] = usd
-                        need.discard(rec[2])
-        while not buffered:
-            batch = next(it, None)
-            if batch is None:
-                break
-            buffered.extend(batch)
-        return buffered, first
+        return lookahead(it, need, self.settings.lookahead_events)
 
     def _starting_balances(self, first_prices: dict[str, float]) -> dict[str, int]:
-        explicit = self.settings.balances
-        traded = {a for pair in self.routes for a in pair}
-        prices = {**self.static, **first_prices}
-        balances: dict[str, int] = {}
-        for asset in self.tokens:
-            if asset in explicit:
-                balances[asset] = explicit[asset]
-            elif asset in traded and asset in prices:
-                usd = Decimal(repr(self.settings.starting_usd))
-                whole = usd / Decimal(repr(prices[asset]))
-                balances[asset] = int(whole.scaleb(self.decimals[asset]))
-            else:
-                balances[asset] = 0
-        return balances
+        return starting_balances(
+            self.tokens,
+            self.settings.balances,
+            {a for pair in self.routes for a in pair},
+            {**self.static, **first_prices},
+            self.settings.starting_usd,
+            self.decimals,
+        )
 
     # ------------------------------------------------------------------ scheduled work
 
@@ -495,19 +431,6 @@ class Replay:
     def _on_markout(self, fact: f.Markout) -> None:
         self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
 
-    # ------------------------------------------------------------------ the alert port
-
-    def alert(self, alert: Alert, now: Micros) -> None:
-        """Nobody to tell in a replay: a risk pause halts it (below)."""
-
-    def pause_changed(self, change: PauseChanged) -> None:
-        pause = change.pause
-        if change.active and pause.kind in RISK_KINDS and self.halted is None:
-            self.halted = {
-                "at": from_micros(pause.at).isoformat(timespec="microseconds"),
-                "reason": f"{pause.kind}: {pause.reason}",
-            }
-
     # ------------------------------------------------------------------ records
 
     def _informed(self, quote_id: str, t_us: int) -> None:
@@ -532,21 +455,6 @@ class Replay:
     def _all_priced(self) -> bool:
         prices = self.desk.state.prices
         return all(a in prices for a, amount in self.desk.inventory.confirmed.items() if amount)
-
-
-@contextlib.contextmanager
-def _collector_paced() -> Iterator[None]:
-    """The cyclic collector's youngest generation at :data:`GC_YOUNG` objects for the replay
-    (then as it was). A replay leaves a couple of tracked objects per request alive for a
-    while (open quotes, pending outcomes), so at CPython's 700 the collector walked the young
-    ones ~270 times per 100k requests and promoted them into costly older passes: 4.5 % of
-    the CPU. Cycles are rare here (refcounting frees the rest), so memory stays flat."""
-    young, *older = gc.get_threshold()
-    gc.set_threshold(max(young, GC_YOUNG), *older)
-    try:
-        yield
-    finally:
-        gc.set_threshold(young, *older)
 
 
 def _no_time() -> float:

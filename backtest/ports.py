@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backtest.fills import LOST_LATE, CompetitorBook, FillModel
-from backtest.measure.measurements import QUEUE_MAX, FillRecord, Measurements
+from backtest.measure.fill_record import FillRecord
+from backtest.measure.measurements import QUEUE_MAX, Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
 from backtest.unobserved import Coverage
 from solver.core import events as ev

@@ -120,7 +120,15 @@ STAGES: Stages = [
         "executor and bot: request, outbox, metrics",
         _in("solver/runtime/executor.py", "solver/runtime/bot.py", "solver/io/metrics.py"),
     ),
-    (PARSE, _in("solver/io/bus_ws.py", "solver/io/bus_frames.py", "solver/io/ws_link.py")),
+    (
+        PARSE,
+        _in(
+            "solver/io/bus_ws.py",
+            "solver/io/bus_ws_receive.py",
+            "solver/io/bus_frames.py",
+            "solver/io/ws_link.py",
+        ),
+    ),
     (
         "HTTP client of the jobs (httpx, httpcore, anyio, h11), stack cut above it",
         lambda f: any(lib in f for lib in ("httpx/", "httpcore/", "anyio/", "h11/")),

@@ -6,9 +6,10 @@ edge per fill, markouts, PnL marked to market, drawdown and daily loss are the d
 
 - **counts**: requests, quotes, skips (the desk's counters, copied at the end), outcomes the
   fill model decided, settlements the ledger refused, stream events by kind;
-- **fills** (``fills.csv``): one :class:`FillRecord` per settlement, with the prices and realized
-  edge of the desk's ``QuoteMoved`` fact and its markouts from the desk's ``Markout`` facts; a
-  record leaves memory once its last horizon has passed and it was handed to the sink;
+- **fills** (``fills.csv``): one :class:`~backtest.measure.fill_record.FillRecord` per
+  settlement, with the prices and realized edge of the desk's ``QuoteMoved`` fact and its
+  markouts from the desk's ``Markout`` facts; a record leaves memory once its last horizon has
+  passed and it was handed to the sink;
 - **series** for the report: PnL and drawdown (the desk's, sampled at every tick), inventory per
   token (after every fill); ``max_drawdown_usd`` is the largest drawdown seen at a tick;
 - **the hold benchmark**: what the starting inventory alone would have made, marked at the same
@@ -29,7 +30,8 @@ edge per fill, markouts, PnL marked to market, drawdown and daily loss are the d
   or the skip's reason) per time bucket.
 
 Memory is flat in the stream length: histograms have fixed bins, time series are downsampled
-(:class:`Downsampled`), fills wait at most the longest markout horizon.
+(:class:`~backtest.measure.downsampled.Downsampled`), fills wait at most the longest markout
+horizon.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from backtest.measure.detail import (
@@ -51,6 +52,8 @@ from backtest.measure.detail import (
     Timeline,
     TradeBook,
 )
+from backtest.measure.downsampled import Downsampled
+from backtest.measure.fill_record import FillRecord
 from solver.core.pnl import MARKOUT_HORIZONS_S
 
 HORIZONS_S: tuple[int, ...] = MARKOUT_HORIZONS_S
@@ -60,60 +63,6 @@ QUEUE_MAX = 4096
 """Requests or outcomes queued before they are counted anyway (memory stays flat between
 ticks however dense the stream)."""
 SIZE_BINS_PER_DECADE = 5
-
-
-@dataclass(slots=True)
-class FillRecord:
-    quote_id: str
-    requested_at: datetime
-    settled_at: datetime
-    asset_in: str
-    asset_out: str
-    exact_in: bool
-    amount_in: int
-    amount_out: int
-    fee: int
-    price_in: float
-    price_out: float
-    edge_bps: float
-    realized_usd: float
-    markouts: dict[int, float] = field(default_factory=dict)
-    done_us: int = 0
-    """When its last markout is due (µs since the epoch): after the tick at that time, done."""
-    observed: bool = True
-    """Whether its request's competitor was observed (else the competition was modelled)."""
-    informed: bool = False
-    """Whether the stream labelled its request informed (synth's ``informed`` events)."""
-
-
-class Downsampled:
-    """A time series of at most ``2 * capacity`` points over any run length.
-
-    Every ``stride``-th point is kept; when the series is full, every other point is dropped and
-    the stride doubles. Deterministic, and the kept points stay evenly spread over the run.
-    """
-
-    def __init__(self, capacity: int = 1000) -> None:
-        self.capacity = capacity
-        self.points: list[tuple[float, tuple[float, ...]]] = []
-        self.stride = 1
-        self._count = 0
-        self.last: tuple[float, tuple[float, ...]] | None = None
-
-    def add(self, t: float, values: tuple[float, ...]) -> None:
-        self.last = (t, values)
-        if self._count % self.stride == 0:
-            self.points.append((t, values))
-            if len(self.points) >= 2 * self.capacity:
-                self.points = self.points[::2]
-                self.stride *= 2
-        self._count += 1
-
-    def series(self) -> list[tuple[float, tuple[float, ...]]]:
-        """The kept points and the latest one (so a plot reaches the end of the run)."""
-        if self.last is not None and (not self.points or self.points[-1] is not self.last):
-            return [*self.points, self.last]
-        return list(self.points)
 
 
 class Measurements:

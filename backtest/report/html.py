@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from backtest.engine import ReplayResult
 from backtest.measure.measurements import HORIZONS_S
+from backtest.replay_result import ReplayResult
 from backtest.report import plots, trust
 from backtest.report.tables import halted_note, markout_groups
 from backtest.units import format_whole

@@ -36,8 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from backtest.engine import ReplayResult
-from backtest.measure.measurements import HORIZONS_S, FillRecord
+from backtest.measure.fill_record import FillRecord
+from backtest.measure.measurements import HORIZONS_S
+from backtest.replay_result import ReplayResult
 from backtest.report.stats import benchmark, breakdowns, ratios, span_days, trades
 from backtest.report.tables import report_sections, usd
 
@@ -116,7 +117,8 @@ def write_series(out: Path, result: ReplayResult) -> dict[str, Path]:
     """``equity.csv`` (equity, PnL and its parts, hold, PnL over hold and drawdown at the desk's
     ticks) and ``inventory.csv`` (each token's balance after each settlement, smallest units),
     beside ``fills.csv``: the curves of the report as data, for a notebook or a spreadsheet.
-    Both are thinned evenly to at most about 2,000 rows (:class:`Downsampled`)."""
+    Both are thinned evenly to at most about 2,000 rows
+    (:class:`~backtest.measure.downsampled.Downsampled`)."""
     m = result.measures
     start = result.desk.pnl.start_equity or 0.0
     paths = {"equity": out / "equity.csv", "inventory": out / "inventory.csv"}

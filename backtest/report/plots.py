@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from backtest.engine import ReplayResult
 from backtest.measure.detail import LATENCY_CAP_MS
 from backtest.measure.measurements import HORIZONS_S, SIZE_BINS_PER_DECADE
+from backtest.replay_result import ReplayResult
 from backtest.report.tables import markout_groups
 
 DPI = 80

@@ -25,9 +25,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from backtest.engine import ReplayResult
 from backtest.measure.detail import DAY_S, TradeBook
 from backtest.measure.measurements import HORIZONS_S
+from backtest.replay_result import ReplayResult
 from backtest.report.tables import iso, usd
 
 MIN_DAYS = 30

@@ -1,6 +1,6 @@
 """The report's derived figures, as plain data for ``summary.json`` and the HTML tables.
 
-Each function reads a finished :class:`~backtest.engine.ReplayResult` (the desk's books and
+Each function reads a finished :class:`~backtest.replay_result.ReplayResult` (the desk's books and
 :mod:`backtest.measure.measurements`'s breakdowns) and returns JSON-ready values: USD rounded to
 1e-6, bps to 1e-4, times as ISO 8601 UTC, nothing from the wall clock, so ``summary.json`` stays
 byte-identical between identical runs.
@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from backtest.engine import ReplayResult
 from backtest.measure.detail import DAY_S, Moments, PairStats
 from backtest.measure.measurements import HORIZONS_S
+from backtest.replay_result import ReplayResult
 from backtest.settings import BacktestSettings
 from solver.config import BotConfig
 

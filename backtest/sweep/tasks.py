@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from backtest.engine import Replay, ReplayResult
+from backtest.engine import Replay
+from backtest.replay_result import ReplayResult
 from backtest.report.tables import usd
 from backtest.settings import validate_settings
 from backtest.stream.read import read_stream

@@ -28,18 +28,19 @@ Robustness rules:
   came (the connection dropped, or too many were awaited) is *unanswered*, not refused — the
   relay may hold it and use it until its deadline — and is only counted
   (``counters.unanswered``). No per-frame logging above debug.
+
+The receiving half (frames, events, replies, the state they move) is the client's base,
+:class:`~solver.io.bus_ws_receive.BusWsReceiver`; here are the connection's lifecycle and the
+sending.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import orjson
 from pydantic import BaseModel
@@ -49,16 +50,22 @@ from websockets.exceptions import InvalidStatus, InvalidURI
 from solver.core.quoting import Quote
 from solver.errors import ConfigError, ProtocolError, RemoteError, SolverError, TransportError
 from solver.io.backoff import Jitter, backoff, classify
-from solver.io.bus_frames import BUS_REQUESTS, Skip, parse_quote_status_event
+from solver.io.bus_ws_receive import (
+    CONNECTING,
+    DISCONNECTED,
+    STOPPED,
+    BusWsReceiver,
+    PendingReply,
+    QuoteCallback,
+    ResponseCallback,
+    StateCallback,
+    StatusCallback,
+)
 from solver.io.conn_notes import display_url, next_attempt
 from solver.io.ws_link import QuoteLink
 from solver.protocol.bus import (
     JSONRPC,
-    QuoteStatusEvent,
-    rename_asset_fields,
-    unwrap_event,
 )
-from solver.protocol.quote_request import BadQuoteRequest, QuoteRequest
 from solver.protocol.quote_signing import SignedQuote
 
 log = logging.getLogger("solver.io.bus_ws")
@@ -74,55 +81,9 @@ _ANSWER_OUT = _ANSWER % b"amount_out"
 (JSON); the request :func:`~solver.protocol.bus.quote_response` and orjson would write."""
 _ANSWER_IN = _ANSWER % b"amount_in"
 """An exact-out request's: ``amount_in`` is the side it left open."""
-_NO_METADATA: Final[dict[str, Any]] = {}
-"""An event without a metadata object (read, never written)."""
-
-QuoteCallback = Callable[[QuoteRequest], Awaitable[None] | None]
-StatusCallback = Callable[[QuoteStatusEvent], Awaitable[None] | None]
-StateCallback = Callable[[str], None]
-ResponseCallback = Callable[[str, bool, str | None], None]
-
-# Connection states reported to ``on_state``.
-CONNECTING: Final = "connecting"
-CONNECTED: Final = "connected"  # connected *and* both subscriptions confirmed
-DISCONNECTED: Final = "disconnected"
-STOPPED: Final = "stopped"
-
-# ---------------------------------------------------------------------------- the client
 
 
-@dataclass
-class WsCounters:
-    """Plain counters, cheap to bump, read by metrics and tests."""
-
-    connects: int = 0  # sessions that reached CONNECTED
-    reconnects: int = 0  # of those, the ones after the first
-    connect_failures: int = 0
-    disconnects: int = 0
-    frames_in: int = 0
-    quotes_in: int = 0
-    quote_statuses_in: int = 0
-    responses_ok: int = 0
-    responses_failed: int = 0
-    unanswered: int = 0  # sent, no reply before the connection dropped (not a refusal)
-    callback_errors: int = 0
-    bad_frames: dict[str, int] = field(default_factory=dict)
-
-    def bad(self, reason: str) -> None:
-        self.bad_frames[reason] = self.bad_frames.get(reason, 0) + 1
-
-
-@dataclass(slots=True)
-class _Pending:
-    kind: str  # "subscribe" | "quote_response"
-    tag: str  # the subscription kind, or the quote_id
-
-
-def _noop_state(state: str) -> None:
-    return None
-
-
-class BusWsClient:
+class BusWsClient(BusWsReceiver):
     """A self-healing solver connection to the relay. Start it with ``await run(stop)``."""
 
     def __init__(
@@ -153,34 +114,27 @@ class BusWsClient:
         if max_frame_bytes <= 0 or transport_max_bytes < max_frame_bytes:
             raise ConfigError("need 0 < max_frame_bytes <= transport_max_bytes")
         backoff(backoff_initial_s, backoff_max_s, backoff_factor, backoff_jitter)  # validate
-        self.url = ws_url
-        self.prefix = asset_field_prefix
-        self.counters = WsCounters()
-        self.connected = False
-        self.state = DISCONNECTED
-        self._on_quote = on_quote
-        self._on_quote_status = on_quote_status
-        self._on_state = on_state or _noop_state
-        self._on_response = on_response
+        super().__init__(
+            ws_url,
+            on_quote=on_quote,
+            on_quote_status=on_quote_status,
+            on_state=on_state,
+            on_response=on_response,
+            asset_field_prefix=asset_field_prefix,
+            max_frame_bytes=max_frame_bytes,
+            max_inflight=max_inflight,
+        )
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._backoff_args = (backoff_initial_s, backoff_max_s, backoff_factor, backoff_jitter)
         self._backoff_seed = backoff_seed
-        self._max_frame = max_frame_bytes
         self._transport_max = transport_max_bytes
         self._open_timeout = open_timeout_s
         self._subscribe_timeout = subscribe_timeout_s
         self._ping_interval = ping_interval_s
-        self._max_inflight = max_inflight
         # permessage-deflate costs CPU on every frame of the hot path; off unless asked for.
         self._compression: str | None = "deflate" if compression else None
         self._ws: QuoteLink | None = None
-        self._subs: dict[str, str] = {}  # subscription id -> kind
-        self._subscribed = asyncio.Event()
-        self._leave = asyncio.Event()  # set by a fatal reply: the session ends
-        self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._next_id = 0
-        self._fatal: SolverError | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -344,16 +298,6 @@ class BusWsClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(stop_wait, sub_wait, return_exceptions=True)
 
-    def _set_state(self, state: str) -> None:
-        if state == self.state:
-            return
-        self.state = state
-        try:
-            self._on_state(state)
-        except Exception:
-            self.counters.callback_errors += 1
-            log.exception("on_state callback failed")
-
     async def _cancel_tasks(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:
@@ -405,7 +349,7 @@ class BusWsClient:
                 )  # fmt: skip
         except TypeError as exc:
             raise ProtocolError(f"quote_response params are not JSON: {exc}") from None
-        self._send_frame(frame, request_id, _Pending("quote_response", request.quote_id), ws)
+        self._send_frame(frame, request_id, PendingReply("quote_response", request.quote_id), ws)
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         """Answers sent inside leave in one write at the end (:meth:`QuoteLink.corked`)."""
@@ -421,9 +365,11 @@ class BusWsClient:
             )
         except TypeError as exc:
             raise ProtocolError(f"{method} params are not JSON: {exc}") from None
-        self._send_frame(frame, request_id, _Pending(method, tag), ws)
+        self._send_frame(frame, request_id, PendingReply(method, tag), ws)
 
-    def _send_frame(self, frame: bytes, request_id: int, entry: _Pending, ws: QuoteLink) -> None:
+    def _send_frame(
+        self, frame: bytes, request_id: int, entry: PendingReply, ws: QuoteLink
+    ) -> None:
         """Write ``frame`` and await its reply as ``entry`` (not if it could not be sent)."""
         pending = self._pending
         pending[request_id] = entry
@@ -436,179 +382,6 @@ class BusWsClient:
         except TransportError:
             pending.pop(request_id, None)
             raise
-
-    # ------------------------------------------------------------------ receiving
-
-    def handle_frame(self, raw: bytes | str) -> None:
-        """Handle one incoming frame; never raises on bad input (it is counted instead)."""
-        if len(raw) > self._max_frame:
-            self._bad("too_large", f"{len(raw)} bytes")
-            return
-        try:
-            frame = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            self._bad("invalid_json", "")
-            return
-        if not isinstance(frame, dict):
-            self._bad("not_object", type(frame).__name__)
-            return
-        method = frame.get("method")
-        if method == "event":
-            self._on_event(frame.get("params"))
-        elif method is None and ("result" in frame or "error" in frame):
-            self._on_reply(frame)
-        else:
-            self._bad("unknown_frame", str(method)[:40])
-
-    def _on_event(self, params: Any) -> None:
-        if type(params) is dict and type(data := params.get("data")) is dict:
-            sub = params.get("subscription")  # the nested envelope (the relay's): no copy
-            metadata = params.get("metadata")
-            if type(sub) is not str:
-                sub = None
-            if type(metadata) is not dict:
-                metadata = _NO_METADATA
-        else:
-            try:
-                sub, data, metadata = unwrap_event(params)
-            except ValueError:
-                self._bad("bad_envelope", "event params are not an object")
-                return
-        kind = self._subs.get(sub) if sub is not None else None
-        if kind is None:  # before the subscribe reply, or a flat envelope without an id
-            kind = "quote" if "quote_id" in data else "quote_status" if "quote_hash" in data else ""
-        if kind == "quote":
-            if self.prefix != "core":
-                data = rename_asset_fields(data, self.prefix, "core")
-            partner = metadata.get("partner_id")
-            try:  # parse_quote_event's work, one call fewer
-                request = BUS_REQUESTS.parse(data, partner if type(partner) is str else None)
-            except BadQuoteRequest as exc:
-                self._bad("quote." + exc.field, str(data.get("quote_id"))[:80])
-                return
-            self.counters.quotes_in += 1
-            self._dispatch(self._on_quote, request)
-        elif kind == "quote_status":
-            status = parse_quote_status_event(data)
-            if isinstance(status, Skip):
-                self._bad(status.reason, "")
-                return
-            self.counters.quote_statuses_in += 1
-            if self._on_quote_status is not None:
-                self._dispatch(self._on_quote_status, status)
-        else:
-            self._bad("unknown_event", str(sub)[:40])
-
-    def _on_reply(self, frame: dict[str, Any]) -> None:
-        request_id = frame.get("id")
-        entry = self._pending.pop(request_id, None) if type(request_id) is int else None
-        error = frame.get("error")
-        if entry is None:
-            self._bad("unmatched_reply", _error_text(error) if error is not None else "")
-            return
-        result = frame.get("result")
-        if entry.kind == "quote_response":
-            if error is None and result == "OK":  # the answer's reply, nearly always
-                self.counters.responses_ok += 1
-                on_response = self._on_response
-                if on_response is not None:
-                    try:
-                        on_response(entry.tag, True, None)
-                    except Exception:
-                        self.counters.callback_errors += 1
-                        log.exception("on_response callback failed")
-                return
-        elif entry.kind == "subscribe":
-            if error is None and isinstance(result, str) and result:
-                self._subs[result] = entry.tag
-                if set(self._subs.values()) >= {"quote", "quote_status"}:
-                    self._confirm_subscribed()
-            else:
-                text = _error_text(error) if error is not None else f"bad result {result!r:.80}"
-                self._fatal = RemoteError(
-                    f"subscribe {entry.tag} refused: {text}", code=_error_code(error)
-                )
-            return
-        if error is None and result == "OK":
-            self._report(entry, True, None)
-        else:
-            reason = (
-                _error_text(error) if error is not None else f"unexpected result {result!r:.80}"
-            )
-            self._report(entry, False, reason)
-
-    def _confirm_subscribed(self) -> None:
-        if self._subscribed.is_set():
-            return
-        self._subscribed.set()
-        self.connected = True
-        self.counters.connects += 1
-        if self.counters.connects > 1:
-            self.counters.reconnects += 1
-        log.info("subscribed to the relay at %s", self.url)
-        self._set_state(CONNECTED)
-
-    def _report(self, entry: _Pending, ok: bool, reason: str | None) -> None:
-        if entry.kind != "quote_response":
-            return
-        if ok:
-            self.counters.responses_ok += 1
-        else:
-            self.counters.responses_failed += 1
-        if self._on_response is None:
-            return
-        try:
-            self._on_response(entry.tag, ok, reason)
-        except Exception:
-            self.counters.callback_errors += 1
-            log.exception("on_response callback failed")
-
-    def _drop_pending(self) -> None:
-        """The connection is gone: replies still awaited will never come. Nothing is reported
-        (an unanswered answer is not a refused one); the replies are only counted."""
-        pending, self._pending = self._pending, OrderedDict()
-        self.counters.unanswered += sum(1 for e in pending.values() if e.kind == "quote_response")
-
-    def _dispatch(self, callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
-        """Call a user callback; an awaitable result runs as a task. Errors are contained."""
-        if len(self._tasks) >= self._max_inflight:
-            self._bad("overloaded", "too many callbacks in flight")
-            return
-        try:
-            result = callback(*args)
-        except Exception:
-            self.counters.callback_errors += 1
-            log.exception("event callback failed")
-            return
-        if result is not None and inspect.isawaitable(result):  # the bot's are plain calls
-            task = asyncio.get_running_loop().create_task(self._guard(result))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _guard(self, awaitable: Awaitable[None]) -> None:
-        try:
-            await awaitable
-        except Exception:
-            self.counters.callback_errors += 1
-            log.exception("event callback failed")
-
-    def _bad(self, reason: str, detail: str) -> None:
-        self.counters.bad(reason)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("skipped a relay frame (%s) %s", reason, detail)
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, dict):
-        message = error.get("message")
-        if isinstance(message, str):
-            return message
-    return str(error)[:200]
-
-
-def _error_code(error: Any) -> int | None:
-    code = error.get("code") if isinstance(error, dict) else None
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def _map_connect_error(exc: Exception) -> SolverError:

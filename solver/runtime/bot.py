@@ -40,7 +40,8 @@ from solver.errors import ConfigError, SolverError
 from solver.io.alert_policy import BusWatch
 from solver.io.alert_spool import AlertSpool, spool_path
 from solver.io.bus_rpc import BusRpcClient
-from solver.io.bus_ws import CONNECTED, BusWsClient
+from solver.io.bus_ws import BusWsClient
+from solver.io.bus_ws_receive import CONNECTED
 from solver.io.control import ControlServer, StoreRoutes, create_control_app, serve_control
 from solver.io.desk_ports import (
     BusStatusSource,

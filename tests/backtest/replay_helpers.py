@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from backtest.engine import Replay, ReplayResult
+from backtest.engine import Replay
+from backtest.replay_result import ReplayResult
 from backtest.settings import BacktestSettings, validate_settings
 from backtest.stream.events import (
     CompetitorEvent,

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from backtest.engine import Replay
-from backtest.measure.measurements import Downsampled, FillRecord
+from backtest.measure.downsampled import Downsampled
+from backtest.measure.fill_record import FillRecord
 from backtest.report.outputs import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent

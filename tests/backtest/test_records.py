@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from backtest.stream import read as read_module
+from backtest.stream import line_parser
 from backtest.stream.format import Malformed, StreamError, format_ts
 from backtest.stream.kinds import partner_of, price
 from backtest.stream.read import read_stream
@@ -184,7 +184,7 @@ def test_the_short_way_reads_every_line_as_the_long_way(
         return got, reader.stats.as_dict(), error
 
     short = outcome()
-    monkeypatch.setattr(read_module, "_SHORT_WAY", {})
+    monkeypatch.setattr(line_parser, "_SHORT_WAY", {})
     long = outcome()
     assert short == long
     assert len(short[0]) > 100 and short[1]["malformed_total"] > 100

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from backtest.engine import Progress, Replay
+from backtest.engine import Replay
+from backtest.replay_result import Progress
 from backtest.report.html import SECTIONS, render_html
 from backtest.report.outputs import FILL_COLUMNS, FillsCsv, summary
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent

@@ -1,0 +1,311 @@
+"""The receiving half of the bus websocket client: frames in, typed events out to the callbacks,
+the relay's replies matched to what was sent, and the connection state they move.
+
+:class:`BusWsReceiver` is the base of :class:`~solver.io.bus_ws.BusWsClient`, which adds the
+connection's lifecycle and the sending. Split off by role so the hot path of an incoming frame
+(:meth:`BusWsReceiver.handle_frame`, reached from :class:`~solver.io.ws_link.QuoteLink` while the
+socket's bytes are parsed) reads on its own; its rules (bad frames are counted, never raised;
+callbacks' errors are contained; an answer without a reply is unanswered, not refused) are
+those of :mod:`solver.io.bus_ws`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from solver.errors import RemoteError, SolverError
+from solver.io.bus_frames import BUS_REQUESTS, Skip, parse_quote_status_event
+from solver.protocol.bus import QuoteStatusEvent, rename_asset_fields, unwrap_event
+from solver.protocol.quote_request import BadQuoteRequest, QuoteRequest
+
+__all__ = [
+    "CONNECTED",
+    "CONNECTING",
+    "DISCONNECTED",
+    "STOPPED",
+    "BusWsReceiver",
+    "PendingReply",
+    "QuoteCallback",
+    "ResponseCallback",
+    "StateCallback",
+    "StatusCallback",
+    "WsCounters",
+]
+
+log = logging.getLogger("solver.io.bus_ws")  # the client's one logger, as before the split
+
+
+_NO_METADATA: Final[dict[str, Any]] = {}
+"""An event without a metadata object (read, never written)."""
+
+QuoteCallback = Callable[[QuoteRequest], Awaitable[None] | None]
+StatusCallback = Callable[[QuoteStatusEvent], Awaitable[None] | None]
+StateCallback = Callable[[str], None]
+ResponseCallback = Callable[[str, bool, str | None], None]
+
+# Connection states reported to ``on_state``.
+CONNECTING: Final = "connecting"
+CONNECTED: Final = "connected"  # connected *and* both subscriptions confirmed
+DISCONNECTED: Final = "disconnected"
+STOPPED: Final = "stopped"
+
+# ---------------------------------------------------------------------------- the client
+
+
+@dataclass
+class WsCounters:
+    """Plain counters, cheap to bump, read by metrics and tests."""
+
+    connects: int = 0  # sessions that reached CONNECTED
+    reconnects: int = 0  # of those, the ones after the first
+    connect_failures: int = 0
+    disconnects: int = 0
+    frames_in: int = 0
+    quotes_in: int = 0
+    quote_statuses_in: int = 0
+    responses_ok: int = 0
+    responses_failed: int = 0
+    unanswered: int = 0  # sent, no reply before the connection dropped (not a refusal)
+    callback_errors: int = 0
+    bad_frames: dict[str, int] = field(default_factory=dict)
+
+    def bad(self, reason: str) -> None:
+        self.bad_frames[reason] = self.bad_frames.get(reason, 0) + 1
+
+
+@dataclass(slots=True)
+class PendingReply:
+    """A request sent whose reply is awaited (by its id in the JSON-RPC frame)."""
+
+    kind: str  # "subscribe" | "quote_response"
+    tag: str  # the subscription kind, or the quote_id
+
+
+def _noop_state(state: str) -> None:
+    return None
+
+
+class BusWsReceiver:
+    """Handles the relay's frames for :class:`~solver.io.bus_ws.BusWsClient` (its base): events
+    to the callbacks, replies to the requests awaited, the subscriptions and the state."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_quote: QuoteCallback,
+        on_quote_status: StatusCallback | None,
+        on_state: StateCallback | None,
+        on_response: ResponseCallback | None,
+        asset_field_prefix: str,
+        max_frame_bytes: int,
+        max_inflight: int,
+    ) -> None:
+        self.url = url
+        self.prefix = asset_field_prefix
+        self.counters = WsCounters()
+        self.connected = False
+        self.state = DISCONNECTED
+        self._on_quote = on_quote
+        self._on_quote_status = on_quote_status
+        self._on_state = on_state or _noop_state
+        self._on_response = on_response
+        self._max_frame = max_frame_bytes
+        self._max_inflight = max_inflight
+        self._subs: dict[str, str] = {}  # subscription id -> kind
+        self._subscribed = asyncio.Event()
+        self._leave = asyncio.Event()  # set by a fatal reply: the session ends
+        self._pending: OrderedDict[int, PendingReply] = OrderedDict()
+        self._fatal: SolverError | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ receiving
+
+    def handle_frame(self, raw: bytes | str) -> None:
+        """Handle one incoming frame; never raises on bad input (it is counted instead)."""
+        if len(raw) > self._max_frame:
+            self._bad("too_large", f"{len(raw)} bytes")
+            return
+        try:
+            frame = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self._bad("invalid_json", "")
+            return
+        if not isinstance(frame, dict):
+            self._bad("not_object", type(frame).__name__)
+            return
+        method = frame.get("method")
+        if method == "event":
+            self._on_event(frame.get("params"))
+        elif method is None and ("result" in frame or "error" in frame):
+            self._on_reply(frame)
+        else:
+            self._bad("unknown_frame", str(method)[:40])
+
+    def _on_event(self, params: Any) -> None:
+        if type(params) is dict and type(data := params.get("data")) is dict:
+            sub = params.get("subscription")  # the nested envelope (the relay's): no copy
+            metadata = params.get("metadata")
+            if type(sub) is not str:
+                sub = None
+            if type(metadata) is not dict:
+                metadata = _NO_METADATA
+        else:
+            try:
+                sub, data, metadata = unwrap_event(params)
+            except ValueError:
+                self._bad("bad_envelope", "event params are not an object")
+                return
+        kind = self._subs.get(sub) if sub is not None else None
+        if kind is None:  # before the subscribe reply, or a flat envelope without an id
+            kind = "quote" if "quote_id" in data else "quote_status" if "quote_hash" in data else ""
+        if kind == "quote":
+            if self.prefix != "core":
+                data = rename_asset_fields(data, self.prefix, "core")
+            partner = metadata.get("partner_id")
+            try:  # parse_quote_event's work, one call fewer
+                request = BUS_REQUESTS.parse(data, partner if type(partner) is str else None)
+            except BadQuoteRequest as exc:
+                self._bad("quote." + exc.field, str(data.get("quote_id"))[:80])
+                return
+            self.counters.quotes_in += 1
+            self._dispatch(self._on_quote, request)
+        elif kind == "quote_status":
+            status = parse_quote_status_event(data)
+            if isinstance(status, Skip):
+                self._bad(status.reason, "")
+                return
+            self.counters.quote_statuses_in += 1
+            if self._on_quote_status is not None:
+                self._dispatch(self._on_quote_status, status)
+        else:
+            self._bad("unknown_event", str(sub)[:40])
+
+    def _on_reply(self, frame: dict[str, Any]) -> None:
+        request_id = frame.get("id")
+        entry = self._pending.pop(request_id, None) if type(request_id) is int else None
+        error = frame.get("error")
+        if entry is None:
+            self._bad("unmatched_reply", _error_text(error) if error is not None else "")
+            return
+        result = frame.get("result")
+        if entry.kind == "quote_response":
+            if error is None and result == "OK":  # the answer's reply, nearly always
+                self.counters.responses_ok += 1
+                on_response = self._on_response
+                if on_response is not None:
+                    try:
+                        on_response(entry.tag, True, None)
+                    except Exception:
+                        self.counters.callback_errors += 1
+                        log.exception("on_response callback failed")
+                return
+        elif entry.kind == "subscribe":
+            if error is None and isinstance(result, str) and result:
+                self._subs[result] = entry.tag
+                if set(self._subs.values()) >= {"quote", "quote_status"}:
+                    self._confirm_subscribed()
+            else:
+                text = _error_text(error) if error is not None else f"bad result {result!r:.80}"
+                self._fatal = RemoteError(
+                    f"subscribe {entry.tag} refused: {text}", code=_error_code(error)
+                )
+            return
+        if error is None and result == "OK":
+            self._report(entry, True, None)
+        else:
+            reason = (
+                _error_text(error) if error is not None else f"unexpected result {result!r:.80}"
+            )
+            self._report(entry, False, reason)
+
+    def _confirm_subscribed(self) -> None:
+        if self._subscribed.is_set():
+            return
+        self._subscribed.set()
+        self.connected = True
+        self.counters.connects += 1
+        if self.counters.connects > 1:
+            self.counters.reconnects += 1
+        log.info("subscribed to the relay at %s", self.url)
+        self._set_state(CONNECTED)
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        try:
+            self._on_state(state)
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("on_state callback failed")
+
+    def _report(self, entry: PendingReply, ok: bool, reason: str | None) -> None:
+        if entry.kind != "quote_response":
+            return
+        if ok:
+            self.counters.responses_ok += 1
+        else:
+            self.counters.responses_failed += 1
+        if self._on_response is None:
+            return
+        try:
+            self._on_response(entry.tag, ok, reason)
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("on_response callback failed")
+
+    def _drop_pending(self) -> None:
+        """The connection is gone: replies still awaited will never come. Nothing is reported
+        (an unanswered answer is not a refused one); the replies are only counted."""
+        pending, self._pending = self._pending, OrderedDict()
+        self.counters.unanswered += sum(1 for e in pending.values() if e.kind == "quote_response")
+
+    def _dispatch(self, callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
+        """Call a user callback; an awaitable result runs as a task. Errors are contained."""
+        if len(self._tasks) >= self._max_inflight:
+            self._bad("overloaded", "too many callbacks in flight")
+            return
+        try:
+            result = callback(*args)
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("event callback failed")
+            return
+        if result is not None and inspect.isawaitable(result):  # the bot's are plain calls
+            task = asyncio.get_running_loop().create_task(self._guard(result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _guard(self, awaitable: Awaitable[None]) -> None:
+        try:
+            await awaitable
+        except Exception:
+            self.counters.callback_errors += 1
+            log.exception("event callback failed")
+
+    def _bad(self, reason: str, detail: str) -> None:
+        self.counters.bad(reason)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("skipped a relay frame (%s) %s", reason, detail)
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str):
+            return message
+    return str(error)[:200]
+
+
+def _error_code(error: Any) -> int | None:
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None

@@ -5,6 +5,7 @@ by id and our own probes are not recorded as flow."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -223,7 +224,12 @@ async def test_recording_stops_cleanly_on_stop_and_clamps_a_clock_step_back(
     recorder = Recorder(config, tmp_path / "x.jsonl", price_interval_ms=100, clock=clock)
     stop = asyncio.Event()
     task = asyncio.create_task(recorder.run(stop))
-    await asyncio.sleep(0.35)
+    # Until six prices are in (the clock stepped back at the fifth), however busy the machine:
+    # a fixed sleep counted on three price rounds in 0.35 s and got fewer when the cores were
+    # taken.
+    deadline = time.monotonic() + 20
+    while recorder.stats.prices < 6 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     stop.set()
     stats = await asyncio.wait_for(task, 10)
     reader = read_stream(tmp_path / "x.jsonl", strict=True)

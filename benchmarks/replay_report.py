@@ -170,49 +170,41 @@ CORE_NOTES = """## What a request costs, and what is left (issue 29)
 50,000 requests per CPU second is 20 µs a request, everything counted: reading the stream, the
 live desk and executor (`solver/core`, `solver/runtime`: the replay drives the very objects
 the bot runs, no vectorised stand-in), the strategy, the simulated relay and fill model, the
-measurements. Where it went at `07ff898` (py-spy, 700 Hz, over the 100k stream, `spread`,
-signing off, in-process, ~85 µs a request on this busy machine, each sample counted for the
-innermost frame of this project's code):
+measurements. Where it goes at `0989113` (py-spy, 700 Hz, over the 100k stream, `spread`,
+signing off, in-process, ~46 µs a request, each sample counted for the innermost frame of
+this project's code):
 
-| part | share |
-|---|---|
-| the desk (`solver/core`) | 46 % |
-| the executor (`solver/runtime`) and the nonce source | 7 % |
-| the engine, simulated ports, fill and taker models, measurements (`backtest/`) | 25 % |
-| reading (`backtest/stream`, and `QuoteRequestParser.parse` of `solver/protocol`: 3 %) | 15 % |
-| the strategy (`strategies/spread.py`, `pricing.py`) | 7 % |
+| part | share | µs a request |
+|---|---|---|
+| the desk (`solver/core`): `decide`, the lifecycle, expiry | 47 % | ~21 |
+| the engine, simulated ports, fill and taker models, measurements (`backtest/`) | 27 % | ~12 |
+| reading (`backtest/stream`, and `QuoteRequestParser.parse`) | 14 % | ~6 |
+| the executor (`solver/runtime`) and the nonce source | 9 % | ~4 |
+| the strategy (`strategies/spread.py`, `pricing.py`) | 4 % | ~2 |
 
-Done in `backtest/` and `strategies/` for issue 29, with the same decisions, fills and
-summaries (compared on nine replays: both strategies, signing on and off, both readers, the
-three fill models, fixed and lognormal latency): the reader parses each line straight into a
-record (a tuple with the time in µs and the request's one `QuoteRequest`), reads the writer's
-timestamps without a `datetime`, and takes a short way for lines of the usual shape; the
-engine runs on records with µs integers, one `datetime` per request (the desk's `now`) and per
-tick; latency draws come a block at a time with their µs; the relay decides every due answer
-in one loop; the taker draws no limit for an answer it must accept or refuse anyway and copies
-its keyed hash; the competition model finds an observation's four buckets at once; the
-competitor book expires entries without a queue; measurements queue a tuple per request or
-outcome and count them a batch at a time; the cyclic collector's youngest generation is
-10,000 objects during a replay (the default walked the replay's young objects ~270 times per
-100k requests: 4.5 % of the CPU); `spread` works out a constant spread once. About 1.3× the
-requests per CPU second of `2331a8e`.
+What issue 29 changed here, the decisions, fills and summaries the same (hashes of every
+decision and of the measures compared before and after each step): integer µs from the
+reader to the journal; the request a named tuple built by `tuple.__new__`, handed to the desk
+as its own event; a per-pair slot in `decide` (units, pause scope, price guard) and the
+conversion rate cached per price update; expiry as a batch (one `QuotesLost` applied in one
+pass, reservations released per asset once) with deadlines in ~1 s buckets instead of two
+heaps of every open quote; the recently lost quotes as rows in a dict and a deque; the
+relay's pending answers as tuples, the taker's and the competition model's work inline and
+cached; a timestamp equal to the one before is one compare in the reader. Paired against
+`3f8f649` (the start of this round): 1.32× the requests per CPU second.
 
 What is left, by size:
 
-1. **The desk and executor (~half of a request).** The heaviest, per request: `decide` (about
-   8 µs here without the strategy: frozen `Skip`/`Quote`/`Reservation` dataclasses set field by
-   field, `datetime` arithmetic for every age check and the deadline, the open exposure walked
-   per decision), the quote's lifecycle (`_apply_opened`, the book's `add`/`move`/`_account`,
-   `RecentLost.add`), the deadline heaps (`QuoteBook.past_deadline`,
-   `Inventory.release_expired` at each balance snapshot), the executor's layers around an
-   answer (`request`, `_sign_and_queue`, `_queue_signed`, the flush).
-2. **`QuoteRequest` (`solver/protocol`)**: a frozen dataclass of seven fields costs about 1 µs
-   to build (each field through `object.__setattr__`), a third of the request parser.
-3. **Time at the desk's door**: the desk takes a `datetime`; the replay builds one per request
-   and per tick (about 0.5 µs each). A desk on µs integers would drop them.
-4. **In `backtest/`**, what remains is per-answer model work (a keyed hash and an inverse
-   normal for the taker's limit, four bucket appends for the competition, the win-rate bins)
-   and CPython's cost of a call and an attribute: a few µs in all.
+1. **The desk (~21 µs).** `decide`'s checks and its `Quote`/`Reservation` records, the
+   lifecycle's book entry and its move to LOST, the recently lost row, the token bucket.
+   Each is a few attribute reads and a small object; none is large. Below this: one fact and
+   one action per decision (today `SignAndSend`, `QuoteSigned`, `QuoteOpened`, `Record`),
+   assets interned to small ints, the book in arrays indexed by slot — a change of the desk's
+   data model and of every test that builds its objects.
+2. **The simulated world (~12 µs)**: per answer a keyed hash and an inverse normal for the
+   taker's limit, the competition model's buckets, the win-rate bins, the loop itself.
+3. **Reading (~6 µs)**: `orjson.loads` and gzip are a third of it; the rest is one line's
+   checks and its record.
 """
 
 

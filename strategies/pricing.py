@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from solver.core.market import EXACT_RATE_VIEWS, MarketView, QuoteRequest
+from solver.core.market import EXACT_RATE_VIEWS, MAX_DECIMALS, MarketView, QuoteRequest, decimals_ok
 from solver.protocol.amounts import U128_MAX
 
 __all__ = [
@@ -45,7 +45,6 @@ BPS = 10_000
 """Basis points per unit (1 bp = 0.01 %)."""
 PIPS = 1_000_000
 """Pips per unit: the protocol fee is expressed in pips (protocol-notes 2)."""
-_MAX_DECIMALS = 255  # NEP-141 metadata stores decimals as u8
 _INF = math.inf
 
 
@@ -112,7 +111,7 @@ def token_decimals(market: MarketView, asset: str) -> int | None:
         return None
     if isinstance(decimals, bool) or not isinstance(decimals, int):
         return None
-    return decimals if 0 <= decimals <= _MAX_DECIMALS else None
+    return decimals if 0 <= decimals <= MAX_DECIMALS else None
 
 
 def fresh_price(market: MarketView, asset: str, max_age_s: float | None) -> Fraction | None:
@@ -191,14 +190,7 @@ def conversion_rate(
         d_from, d_to = market.decimals(from_asset), market.decimals(to_asset)
     except (KeyError, LookupError, ValueError):
         return None
-    if (
-        isinstance(d_from, bool)
-        or not isinstance(d_from, int)
-        or not 0 <= d_from <= _MAX_DECIMALS
-        or isinstance(d_to, bool)
-        or not isinstance(d_to, int)
-        or not 0 <= d_to <= _MAX_DECIMALS
-    ):
+    if not decimals_ok(d_from, d_to):
         return None
     from_n, from_d = usd_from.as_integer_ratio()
     to_n, to_d = usd_to.as_integer_ratio()

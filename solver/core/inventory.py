@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from solver.core.clock import SECOND, Micros
-from solver.core.deadlines import BUCKET_BITS, DeadlineBuckets
+from solver.core.deadlines import DeadlineBuckets
 from solver.protocol.values import value
 
 
@@ -97,12 +97,7 @@ class Inventory:
         reserved = self.reserved
         asset = reservation.asset_out
         reserved[asset] = reserved.get(asset, 0) + amount
-        deadline = reservation.deadline  # DeadlineBuckets.file inlined: one call less a quote
-        bucket = self._deadlines.buckets.get(deadline >> BUCKET_BITS)
-        if bucket is None:
-            self._deadlines.file(deadline, quote_id)
-        else:
-            bucket.append((deadline, quote_id))
+        self._deadlines.file(reservation.deadline, quote_id)
         return True
 
     def release(self, quote_id: str) -> Reservation | None:

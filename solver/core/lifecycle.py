@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from solver.core.clock import Micros
-from solver.core.deadlines import BUCKET_BITS, DeadlineBuckets
+from solver.core.deadlines import DeadlineBuckets
 
 
 class QuoteState(StrEnum):
@@ -164,12 +164,7 @@ class QuoteBook:
             inflow[into] = total
         else:
             inflow.pop(into, None)
-        deadline = quote.deadline  # DeadlineBuckets.file inlined: one call less an answer
-        bucket = self._deadlines.buckets.get(deadline >> BUCKET_BITS)
-        if bucket is None:
-            self._deadlines.file(deadline, quote_id)
-        else:
-            bucket.append((deadline, quote_id))
+        self._deadlines.file(quote.deadline, quote_id)
 
     def get(self, quote_id: str) -> TrackedQuote | None:
         return self.quotes.get(quote_id)

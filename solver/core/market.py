@@ -14,7 +14,15 @@ from typing import Protocol
 
 from solver.protocol.quote_request import QuoteRequest
 
-__all__ = ["EXACT_RATE_VIEWS", "MarketView", "QuoteRequest", "ReferencePrice", "StaticMarket"]
+__all__ = [
+    "EXACT_RATE_VIEWS",
+    "MAX_DECIMALS",
+    "MarketView",
+    "QuoteRequest",
+    "ReferencePrice",
+    "StaticMarket",
+    "decimals_ok",
+]
 """The strategy API: a strategy imports the request and the market's view from here. The
 request record itself is the wire vocabulary's (:mod:`solver.protocol.quote_request`), parsed
 once where it arrives."""
@@ -61,6 +69,24 @@ class MarketView(Protocol):
     def price_history(self, asset: str) -> list[tuple[datetime, float]]:
         """Recent reference prices, oldest first (for volatility estimates)."""
         ...
+
+
+MAX_DECIMALS = 255
+"""NEP-141 metadata stores a token's decimals as a u8."""
+
+
+def decimals_ok(d_from: object, d_to: object) -> bool:
+    """Both are token decimals a conversion can use: ints (not bools) within a u8. One check
+    for ``strategies.pricing.conversion_rate`` and the desk's cached rate, which must agree bit
+    for bit."""
+    return not (
+        isinstance(d_from, bool)
+        or not isinstance(d_from, int)
+        or not 0 <= d_from <= MAX_DECIMALS
+        or isinstance(d_to, bool)
+        or not isinstance(d_to, int)
+        or not 0 <= d_to <= MAX_DECIMALS
+    )
 
 
 EXACT_RATE_VIEWS: set[type] = set()

@@ -35,7 +35,7 @@ from datetime import datetime
 
 from solver.core.clock import SECOND, Micros, from_micros, micros, span
 from solver.core.inventory import Inventory
-from solver.core.market import EXACT_RATE_VIEWS, ReferencePrice
+from solver.core.market import EXACT_RATE_VIEWS, ReferencePrice, decimals_ok
 
 BPS = 10_000
 
@@ -125,7 +125,6 @@ class MarketState:
         self.salt, self.salt_at = salt, observed
 
 
-_MAX_DECIMALS = 255  # as strategies.pricing: NEP-141 metadata stores decimals as u8
 _SCALES: dict[int, int] = {}
 
 
@@ -145,14 +144,7 @@ def _rate(
         d_from, d_to = decimals[from_asset], decimals[to_asset]
     except (KeyError, LookupError, ValueError):
         return ref_from, ref_to, None, 0, 0
-    if (
-        isinstance(d_from, bool)
-        or not isinstance(d_from, int)
-        or not 0 <= d_from <= _MAX_DECIMALS
-        or isinstance(d_to, bool)
-        or not isinstance(d_to, int)
-        or not 0 <= d_to <= _MAX_DECIMALS
-    ):
+    if not decimals_ok(d_from, d_to):
         return ref_from, ref_to, None, 0, 0
     from_n, from_d = usd_from.as_integer_ratio()
     to_n, to_d = usd_to.as_integer_ratio()

@@ -228,14 +228,7 @@ class QuoteRows:
             quote_id = doc["quote_id"]
             if quote_id in self._open or quote_id in self._rowed:
                 raise f.FactError(f"quote_opened: {quote_id} is open already")
-            amount = doc["amount_in"]
-            raw = (
-                int(doc["created_at"]) // MINUTE_US,
-                doc["asset_in"],
-                doc["asset_out"],
-                len(amount if type(amount) is str else str(int(amount))),
-            )
-            key = self._keys.get(raw) or self._new_key(raw)  # as _key(doc), inlined
+            key = self._key(doc)
         except _MALFORMED as exc:
             raise f.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
         if sampled:

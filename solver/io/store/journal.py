@@ -92,7 +92,6 @@ class SqliteJournal:
                     handoff.clear()  # the projection is far behind: it parses those
                 handoff[fact.quote_id] = (
                     body,
-                    fact.quote_id,
                     fact.created_at,
                     fact.asset_in,
                     fact.asset_out,

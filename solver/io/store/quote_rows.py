@@ -100,10 +100,14 @@ class Counted:
         return (*self.key, state)
 
 
-Handed = tuple[str, str, int, str, str, int]
-"""A ``QuoteOpened`` the journal appended: its body, quote id, ``created_at``, assets and
-``amount_in``: atoms only, so the collector stops tracking the tuple (a fact held until
-projected made the bot's collections longer)."""
+Handed = tuple[str, int, str, str, int]
+"""What the journal hands over for a ``QuoteOpened`` it appended (keyed by its quote id): the
+body written, ``created_at``, ``asset_in``, ``asset_out``, ``amount_in``: atoms only, so the
+collector does not track the tuple (a fact held until projected made the bot's collections
+longer)."""
+_ID_AT = len('{"quote_id":"')
+"""Where a ``quote_opened`` body's quote id starts (``facts.encode`` writes it first; a body
+that does not start so finds nothing handed, and is parsed)."""
 Open = tuple[int, Counted]
 """An open quote without a row: the ``seq`` of its ``quote_opened`` entry, and its key."""
 _MALFORMED = (KeyError, TypeError, ValueError, orjson.JSONDecodeError)
@@ -213,8 +217,9 @@ class QuoteRows:
         cost); one call for all of it (this runs once per answer)."""
         below = self._below
         if self.handoff and below <= _MASK:
-            hit = self.handoff.pop(body[13 : body.find('"', 13)], None)
-            if hit is not None and hit[0] == body and self._handed(seq, hit):
+            quote_id = body[_ID_AT : body.find('"', _ID_AT)]
+            hit = self.handoff.pop(quote_id, None)
+            if hit is not None and hit[0] == body and self._handed(seq, quote_id, hit):
                 return
         try:
             if below > _MASK:  # every quote keeps its row: all of it, parsed once
@@ -226,8 +231,7 @@ class QuoteRows:
                 if sampled and cut > 0:
                     doc = orjson.loads(body)
             quote_id = doc["quote_id"]
-            if quote_id in self._open or quote_id in self._rowed:
-                raise f.FactError(f"quote_opened: {quote_id} is open already")
+            self._not_open(quote_id)
             key = self._key(doc)
         except _MALFORMED as exc:
             raise f.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
@@ -240,23 +244,19 @@ class QuoteRows:
             self._rowed[quote_id] = key
         else:
             self._open[quote_id] = (seq, key)
-        opens = self._opens
-        opens[key] = opens.get(key, 0) + 1
+        self._opens[key] = self._opens.get(key, 0) + 1
 
-    def _handed(self, seq: int, hit: Handed) -> bool:
+    def _handed(self, seq: int, quote_id: str, hit: Handed) -> bool:
         """:meth:`opened` for a quote whose entry is the body this process wrote: counted and
         remembered from the fact's fields, unless it is sampled (False: it is parsed for its
         row). The same fields the body gives (its text is the fact encoded)."""
-        _, quote_id, created_at, asset_in, asset_out, amount_in = hit
-        if (zlib.crc32(quote_id.encode()) * _SPREAD) & _MASK < self._below:
+        if self.sampled(quote_id):
             return False
-        if quote_id in self._open or quote_id in self._rowed:
-            raise f.FactError(f"quote_opened: {quote_id} is open already")
-        raw = (created_at // MINUTE_US, asset_in, asset_out, len(str(amount_in)))
-        key = self._keys.get(raw) or self._new_key(raw)
+        self._not_open(quote_id)
+        _, created_at, asset_in, asset_out, amount_in = hit
+        key = self._key_of(created_at, asset_in, asset_out, str(amount_in))
         self._open[quote_id] = (seq, key)
-        opens = self._opens
-        opens[key] = opens.get(key, 0) + 1
+        self._opens[key] = self._opens.get(key, 0) + 1
         return True
 
     def lost(self, cur: Any, seq: int, fact: f.QuotesLost) -> None:
@@ -362,13 +362,21 @@ class QuoteRows:
 
     def _key(self, doc: dict[str, Any]) -> Counted:
         amount = doc["amount_in"]
-        raw = (
-            int(doc["created_at"]) // MINUTE_US,
+        return self._key_of(
+            int(doc["created_at"]),
             doc["asset_in"],
             doc["asset_out"],
-            len(amount if type(amount) is str else str(int(amount))),
+            amount if type(amount) is str else str(int(amount)),
         )
+
+    def _key_of(self, created_at: int, asset_in: str, asset_out: str, amount_in: str) -> Counted:
+        """The count a quote opened goes under: its minute, pair and size's digits."""
+        raw = (created_at // MINUTE_US, asset_in, asset_out, len(amount_in))
         return self._keys.get(raw) or self._new_key(raw)
+
+    def _not_open(self, quote_id: str) -> None:
+        if quote_id in self._open or quote_id in self._rowed:
+            raise f.FactError(f"quote_opened: {quote_id} is open already")
 
     def _new_key(self, raw: tuple[int, str, str, int]) -> Counted:
         if len(self._keys) >= 4096:

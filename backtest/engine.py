@@ -7,11 +7,11 @@ whose actions are carried out by simulated ports (:mod:`backtest.ports`): the re
 and taker models, settlement on the sandbox ledger, statuses, nonce checks, balances and salt at
 simulated time. The replay keeps only the stream, the clock and the measurements. Around it:
 
-- **Clock**: the event timestamps. A request at ``ts`` reaches the desk as ``QuoteRequested`` at
-  ``now = ts + latency`` (:class:`~backtest.fills.LatencyModel`); scheduled work (outcomes and
-  the desk's ticks) runs in time order before the first event at or after its time. The clock
-  never goes back: an event older than the clock is counted (``events.out_of_order``) and handled
-  at the clock.
+- **Clock**: the event timestamps. A request at ``ts`` reaches the desk (the ``QuoteRequest``,
+  as live) at ``now = ts + latency`` (:class:`~backtest.fills.LatencyModel`); scheduled work
+  (outcomes and the desk's ticks) runs in time order before the first event at or after its
+  time. The clock never goes back: an event older than the clock is counted
+  (``events.out_of_order``) and handled at the clock.
 - **Ticks**: ``desk.tick(now)`` every :data:`TICK_S` of stream time (and at the end), as the
   live driver's timer does. Before each, the desk hears the ledger's balances (``BalancesSeen``),
   the salt and the config's ``static`` prices (``SaltSeen``, ``PriceSeen``), so these inputs are

@@ -95,7 +95,8 @@ WARMUP_S = 30.0  # the bounded structures are full by ~21 s at this rate (module
 STEP_MB = 1.0  # a rise between two samples listed as a step
 SNAPSHOT_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO solver\.bot: desk snapshot: "
-    r"(\d+) facts since the last, (\d+) open quotes, (\d+) ms"
+    r"(\d+) facts since the last, (\d+) open quotes, made in \d+ slices over \d+ ms, "
+    r"the loop held (\d+) ms at most"
 )
 LOG_TAIL_BYTES = 64 * 1024
 

@@ -11,11 +11,11 @@ source, any assignment to desk state outside ``solver/core``.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from solver.core.clock import Micros
 from solver.core.desk import DeskStats
-from solver.core.desk_snapshot import snapshot
+from solver.core.desk_snapshot import Captured, capture
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import TrackedQuote
 from solver.core.market import ReferencePrice
@@ -170,11 +170,11 @@ class DeskView:
         """The asset's reference price in USD, combined from every source (None: none yet)."""
         return self._desk.price(asset)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The desk's snapshot document (:func:`~solver.core.desk_snapshot.snapshot`), what a
-        restart restores before the facts after it: a driver's upkeep writes one through the
-        view, without holding the desk."""
-        return snapshot(self._desk)
+    def capture(self) -> Captured:
+        """The desk's snapshot with its long lists still values
+        (:func:`~solver.core.desk_snapshot.capture`): a driver makes the document of it in
+        slices (:mod:`solver.runtime.snapshot_slices`)."""
+        return capture(self._desk)
 
     def scopes(self, pair: str | None) -> list[str]:
         """The pause scopes of ``BASE/QUOTE`` (``*`` for None); LookupError for a pair the

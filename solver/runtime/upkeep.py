@@ -10,8 +10,10 @@ collections (4–30 ms). Here every piece of work is cut small or moved to a qui
 - the ticker runs ``desk.tick`` every :data:`TICK_S` and one slice of projection;
 - the projection takes more slices only while behind *and* the process has CPU to spare, and
   fewer while the process is saturated;
-- a snapshot waits for a quiet book, unless too many facts would have to be replayed, and
-  the memory it freed goes back to the system (:mod:`solver.runtime.heap`);
+- a snapshot waits for a quiet book, unless too many facts would have to be replayed; it is
+  captured at once and made in slices of ~2 ms at the next ticks
+  (:mod:`solver.runtime.snapshot_slices`), and the memory it freed goes back to the system
+  (:mod:`solver.runtime.heap`);
 - the WAL is checkpointed from the store's own connection when enough was written (the store
   is opened in exclusive locking mode: no second connection, no thread, issue 24);
 - the collector runs at the ticker's pace (:mod:`solver.runtime.gc_pacer`);
@@ -45,6 +47,7 @@ from solver.runtime import heap
 from solver.runtime.gc_pacer import GcPacer
 from solver.runtime.repeats import Repeats
 from solver.runtime.run_queue import RunQueueWait
+from solver.runtime.snapshot_slices import SnapshotInSlices
 
 if TYPE_CHECKING:
     from solver.core.actions import Action
@@ -136,6 +139,9 @@ class Upkeep:
         self._saturated_ticks = 0
         self._prune_due: Micros | None = None  # None: at the first tick
         self._snapshot_mark = 0  # the journal's count of facts at the last snapshot
+        self._snapshot: SnapshotInSlices | None = None  # being made, a slice a tick
+        self._text: bytes | None = None  # its text, made: stored at the next tick
+        self._drop_due = False  # one was stored: the older ones go at the next tick
         self._pruned = Pruned()
         self.store_failing = Repeats(log, "the store (projection, checkpoint, snapshot, pruning)")
         self.tick_failing = Repeats(log, "the upkeep's tick", logging.ERROR)
@@ -199,7 +205,9 @@ class Upkeep:
             self.gc_pacer.tick()
             if count % GAUGES_EVERY_TICKS == 0:
                 ports.refresh_gauges()
-            if count % round(1 / TICK_S) == 0:
+            if self.making_snapshot:
+                self.snapshot_slice()
+            elif count % round(1 / TICK_S) == 0:
                 self.maybe_snapshot(now)
             self.maybe_prune(now)
         except Exception as exc:  # the ticker is what follows every quote: it must go on
@@ -313,6 +321,9 @@ class Upkeep:
         self._cpu_mark = (wall, cpu)
 
     def maybe_snapshot(self, now: Micros, *, force: bool = False) -> None:
+        """A desk snapshot when one is due: captured now (~2 ms with the soak's book), its
+        document made in slices at the next ticks (:meth:`snapshot_slice`). ``force`` (the shutdown's): made and stored at
+        once, a snapshot being made meanwhile dropped for it."""
         store = self.ports.store
         if store is None:
             return
@@ -321,22 +332,84 @@ class Upkeep:
         # store's checkpointer and projection read it too (resetting it once made the
         # checkpointer wait 30 s after a snapshot: the WAL grew to 437 MB, not ~275).
         facts = journal.appended - self._snapshot_mark
-        due = facts >= SNAPSHOT_DUE_FACTS
-        open_quotes = len(self.ports.view.open_quotes)
-        quiet = open_quotes <= SNAPSHOT_QUIET_QUOTES
-        if not (force or (due and quiet) or facts >= SNAPSHOT_FORCED_FACTS):
-            return
-        started = time.perf_counter()
+        if not force:
+            if self.making_snapshot:
+                return
+            due = facts >= SNAPSHOT_DUE_FACTS
+            quiet = len(self.ports.view.open_quotes) <= SNAPSHOT_QUIET_QUOTES
+            if not ((due and quiet) or facts >= SNAPSHOT_FORCED_FACTS):
+                return
+        self._snapshot, self._text, self._drop_due = None, None, False
         try:
-            journal.write_snapshot(self.ports.view.snapshot(), now)
-            self._snapshot_mark = journal.appended
+            seq = journal.snapshot_position()
+            making = SnapshotInSlices(self.ports.view.capture(), seq, now, facts)
         except SolverError as exc:
             self.store_failed(exc)
-        else:  # the loop is held meanwhile (84 ms in the soak); the soak reads it
+            return
+        self._snapshot_mark = journal.appended
+        if force:
+            if self._store_snapshot(making, making.finish(), at_once=True):
+                self._drop_old_snapshots()
+        else:  # made from the next tick on
+            self._snapshot = making
+
+    @property
+    def making_snapshot(self) -> bool:
+        """A snapshot is being made or the older ones are still to drop (:meth:`snapshot_slice`
+        at each tick)."""
+        return self._snapshot is not None or self._drop_due
+
+    def snapshot_slice(self) -> None:
+        """The snapshot's work of this tick: a slice of making it
+        (:data:`~solver.runtime.snapshot_slices.SLICE_S` of the loop), or once its text is
+        whole its insert, or at the tick after that the older ones' deletion (~15 ms each with
+        the soak's book: the loop is held by the longest of these, not by their sum)."""
+        if self._drop_due:  # the turn after the insert: the older ones go
+            self._drop_due = False
+            self._drop_old_snapshots()
+            return
+        making = self._snapshot
+        if making is None:
+            return
+        if self._text is not None:  # a turn of its own for the insert
+            text, self._text, self._snapshot = self._text, None, None
+            self._drop_due = self._store_snapshot(making, text)
+            return
+        self._text = making.step()
+
+    def _drop_old_snapshots(self) -> None:
+        store = self.ports.store
+        assert store is not None
+        try:
+            store.journal.drop_old_snapshots()
+        except SolverError as exc:
+            self.store_failed(exc)
+
+    def _store_snapshot(
+        self, making: SnapshotInSlices, text: bytes, *, at_once: bool = False
+    ) -> bool:
+        """Insert the snapshot's text; whether it was stored. ``at_once``: made in the same
+        turn (the loop was held for both)."""
+        store = self.ports.store
+        assert store is not None
+        started = time.perf_counter()
+        try:
+            store.journal.store_snapshot(text, making.at, making.seq)
+        except SolverError as exc:
+            self.store_failed(exc)
+            stored = False
+        else:  # the soak reads this line (benchmarks/soak.py)
+            stored = True
+            stored_s = time.perf_counter() - started
             log.info(
-                "desk snapshot: %d facts since the last, %d open quotes, %.0f ms",
-                facts, open_quotes, (time.perf_counter() - started) * 1e3,
+                "desk snapshot: %d facts since the last, %d open quotes, made in %d slices "
+                "over %.0f ms, the loop held %.0f ms at most",
+                making.facts, making.open_quotes, making.slices, making.took_ms(),
+                (making.longest_s + stored_s if at_once else max(making.longest_s, stored_s))
+                * 1e3,
             )  # fmt: skip
+        del text
         # The document and its text are freed by now (tens of MB with a large book): their
         # pages go back to the system, or each forced snapshot left more behind (heap.py).
         heap.give_back()
+        return stored

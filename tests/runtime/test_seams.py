@@ -19,7 +19,7 @@ import pytest
 from solver.config import BotConfig, load_bot_config
 from solver.core.clock import micros
 from solver.core.desk import Desk
-from solver.core.desk_snapshot import restore
+from solver.core.desk_snapshot import document, restore
 from solver.core.view import DeskView
 from solver.io.alert_policy import BusWatch
 from solver.io.bus_rpc import BusRpcClient
@@ -183,7 +183,7 @@ async def test_the_upkeep_ticks_gauges_and_snapshots_through_its_ports(parts: Pa
 
     upkeep.close(NOW_US)  # at shutdown: a snapshot, taken through the view
     doc, after = parts.store.journal.load()
-    assert doc == parts.view.snapshot() and after == []
+    assert doc == document(parts.view.capture()) and after == []
     rebuilt = build_desk(parts.config)
     restore(rebuilt, doc)
     assert DeskView(rebuilt).pauses.as_dict() == parts.view.pauses.as_dict() != {}

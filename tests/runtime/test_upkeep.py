@@ -25,7 +25,7 @@ from solver.io.store import retention
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_request import QuoteRequest
 from solver.runtime import bot as live
-from solver.runtime import heap, upkeep
+from solver.runtime import heap, snapshot_slices, upkeep
 from solver.runtime.gc_pacer import GcPacer
 from tests.io.store_helpers import append_quotes, signed_quote
 
@@ -50,8 +50,8 @@ def bot(tmp_path: Path) -> Iterator[live.LiveBot]:
     made.store.close()
 
 
-def _open_quotes(bot: live.LiveBot, count: int) -> None:
-    for i in range(count):
+def _open_quotes(bot: live.LiveBot, count: int, first: int = 0) -> None:
+    for i in range(first, first + count):
         bot.desk.book.add(
             TrackedQuote(f"q{i}", f"h{i}", "a", "b", 1, 1, 0, NOW + 5 * SECOND, bytes(32), NOW)
         )
@@ -61,6 +61,15 @@ def _snapshots(bot: live.LiveBot) -> int:
     assert bot.store is not None
     # The bot's own connection: it holds the store alone (issue 24).
     return int(bot.store._conn.execute("SELECT COUNT(*) FROM desk_snapshots").fetchone()[0])
+
+
+def _made(bot: live.LiveBot) -> int:
+    """The ticks' slices of the snapshot being made, until it is stored; how many."""
+    slices = 0
+    while bot.upkeep.making_snapshot:
+        bot.upkeep.snapshot_slice()
+        slices += 1
+    return slices
 
 
 def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
@@ -74,6 +83,7 @@ def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
     assert _snapshots(bot) == 0
     bot.desk.book.quotes.pop("q0")
     bot.upkeep.maybe_snapshot(NOW)  # quiet now
+    _made(bot)
     assert _snapshots(bot) == 1
     assert journal.appended == upkeep.SNAPSHOT_DUE_FACTS  # the count goes on (others read it)
     journal.append(f.PauseSet("*", "operator", "a fact after the snapshot", NOW))
@@ -83,18 +93,28 @@ def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
     assert _snapshots(bot) == 1
     journal.appended += 1
     bot.upkeep.maybe_snapshot(NOW)
+    _made(bot)
     assert _snapshots(bot) == 2
 
 
-def test_a_busy_book_is_snapshot_anyway_past_the_forced_count(bot: live.LiveBot) -> None:
+def test_a_busy_book_is_snapshot_anyway_past_the_forced_count(
+    bot: live.LiveBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Made in slices (one chunk of entries a slice here): the quotes answered meanwhile are
+    not in it, they are facts after it."""
     assert bot.store is not None
+    monkeypatch.setattr(snapshot_slices, "SLICE_S", 0.0)
     journal = bot.store.journal
     _open_quotes(bot, upkeep.SNAPSHOT_QUIET_QUOTES * 4)
     journal.appended = upkeep.SNAPSHOT_FORCED_FACTS - 1
     bot.upkeep.maybe_snapshot(NOW)
     assert _snapshots(bot) == 0
     journal.appended = upkeep.SNAPSHOT_FORCED_FACTS
-    bot.upkeep.maybe_snapshot(NOW)
+    bot.upkeep.maybe_snapshot(NOW)  # captured, made from the next tick on
+    assert _snapshots(bot) == 0 and bot.upkeep.making_snapshot
+    bot.upkeep.maybe_snapshot(NOW)  # one at a time: nothing more is captured meanwhile
+    _open_quotes(bot, 1, first=upkeep.SNAPSHOT_QUIET_QUOTES * 4)
+    assert _made(bot) >= 5  # two chunks of quotes, the splice, the insert, the deletion
     assert _snapshots(bot) == 1
     doc, _ = bot.store.journal.load()
     assert doc is not None and len(doc["quotes"]) == upkeep.SNAPSHOT_QUIET_QUOTES * 4
@@ -119,13 +139,16 @@ def test_a_snapshot_is_said_and_gives_the_freed_memory_back(
     bot.store.journal.appended = upkeep.SNAPSHOT_FORCED_FACTS
     with caplog.at_level(logging.INFO, logger="solver.bot"):
         bot.upkeep.maybe_snapshot(NOW)
+        _made(bot)
     assert calls == [1]  # after the snapshot was written
     # Said, with what it held the loop for: the soak puts its memory steps beside these.
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("desk snapshot")]
     assert len(said) == 1
     facts = upkeep.SNAPSHOT_FORCED_FACTS
     assert re.fullmatch(
-        rf"desk snapshot: {facts} facts since the last, 0 open quotes, \d+ ms", said[0]
+        rf"desk snapshot: {facts} facts since the last, 0 open quotes, made in \d+ slices over "
+        rf"\d+ ms, the loop held \d+ ms at most",
+        said[0],
     )
 
 

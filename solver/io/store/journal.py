@@ -41,6 +41,10 @@ from solver.io.store.spill import Spill
 log = logging.getLogger("solver.store")
 
 INSERT_ENTRY = "INSERT INTO journal (at, kind, body) VALUES (?, ?, ?)"
+DROP_OLD_SNAPSHOTS = (
+    "DELETE FROM desk_snapshots WHERE seq < (SELECT seq FROM desk_snapshots "
+    "ORDER BY seq DESC LIMIT 1 OFFSET 1)"
+)
 INSERT_SNAPSHOT = "INSERT OR REPLACE INTO desk_snapshots (seq, at, body) SELECT ?, ?, ? WHERE ?"
 """The last value says whether to insert: executed again with 0 and an empty body once the
 snapshot is written, it inserts nothing and SQLite lets go of the body (``write_snapshot``)."""
@@ -217,23 +221,36 @@ class SqliteJournal:
 
     def write_snapshot(self, body: Mapping[str, Any], at: Micros) -> int:
         """Store a desk snapshot covering every fact appended so far (committed with them).
-        Returns the journal position it covers. Older snapshots but the previous are dropped.
+        Returns the journal position it covers. Older snapshots but the previous are dropped."""
+        seq = self.store_snapshot(orjson.dumps(dict(body)), at, self.snapshot_position())
+        self.drop_old_snapshots()
+        return seq
+
+    def snapshot_position(self) -> int:
+        """Commit what is appended and return the journal position a desk snapshot taken now
+        covers: one built later (in slices, :mod:`solver.runtime.snapshot_slices`) is stored
+        with it (:meth:`store_snapshot`), and a restart applies only the facts after it."""
+        self.commit()
+        try:
+            row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the journal's position: {exc}") from None
+        return int(row[0])
+
+    def store_snapshot(self, text: bytes, at: Micros, seq: int) -> int:
+        """Store a desk snapshot's JSON ``text`` covering the journal up to ``seq`` (from
+        :meth:`snapshot_position`); returns ``seq``. The older ones are dropped by
+        :meth:`drop_old_snapshots`, a transaction of its own: deleting the previous 8 MB body
+        took ~15 ms more (the soak's book), which a driver may leave to its next turn.
 
         SQLite keeps a statement's bound values until it is bound again, and the connection
         caches the statement: the body (11 MB with 3,000 open quotes and 20,000 recently lost,
         the soak's book) stayed in SQLite's memory until the next snapshot. The statement is
         bound again with an empty body once the snapshot is written (issue 29)."""
-        self.commit()
-        row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
-        seq = int(row[0])
         cur = self._cur
         try:
             cur.execute("BEGIN")
-            cur.execute(INSERT_SNAPSHOT, (seq, at, orjson.dumps(dict(body)).decode(), 1))
-            cur.execute(
-                "DELETE FROM desk_snapshots WHERE seq < (SELECT seq FROM desk_snapshots "
-                "ORDER BY seq DESC LIMIT 1 OFFSET 1)"
-            )
+            cur.execute(INSERT_SNAPSHOT, (seq, at, text.decode(), 1))
             cur.execute("COMMIT")
         except sqlite3.Error as exc:
             self.rollback()
@@ -242,6 +259,16 @@ class SqliteJournal:
             with contextlib.suppress(sqlite3.Error):  # memory only: the snapshot is written
                 cur.execute(INSERT_SNAPSHOT, (0, 0, "", 0))
         return seq
+
+    def drop_old_snapshots(self) -> None:
+        """Every desk snapshot but the latest two (a restart reads the latest; the one before
+        is kept in case the latest cannot be read)."""
+        self.commit()
+        try:
+            self._conn.execute(DROP_OLD_SNAPSHOTS)
+        except sqlite3.Error as exc:
+            self.rollback()
+            raise StoreError(f"cannot drop the old desk snapshots: {exc}") from None
 
 
 def _at(fact: f.Fact) -> Micros:

@@ -54,7 +54,7 @@ import psycopg
 
 from solver.core import facts as f
 from solver.core.clock import Micros
-from solver.io.store.journal import _at
+from solver.io.store.journal import DROP_OLD_SNAPSHOTS, _at
 from solver.io.store.pg.conn import (
     BIGINT_ELEMENT,
     TEXT_LENGTH,
@@ -295,12 +295,29 @@ class PgJournal:
         return facts
 
     def write_snapshot(self, body: Mapping[str, Any], at: Micros) -> int:
-        """A desk snapshot covering every fact committed so far, fenced like a commit (a
-        fenced-out instance's desk is not the journal's any more). Refused while a loss waits
-        for the executor (:attr:`lost`): the desk holds facts the journal does not."""
+        """A desk snapshot covering every fact committed so far (:meth:`snapshot_position`,
+        then :meth:`store_snapshot`)."""
+        seq = self.store_snapshot(orjson.dumps(dict(body)), at, self.snapshot_position())
+        self.drop_old_snapshots()
+        return seq
+
+    def snapshot_position(self) -> int:
+        """Commit what is appended and return the journal position a desk snapshot taken now
+        covers. Refused while a loss waits for the executor (:attr:`lost`): the desk holds
+        facts the journal does not."""
+        self._refuse_snapshot_while_lost()
+        self.commit_aside()
+        return self.committed_seq
+
+    def _refuse_snapshot_while_lost(self) -> None:
         if self.lost is not None:
             raise StoreError(f"cannot write the desk snapshot: the journal lost facts: {self.lost}")
-        self.commit_aside()
+
+    def store_snapshot(self, text: bytes, at: Micros, seq: int) -> int:
+        """Store a desk snapshot's JSON ``text`` covering the journal up to ``seq``, fenced
+        like a commit (a fenced-out instance's desk is not the journal's any more); returns
+        ``seq``. The older ones are dropped by :meth:`drop_old_snapshots`."""
+        self._refuse_snapshot_while_lost()
         conn = self._conn()
         try:
             fence = self.lease.fence_params()
@@ -311,15 +328,10 @@ class PgJournal:
             with conn.transaction():
                 if conn.execute(FENCE, fence).fetchone() is None:
                     raise FencedError("the database refused the snapshot's fence")
-                seq = self.committed_seq
                 conn.execute(
                     "INSERT INTO desk_snapshots (seq, at, body) VALUES (%s, %s, %s) "
                     "ON CONFLICT (seq) DO UPDATE SET at = EXCLUDED.at, body = EXCLUDED.body",
-                    (seq, at, orjson.dumps(dict(body)).decode()),
-                )
-                conn.execute(
-                    "DELETE FROM desk_snapshots WHERE seq < (SELECT seq FROM desk_snapshots "
-                    "ORDER BY seq DESC LIMIT 1 OFFSET 1)"
+                    (seq, at, text.decode()),
                 )
         except FencedError as exc:
             try:
@@ -330,3 +342,14 @@ class PgJournal:
         except psycopg.Error as exc:
             raise StoreError(f"cannot write the desk snapshot: {exc}") from None
         return seq
+
+    def drop_old_snapshots(self) -> None:
+        """Every desk snapshot but the latest two (a restart reads the latest; the one before
+        is kept in case the latest cannot be read). Not fenced: it removes only what a
+        newer snapshot covers."""
+        conn = self._conn()
+        try:
+            with conn.transaction():
+                conn.execute(DROP_OLD_SNAPSHOTS)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot drop the old desk snapshots: {exc}") from None

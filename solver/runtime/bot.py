@@ -76,6 +76,9 @@ NOTIFIER_CLOSE_S = 2.0
 
 
 class LiveBot:
+    """The desk driven live: its parts, each handed what it uses (the constructor), and a
+    run's order (:meth:`run`: start, quote until stopped, stop)."""
+
     def __init__(
         self,
         config: BotConfig,

@@ -118,7 +118,12 @@ STAGES: Stages = [
     ),
     (
         "executor and bot: request, outbox, metrics",
-        _in("solver/runtime/executor.py", "solver/runtime/bot.py", "solver/io/metrics.py"),
+        _in(
+            "solver/runtime/executor.py",
+            "solver/runtime/bot.py",
+            "solver/runtime/inbound.py",
+            "solver/io/metrics.py",
+        ),
     ),
     (
         PARSE,

@@ -41,7 +41,7 @@ READERS = frozenset({"len", "list", "dict", "sorted", "reversed", "iter", "sum",
 ALLOWED_CALLS = {
     ("solver/runtime/executor.py", "receive"),
     ("solver/runtime/executor.py", "tick"),
-    ("solver/runtime/bot.py", "apply"),  # LiveBot.recover: the desk rebuilt from the journal
+    ("solver/runtime/recovery.py", "apply"),  # the desk rebuilt from the journal
 }
 
 

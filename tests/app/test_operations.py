@@ -206,7 +206,7 @@ async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself
             assert await bot.unanswered(asset_in, asset_out, exact_in=amount) == []
         assert app.desk.stats.skipped == {STALE_BALANCES: 2}
         assert app.executor.sent == quoted and quote_count(bot) == stored
-        assert app.job_errors.get("balances", 0) >= 1
+        assert app.jobs.errors.get("balances", 0) >= 1
         await asyncio.sleep(max(0.0, 3.0 - (loop.time() - down_at)))
         assert (
             GLOBAL not in app.desk.pauses.as_dict()

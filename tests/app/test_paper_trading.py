@@ -41,14 +41,14 @@ async def test_shadow_mode_paper_trades_apart_from_the_real_books(
     fill = {"model": "always", "taker": {"kind": "fixed", "tolerance_bps": 60}}
     async with live_bot(tmp_path, overrides=shadow_overrides(**fill), shadow=True) as bot:
         app = bot.app
-        assert app.paper is not None and app.store is None
+        assert app.shadow_mode is not None and app.store is None
         ledger_before = bot.balances()
         confirmed = dict(app.desk.inventory.confirmed)
 
         # The user sells 10 wNEAR twice: nobody answers, two paper fills at 25 bp of spread.
         for _ in range(2):
             assert await bot.unanswered(NEAR, USDC, exact_in=10 * E24) == []
-        paper = app.paper
+        paper = app.shadow_mode.book
         assert (paper.quotes, paper.fills, dict(paper.lost)) == (2, 2, {})
         assert paper.flows == {NEAR: 20 * E24, USDC: -2 * 29_925_000}
         assert math.isclose(paper.realized_usd, 0.15, abs_tol=1e-9)
@@ -83,7 +83,7 @@ async def test_shadow_mode_paper_trades_apart_from_the_real_books(
         near = status["pairs"]["wNEAR/USDC"]
         assert (near["paper_fills"], near["fills_24h"]) == (2, 0)
 
-        app.refresh_paper_metrics()
+        app.shadow_mode.refresh_metrics()
         text = (await bot.http.get(f"{url}/metrics")).text
         assert metric(text, "solver_paper_fills_total") == 2.0
         assert math.isclose(metric(text, "solver_paper_pnl_realized_usd"), 0.15)
@@ -111,7 +111,8 @@ async def test_a_taker_limit_tighter_than_the_spread_fills_nothing(
     fill = {"model": "always", "taker": {"kind": "fixed", "tolerance_bps": 10}}
     async with live_bot(tmp_path, overrides=shadow_overrides(**fill), shadow=True) as bot:
         assert await bot.unanswered(NEAR, USDC, exact_in=10 * E24) == []
-        paper = bot.app.paper
-        assert paper is not None
+        shadow = bot.app.shadow_mode
+        assert shadow is not None
+        paper = shadow.book
         assert (paper.quotes, paper.fills, dict(paper.lost)) == (1, 0, {"taker_limit": 1})
         assert paper.flows == {} and paper.marked_usd(bot.app.desk.price) == 0.0

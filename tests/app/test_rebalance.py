@@ -295,7 +295,7 @@ class World:
         return actions
 
     def restart(self, store: Store) -> None:
-        """A new process: its desk rebuilt from the journal alone (``LiveBot.recover``), then
+        """A new process: its desk rebuilt from the journal alone (``solver.runtime.recovery.recover``), then
         the timers' first prices and balance snapshot."""
         self.desk = new_desk()
         doc, facts = store.journal.load()

@@ -476,7 +476,7 @@ async def test_a_snapshot_read_before_an_execution_but_landing_after_it_is_no_mi
                 lambda: intent.status is IntentStatus.TX_BROADCASTED, "the broadcast", 10
             )
             proxy.hold()
-            refresh = asyncio.create_task(app.refresh_balances())
+            refresh = asyncio.create_task(app.jobs.refresh_balances())
             # The node has answered the refresh (read the ledger) before the execution.
             await eventually(lambda: proxy.held >= 1, "the node's answer", 10)
             assert intent.status is IntentStatus.TX_BROADCASTED

@@ -96,7 +96,7 @@ async def test_the_salt_is_refreshed_as_soon_as_the_ledger_is_back(tmp_path: Pat
         first = app.desk.state.salt_at
         assert first is not None
         bot.sandbox.rpc_faults.down = True
-        await eventually(lambda: app.job_errors.get("balances", 0) >= 2, "the outage to be seen")
+        await eventually(lambda: app.jobs.errors.get("balances", 0) >= 2, "the outage to be seen")
         bot.sandbox.ledger.rotate_salt()  # the verifier moved on meanwhile
         bot.sandbox.rpc_faults.down = False
         current = bytes.fromhex(bot.sandbox.ledger.current_salt())

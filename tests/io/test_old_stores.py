@@ -9,7 +9,7 @@ open with claims and reservations, pauses in force), and ``expected.json``: what
 back from it. ``25a75e5`` is the last main whose desk held ``datetime`` times: since issue 29 it
 holds µs (:mod:`solver.core.clock`), and its stores must restore to the same instants. Here
 today's code opens a copy of the store as the bot does, rebuilds the desk
-(:meth:`solver.runtime.bot.LiveBot.recover`: the latest snapshot, then the facts after it) and
+(:func:`solver.runtime.recovery.recover`: the latest snapshot, then the facts after it) and
 must find what the old code found; it projects the old journal into the query tables as the old
 code did, ``solver history`` and ``solver store export`` read it, and the store takes new facts.
 
@@ -50,6 +50,7 @@ from solver.protocol.nonce import NonceSequence, new_nonce
 from solver.protocol.quote_signing import QuoteSigner
 from solver.protocol.signing import parse_signed, verify_signed
 from solver.runtime.bot import LiveBot
+from solver.runtime.recovery import recover
 from solver.runtime.wiring import build_desk
 
 STORES = Path(__file__).parent / "stores"
@@ -182,7 +183,7 @@ def started_bot(directory: Path, store: Store, expected: dict[str, Any]) -> Live
     """The live bot on the old store, its desk rebuilt as at every start (nothing connects)."""
     config = load_bot_config(directory / "bot.yaml")
     bot = LiveBot(config, SecretKey.generate(), store=store)
-    assert bot.recover() == expected["journal"]["tail"]
+    assert recover(bot.desk, bot.view, bot.store) == expected["journal"]["tail"]
     return bot
 
 

@@ -203,16 +203,16 @@ def test_a_request_sample_the_store_refuses_is_counted_and_said(
         }
     )
     bot = live.LiveBot(config, key)
-    assert bot.store is not None and bot.sample_requests
+    assert bot.store is not None and bot.inbound.sample_requests
     bot.store._conn.execute(
         "CREATE TRIGGER refuse BEFORE INSERT ON requests BEGIN SELECT RAISE(ABORT, 'disk full'); END"
     )
     pair = config.pairs[0]
     request = QuoteRequest("sampled-1", pair.quote, pair.base, True, 1000, 60_000)
     with caplog.at_level("WARNING", logger="solver.store"):
-        bot._on_quote(request)
+        bot.inbound.on_quote(request)
         bot.store.commit()
-        bot._on_quote(request._replace(quote_id="sampled-2"))
+        bot.inbound.on_quote(request._replace(quote_id="sampled-2"))
         bot.store.commit()
     assert bot.store.journal.extra_failed == 2
     said = [r.getMessage() for r in caplog.records if "request sample not stored" in r.getMessage()]

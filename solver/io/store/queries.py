@@ -18,7 +18,8 @@ import orjson
 
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.rebalance_record import RebalanceRecord
-from solver.io.store.quote_rows import find_opened, minute_of
+from solver.io.store.quote_counts import minute_of
+from solver.io.store.quote_journal import find_opened
 from solver.io.store.schema import (
     DB_ERRORS,
     REBALANCE_COLUMNS,

@@ -5,12 +5,9 @@ then the row rewritten when the quote expired) was the projection's largest cost
 an answer (docs/operations.md, "Lost quotes are sampled"). The journal still holds every fact
 for its retention; the query tables keep:
 
-- ``quote_counts``: every quote, counted by the minute it was created in (the minute's start,
-  a store time), its direction, its size bucket and its state now. The size bucket is the
-  number of decimal digits of ``amount_in`` in the smallest unit (bucket ``b`` holds
-  ``[10^(b-1), 10^b)``), known from the journal entry alone, where a USD bucket would need the
-  prices of the moment. Aggregated in memory, upserted once per key and batch. Totals, win
-  rates and the status windows read them: exact, however few lost quotes keep a row.
+- ``quote_counts``: every quote, counted by the minute it was created in, its direction, its
+  size bucket and its state now (:mod:`solver.io.store.quote_counts`). Totals, win rates and
+  the status windows read them: exact, however few lost quotes keep a row.
 - a row for every quote that moves to anything but LOST (won, rejected: built from its
   ``quote_opened`` entry then, the row it always had), and for a sample of the others, picked
   by a hash of the id against ``storage.lost_quote_sample_rate`` (the same on every run and
@@ -24,7 +21,8 @@ failed batch, another instance projecting meanwhile (the position is not where m
 — from ``projection.open_from``, the entry of the oldest of them, written with every batch
 (retention keeps the journal from there). A quote with a row that memory does not know is read
 from its row; a quote closed LOST without one that moves again (a settlement heard late,
-``desk_gaps``) is looked for in the journal, newest first: rare, and it costs a scan.
+``desk_gaps``) is looked for in the journal, newest first: rare, and it costs a scan (both
+scans: :mod:`solver.io.store.quote_journal`).
 """
 
 from __future__ import annotations
@@ -38,6 +36,16 @@ from typing import Any
 import orjson
 
 from solver.core import facts as f
+from solver.io.store.quote_counts import (
+    LOST,
+    OPEN,
+    SETTLED,
+    BatchCounts,
+    Counted,
+    CountKeys,
+    row_key,
+)
+from solver.io.store.quote_journal import MALFORMED, Open, find_opened, open_quotes, opened_body
 from solver.io.store.schema import (
     INSERT_QUOTE,
     INSERT_TRANSITION,
@@ -48,12 +56,8 @@ from solver.io.store.schema import (
 
 log = logging.getLogger("solver.projection")
 
-OPEN, LOST, SETTLED = "OPEN", "LOST", "SETTLED"
-MINUTE_US = 60_000_000
 _MASK = 2**32 - 1
 _SPREAD = 0x9E3779B1
-SCAN = 8192
-"""Journal entries read in one step of a rebuild or a search."""
 HANDOFF_CAP = 4096
 """At most this many quotes in :attr:`QuoteRows.handoff` (emptied when full: the projection
 parses what it misses)."""
@@ -63,42 +67,12 @@ SELECT_ROW = (
 )
 UPDATE_MOVED = UPDATE_STATE.replace(" WHERE", ", weight = 1 WHERE")
 """A move to any state but LOST: every such quote has its row, which stands for itself."""
-UPSERT_COUNT = (
-    "INSERT INTO quote_counts (minute, asset_in, asset_out, size_bucket, state, n) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (minute, asset_in, asset_out, size_bucket, state) "
-    "DO UPDATE SET n = quote_counts.n + excluded.n"
-)
-SELECT_BODY = "SELECT body FROM journal WHERE seq = ?"
-SELECT_QUOTE_FACTS = (
-    "SELECT seq, kind, body FROM journal WHERE seq >= ? AND seq <= ? "
-    "AND kind IN ('quote_opened', 'quote_moved', 'quotes_lost') ORDER BY seq LIMIT ?"
-)
-SELECT_OPENED = "SELECT seq, body FROM journal WHERE seq >= ? AND seq < ? AND kind = 'quote_opened'"
 INSERT_FILL_FROM_QUOTE = (
     "INSERT OR REPLACE INTO fills (quote_id, quote_hash, at, asset_in, amount_in, asset_out, "
     "amount_out, fee, intent_hash, tx_hash, price_in_usd, price_out_usd, realized_pnl_usd, "
     "markouts) SELECT quote_id, quote_hash, ?, asset_in, amount_in, asset_out, amount_out, fee, "
     "intent_hash, tx_hash, ?, ?, ?, '{}' FROM quotes WHERE quote_id = ?"
 )
-
-Key = tuple[str, str, str, int]
-"""A count's key but its state: ``(minute, asset_in, asset_out, size_bucket)``."""
-
-
-class Counted:
-    """A :data:`Key` with its counts' keys for the two states most quotes pass through built
-    once (a quote is counted three times: a tuple each was a tenth of its cost)."""
-
-    __slots__ = ("key", "lost", "open")
-
-    def __init__(self, key: Key) -> None:
-        self.key = key
-        self.open = (*key, OPEN)
-        self.lost = (*key, LOST)
-
-    def of(self, state: str) -> tuple[str, str, str, int, str]:
-        return (*self.key, state)
-
 
 Handed = tuple[str, int, str, str, int]
 """What the journal hands over for a ``QuoteOpened`` it appended (keyed by its quote id): the
@@ -108,14 +82,6 @@ longer)."""
 _ID_AT = len('{"quote_id":"')
 """Where a ``quote_opened`` body's quote id starts (``facts.encode`` writes it first; a body
 that does not start so finds nothing handed, and is parsed)."""
-Open = tuple[int, Counted]
-"""An open quote without a row: the ``seq`` of its ``quote_opened`` entry, and its key."""
-_MALFORMED = (KeyError, TypeError, ValueError, orjson.JSONDecodeError)
-
-
-def minute_of(store_time: str) -> str:
-    """The start of the minute of a store time (``quote_counts.minute``)."""
-    return store_time[:16] + ":00.000000+00:00"
 
 
 def quote_row(doc: dict[str, Any], state: str, weight: float) -> tuple[Any, ...]:
@@ -148,12 +114,8 @@ class QuoteRows:
         self._rowed: dict[str, Counted] = {}
         """The open quotes with a row, by id: their keys without a query. A rebuild leaves out
         those opened before ``open_from``; their row tells then."""
-        self._counts: dict[tuple[str, str, str, int, str], int] = {}
-        self._opens: dict[Counted, int] = {}
-        self._losts: dict[Counted, int] = {}
-        """The batch's OPEN and LOST counts, by key object: hashing it is cheaper than hashing
-        a 5-tuple, and most quotes are counted OPEN then LOST (:meth:`finish` merges them)."""
-        self._keys: dict[tuple[int, str, str, int], Counted] = {}
+        self._batch = BatchCounts()
+        self._keys = CountKeys()
         self._valid_at: int | None = None
         self.handoff: dict[str, Handed] = {}
         """The ``quote_opened`` entries this process appended and has not projected yet, by
@@ -181,15 +143,7 @@ class QuoteRows:
     def finish(self, cur: Any, seq: int) -> int:
         """Write the batch's counts; return the position's ``open_from``: the entry of the
         oldest open quote without a row (retention keeps the journal from there)."""
-        counts = self._counts
-        for key, n in self._opens.items():
-            counts[key.open] = counts.get(key.open, 0) + n
-        for key, n in self._losts.items():
-            counts[key.lost] = counts.get(key.lost, 0) + n
-        rows = [(*key, n) for key, n in counts.items() if n]
-        self._clear_counts()
-        if rows:
-            cur.executemany(UPSERT_COUNT, rows)
+        self._batch.write(cur)
         if not self._open:
             return seq
         return next(iter(self._open.values()))[0]
@@ -206,7 +160,7 @@ class QuoteRows:
     def forget(self) -> None:
         """A batch failed: what memory holds may be ahead of the tables."""
         self._valid_at = None
-        self._clear_counts()
+        self._batch.clear()
 
     # ------------------------------------------------------------------ the facts
 
@@ -232,8 +186,8 @@ class QuoteRows:
                     doc = orjson.loads(body)
             quote_id = doc["quote_id"]
             self._not_open(quote_id)
-            key = self._key(doc)
-        except _MALFORMED as exc:
+            key = self._keys.of_doc(doc)
+        except MALFORMED as exc:
             raise f.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
         if sampled:
             row = quote_row(doc, OPEN, self.weight)
@@ -244,7 +198,8 @@ class QuoteRows:
             self._rowed[quote_id] = key
         else:
             self._open[quote_id] = (seq, key)
-        self._opens[key] = self._opens.get(key, 0) + 1
+        opens = self._batch.opens
+        opens[key] = opens.get(key, 0) + 1
 
     def _handed(self, seq: int, quote_id: str, hit: Handed) -> bool:
         """:meth:`opened` for a quote whose entry is the body this process wrote: counted and
@@ -254,9 +209,10 @@ class QuoteRows:
             return False
         self._not_open(quote_id)
         _, created_at, asset_in, asset_out, amount_in = hit
-        key = self._key_of(created_at, asset_in, asset_out, str(amount_in))
+        key = self._keys.of(created_at, asset_in, asset_out, str(amount_in))
         self._open[quote_id] = (seq, key)
-        self._opens[key] = self._opens.get(key, 0) + 1
+        opens = self._batch.opens
+        opens[key] = opens.get(key, 0) + 1
         return True
 
     def lost(self, cur: Any, seq: int, fact: f.QuotesLost) -> None:
@@ -285,17 +241,18 @@ class QuoteRows:
             if row is None:
                 unseen.add(quote_id)
                 continue
-            ended.append((_row_key(row), row[0]))
+            ended.append((row_key(row), row[0]))
             updates.append(("LOST", at, fact.reason, None, None, quote_id))
         if unseen:
             found = find_opened(cur, unseen, seq)
             for quote_id in sorted(unseen - found.keys()):
                 log.warning("quotes_lost %d: quote %s was never opened: not counted", seq, quote_id)
             for body in found.values():  # its quote_opened was not projected: it was logged
-                ended.append((self._key(orjson.loads(body)), ""))
+                ended.append((self._keys.of_doc(orjson.loads(body)), ""))
         if updates:
             cur.executemany(UPDATE_STATE, updates)
-        opens, losts = self._opens, self._losts
+        batch = self._batch
+        opens, losts = batch.opens, batch.losts
         for quote_id, key in known:
             if unrowed.pop(quote_id, None) is None:
                 del rowed[quote_id]
@@ -303,8 +260,8 @@ class QuoteRows:
             losts[key] = losts.get(key, 0) + 1
         for key, old in ended:
             if old:
-                self._count(key.of(old), -1)
-            self._count(key.lost, 1)
+                batch.add(key.of(old), -1)
+            batch.add(key.lost, 1)
 
     def moved(self, cur: Any, seq: int, fact: f.QuoteMoved) -> None:
         quote_id, new, at = fact.quote_id, fact.new, ts_us(fact.at)
@@ -315,14 +272,14 @@ class QuoteRows:
             opened_at, key = entry
             if new == LOST:  # not sampled: counted, no row
                 del self._open[quote_id]
-                self._count(key.open, -1)
-                self._count(key.lost, 1)
+                self._batch.add(key.open, -1)
+                self._batch.add(key.lost, 1)
                 return
             self._insert_from(cur, opened_at, OPEN)
         elif key is None:
             row = cur.execute(SELECT_ROW, (quote_id,)).fetchone()
             if row is not None:
-                old, key = row[0], _row_key(row)
+                old, key = row[0], row_key(row)
             else:
                 body = find_opened(cur, {quote_id}, seq).get(quote_id)
                 if body is None:
@@ -332,7 +289,7 @@ class QuoteRows:
                     old = LOST
                     doc = orjson.loads(body)
                     cur.execute(INSERT_QUOTE, quote_row(doc, LOST, 1.0))
-                    key = self._key(doc)
+                    key = self._keys.of_doc(doc)
         statement = UPDATE_STATE if new == LOST else UPDATE_MOVED
         cur.execute(statement, (new, at, fact.reason, fact.intent_hash, fact.tx_hash, quote_id))
         cur.execute(
@@ -348,120 +305,21 @@ class QuoteRows:
         if self._open.pop(quote_id, None) is None:
             self._rowed.pop(quote_id, None)
         if key is not None:
-            self._count(key.of(old), -1)
-            self._count(key.of(new), 1)
+            self._batch.add(key.of(old), -1)
+            self._batch.add(key.of(new), 1)
 
     # ------------------------------------------------------------------ helpers
 
     def _insert_from(self, cur: Any, seq: int, state: str) -> None:
         """The row of the quote opened at ``seq``, from its journal entry."""
-        found = cur.execute(SELECT_BODY, (seq,)).fetchone()
-        if found is None:
-            raise f.FactError(f"the journal entry {seq} of an open quote is gone")
-        cur.execute(INSERT_QUOTE, quote_row(orjson.loads(found[0]), state, 1.0))
-
-    def _key(self, doc: dict[str, Any]) -> Counted:
-        amount = doc["amount_in"]
-        return self._key_of(
-            int(doc["created_at"]),
-            doc["asset_in"],
-            doc["asset_out"],
-            amount if type(amount) is str else str(int(amount)),
-        )
-
-    def _key_of(self, created_at: int, asset_in: str, asset_out: str, amount_in: str) -> Counted:
-        """The count a quote opened goes under: its minute, pair and size's digits."""
-        raw = (created_at // MINUTE_US, asset_in, asset_out, len(amount_in))
-        return self._keys.get(raw) or self._new_key(raw)
+        cur.execute(INSERT_QUOTE, quote_row(orjson.loads(opened_body(cur, seq)), state, 1.0))
 
     def _not_open(self, quote_id: str) -> None:
         if quote_id in self._open or quote_id in self._rowed:
             raise f.FactError(f"quote_opened: {quote_id} is open already")
 
-    def _new_key(self, raw: tuple[int, str, str, int]) -> Counted:
-        if len(self._keys) >= 4096:
-            self._keys.clear()
-        minute = ts_us(raw[0] * MINUTE_US)
-        key = self._keys[raw] = Counted((minute, raw[1], raw[2], raw[3]))
-        return key
-
-    def _clear_counts(self) -> None:
-        self._counts.clear()
-        self._opens.clear()
-        self._losts.clear()
-
-    def _count(self, counted: tuple[str, str, str, int, str], n: int) -> None:
-        self._counts[counted] = self._counts.get(counted, 0) + n
-
     def _rebuild(self, cur: Any, open_from: int, seq: int) -> None:
-        """The open quotes as the journal has them at ``seq``, from ``open_from`` on; those
-        with a row are told apart by the table (the rate may have changed since)."""
-        self._open.clear()
-        self._rowed.clear()
-        self._clear_counts()
-        start, read = open_from, 0
-        while True:
-            rows = cur.execute(SELECT_QUOTE_FACTS, (start, seq, SCAN)).fetchall()
-            for entry_seq, kind, body in rows:
-                try:
-                    doc = orjson.loads(body)
-                    if kind == "quote_opened":
-                        self._open[doc["quote_id"]] = (entry_seq, self._key(doc))
-                    elif kind == "quotes_lost":
-                        for quote_id in doc["quote_ids"]:
-                            self._open.pop(quote_id, None)
-                    else:
-                        self._open.pop(doc["quote_id"], None)
-                except _MALFORMED:
-                    continue  # the projection logged it when it met it
-            read += len(rows)
-            if len(rows) < SCAN:
-                break
-            start = rows[-1][0] + 1
-        ids = list(self._open)
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ", ".join("?" * len(chunk))
-            sql = f"SELECT quote_id FROM quotes WHERE quote_id IN ({marks})"  # noqa: S608
-            for (quote_id,) in cur.execute(sql, chunk).fetchall():
-                self._rowed[quote_id] = self._open.pop(quote_id)[1]
-        if read > SCAN:
-            log.info("projection: %d open quotes from %d journal entries", len(ids), read)
+        """The open quotes as the journal has them at ``seq``, from ``open_from`` on."""
+        self._batch.clear()
+        self._open, self._rowed = open_quotes(cur, open_from, seq, self._keys)
         self._valid_at = seq
-
-
-def _row_key(row: tuple[Any, ...]) -> Counted:
-    """The count key of a :data:`SELECT_ROW` row."""
-    return Counted((minute_of(row[1]), row[2], row[3], len(row[4])))
-
-
-def find_opened(cur: Any, quote_ids: set[str], before: int | None = None) -> dict[str, str]:
-    """The ``quote_opened`` bodies of ``quote_ids`` (those found), looking back from the entry
-    ``before`` (None: the last) to the journal's first: a scan, for what memory cannot say."""
-    wanted = {orjson.dumps(q).decode(): q for q in quote_ids}
-    found: dict[str, str] = {}
-    first, last = cur.execute("SELECT MIN(seq), MAX(seq) FROM journal").fetchone()
-    if first is None:
-        return found
-    high = last + 1 if before is None else before
-    while wanted and high > first:
-        low = max(first, high - SCAN)
-        for _, body in cur.execute(SELECT_OPENED, (low, high)).fetchall():
-            quote_id = wanted.pop(_id_text(body), None)
-            if quote_id is not None:
-                found[quote_id] = body
-        high = low
-    return found
-
-
-def _id_text(body: str) -> str:
-    """A ``quote_opened`` body's quote id as JSON text: the encoder writes it first, and any
-    ``"`` inside it is escaped, so it ends at the first ``,"`` (an older body is parsed)."""
-    if body.startswith('{"quote_id":'):
-        end = body.find(',"', 12)
-        if end > 0:
-            return body[12:end]
-    try:
-        return orjson.dumps(orjson.loads(body)["quote_id"]).decode()
-    except _MALFORMED:
-        return ""

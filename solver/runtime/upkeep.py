@@ -322,8 +322,8 @@ class Upkeep:
 
     def maybe_snapshot(self, now: Micros, *, force: bool = False) -> None:
         """A desk snapshot when one is due: captured now (~2 ms with the soak's book), its
-        document made in slices at the next ticks (:meth:`snapshot_slice`). ``force`` (the shutdown's): made and stored at
-        once, a snapshot being made meanwhile dropped for it."""
+        document made in slices at the next ticks (:meth:`snapshot_slice`). ``force`` (the
+        shutdown's): made and stored at once, a snapshot being made meanwhile dropped for it."""
         store = self.ports.store
         if store is None:
             return

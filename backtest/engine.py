@@ -1,11 +1,10 @@
 """The replay: a recorded stream through the live bot's desk and executor, on a simulated clock.
 
 The backtest is the second driver of the one executor (DESIGN "The shape"): the very
-:class:`~solver.core.desk.Desk` the live bot runs, built by :func:`solver.runtime.wiring.build_desk`
-from the bot's own YAML, fed only through the live :class:`~solver.runtime.executor.Executor`,
-whose actions are carried out by simulated ports (:mod:`backtest.ports`): the relay with the fill
-and taker models, settlement on the sandbox ledger, statuses, nonce checks, balances and salt at
-simulated time. The replay keeps only the stream, the clock and the measurements. Around it:
+:class:`~solver.core.desk.Desk` the live bot runs, fed only through the live
+:class:`~solver.runtime.executor.Executor`, whose actions are carried out by simulated ports
+(:mod:`backtest.ports`; wired by :mod:`backtest.replay_wiring`, signing included). The replay
+keeps only the stream, the clock and the desk's inputs at simulated time. Around it:
 
 - **Clock**: the event timestamps. A request at ``ts`` reaches the desk (the ``QuoteRequest``,
   as live) at ``now = ts + latency`` (:class:`~backtest.fills.LatencyModel`); scheduled work
@@ -19,9 +18,6 @@ simulated time. The replay keeps only the stream, the clock and the measurements
   (``PriceSeen``); the fee and the salt are the ledger's. ``ConnectionRestored`` once at the
   start: nothing is missed in a replay, so an answer past its deadline that nobody named ends
   LOST without a nonce check.
-- **Signing**: the executor signs a ``SignAndSend`` as live — the live nonce source over a
-  sequence derived from the seed, and the live :class:`QuoteSigner` when signing is on (else a
-  stand-in signature whose hash is the nonce); the desk hears ``QuoteSigned``.
 - **Outcomes** (:class:`~backtest.ports.SimulatedRelay`): an answer later than ``bus.wait_ms``
   loses; otherwise the fill model decides at
   ``ts + settlement_delay_ms`` (a ``competitor`` event for the request counts if it came before
@@ -58,22 +54,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from backtest.fills import LatencyModel, make_fill_model
-from backtest.measure.detail import pair_names
 from backtest.measure.fill_record import FillRecord
-from backtest.measure.measurements import QUEUE_MAX, Measurements
-from backtest.ports import (
-    ImmediateLoop,
-    LedgerNonceOracle,
-    Pending,
-    SimulatedRelay,
-    StandInSigner,
-    seeded_sequence,
-)
-from backtest.replay_result import Progress, ReplayResult, RiskHalt
+from backtest.measure.measurements import QUEUE_MAX
+from backtest.ports import Pending
+from backtest.replay_result import Progress, ReplayResult
 from backtest.replay_start import check_header, collector_paced, lookahead, starting_balances
+from backtest.replay_wiring import wire
 from backtest.settings import BacktestSettings
-from backtest.settle import LedgerSettler
 from backtest.stream.events import Header, StreamEvent
 from backtest.stream.read import StreamReader
 from backtest.stream.records import (
@@ -84,19 +71,13 @@ from backtest.stream.records import (
     Record,
     record,
 )
-from backtest.unobserved import Coverage, require_competition
+from backtest.unobserved import require_competition
 from solver.config import BotConfig
-from solver.core import facts as f
 from solver.core.actions import SignAndSend
 from solver.core.clock import Micros, from_micros, micros
 from solver.core.events import BalancesSeen, ConnectionRestored, FeeSeen, PriceSeen, SaltSeen
 from solver.core.inventory import Inventory
 from solver.core.market import QuoteRequest
-from solver.core.view import DeskView
-from solver.protocol.nonce import QuoteNonces
-from solver.runtime.executor import Executor
-from solver.runtime.ports import Ports, Refresh
-from solver.runtime.wiring import build_desk
 
 __all__ = ["TICK_S", "Replay"]
 
@@ -125,64 +106,24 @@ class Replay:
         self.settings = settings
         self.decimals = {asset: token.decimals for asset, token in config.tokens.items()}
         self.tokens = sorted(config.tokens)
-        self.desk = build_desk(config, kill_switch=settings.kill_switch, timer=_no_time)
-        self.pipeline = self.desk.pipeline  # the live QuotePipeline (parity tests capture it)
-        self.routes = self.pipeline.routes
-        self.settler = LedgerSettler(
-            contract=config.verifier_contract,
-            solver_account=config.account.id,
-            user_account=settings.user_account,
-            fee_pips=settings.fee_pips,
-            sign=settings.sign,
-            nonce_layout=config.nonce.layout,
-            seed=settings.seed,
-        )
-        self.latency = LatencyModel(settings.latency, settings.seed)
-        symbols = {asset: token.symbol for asset, token in config.tokens.items()}
-        self.measures = Measurements(
-            self.decimals,
-            self.tokens,
-            on_fill,
-            pair_names=pair_names(((p.base, p.quote) for p in config.pairs), symbols),
-            symbols=symbols,
-        )
-        self.progress = progress
-        self.relay = SimulatedRelay(
-            settler=self.settler,
-            fill_model=make_fill_model(settings.fill, settings.seed),
-            measures=self.measures,
-            desk=DeskView(self.desk),
-            wait_ms=float(config.bus.wait_ms),
-            settlement_delay_ms=settings.settlement_delay_ms,
-            observe=observe,
-            coverage=Coverage(
-                settings.fill.unobserved.mode if settings.fill.model == "competitor" else "-"
-            ),
-        )
         self.now: Micros = 0
         """The simulated clock: the time of the work being done (a request as it reaches the
         desk, an outcome, a tick)."""
-        self.halt = RiskHalt()  # the executor's alert port
-        self.executor = Executor(
-            self.desk,
-            Ports(
-                signer=self.settler.signer or StandInSigner(),
-                nonces=QuoteNonces(config.nonce.layout, seeded_sequence(settings.seed)),
-                journal=None,
-                sender=self.relay,
-                statuses=self.relay,
-                nonce_oracle=LedgerNonceOracle(self.settler),
-                balances=Refresh(self._balances),
-                salt=Refresh(self._salt),
-                alerts=self.halt,
-                metrics=None,
-                loop=ImmediateLoop(),
-                clock=self._now,
-            ),
+        wired = wire(
+            config,
+            settings,
+            clock=self._now,
+            balances=self._balances,
+            salt=self._salt,
+            on_fill=on_fill,
+            observe=observe,
         )
-        self.executor.observe(self._on_markout, f.Markout)
-        self.executor.observe(self.relay.moved, f.QuoteMoved)  # a fill's prices
-        self.relay.feed = self.executor.feed
+        self.desk, self.executor, self.settler = wired.desk, wired.executor, wired.settler
+        self.relay, self.measures, self.latency = wired.relay, wired.measures, wired.latency
+        self.halt = wired.halt  # the executor's alert port
+        self.pipeline = self.desk.pipeline  # the live QuotePipeline (parity tests capture it)
+        self.routes = self.pipeline.routes
+        self.progress = progress
         self.relay.won = self._won
         self.competitors = self.relay.competitors  # what the relay's fill model will see
         pipeline = self.desk.settings.pipeline
@@ -428,9 +369,6 @@ class Replay:
         self.now = at_us
         self.relay.settle(pending, at_us)
 
-    def _on_markout(self, fact: f.Markout) -> None:
-        self.measures.markout(fact.quote_id, fact.horizon_s, fact.value_usd)
-
     # ------------------------------------------------------------------ records
 
     def _informed(self, quote_id: str, t_us: int) -> None:
@@ -455,8 +393,3 @@ class Replay:
     def _all_priced(self) -> bool:
         prices = self.desk.state.prices
         return all(a in prices for a, amount in self.desk.inventory.confirmed.items() if amount)
-
-
-def _no_time() -> float:
-    """The pipeline's strategy timer in replay: wall-clock budgets are not enforced."""
-    return 0.0

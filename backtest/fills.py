@@ -329,4 +329,5 @@ class LatencyModel:
         median, sigma, exp = self.spec.median_ms, self.spec.sigma, math.exp
         while True:
             ms = [median * exp(sigma * z) for z in self._rng.standard_normal(_BLOCK).tolist()]
-            yield [(x, int(x) * 1000 + round((x - int(x)) * 1000)) for x in ms]  # ms_to_us
+            # ms_to_us, with the whole milliseconds taken once
+            yield [(x, (w := int(x)) * 1000 + round((x - w) * 1000)) for x in ms]

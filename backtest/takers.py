@@ -34,6 +34,7 @@ from statistics import NormalDist
 from backtest.settings import TakerSpec
 
 _TWO_64 = float(2**64)
+_exp, _from_bytes = math.exp, int.from_bytes  # bound once: read per answer
 _NORMAL = NormalDist()
 
 
@@ -88,6 +89,8 @@ class TakerModel:
             return edge_bps >= -self._fixed
         hasher = self._hash.copy()
         hasher.update(quote_id.encode())
-        u = (int.from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64
-        z = INV_CDF(u, 0.0, 1.0)
-        return edge_bps >= -min(self._max, self._tolerance * math.exp(self._sigma * z))
+        u = (_from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64
+        limit = self._tolerance * _exp(self._sigma * INV_CDF(u, 0.0, 1.0))
+        # min(max_bps, limit) without the builtin's call: the same value (max_bps on a tie or
+        # a NaN, as min keeps its first argument unless the second is smaller)
+        return edge_bps >= -(limit if limit < self._max else self._max)

@@ -284,7 +284,7 @@ def _taker_limit_us(n: int = 20_000) -> float:
 DECIDE = "decide (solver/core, without the strategy)"
 DESK = "desk around decide (lifecycle, facts, reconciliation, PnL, ticks)"
 STAGE_FUNCTIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "read (backtest/stream/line_parser.py)": (("stream/line_parser.py", "_part_batches"),),
+    "read (backtest/stream/line_parser.py)": (("stream/line_parser.py", "part_batches"),),
     DECIDE: (("quoting.py", "decide"),),
     "strategy": (("strategies", "quote"),),
     DESK: (("core/desk.py", "receive"), ("core/desk.py", "tick")),

@@ -40,7 +40,9 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from operator import itemgetter
 
+from backtest.measure.columns import count_outcomes, count_timeline
 from backtest.measure.detail import (
     LATENCY_CAP_MS,
     DailyBook,
@@ -63,6 +65,9 @@ QUEUE_MAX = 4096
 """Requests or outcomes queued before they are counted anyway (memory stays flat between
 ticks however dense the stream)."""
 SIZE_BINS_PER_DECADE = 5
+_PAIR_SKIP, _LATENCY = itemgetter(0, 1, 4), itemgetter(3)
+_isnan = math.isnan
+"""A queued request's count key (asset in, asset out, skip) and its latency, taken in C."""
 
 
 class Measurements:
@@ -177,8 +182,8 @@ class Measurements:
             # appearance, as the loop did), the latency total summed in order. No column of
             # tracked objects is held (each key tuple is freed once counted): a transpose
             # (zip(*queue)) held 4,096 iterators and paced the cyclic collector.
-            self._requests.update((r[0], r[1], r[4]) for r in queue)  # the pairs' at fold()
-            latencies = [r[3] for r in queue]
+            self._requests.update(map(_PAIR_SKIP, queue))  # the pairs' at fold()
+            latencies = list(map(_LATENCY, queue))
             latency, timeline = self.latency, self.outcomes
             total = latency.total
             for ms in latencies:  # LatencyHistogram.add, by column
@@ -186,48 +191,22 @@ class Measurements:
             latency.total = total
             latency.max = max(latency.max, *latencies)
             cap = LATENCY_CAP_MS
-            latency.bins.update([int(ms) if ms < cap else cap for ms in latencies])
+            if max(latencies) < cap and not any(map(_isnan, latencies)):
+                latency.bins.update(map(int, latencies))  # in C: none is capped
+            else:
+                latency.bins.update([int(ms) if ms < cap else cap for ms in latencies])
             latency.n += len(queue)
-            origin, width, buckets = timeline.origin, timeline.width_s, timeline.buckets
-            for _, _, t_us, _, skip in queue:
-                # Timeline.add, inline while the bucket exists (the same arithmetic)
-                label = "quoted" if skip is None else skip
-                t = t_us / 1e6
-                bucket = None if origin is None else buckets.get(int((t - origin) // width))
-                if bucket is None:
-                    timeline.add(t, label)  # the first, a new bucket, or a merge
-                    origin, width, buckets = timeline.origin, timeline.width_s, timeline.buckets
-                else:
-                    bucket[label] = bucket.get(label, 0) + 1
+            count_timeline(timeline, queue)
             queue.clear()
         resolved = self.resolved_queue
         if resolved:
-            edge_bins, size_bins, log10, floor = (
+            count_outcomes(
                 self.edge_bins,
                 self.size_bins,
-                math.log10,
-                math.floor,
+                resolved,
+                clamp_bps=EDGE_CLAMP_BPS,
+                per_decade=SIZE_BINS_PER_DECADE,
             )
-            for edge_bps, notional_usd, won in resolved:
-                # round(min(EDGE_CLAMP_BPS, max(-EDGE_CLAMP_BPS, edge))), NaN to -EDGE_CLAMP_BPS
-                if -EDGE_CLAMP_BPS <= edge_bps <= EDGE_CLAMP_BPS:
-                    bin_ = round(edge_bps)
-                else:
-                    bin_ = EDGE_CLAMP_BPS if edge_bps > EDGE_CLAMP_BPS else -EDGE_CLAMP_BPS
-                counts = edge_bins.get(bin_)
-                if counts is None:
-                    counts = edge_bins[bin_] = [0, 0]
-                counts[0] += 1
-                counts[1] += won
-                size = (
-                    floor(log10(notional_usd) * SIZE_BINS_PER_DECADE)
-                    if notional_usd > 0
-                    else -10 * SIZE_BINS_PER_DECADE
-                )
-                sizes = size_bins.get(size)
-                if sizes is None:
-                    sizes = size_bins[size] = [0, 0]
-                sizes[1 if won else 0] += 1
             resolved.clear()
 
     # ------------------------------------------------------------------ inventory risk

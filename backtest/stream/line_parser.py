@@ -1,10 +1,12 @@
 """The lines of a recorded stream's open part as the replay's records (format version 1).
 
-:class:`LineParser` is the half of :class:`~backtest.stream.read.StreamReader` that reads lines:
-the per-line hot loop and, for a line it cannot take the short way, the checks one at a time and
-the problems they report (malformed, truncated, unsorted, unknown kind). Opening the parts,
-handing out events and closing stay in :mod:`backtest.stream.read`; the reading rules are
-described there.
+:class:`LineParser` turns the lines of one open file into records: the per-line hot loop and,
+for a line it cannot take the short way, the checks one at a time and the problems they report
+(malformed, truncated, unsorted, unknown kind), with the state that outlives a part (line
+numbers, the last time read, the stats). A :class:`~backtest.stream.read.StreamReader` has one:
+the reader finds and opens the parts, reads their headers and hands the records out (as events
+or batches); the parser never opens a file. The reading rules are described in
+:mod:`backtest.stream.read`.
 
 The hot path parses with orjson and checks fields by hand with the rules of
 :class:`solver.protocol.bus.QuoteRequestEvent` read with ``context=WIRE`` (amounts are u128
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -74,15 +76,17 @@ _NO_TIME = -(2**63)
 
 
 class LineParser:
-    """Reads the lines of the open part (:attr:`_file`) into records and reports bad ones.
+    """Reads the lines of the part its reader gave it (:meth:`start_part`) into records and
+    reports bad ones.
 
-    The state the per-line loop reads and the reader's part handling moves (the open file, the
-    line number in it, the lines of the parts before, the last time read) lives here, so the
-    loop binds it to locals once per part; :class:`~backtest.stream.read.StreamReader` opens
-    the parts and hands the batches out.
+    The state the per-line loop reads (the open file, the line number in it, the lines of the
+    parts before, the last time read) is this object's own, so the loop binds it to locals once
+    per part and a part's end or the reader's close is a call here, not a reach into it.
     """
 
-    def __init__(self, paths: list[Path], tokens: dict[str, TokenInfo], *, strict: bool) -> None:
+    def __init__(
+        self, paths: Sequence[Path], tokens: dict[str, TokenInfo], *, strict: bool
+    ) -> None:
         self.strict = strict
         self.stats = StreamStats()
         self._tokens = tokens
@@ -96,7 +100,31 @@ class LineParser:
         self._base = 0  # lines of the parts already read
         self._done = False
 
-    def _part_batches(self, counts: list[int]) -> Iterator[list[Record]]:
+    @property
+    def done(self) -> bool:
+        """Closed, or every part read: nothing more comes."""
+        return self._done
+
+    @property
+    def in_part(self) -> bool:
+        """A part is open (its lines are read by :meth:`part_batches`)."""
+        return self._file is not None
+
+    def start_part(self, file: IO[bytes], path: str, number: int) -> None:
+        """Read ``file`` next: the part at ``path``, positioned after its header (line
+        ``number``); the parser owns it from now on and closes it."""
+        self._file, self._current, self._number = file, path, number
+        self.stats.lines = self._base + number
+
+    def end_part(self) -> None:
+        """The open part is read: close it; its lines count before the next part's."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._base += self._number
+        self._number = 0
+
+    def part_batches(self, counts: list[int]) -> Iterator[list[Record]]:
         """The open part's lines as batches of records; the last (short) batch included.
 
         A line of the usual shape (an object with a known kind, ``"v": 1``, a timestamp in
@@ -376,7 +404,6 @@ class LineParser:
         if key in stats.unknown_by_kind or len(stats.unknown_by_kind) < 100:
             stats.unknown_by_kind[key] = stats.unknown_by_kind.get(key, 0) + 1
 
-    # ------------------------------------------------------------------ closing
     # ------------------------------------------------------------------ closing
 
     def close(self) -> None:

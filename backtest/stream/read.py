@@ -21,8 +21,9 @@ Reading rules:
 
 An error comes after every event read before it (the batch it ends is handed out first).
 
-The lines themselves are read by :class:`~backtest.stream.line_parser.LineParser`, the
-reader's base: its hot loop and the checks of a line that does not take the short way.
+The reader finds, opens and closes the parts and hands the records out; the lines themselves
+are read by its :class:`~backtest.stream.line_parser.LineParser` (the hot loop and the checks of
+a line that does not take the short way), which keeps the line numbers and the stats.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ __all__ = ["StreamReader", "StreamStats", "read_stream"]
 _open_bytes = open_bytes  # the sweep's segments read a stream's tail with it
 
 
-class StreamReader(LineParser, Iterator[StreamEvent]):
+class StreamReader(Iterator[StreamEvent]):
     """Iterates the events of one stream file (or of a rotated set, in order).
 
     Open it with :func:`read_stream`. :attr:`header` is read at once; :attr:`stats` grows as
@@ -61,7 +62,9 @@ class StreamReader(LineParser, Iterator[StreamEvent]):
         self.paths = list(paths)
         headers = [self._read_header(path) for path in self.paths]
         self.header = merge_headers(headers, self.paths)
-        super().__init__(self.paths, self.header.tokens, strict=strict)
+        self._lines = LineParser(self.paths, self.header.tokens, strict=strict)
+        self.strict = strict
+        self.stats: StreamStats = self._lines.stats
         self._part = 0  # index of the next part to open
         self._source = self._parse()
         self._pending: list[Record] = []  # records parsed, not handed out as events yet
@@ -86,7 +89,6 @@ class StreamReader(LineParser, Iterator[StreamEvent]):
             return False
         path = self.paths[self._part]
         self._part += 1
-        self._current = str(path)
         file = open_bytes(path)
         number = 0
         try:
@@ -98,16 +100,8 @@ class StreamReader(LineParser, Iterator[StreamEvent]):
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             file.close()
             raise StreamError(f"cannot read stream: {exc}", path=str(path)) from None
-        self._file, self._number = file, number
-        self.stats.lines = self._base + number
+        self._lines.start_part(file, str(path), number)
         return True
-
-    def _end_part(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        self._base += self._number
-        self._number = 0
 
     # ------------------------------------------------------------------ the two ways to read
 
@@ -138,19 +132,19 @@ class StreamReader(LineParser, Iterator[StreamEvent]):
     def _parse(self) -> Iterator[list[Record]]:
         """Batches of records from the lines; an error after the batch it cuts short."""
         counts = [0] * len(KIND_NAMES)
+        lines = self._lines
         try:
-            while not self._done:
-                if self._file is None:
+            while not lines.done:
+                if not lines.in_part:
                     if not self._open_next():
                         break
                     continue
-                for batch in self._part_batches(counts):
+                for batch in lines.part_batches(counts):
                     self._count(counts)
                     yield batch
-                self._end_part()
+                lines.end_part()
         finally:
             self._count(counts)
-        self._done = True
         self.close()
 
     def _count(self, counts: list[int]) -> None:
@@ -163,7 +157,9 @@ class StreamReader(LineParser, Iterator[StreamEvent]):
 
     # ------------------------------------------------------------------ closing
 
-    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Stop reading and close the file (idempotent)."""
+        self._lines.close()
 
     def __del__(self) -> None:
         # An abandoned reader closes its file quietly (no ResourceWarning).

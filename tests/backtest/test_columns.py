@@ -1,0 +1,98 @@
+"""The measurements' run-at-a-time counting gives the counts, and the key order, of counting one
+by one (backtest/measure/columns.py), on queues that take the short way and on those that do
+not (times that go back, NaN, edges past the clamp, sizes not positive, wins)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from backtest.measure.columns import count_outcomes, count_timeline
+from backtest.measure.detail import Timeline
+
+CLAMP, PER_DECADE = 500, 5
+A, B = "nep141:a", "nep141:b"
+Request = tuple[str, str, int, float, str | None]
+Bins = dict[int, list[int]]
+
+
+def reference_timeline(timeline: Timeline, queue: list[Request]) -> None:
+    for _, _, t_us, _, skip in queue:
+        timeline.add(t_us / 1e6, "quoted" if skip is None else skip)
+
+
+def reference_outcomes(
+    edge_bins: Bins, size_bins: Bins, resolved: list[tuple[float, float, bool]]
+) -> None:
+    for edge_bps, notional_usd, won in resolved:
+        if -CLAMP <= edge_bps <= CLAMP:
+            bin_ = round(edge_bps)
+        else:
+            bin_ = CLAMP if edge_bps > CLAMP else -CLAMP
+        counts = edge_bins.setdefault(bin_, [0, 0])
+        counts[0] += 1
+        counts[1] += won
+        size = (
+            math.floor(math.log10(notional_usd) * PER_DECADE)
+            if notional_usd > 0
+            else -10 * PER_DECADE
+        )
+        size_bins.setdefault(size, [0, 0])[1 if won else 0] += 1
+
+
+def requests(rng: random.Random, n: int, *, sorted_times: bool) -> list[Request]:
+    t = 1_735_689_600_000_000 + rng.randrange(10**9)
+    out: list[Request] = []
+    for _ in range(n):
+        t += rng.choice((0, 0, 1_000, 20_000, 700_000, 61_000_000))
+        skip = rng.choice((None, None, None, "spread", "quoted", "inventory"))
+        out.append((A, B, t if sorted_times else t - rng.randrange(10**8), 1.5, skip))
+    return out
+
+
+@pytest.mark.parametrize("sorted_times", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_timeline_counts_as_one_by_one(seed: int, sorted_times: bool) -> None:
+    rng = random.Random(seed)
+    ours, theirs = Timeline(max_buckets=8), Timeline(max_buckets=8)  # merges happen
+    for _ in range(5):
+        queue = requests(rng, rng.randrange(1, 600), sorted_times=sorted_times)
+        count_timeline(ours, queue)
+        reference_timeline(theirs, queue)
+        assert (ours.origin, ours.width_s) == (theirs.origin, theirs.width_s)
+        assert list(ours.buckets) == list(theirs.buckets)
+        for index, counts in theirs.buckets.items():
+            assert list(ours.buckets[index].items()) == list(counts.items())
+
+
+def outcomes(rng: random.Random, n: int, odd: bool) -> list[tuple[float, float, bool]]:
+    out = []
+    for _ in range(n):
+        edge = rng.uniform(-80.0, 40.0)
+        size = 10 ** rng.uniform(-1.0, 6.0)
+        if odd and rng.random() < 0.05:
+            edge = rng.choice((math.nan, 900.0, -1e9, math.inf, 0.5, -2.5))
+        if odd and rng.random() < 0.05:
+            size = rng.choice((0.0, -3.0, math.nan))
+        out.append((edge, size, rng.random() < 0.1))
+    return out
+
+
+@pytest.mark.parametrize("odd", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_outcomes_count_as_one_by_one(seed: int, odd: bool) -> None:
+    rng = random.Random(seed)
+    ours: tuple[Bins, Bins] = ({}, {})
+    theirs: tuple[Bins, Bins] = ({}, {})
+    for _ in range(4):
+        resolved = outcomes(rng, rng.randrange(1, 500), odd)
+        count_outcomes(*ours, resolved, clamp_bps=CLAMP, per_decade=PER_DECADE)
+        reference_outcomes(*theirs, resolved)
+        assert list(ours[0].items()) == list(theirs[0].items())
+        assert list(ours[1].items()) == list(theirs[1].items())
+    assert Counter(type(v) for bins in ours for pair in bins.values() for v in pair) == Counter(
+        {int: sum(2 * len(bins) for bins in ours)}
+    )

@@ -222,7 +222,7 @@ class BusWsClient:
 
     async def _session(self, ws: QuoteLink, stop: asyncio.Event) -> bool:
         """Serve one connection until it closes, a reply is fatal, or ``stop``; True if it got
-        subscribed. Messages are handled as they arrive (:meth:`_on_message`)."""
+        subscribed. Messages are handled as they arrive (:meth:`handle_frame`)."""
         receiver = self.receiver
         self._ws = ws
         receiver.new_session()
@@ -233,7 +233,7 @@ class BusWsClient:
         leave = asyncio.create_task(self._leave.wait())
         reached = False
         try:
-            ws.attach(self._on_message)
+            ws.attach(self.handle_frame)  # a fatal reply sets _leave (_leave_now)
             for kind in ("quote", "quote_status"):
                 self._send_request("subscribe", kind, kind, ws)
             await asyncio.wait({closed, leave}, return_when=asyncio.FIRST_COMPLETED)
@@ -262,10 +262,6 @@ class BusWsClient:
             self.counters.bad("too_large")
         if not stop.is_set():
             log.info("relay closed the connection: %s", closing)
-
-    def _on_message(self, raw: bytes) -> None:
-        self.counters.frames_in += 1
-        self.handle_frame(raw)  # a fatal reply sets _leave (_leave_now)
 
     async def _watch(self, ws: QuoteLink, stop: asyncio.Event) -> None:
         """Close the socket on ``stop``, or when the subscriptions are not confirmed in time."""

@@ -159,7 +159,11 @@ class BusReceiver:
     # ------------------------------------------------------------------ receiving
 
     def handle_frame(self, raw: bytes | str) -> None:
-        """Handle one incoming frame; never raises on bad input (it is counted instead)."""
+        """Handle one incoming frame; never raises on bad input (it is counted instead).
+
+        The link's handler itself (:meth:`~solver.io.ws_link.QuoteLink.attach`): every
+        message the relay sends is counted here (``frames_in``)."""
+        self.counters.frames_in += 1
         size = len(raw)
         if size > self._max_frame:
             self._bad("too_large", f"{size} bytes")

@@ -174,9 +174,9 @@ class BusReceiver:
             and raw[_ID_TO:] == _OK_TAIL
             and raw[:_ID_FROM] == _OK_HEAD
         ):
-            # The reply to an answer, one per answer: its id read from the bytes, no dict built
-            # (0.4 µs, issue 29). Only what orjson reads as the same int (no sign, no leading
-            # zero, under 2**63); any other frame, however close, is parsed below.
+            # The reply to an answer, one per answer: its id read from the bytes, no dict
+            # built (0.9 -> 0.75 µs, issue 29). Only what orjson reads as the same int (no
+            # sign, no leading zero, under 2**63); any other frame, however close, is parsed.
             digits = raw[_ID_FROM:_ID_TO]
             if 0 < len(digits) < 19 and digits.isdigit() and (digits[0] != 48 or len(digits) == 1):
                 self._replied(self.pending.pop(int(digits), None), "OK", None)

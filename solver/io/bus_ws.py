@@ -29,9 +29,12 @@ Robustness rules:
   relay may hold it and use it until its deadline — and is only counted
   (``counters.unanswered``). No per-frame logging above debug.
 
-The receiving half (frames, events, replies, the state they move) is the client's base,
-:class:`~solver.io.bus_ws_receive.BusWsReceiver`; here are the connection's lifecycle and the
-sending.
+The client is the I/O half: the connection's lifecycle (connect, subscribe, watch, close,
+reconnect) and the writing of requests. What the frames say (events, replies, the
+subscriptions' confirmations, the counters and the connection state) is handled by the
+sans-I/O :class:`~solver.io.bus_ws_receive.BusReceiver` the client owns (:attr:`receiver`);
+its :meth:`~solver.io.bus_ws_receive.BusReceiver.handle_frame` is the client's
+:attr:`BusWsClient.handle_frame`.
 """
 
 from __future__ import annotations
@@ -44,22 +47,22 @@ from typing import Any
 
 import orjson
 from pydantic import BaseModel
-from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus, InvalidURI
 
 from solver.core.quoting import Quote
-from solver.errors import ConfigError, ProtocolError, RemoteError, SolverError, TransportError
+from solver.errors import ConfigError, ProtocolError, TransportError
 from solver.io.backoff import Jitter, backoff, classify
+from solver.io.bus_connect import LinkOptions, connect_error, open_link, sleep_unless
 from solver.io.bus_ws_receive import (
     CONNECTING,
     DISCONNECTED,
     STOPPED,
-    BusWsReceiver,
+    BusReceiver,
     PendingReply,
     QuoteCallback,
     ResponseCallback,
     StateCallback,
     StatusCallback,
+    WsCounters,
 )
 from solver.io.conn_notes import display_url, next_attempt
 from solver.io.ws_link import QuoteLink
@@ -83,8 +86,11 @@ _ANSWER_IN = _ANSWER % b"amount_in"
 """An exact-out request's: ``amount_in`` is the side it left open."""
 
 
-class BusWsClient(BusWsReceiver):
-    """A self-healing solver connection to the relay. Start it with ``await run(stop)``."""
+class BusWsClient:
+    """A self-healing solver connection to the relay. Start it with ``await run(stop)``.
+
+    ``handle_frame``, ``counters``, ``connected`` and ``state`` are its :class:`BusReceiver`'s
+    (:attr:`receiver`)."""
 
     def __init__(
         self,
@@ -114,27 +120,54 @@ class BusWsClient(BusWsReceiver):
         if max_frame_bytes <= 0 or transport_max_bytes < max_frame_bytes:
             raise ConfigError("need 0 < max_frame_bytes <= transport_max_bytes")
         backoff(backoff_initial_s, backoff_max_s, backoff_factor, backoff_jitter)  # validate
-        super().__init__(
+        self.url = ws_url
+        self.receiver = receiver = BusReceiver(
             ws_url,
             on_quote=on_quote,
             on_quote_status=on_quote_status,
             on_state=on_state,
             on_response=on_response,
+            on_subscribed=self._subscribed_now,
+            on_fatal=self._leave_now,
             asset_field_prefix=asset_field_prefix,
             max_frame_bytes=max_frame_bytes,
             max_inflight=max_inflight,
         )
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        # The receiver's, bound once: the hot path calls it with no hop through the client.
+        self.handle_frame = receiver.handle_frame
+        self.counters: WsCounters = receiver.counters
+        self._pending = receiver.pending  # the sender registers each reply awaited here
+        self._subs = receiver.subs  # the receiver's (a seam of the in-process benchmark)
+        self._subscribed = asyncio.Event()  # set by the receiver's on_subscribed, per session
+        self._leave = asyncio.Event()  # set by a fatal reply: the session ends
         self._backoff_args = (backoff_initial_s, backoff_max_s, backoff_factor, backoff_jitter)
         self._backoff_seed = backoff_seed
-        self._transport_max = transport_max_bytes
-        self._open_timeout = open_timeout_s
         self._subscribe_timeout = subscribe_timeout_s
-        self._ping_interval = ping_interval_s
-        # permessage-deflate costs CPU on every frame of the hot path; off unless asked for.
-        self._compression: str | None = "deflate" if compression else None
+        self._link = LinkOptions(
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+            max_size=transport_max_bytes,
+            open_timeout_s=open_timeout_s,
+            ping_interval_s=ping_interval_s,
+            # permessage-deflate costs CPU on every frame of the hot path; off unless asked.
+            compression="deflate" if compression else None,
+        )
         self._ws: QuoteLink | None = None
         self._next_id = 0
+
+    @property
+    def connected(self) -> bool:
+        """Connected *and* both subscriptions confirmed."""
+        return self.receiver.connected
+
+    @property
+    def state(self) -> str:
+        return self.receiver.state
+
+    def _subscribed_now(self) -> None:
+        self._subscribed.set()
+
+    def _leave_now(self) -> None:
+        self._leave.set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,32 +176,33 @@ class BusWsClient(BusWsReceiver):
 
         Returns when ``stop`` is set; raises a :class:`SolverError` on a fatal error.
         """
+        receiver = self.receiver
         delays = self._delays()
-        self._fatal = None
+        receiver.fatal = None
         try:
             while not stop.is_set():
-                self._set_state(CONNECTING)
+                receiver.set_state(CONNECTING)
                 try:
-                    ws = await self._open(stop)
+                    ws = await open_link(self.url, self._link, stop)
                 except Exception as exc:
-                    error = _map_connect_error(exc)
+                    error = connect_error(exc)
                     self.counters.connect_failures += 1
                     if classify(error) == "fatal":
                         raise error from exc
-                    self._set_state(DISCONNECTED)
+                    receiver.set_state(DISCONNECTED)
                     delay = next(delays)
                     log.info(
                         "relay %s: connect failed (%s); next attempt %s",
                         display_url(self.url), error, next_attempt(delay),
                     )  # fmt: skip
-                    await _sleep_unless(stop, delay)
+                    await sleep_unless(stop, delay)
                     continue
                 if ws is None:
                     break
                 if await self._session(ws, stop):
                     delays = self._delays()  # it worked: start the backoff over
-                if self._fatal is not None:
-                    raise self._fatal
+                if receiver.fatal is not None:
+                    raise receiver.fatal
                 if stop.is_set():
                     break
                 delay = next(delays)
@@ -176,53 +210,11 @@ class BusWsClient(BusWsReceiver):
                     "relay %s: connection lost; next attempt %s",
                     display_url(self.url), next_attempt(delay),
                 )  # fmt: skip
-                await _sleep_unless(stop, delay)
+                await sleep_unless(stop, delay)
         finally:
-            self.connected = False
+            receiver.connected = False
             await self._cancel_tasks()
-            self._set_state(STOPPED)
-
-    async def _open(self, stop: asyncio.Event) -> QuoteLink | None:
-        """Open the websocket, or give up (None) as soon as ``stop`` is set."""
-
-        async def opening() -> QuoteLink:
-            link = await connect(
-                self.url,
-                additional_headers=self._headers,
-                max_size=self._transport_max,
-                open_timeout=self._open_timeout,
-                ping_interval=self._ping_interval,
-                ping_timeout=self._ping_interval,
-                close_timeout=2,
-                compression=self._compression,
-                create_connection=QuoteLink,
-            )
-            assert isinstance(link, QuoteLink)
-            return link
-
-        open_task = asyncio.create_task(opening())
-        stop_wait = asyncio.create_task(stop.wait())
-        cancelled = False
-        try:
-            await asyncio.wait({open_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            cancelled = True
-        stop_wait.cancel()
-        if not open_task.done():
-            open_task.cancel()
-        await asyncio.gather(stop_wait, open_task, return_exceptions=True)
-        opened = not open_task.cancelled() and open_task.exception() is None
-        if cancelled:
-            if opened:
-                await open_task.result().close()  # opened as we were cancelled: do not leak it
-            raise asyncio.CancelledError
-        if open_task.cancelled():
-            return None
-        ws = open_task.result()  # raises the connect error
-        if stop.is_set():
-            await ws.close()
-            return None
-        return ws
+            receiver.set_state(STOPPED)
 
     def _delays(self) -> Iterator[float]:
         initial, maximum, factor, jitter = self._backoff_args
@@ -230,9 +222,10 @@ class BusWsClient(BusWsReceiver):
 
     async def _session(self, ws: QuoteLink, stop: asyncio.Event) -> bool:
         """Serve one connection until it closes, a reply is fatal, or ``stop``; True if it got
-        subscribed. Messages are handled as they arrive (:meth:`_on_message`)."""
+        subscribed. Messages are handled as they arrive (:meth:`handle_frame`)."""
+        receiver = self.receiver
         self._ws = ws
-        self._subs.clear()
+        receiver.new_session()
         self._subscribed = asyncio.Event()
         self._leave = asyncio.Event()
         watcher = asyncio.create_task(self._watch(ws, stop))
@@ -240,7 +233,7 @@ class BusWsClient(BusWsReceiver):
         leave = asyncio.create_task(self._leave.wait())
         reached = False
         try:
-            ws.attach(self._on_message)
+            ws.attach(self.handle_frame)  # a fatal reply sets _leave (_leave_now)
             for kind in ("quote", "quote_status"):
                 self._send_request("subscribe", kind, kind, ws)
             await asyncio.wait({closed, leave}, return_when=asyncio.FIRST_COMPLETED)
@@ -249,18 +242,18 @@ class BusWsClient(BusWsReceiver):
         except TransportError as exc:  # a subscribe could not be sent
             log.info("relay connection lost: %s", exc)
         finally:
-            reached = self._subscribed.is_set()
+            reached = receiver.subscribed
             self._ws = None
-            if self.connected:
+            if receiver.connected:
                 self.counters.disconnects += 1
-            self.connected = False
+            receiver.connected = False
             for task in (watcher, closed, leave):
                 task.cancel()
             await asyncio.gather(watcher, closed, leave, return_exceptions=True)
             await ws.close()
-            self._drop_pending()
+            receiver.drop_pending()
             if not stop.is_set():
-                self._set_state(DISCONNECTED)
+                receiver.set_state(DISCONNECTED)
         return reached
 
     def _closed_by_relay(self, ws: QuoteLink, stop: asyncio.Event) -> None:
@@ -269,12 +262,6 @@ class BusWsClient(BusWsReceiver):
             self.counters.bad("too_large")
         if not stop.is_set():
             log.info("relay closed the connection: %s", closing)
-
-    def _on_message(self, raw: bytes) -> None:
-        self.counters.frames_in += 1
-        self.handle_frame(raw)
-        if self._fatal is not None:
-            self._leave.set()
 
     async def _watch(self, ws: QuoteLink, stop: asyncio.Event) -> None:
         """Close the socket on ``stop``, or when the subscriptions are not confirmed in time."""
@@ -299,7 +286,7 @@ class BusWsClient(BusWsReceiver):
                 await asyncio.gather(stop_wait, sub_wait, return_exceptions=True)
 
     async def _cancel_tasks(self) -> None:
-        tasks = list(self._tasks)
+        tasks = list(self.receiver.tasks)
         for task in tasks:
             task.cancel()
         if tasks:
@@ -382,26 +369,3 @@ class BusWsClient(BusWsReceiver):
         except TransportError:
             pending.pop(request_id, None)
             raise
-
-
-def _map_connect_error(exc: Exception) -> SolverError:
-    """websockets / OS errors at connect time → the project's errors (STYLE 7)."""
-    if isinstance(exc, SolverError):
-        return exc
-    if isinstance(exc, InvalidURI):
-        return ConfigError(f"invalid relay URL: {exc}")
-    if isinstance(exc, InvalidStatus):
-        status = exc.response.status_code
-        if status in (401, 403):
-            return RemoteError("unauthorized", code=status)
-        if classify(exc) == "retry":
-            return TransportError(f"relay answered HTTP {status}")
-        return RemoteError(f"relay refused the websocket: HTTP {status}", code=status)
-    if classify(exc) == "retry":
-        return TransportError(f"{type(exc).__name__}: {exc}".rstrip(": "))
-    return ProtocolError(f"relay handshake failed: {type(exc).__name__}: {exc}")
-
-
-async def _sleep_unless(stop: asyncio.Event, delay: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), delay)

@@ -1,9 +1,10 @@
 """The desk's quote book and each quote's lifecycle (DESIGN "The quote path", "Settlement";
 :mod:`solver.core.lifecycle` for the transition table).
 
-The quote path: the request (the :class:`~solver.core.market.QuoteRequest` itself, or
-``QuoteRequested``) → :class:`~solver.core.quoting.QuotePipeline` decides and
-reserves → :class:`~solver.core.actions.SignAndSend`; the executor signs and reports
+The quote path: the request (a bus ``quote``, protocol-notes 6: the
+:class:`~solver.core.market.QuoteRequest` itself is the event) →
+:class:`~solver.core.quoting.QuotePipeline` decides and reserves →
+:class:`~solver.core.actions.SignAndSend`; the executor signs and reports
 ``QuoteSigned`` (with the quote and its signed answer) → the ``QuoteOpened`` fact, journaled
 before the answer leaves. Then the relay's reply, ``quote_status`` claims followed with
 ``get_status`` (one question in flight per claim), and past the deadline the nonce check or,
@@ -81,7 +82,6 @@ class QuoteLifecycle:
     def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {
             QuoteRequest: self._quote_requested,  # the request is its own event (executor)
-            ev.QuoteRequested: self._quote_requested,
             ev.QuoteSigned: self._quote_signed,
             ev.QuoteNotSent: self._quote_not_sent,
             ev.RelayReplied: self._relay_replied,
@@ -108,17 +108,10 @@ class QuoteLifecycle:
 
     # ------------------------------------------------------------------ deciding
 
-    def _quote_requested(
-        self, event: ev.QuoteRequested | QuoteRequest, now: Micros
-    ) -> list[Action]:
-        """One decision, one action. The executor hands the request itself (no wrapper built
-        per request); ``QuoteRequested`` says when it arrived (the strategy's budget)."""
+    def _quote_requested(self, request: QuoteRequest, now: Micros) -> list[Action]:
+        """One decision, one action. The executor hands the request itself: no wrapper is
+        built per request."""
         self.stats.requests += 1
-        if type(event) is QuoteRequest:
-            request, received_at = event, None
-        else:
-            assert isinstance(event, ev.QuoteRequested)
-            request, received_at = event.request, event.received_at
         quote_id = request.quote_id
         pair = self.pair_book.of(request.asset_in, request.asset_out)
         if pair is not None:
@@ -126,7 +119,7 @@ class QuoteLifecycle:
         if quote_id in self.book.quotes:  # the relay's ids are unique: a repeat
             self.stats.skipped[DUPLICATE_QUOTE_ID] += 1
             return [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
-        outcome = self.pipeline.decide(request, now, received_at)
+        outcome = self.pipeline.decide(request, now)
         if type(outcome) is Skip:
             self.stats.skipped[outcome.reason] += 1
             return [outcome]

@@ -39,7 +39,6 @@ PAIR_DISABLED = "pair_disabled"
 PAUSED = "paused"
 PARTNER_NOT_ALLOWED = "partner_not_allowed"
 DEADLINE_TOO_LONG = "min_deadline_too_long"
-TOO_LATE = "too_late"
 NO_SALT = "no_salt"
 STALE_BALANCES = "stale_balances"
 PRICE_DIVERGENCE = "price_divergence"
@@ -116,7 +115,6 @@ class Route:
 class PipelineSettings:
     deadline_margin_ms: int = 5_000
     max_min_deadline_ms: int = 120_000
-    response_budget_ms: int = 2_500
     balance_max_age_s: float = 15.0
     price_max_age_s: float = 10.0
     salt_max_age_s: float = 120.0
@@ -161,14 +159,11 @@ class QuotePipeline:
         self._leads: dict[int, Micros] = {}
         """``min_deadline_ms`` -> the µs from decision to the quote's deadline."""
         # The age limits in µs, once (the checks compare integers: :mod:`solver.core.clock`).
-        self._budget_us = settings.response_budget_ms * MILLI
         self._salt_max_us = span(settings.salt_max_age_s)
         self._balance_max_us = span(settings.balance_max_age_s)
         self._price_max_us = span(settings.price_max_age_s)
 
-    def decide(
-        self, request: QuoteRequest, now: Micros, received_at: Micros | None = None
-    ) -> Quote | Skip:
+    def decide(self, request: QuoteRequest, now: Micros) -> Quote | Skip:
         s = self.settings
         asset_in, asset_out, amount = request.asset_in, request.asset_out, request.amount
         pair = (asset_in, asset_out)
@@ -193,8 +188,6 @@ class QuotePipeline:
             return Skip(
                 DEADLINE_TOO_LONG, f"{request.min_deadline_ms} ms > {s.max_min_deadline_ms} ms"
             )
-        if received_at is not None and now - received_at > self._budget_us:
-            return Skip(TOO_LATE, "the bus stops waiting before an answer could arrive")
         state = self.state
         salt_at = state.salt_at
         if state.salt is None or salt_at is None:

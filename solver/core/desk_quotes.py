@@ -69,6 +69,9 @@ class QuoteLifecycle:
         self.balances = desk.balances
         self.stats = desk.stats
         self.pair_book = desk.pair_book
+        self._pairs = desk.pair_book.by_route
+        """asset_in -> asset_out -> the pair's counters (:meth:`PairBook.of`, read inline on
+        the quote path: one call less a request and an answer, issue 29)."""
         self.recent_fills = desk.recent_fills
         self.record = desk.record
         self.polling: dict[str, str] = {}
@@ -113,7 +116,8 @@ class QuoteLifecycle:
         built per request."""
         self.stats.requests += 1
         quote_id = request.quote_id
-        pair = self.pair_book.of(request.asset_in, request.asset_out)
+        by_out = self._pairs.get(request.asset_in)  # PairBook.of, inline
+        pair = by_out.get(request.asset_out) if by_out is not None else None
         if pair is not None:
             pair.requests += 1
         if quote_id in self.book.quotes:  # the relay's ids are unique: a repeat
@@ -351,7 +355,8 @@ class QuoteLifecycle:
                 fact.amount_out, fact.fee, fact.deadline, fact.nonce, fact.created_at,
             )
         )  # fmt: skip
-        pair = self.pair_book.of(fact.asset_in, fact.asset_out)
+        by_out = self._pairs.get(fact.asset_in)  # PairBook.of, inline
+        pair = by_out.get(fact.asset_out) if by_out is not None else None
         if pair is not None:
             pair.quotes += 1
         # Live, decide() reserved it already (no reservation is built again: one object less

@@ -145,6 +145,7 @@ class QuotePipeline:
         self.inventory = inventory
         self.state = state
         self.pauses = pauses
+        self._pause_scopes = pauses.by_scope  # read per request: no call while none holds
         self.timer = timer
         # The freshness and divergence rules of prices are the pipeline's: the state combines
         # its sources by them when a price arrives (not per request).
@@ -176,9 +177,10 @@ class QuotePipeline:
         _, key, unit_in, unit_out, guard = slot
         if not route.enabled:
             return Skip(PAIR_DISABLED)
-        paused = self.pauses.reason(key)
-        if paused:
-            return Skip(PAUSED, paused)
+        if self._pause_scopes:  # Pauses.reason is None while no pause holds
+            paused = self.pauses.reason(key)
+            if paused:
+                return Skip(PAUSED, paused)
         partners = route.partners
         if partners is not None and not partners.admits(request.partner_id):
             return Skip(PARTNER_NOT_ALLOWED, request.partner_id or "no partner_id")
@@ -261,7 +263,13 @@ class QuotePipeline:
                 exposure += held * price.usd / units.get(asset, 1.0)
         if exposure + value_out > s.max_open_exposure_usd:
             return Skip(EXPOSURE_LIMIT)
-        free = inventory.free(asset_out)
+        # inventory.free(asset_out), inline: the same integers (one call less a quote).
+        free = (
+            inventory.confirmed.get(asset_out, 0)
+            - reserved.get(asset_out, 0)
+            - inventory.floors.get(asset_out, 0)
+        )
+        free = free if free > 0 else 0
         if outflow > free:
             return Skip(INSUFFICIENT_INVENTORY)
         if not self.bucket.take(now / SECOND):

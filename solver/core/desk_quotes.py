@@ -436,12 +436,14 @@ class QuoteLifecycle:
         quote = self.book.get(fact.quote_id)
         if quote is None or fact.intent_hash in quote.claims:
             return
-        quote.claims[fact.intent_hash] = Claim(
-            fact.intent_hash,
-            fact.tx_hash,
-            fact.at,
-            next_poll_at=fact.at + self._poll_initial,
-            delay_s=self.settings.poll_initial_s * 2,
+        quote.add_claim(
+            Claim(
+                fact.intent_hash,
+                fact.tx_hash,
+                fact.at,
+                next_poll_at=fact.at + self._poll_initial,
+                delay_s=self.settings.poll_initial_s * 2,
+            )
         )
         self.polling[fact.intent_hash] = fact.quote_id
 

@@ -80,6 +80,24 @@ class Claim:
     afresh."""
 
 
+class _NoClaims(dict[str, Claim]):
+    """The claims of a quote nobody named (nearly every quote): one shared empty dict that
+    refuses to be written (:meth:`TrackedQuote.add_claim` gives a quote its own at its first
+    claim). Reads are a dict's; hashable only so a dataclass takes it as a default."""
+
+    __slots__ = ()
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a quote's claims are added with TrackedQuote.add_claim")
+
+    __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = _refuse  # type: ignore[assignment]
+
+
+NO_CLAIMS: dict[str, Claim] = _NoClaims()
+"""Every claimless quote's :attr:`TrackedQuote.claims`: no dict built per answer (issue 29)."""
+
+
 @dataclass(slots=True)
 class TrackedQuote:
     quote_id: str
@@ -97,7 +115,8 @@ class TrackedQuote:
     intent_hash: str | None = None
     tx_hash: str | None = None
     reason: str | None = None
-    claims: dict[str, Claim] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default=NO_CLAIMS)
+    """intent_hash -> claim; :data:`NO_CLAIMS` until the first (:meth:`add_claim`)."""
     nonce_check_at: Micros | None = None  # when the last is_nonce_used check was asked
 
     @property
@@ -108,6 +127,14 @@ class TrackedQuote:
     def outflow(self) -> int:
         """What executing it takes from us: amount_out plus the protocol fee on it."""
         return self.amount_out + self.fee
+
+    def add_claim(self, claim: Claim) -> None:
+        """Add (or replace) the claim of ``claim.intent_hash``: the quote's own dict at its
+        first claim."""
+        claims = self.claims
+        if claims is NO_CLAIMS:
+            claims = self.claims = {}
+        claims[claim.intent_hash] = claim
 
     def pending_claims(self) -> list[Claim]:
         return [c for c in self.claims.values() if not c.ended]

@@ -240,16 +240,17 @@ class QuoteBook:
         quotes, by_hash = self.quotes, self.by_hash
         outflow: dict[str, int] = {}
         inflow: dict[str, int] = {}
+        # The members read once: ``QuoteState.OPEN`` costs ~170 ns a read on Python 3.11 (the
+        # enum's class attribute lookup), twice a lost quote before (issue 29).
+        open_, lost_ = QuoteState.OPEN, QuoteState.LOST
         try:
             for quote_id in quote_ids:
                 quote = quotes.get(quote_id)
                 if quote is None:
                     continue
-                if quote.state is not QuoteState.OPEN:
-                    raise IllegalTransition(
-                        f"{quote_id}: {quote.state} -> {QuoteState.LOST} is not allowed"
-                    )
-                quote.state, quote.updated_at = QuoteState.LOST, at
+                if quote.state is not open_:
+                    raise IllegalTransition(f"{quote_id}: {quote.state} -> {lost_} is not allowed")
+                quote.state, quote.updated_at = lost_, at
                 quote.reason = reason or quote.reason
                 del quotes[quote_id]
                 by_hash.pop(quote.quote_hash, None)
@@ -268,7 +269,7 @@ class QuoteBook:
                         totals.pop(asset, None)
             if lost:
                 counts = self.terminal_counts
-                counts[QuoteState.LOST] = counts.get(QuoteState.LOST, 0) + len(lost)
+                counts[lost_] = counts.get(lost_, 0) + len(lost)
 
     def open_quotes(self) -> Iterator[TrackedQuote]:
         return iter(list(self.quotes.values()))

@@ -338,7 +338,9 @@ class QuoteSpec(BaseModel):
     max_min_deadline_ms: Millis = 120_000
     """Requests asking for a longer ``min_deadline_ms`` are skipped (too long an exposure)."""
     response_budget_ms: Annotated[int, Field(ge=1, le=3000)] = 2500
-    """Answers ready later than this after receipt are skipped: too late for the bus wait."""
+    """How long after receipt an answer may be ready, at most ``bus.wait_ms`` (checked when
+    the config is loaded). No decision applies it: the bot decides and answers in the loop
+    turn it reads the request, and the backtest's latency model decides lateness."""
     strategy_budget_ms: Annotated[float, Field(gt=0, le=3000)] = 5.0
     """Wall-clock time one strategy call may take; a longer call is skipped
     (``strategy_slow``)."""

@@ -42,9 +42,10 @@ class DeadlineBuckets:
         else:
             bucket.append((deadline, key))
 
-    def take_before(self, at: Micros) -> list[Entry]:
+    def take_before(self, at: Micros, *, ordered: bool = True) -> list[Entry]:
         """Take out every entry whose deadline is before ``at``, oldest first (as popping the
-        heap while its head is before ``at``)."""
+        heap while its head is before ``at``). ``ordered`` False: the same entries in no
+        particular order, for a caller that drops most of them before it sorts the rest."""
         order, buckets = self.order, self.buckets
         last = at >> BUCKET_BITS
         if not order or order[0] > last:
@@ -55,16 +56,27 @@ class DeadlineBuckets:
             due += buckets.pop(heappop(order))
         if order and order[0] == last:  # the bucket of ``at``: what is before it
             bucket = buckets[last]
-            bucket.sort()  # in order since the last call but for the entries filed since
-            cut = bisect_left(bucket, (at, ""))  # the first entry not before ``at``
-            if cut:
-                due += bucket[:cut]
-                if cut < len(bucket):
-                    del bucket[:cut]
-                else:
-                    del buckets[last]
-                    heappop(order)
-        due.sort()
+            if ordered:
+                bucket.sort()  # in order since the last call but for the entries filed since
+                cut = bisect_left(bucket, (at, ""))  # the first entry not before ``at``
+                if cut:
+                    due += bucket[:cut]
+                    if cut < len(bucket):
+                        del bucket[:cut]
+                    else:
+                        del buckets[last]
+                        heappop(order)
+            else:  # split in one pass each, unsorted: no sort of what is not due yet
+                before = [entry for entry in bucket if entry[0] < at]
+                if before:
+                    due += before
+                    if len(before) < len(bucket):
+                        buckets[last] = [entry for entry in bucket if entry[0] >= at]
+                    else:
+                        del buckets[last]
+                        heappop(order)
+        if ordered:
+            due.sort()
         return due
 
     def drop_head_unless_in(self, keys: Container[str]) -> None:

@@ -143,8 +143,12 @@ class RecentLost:
                 else:
                     del popped[quote_id]
                 continue
+            if len(rows) > cap:  # over the cap: dropped whatever its age (one lookup, not two)
+                order.popleft()
+                by_hash.pop(rows.pop(quote_id)[1], None)
+                continue
             oldest = rows[quote_id]
-            if at - oldest[-1] <= window and len(rows) <= cap:
+            if at - oldest[-1] <= window:
                 return
             order.popleft()
             del rows[quote_id]

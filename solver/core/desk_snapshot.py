@@ -64,7 +64,7 @@ def _from_quote(v: dict[str, Any]) -> TrackedQuote:
         v["tx"], v["reason"],
     )  # fmt: skip
     for intent, tx, heard, status, ended in v["claims"]:
-        quote.claims[intent] = Claim(intent, tx, int(heard), status, ended=ended)
+        quote.add_claim(Claim(intent, tx, int(heard), status, ended=ended))
     return quote
 
 

@@ -21,18 +21,6 @@ from solver.protocol.values import value
 
 
 @value
-class QuoteRequested:
-    """A ``quote`` event from the bus (protocol-notes 6); ``received_at`` when it arrived.
-
-    The executor hands the :class:`~solver.core.market.QuoteRequest` itself to the desk (an
-    event of its own, :data:`Event`): one object less per request where nothing says when it
-    arrived; this wrapper is for a driver that does."""
-
-    request: QuoteRequest
-    received_at: Micros | None = None
-
-
-@value
 class QuoteSigned:
     """The executor signed the quote of a :class:`~solver.core.actions.SignAndSend`: it
     exists."""
@@ -198,7 +186,6 @@ class ShutdownStarted:
 
 Event = (
     QuoteRequest
-    | QuoteRequested
     | QuoteSigned
     | QuoteNotSent
     | StoreWorks
@@ -219,3 +206,6 @@ Event = (
     | RebalanceStarting
     | RebalanceStepping
 )
+"""Every event of the desk. A bus ``quote`` (protocol-notes 6) is the
+:class:`~solver.core.market.QuoteRequest` itself: no wrapper is built per request, and nothing
+says when it arrived (the bot decides in the loop turn it reads the request)."""

@@ -157,14 +157,23 @@ class Inventory:
 
     def release_expired(self, snapshot_at: Micros) -> list[Reservation]:
         """Release the reservations whose deadline is before ``snapshot_at``, oldest first; the
-        reserved totals change once per asset (a snapshot releases tens at a time)."""
+        reserved totals change once per asset (a snapshot releases tens at a time).
+
+        Nearly every entry due names a reservation released already (its quote was lost or
+        settled): those are dropped before the sort, so only the live ones are sorted, into
+        the order the sort of them all gave (issue 29)."""
         expired: list[Reservation] = []
-        due = self._deadlines.take_before(snapshot_at)
+        due = self._deadlines.take_before(snapshot_at, ordered=False)
         if not due:
             return expired
         reservations = self.reservations
+        get = reservations.get
+        live = [e for e in due if (r := get(e[1])) is not None and r.deadline == e[0]]
+        if not live:
+            return expired
+        live.sort()
         freed: dict[str, int] = {}
-        for deadline, quote_id in due:
+        for deadline, quote_id in live:
             reservation = reservations.get(quote_id)
             if reservation is not None and reservation.deadline == deadline:
                 del reservations[quote_id]

@@ -80,6 +80,24 @@ class Claim:
     afresh."""
 
 
+class _NoClaims(dict[str, Claim]):
+    """The claims of a quote nobody named (nearly every quote): one shared empty dict that
+    refuses to be written (:meth:`TrackedQuote.add_claim` gives a quote its own at its first
+    claim). Reads are a dict's; hashable only so a dataclass takes it as a default."""
+
+    __slots__ = ()
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a quote's claims are added with TrackedQuote.add_claim")
+
+    __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = _refuse  # type: ignore[assignment]
+
+
+NO_CLAIMS: dict[str, Claim] = _NoClaims()
+"""Every claimless quote's :attr:`TrackedQuote.claims`: no dict built per answer (issue 29)."""
+
+
 @dataclass(slots=True)
 class TrackedQuote:
     quote_id: str
@@ -97,7 +115,8 @@ class TrackedQuote:
     intent_hash: str | None = None
     tx_hash: str | None = None
     reason: str | None = None
-    claims: dict[str, Claim] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default=NO_CLAIMS)
+    """intent_hash -> claim; :data:`NO_CLAIMS` until the first (:meth:`add_claim`)."""
     nonce_check_at: Micros | None = None  # when the last is_nonce_used check was asked
 
     @property
@@ -108,6 +127,14 @@ class TrackedQuote:
     def outflow(self) -> int:
         """What executing it takes from us: amount_out plus the protocol fee on it."""
         return self.amount_out + self.fee
+
+    def add_claim(self, claim: Claim) -> None:
+        """Add (or replace) the claim of ``claim.intent_hash``: the quote's own dict at its
+        first claim."""
+        claims = self.claims
+        if claims is NO_CLAIMS:
+            claims = self.claims = {}
+        claims[claim.intent_hash] = claim
 
     def pending_claims(self) -> list[Claim]:
         return [c for c in self.claims.values() if not c.ended]
@@ -213,16 +240,17 @@ class QuoteBook:
         quotes, by_hash = self.quotes, self.by_hash
         outflow: dict[str, int] = {}
         inflow: dict[str, int] = {}
+        # The members read once: ``QuoteState.OPEN`` costs ~170 ns a read on Python 3.11 (the
+        # enum's class attribute lookup), twice a lost quote before (issue 29).
+        open_, lost_ = QuoteState.OPEN, QuoteState.LOST
         try:
             for quote_id in quote_ids:
                 quote = quotes.get(quote_id)
                 if quote is None:
                     continue
-                if quote.state is not QuoteState.OPEN:
-                    raise IllegalTransition(
-                        f"{quote_id}: {quote.state} -> {QuoteState.LOST} is not allowed"
-                    )
-                quote.state, quote.updated_at = QuoteState.LOST, at
+                if quote.state is not open_:
+                    raise IllegalTransition(f"{quote_id}: {quote.state} -> {lost_} is not allowed")
+                quote.state, quote.updated_at = lost_, at
                 quote.reason = reason or quote.reason
                 del quotes[quote_id]
                 by_hash.pop(quote.quote_hash, None)
@@ -241,7 +269,7 @@ class QuoteBook:
                         totals.pop(asset, None)
             if lost:
                 counts = self.terminal_counts
-                counts[QuoteState.LOST] = counts.get(QuoteState.LOST, 0) + len(lost)
+                counts[lost_] = counts.get(lost_, 0) + len(lost)
 
     def open_quotes(self) -> Iterator[TrackedQuote]:
         return iter(list(self.quotes.values()))

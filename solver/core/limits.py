@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(slots=True)
 class TokenBucket:
     """``rate_per_s`` quotes per second on average, bursts up to ``burst``."""
 
@@ -19,10 +19,18 @@ class TokenBucket:
             self.tokens = self.burst
 
     def take(self, now_s: float) -> bool:
-        if self.last_s is not None and now_s > self.last_s:
-            self.tokens = min(self.burst, self.tokens + (now_s - self.last_s) * self.rate_per_s)
-        self.last_s = now_s if self.last_s is None else max(self.last_s, now_s)
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
+        """One token if there is one. Taken once per quote: each field is read once, into a
+        local (the same float operations as ``min``/``max`` over the fields, issue 29)."""
+        last, tokens = self.last_s, self.tokens
+        if last is None:
+            self.last_s = now_s
+        elif now_s > last:
+            refilled = tokens + (now_s - last) * self.rate_per_s
+            burst = self.burst
+            tokens = refilled if refilled < burst else burst  # min(burst, refilled)
+            self.last_s = now_s  # max(last, now_s); an earlier time leaves it
+        if tokens >= 1.0:
+            self.tokens = tokens - 1.0
             return True
+        self.tokens = tokens
         return False

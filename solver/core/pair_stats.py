@@ -6,7 +6,7 @@ label of the metrics (:meth:`solver.io.metrics.Metrics.pair_label`) and ``solver
 agree. Only configured pairs are counted: a request for any other pair changes nothing here
 (its skip is counted by reason), which keeps the set of keys bounded whatever takers ask for.
 
-The quote path pays two dict lookups and an int increment (:meth:`PairBook.of`); the rest
+The quote path pays two dict lookups and an int increment (:meth:`PairBook.of`, inline); the rest
 is counted as facts are applied, live and when the journal is replayed.
 """
 
@@ -73,7 +73,9 @@ class PairBook:
     ) -> None:
         self.stats: dict[str, PairStats] = {}
         self._labels: dict[str, dict[str, str]] = {}
-        self._by_route: dict[str, dict[str, PairStats]] = {}
+        self.by_route: dict[str, dict[str, PairStats]] = {}
+        """``asset_in -> asset_out ->`` the pair's counters: :meth:`of`'s table (the quote path
+        reads it inline). Built here, never changed."""
         known = [tuple(p) for p in pairs]
         for a, b in routes:
             if (a, b) not in known and (b, a) not in known:
@@ -83,11 +85,11 @@ class PairBook:
             stats = self.stats.setdefault(label, PairStats())
             for one, other in ((base, quote), (quote, base)):
                 self._labels.setdefault(one, {})[other] = label
-                self._by_route.setdefault(one, {})[other] = stats
+                self.by_route.setdefault(one, {})[other] = stats
 
     def of(self, asset_in: str, asset_out: str) -> PairStats | None:
         """The counters of this direction's pair; None for a pair not configured."""
-        by_out = self._by_route.get(asset_in)
+        by_out = self.by_route.get(asset_in)
         return by_out.get(asset_out) if by_out is not None else None
 
     def label(self, asset_in: str, asset_out: str) -> str | None:

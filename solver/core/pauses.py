@@ -47,14 +47,16 @@ class Pause:
 class Pauses:
     """The pauses in force, by scope then kind."""
 
-    __slots__ = ("_by_scope",)
+    __slots__ = ("by_scope",)
 
     def __init__(self) -> None:
-        self._by_scope: dict[str, dict[str, Pause]] = {}
+        self.by_scope: dict[str, dict[str, Pause]] = {}
+        """scope -> kind -> pause; changed only here (the quote pipeline reads whether it is
+        empty per request, without a call)."""
 
     def reason(self, scope: str) -> str | None:
         """Why quoting in ``scope`` is paused (a global pause first), or None. Hot path."""
-        by_scope = self._by_scope
+        by_scope = self.by_scope
         if not by_scope:
             return None
         held = by_scope.get(GLOBAL) or by_scope.get(scope)
@@ -64,38 +66,38 @@ class Pauses:
         return f"{pause.kind}: {pause.reason}"
 
     def get(self, scope: str, kind: str) -> Pause | None:
-        return self._by_scope.get(scope, {}).get(kind)
+        return self.by_scope.get(scope, {}).get(kind)
 
     def add(self, pause: Pause) -> bool:
         """Hold ``pause``; False when one of the same scope and kind already holds (kept)."""
-        held = self._by_scope.setdefault(pause.scope, {})
+        held = self.by_scope.setdefault(pause.scope, {})
         if pause.kind in held:
             return False
         held[pause.kind] = pause
         return True
 
     def remove(self, scope: str, kind: str) -> Pause | None:
-        held = self._by_scope.get(scope)
+        held = self.by_scope.get(scope)
         if not held:
             return None
         pause = held.pop(kind, None)
         if not held:
-            del self._by_scope[scope]
+            del self.by_scope[scope]
         return pause
 
     def __iter__(self) -> Iterator[Pause]:
-        for held in list(self._by_scope.values()):
+        for held in list(self.by_scope.values()):
             yield from list(held.values())
 
     def __bool__(self) -> bool:
-        return bool(self._by_scope)
+        return bool(self.by_scope)
 
     def globally_paused(self) -> bool:
-        return GLOBAL in self._by_scope
+        return GLOBAL in self.by_scope
 
     def as_dict(self) -> dict[str, str]:
         """``{scope: "kind: reason; kind: reason"}`` for status pages and logs."""
         return {
             scope: "; ".join(f"{p.kind}: {p.reason}" for p in held.values())
-            for scope, held in self._by_scope.items()
+            for scope, held in self.by_scope.items()
         }

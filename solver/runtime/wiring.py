@@ -56,7 +56,6 @@ def pipeline_settings(config: BotConfig) -> PipelineSettings:
     return PipelineSettings(
         deadline_margin_ms=config.quote.deadline_margin_ms,
         max_min_deadline_ms=config.quote.max_min_deadline_ms,
-        response_budget_ms=config.quote.response_budget_ms,
         strategy_budget_ms=config.quote.strategy_budget_ms,
         balance_max_age_s=config.chain.balance_max_age_ms / 1000,
         price_max_age_s=config.prices.max_age_ms / 1000,

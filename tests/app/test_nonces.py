@@ -114,7 +114,7 @@ async def test_nonces_never_repeat_across_100k_quotes() -> None:
             executor.feed(ev.SaltSeen(salts[i // 20_000], now[0]), now[0])
         now[0] = T0 + i * MILLI
         # One request, asked again and again: each answer is a new quote with a new nonce.
-        executor.feed(ev.QuoteRequested(request), now[0])
+        executor.request(request, now[0])
         while not executor.idle:
             await asyncio.sleep(0)
         # It ran out unused: the book and reservations stay small.

@@ -31,7 +31,7 @@ Quotes: for every request both saw, the live decision (the store) and the replay
 (:meth:`QuotePipeline.decide` of the replay, captured) must agree: both skipped, or both quoted
 the same ``amount_in`` and ``amount_out`` exactly. Expected mismatches: none (the assertion
 lists each with both sides and a likely cause). One kind is set apart: a live skip for
-``strategy_slow`` or ``too_late`` is the wall clock, which the replay does not model on purpose.
+``strategy_slow`` is the wall clock, which the replay does not model on purpose.
 With the default 5 ms strategy budget a descheduled process or a garbage collection on a busy
 2-core machine made a few of them a run (3 in a loaded run), so the live bot here has a 1 s
 budget (``quote.strategy_budget_ms``, as every live test): this test compares decisions, and
@@ -88,7 +88,7 @@ from tests.app.harness import (
 
 REQUESTS = 60
 RATE_PER_S = 10.0
-WALL_CLOCK_SKIPS = ("skip:strategy_slow", "skip:too_late")
+WALL_CLOCK_SKIPS = ("skip:strategy_slow",)
 BALANCES = {USDC: 10_000_000 * E6, NEAR: 2_000_000 * E24, ETH: 2_000 * E18}
 LIMITS = {
     "risk.max_open_exposure_usd": 1e12,
@@ -227,8 +227,8 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
     decided: dict[str, Quote | Skip] = {}
     decide = replay.pipeline.decide
 
-    def capture(request: QuoteRequest, now: int, received_at: int | None = None) -> Quote | Skip:
-        outcome = decide(request, now, received_at)
+    def capture(request: QuoteRequest, now: int) -> Quote | Skip:
+        outcome = decide(request, now)
         decided[request.quote_id] = outcome
         return outcome
 
@@ -261,8 +261,8 @@ async def test_replay_of_a_recording_reproduces_the_live_quotes(tmp_path: Path) 
         if same:
             continue
         line = _explain(quote_id, live, live_quotes.get(quote_id), ours)
-        # The live strategy budget (5 ms of wall clock) and response budget are not replayed,
-        # by design (backtest/engine.py): a live skip for them is the machine, not the model.
+        # The live strategy budget (5 ms of wall clock) is not replayed, by design
+        # (backtest/engine.py): a live skip for it is the machine, not the model.
         (wall_clock if live in WALL_CLOCK_SKIPS else mismatches).append(line)
     assert mismatches == [], "\n".join(mismatches)
     assert len(wall_clock) <= 2, "\n".join(wall_clock)

@@ -38,9 +38,7 @@ from tests.backtest.replay_helpers import (
 
 def _request_of(event: ev.Event) -> QuoteRequest | None:
     """The request an event asks to decide (the executor hands the request itself)."""
-    if isinstance(event, QuoteRequest):
-        return event
-    return event.request if isinstance(event, ev.QuoteRequested) else None
+    return event if isinstance(event, QuoteRequest) else None
 
 
 def _decision(actions: list[Action]) -> Quote | Skip:

@@ -77,7 +77,7 @@ def quote_hash(quote_id: str) -> str:
 
 def answer(desk: Desk, quote_id: str, now: int, amount_usdc: int = 100) -> list[Action]:
     """Request, decide, sign: the quote is OPEN with its reservation. Returns every action."""
-    actions = desk.receive(ev.QuoteRequested(request(quote_id, amount_usdc)), now)
+    actions = desk.receive(request(quote_id, amount_usdc), now)
     signs = [a for a in actions if isinstance(a, SignAndSend)]
     assert len(signs) == 1, actions
     nonce = hashlib.sha256(b"nonce" + quote_id.encode()).digest()

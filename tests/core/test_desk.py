@@ -54,7 +54,7 @@ def test_an_unacknowledged_answer_keeps_its_reservation_through_a_disconnect() -
     assert desk.inventory.reserved[NEAR] == reserved
     # While the relay may still use q1, a new request cannot oversubscribe the balance.
     free_before = desk.inventory.free(NEAR)
-    actions = desk.receive(ev.QuoteRequested(request("q2", 1_000_000)), at(1.2))
+    actions = desk.receive(request("q2", 1_000_000), at(1.2))
     assert isinstance(actions[0], Skip)
     assert desk.inventory.free(NEAR) == free_before
     # Only an explicit error reply releases it.
@@ -71,7 +71,7 @@ def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> Non
         if i % 7 == 0:
             desk.receive(ev.ConnectionLost(), now)
             desk.receive(ev.ConnectionRestored(), now)
-        actions = desk.receive(ev.QuoteRequested(request(f"q{i}", 50)), now)
+        actions = desk.receive(request(f"q{i}", 50), now)
         for action in actions:
             if isinstance(action, SignAndSend):
                 desk.receive(ev.QuoteSigned(action.quote, quote_hash(f"q{i}"), bytes(32)), now)
@@ -176,22 +176,9 @@ def test_past_the_deadline_after_a_disconnect_asks_the_nonce() -> None:
     assert quote.state is QuoteState.SETTLED
 
 
-def test_the_request_is_its_own_event_and_decides_as_the_wrapped_one() -> None:
-    """The executor hands the request itself (no ``QuoteRequested`` built per request): the
-    same decision, the same counts, the same skips."""
-    wrapped, bare = make_desk(), make_desk()
-    for quote_id, amount in (("q1", 100), ("q2", 10**9), ("q1", 100)):
-        one = wrapped.receive(ev.QuoteRequested(request(quote_id, amount)), at(1))
-        other = bare.receive(request(quote_id, amount), at(1))
-        assert one == other
-        assert type(one[0]) in (SignAndSend, Skip)
-    assert wrapped.stats == bare.stats
-    assert wrapped.inventory.reserved == bare.inventory.reserved
-
-
 def test_a_failed_store_pauses_and_never_keeps_the_reservation() -> None:
     desk = make_desk()
-    actions = desk.receive(ev.QuoteRequested(request("q1")), at(1))
+    actions = desk.receive(request("q1"), at(1))
     assert isinstance(actions[0], SignAndSend)
     actions = desk.receive(ev.QuoteNotSent("q1", "disk full", store_error=True), at(1))
     assert NEAR not in desk.inventory.reserved
@@ -201,7 +188,7 @@ def test_a_failed_store_pauses_and_never_keeps_the_reservation() -> None:
 
 def test_a_store_error_pause_lifts_itself_when_the_store_works_again() -> None:
     desk = make_desk()
-    desk.receive(ev.QuoteRequested(request("q1")), at(1))
+    desk.receive(request("q1"), at(1))
     desk.receive(ev.QuoteNotSent("q1", "disk I/O error", store_error=True), at(1))
     desk.receive(ev.OperatorPause(None, "maintenance"), at(1))
     actions = desk.receive(ev.StoreWorks("the journal commits again"), at(5))

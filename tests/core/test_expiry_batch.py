@@ -295,3 +295,27 @@ def test_deadline_buckets_take_what_a_heap_popped(seed: int) -> None:
             popped.append(heapq.heappop(heap))
         assert buckets.take_before(before) == popped
         assert len(buckets) == len(heap)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_deadline_buckets_taken_unordered_are_what_a_heap_popped(seed: int) -> None:
+    """``take_before(ordered=False)`` (the inventory's, which sorts what it keeps): the same
+    entries as the heap popped, in any order; what stays is taken later as the heap pops it,
+    whatever order the buckets were left in."""
+    rng = random.Random(seed)
+    buckets, heap = DeadlineBuckets(), list[tuple[Micros, str]]()
+    at = T0
+    for _ in range(40):
+        for _ in range(rng.randint(0, 10)):
+            entry = (at + rng.randint(-(2**20), 2**23), f"k{rng.randrange(20)}")
+            buckets.file(*entry)
+            heapq.heappush(heap, entry)
+        at += rng.choice((0, 1, 2**19, 2**20, 3 * 2**20))
+        before = at - rng.choice((0, 2**21))
+        popped = []
+        while heap and heap[0][0] < before:
+            popped.append(heapq.heappop(heap))
+        ordered = rng.random() < 0.3
+        taken = buckets.take_before(before, ordered=ordered)
+        assert (taken if ordered else sorted(taken)) == popped
+        assert len(buckets) == len(heap)

@@ -14,7 +14,9 @@ from solver.core.clock import micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import (
     ALLOWED,
+    NO_CLAIMS,
     TERMINAL,
+    Claim,
     IllegalTransition,
     QuoteBook,
     QuoteState,
@@ -200,3 +202,18 @@ def test_open_flow_totals_always_equal_the_open_quotes(ops: list[tuple[int, str,
             for q in book.quotes.values()
         )
         assert (book.open_outflow, book.open_inflow) == expected
+
+
+def test_a_claimless_quote_shares_the_empty_claims_and_its_first_claim_gets_its_own() -> None:
+    """No dict is built per answer: every claimless quote reads one shared empty dict, which
+    refuses writes (a quote written through it would give every quote its claim)."""
+    one, other = (TrackedQuote(q, f"h{q}", A, B, 1, 2, 0, T0, b"n", T0) for q in ("q1", "q2"))
+    assert one.claims is NO_CLAIMS and other.claims is NO_CLAIMS and not one.claims
+    assert one.claims == {} and one.pending_claims() == []
+    with pytest.raises(TypeError):
+        one.claims["i1"] = Claim("i1", None, T0)
+    with pytest.raises(TypeError):
+        one.claims.setdefault("i1", Claim("i1", None, T0))
+    one.add_claim(Claim("i1", None, T0))
+    assert list(one.claims) == ["i1"] and one.claims is not NO_CLAIMS
+    assert other.claims is NO_CLAIMS and not NO_CLAIMS

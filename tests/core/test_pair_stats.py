@@ -39,7 +39,7 @@ def test_requests_quotes_wins_volume_and_pnl_per_pair_and_their_replay() -> None
     facts: list[f.Fact] = []
     facts += recorded(answer(desk, "q1", at(1), amount_usdc=100))  # USDC -> wNEAR
     facts += recorded(answer(desk, "q2", at(1), amount_usdc=50))
-    desk.receive(ev.QuoteRequested(QuoteRequest("x", ETH, USDC, True, E24, 10_000)), at(1))
+    desk.receive(QuoteRequest("x", ETH, USDC, True, E24, 10_000), at(1))
     facts += recorded(desk.receive(ev.QuoteStatusSeen(quote_hash("q1"), "i1", "t1"), at(2)))
     facts += recorded(desk.receive(ev.IntentStatusSeen("i1", "SETTLED", "t1"), at(3)))
     stats = desk.stats.pairs
@@ -67,7 +67,7 @@ def test_requests_quotes_wins_volume_and_pnl_per_pair_and_their_replay() -> None
 
 def test_shadow_quotes_count_as_quotes() -> None:
     desk = make_desk(shadow=True)
-    desk.receive(ev.QuoteRequested(QuoteRequest("s1", USDC, NEAR, True, 10 * E6, 10_000)), at(1))
+    desk.receive(QuoteRequest("s1", USDC, NEAR, True, 10 * E6, 10_000), at(1))
     near = desk.stats.pairs["wNEAR/USDC"]
     assert (near.requests, near.quotes, near.won) == (1, 1, 0)
     assert near.as_dict()["win_rate"] == 0.0

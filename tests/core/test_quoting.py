@@ -161,12 +161,6 @@ def test_slow_strategy_is_skipped() -> None:
     assert isinstance(outcome, q.Skip) and outcome.reason == q.STRATEGY_SLOW
 
 
-def test_answer_after_the_bus_wait_is_too_late() -> None:
-    pipeline, _ = build()
-    outcome = pipeline.decide(req(), NOW, received_at=NOW - span(3))
-    assert isinstance(outcome, q.Skip) and outcome.reason == q.TOO_LATE
-
-
 def test_fifty_requests_for_the_whole_balance_reserve_it_once() -> None:
     pipeline, _ = build(
         answer=999 * E6, max_open_exposure_usd=10**9, route={"max_giveaway_bps": 10**6}

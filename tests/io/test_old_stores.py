@@ -372,7 +372,7 @@ def test_the_old_store_takes_new_facts(old: Path, made: Made) -> None:
             facts += [a.fact for a in desk.receive(event, now) if isinstance(a, Record)]
         assert list(desk.pauses) == []
         request = QuoteRequest("new-1", USDC, NEAR, True, 25 * 10**6, 60_000)
-        (sign,) = desk.receive(ev.QuoteRequested(request), now)
+        (sign,) = desk.receive(request, now)
         assert isinstance(sign, SignAndSend)
         signer = QuoteSigner(SecretKey.generate(), made.expected["account"], "intents.sandbox")
         quote = sign.quote

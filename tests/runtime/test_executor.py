@@ -187,7 +187,7 @@ async def drain(executor: Executor) -> None:
 
 
 def quote(executor: Executor, quote_id: str = "q1") -> None:
-    executor.feed(ev.QuoteRequested(request(quote_id)))
+    executor.request(request(quote_id), executor.clock())
 
 
 # 100 USDC in at 1 USD, wNEAR out at 2 USD, less the 20 bps spread.

@@ -32,7 +32,7 @@ def busy_desk() -> Desk:
     for i in range(9):
         answer(desk, f"open-{i}", at(60), 1)
     quote = desk.book.quotes["open-3"]
-    quote.claims["intent-1"] = Claim("intent-1", "tx-1", at(60), "PENDING")
+    quote.add_claim(Claim("intent-1", "tx-1", at(60), "PENDING"))
     assert len(desk.gaps.recent_lost.rows) == 12 and len(desk.inventory.reservations) == 9
     return desk
 

@@ -190,6 +190,23 @@ def test_its_own_clock_stops_the_active_before_the_database_would(store: PgStore
         store.journal.commit()
 
 
+def test_answers_written_aside_do_not_leave_once_the_lease_may_have_run_out(
+    store: PgStore,
+) -> None:
+    """The store's own commit (before a projection slice or a read) writes what the executor
+    appended; if that call then hangs on the database past the lease (a partition that holds
+    the bytes), the executor's commit has nothing left to write, and its answers must still not
+    leave: the partition test caught one reaching the relay after the cut."""
+    store.journal.append(opened(signed_quote("written aside")))
+    store.commit()  # the store's commit aside
+    store.lease.valid_until = time.monotonic() - 0.001  # the hang outlasted the lease
+    with pytest.raises(FencedError, match="not refreshed in time"):
+        store.journal.commit()  # the executor's: nothing to write, and nothing may be sent
+    assert store.journal.fenced
+    _, facts = store.journal.load()
+    assert [x.quote_id for x in facts if isinstance(x, f.QuoteOpened)] == ["written aside"]
+
+
 def test_a_taking_waits_for_the_commit_in_flight_and_sees_it(pg_url: str) -> None:
     """The fence locks the lease row: a successor's upsert waits for the old active's commit and
     then replays it; it never takes the lease between the fence and the insert."""

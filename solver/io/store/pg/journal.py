@@ -145,6 +145,21 @@ class PgJournal:
             self.rollback()  # what was appended since goes again with what was lost
             raise StoreError(f"{lost} (a commit made aside, before a write of the store)")
         self._write()
+        self._still_held()
+
+    def _still_held(self) -> None:
+        """The lease, by this instance's own clock, as the answers of this commit are about to
+        leave. Their facts may have been written a while ago: by a commit the store made aside
+        (a projection slice, a read) before a call that then hung on the database, or by an
+        insert whose reply came late. Sent once the lease may have run out, an answer could
+        reach the relay after a successor's first (a partition, issue 27: one answers at a
+        time). The facts stay written; the answers are not sent, and the bot stops fenced."""
+        if self._fenced is None and self.lease.epoch is not None:
+            try:
+                self.lease.check()
+            except FencedError as exc:
+                self._fence(exc)
+                raise
 
     def commit_aside(self) -> None:
         """The commit the store makes before one of its own writes or reads: it writes what

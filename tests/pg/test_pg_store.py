@@ -202,7 +202,8 @@ def test_answers_written_aside_do_not_leave_once_the_lease_may_have_run_out(
     store.lease.valid_until = time.monotonic() - 0.001  # the hang outlasted the lease
     with pytest.raises(FencedError, match="not refreshed in time"):
         store.journal.commit()  # the executor's: nothing to write, and nothing may be sent
-    assert store.journal.fenced
+    with pytest.raises(FencedError):  # and nothing more is written
+        store.journal.append(opened(signed_quote("later")))
     _, facts = store.journal.load()
     assert [x.quote_id for x in facts if isinstance(x, f.QuoteOpened)] == ["written aside"]
 

@@ -90,7 +90,6 @@ class DeskStats:
     requests: int = 0
     shadow_quotes: int = 0
     rejected: int = 0
-    relay_ok: int = 0
     stray_statuses: int = 0
     duplicate_statuses: int = 0
     skipped: Counter[str] = field(default_factory=Counter)

@@ -163,8 +163,7 @@ class QuoteLifecycle:
         return actions
 
     def _relay_replied(self, event: ev.RelayReplied, now: Micros) -> list[Action]:
-        if event.ok:
-            self.stats.relay_ok += 1
+        if event.ok:  # nothing to do (the bot feeds only refusals)
             return []
         self.stats.rejected += 1
         actions: list[Action] = []

@@ -68,7 +68,11 @@ class Inbound:
         self.executor.feed(ev.QuoteStatusSeen(event.quote_hash, event.intent_hash, event.tx_hash))
 
     def on_response(self, quote_id: str, ok: bool, reason: str | None) -> None:
-        self.executor.feed(ev.RelayReplied(quote_id, ok, reason))
+        """The relay's reply to an answer. An ``OK`` (every answer's) changes nothing on the
+        desk — the bus client counts it (``responses_ok``) — so only a refusal is fed: 0.6 µs
+        an answer less (issue 29)."""
+        if not ok:
+            self.executor.feed(ev.RelayReplied(quote_id, ok, reason))
 
     def on_ws_state(self, state: str) -> None:
         connected = state == CONNECTED

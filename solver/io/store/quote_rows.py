@@ -204,8 +204,17 @@ class QuoteRows:
                 if sampled and cut > 0:
                     doc = orjson.loads(body)
             quote_id = doc["quote_id"]
-            self._not_open(quote_id)
-            key = self._keys.of_doc(doc)
+            if quote_id in self._open or quote_id in self._rowed:
+                raise f.FactError(f"quote_opened: {quote_id} is open already")
+            amount = doc["amount_in"]  # CountKeys.of_doc, spelled out
+            keys = self._keys
+            raw = (
+                int(doc["created_at"]) // MINUTE_US,
+                doc["asset_in"],
+                doc["asset_out"],
+                len(amount if type(amount) is str else str(int(amount))),
+            )
+            key = keys.built.get(raw) or keys.new(raw)
         except MALFORMED as exc:
             raise f.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
         if sampled:

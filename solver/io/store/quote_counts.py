@@ -57,12 +57,14 @@ class CountKeys:
     per minute, pair and size, its store time formatted once."""
 
     def __init__(self) -> None:
-        self._keys: dict[tuple[int, str, str, int], Counted] = {}
+        self.built: dict[tuple[int, str, str, int], Counted] = {}
+        """The keys built, by ``(created_at's minute number, asset_in, asset_out, digits of
+        amount_in)`` (the projection looks them up inline: :meth:`of` spelled out)."""
 
     def of(self, created_at: int, asset_in: str, asset_out: str, amount_in: str) -> Counted:
         """The count a quote opened goes under: its minute, pair and size's digits."""
         raw = (created_at // MINUTE_US, asset_in, asset_out, len(amount_in))
-        return self._keys.get(raw) or self._new(raw)
+        return self.built.get(raw) or self.new(raw)
 
     def of_doc(self, doc: dict[str, Any]) -> Counted:
         """The count of a ``quote_opened`` entry, parsed."""
@@ -74,11 +76,12 @@ class CountKeys:
             amount if type(amount) is str else str(int(amount)),
         )
 
-    def _new(self, raw: tuple[int, str, str, int]) -> Counted:
-        if len(self._keys) >= KEYS_CAP:
-            self._keys.clear()
+    def new(self, raw: tuple[int, str, str, int]) -> Counted:
+        """The key of ``raw`` (:attr:`built`), built and kept."""
+        if len(self.built) >= KEYS_CAP:
+            self.built.clear()
         minute = ts_us(raw[0] * MINUTE_US)
-        key = self._keys[raw] = Counted((minute, raw[1], raw[2], raw[3]))
+        key = self.built[raw] = Counted((minute, raw[1], raw[2], raw[3]))
         return key
 
 

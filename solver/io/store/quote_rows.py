@@ -31,6 +31,7 @@ import logging
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -38,6 +39,7 @@ import orjson
 from solver.core import facts as f
 from solver.io.store.quote_counts import (
     LOST,
+    MINUTE_US,
     OPEN,
     SETTLED,
     BatchCounts,
@@ -166,14 +168,31 @@ class QuoteRows:
 
     def opened(self, cur: Any, seq: int, body: str, savepoints: bool) -> None:
         """A ``quote_opened`` entry: counted and remembered, and its row written if it is
-        sampled. Parsed without its signed answer unless it gets a row (the answer is the
-        entry's last field and most of its text: parsing only what comes before it halves the
-        cost); one call for all of it (this runs once per answer)."""
+        sampled. Not parsed when it is the body this process handed over (:attr:`handoff`)
+        and gets no row; else parsed without its signed answer unless it gets a row (the
+        answer is the entry's last field and most of its text: parsing only what comes
+        before it halves the cost). One call for all of it, the handed case inline (no call
+        but the hash's): this runs once per answer."""
         below = self._below
         if self.handoff and below <= _MASK:
             quote_id = body[_ID_AT : body.find('"', _ID_AT)]
             hit = self.handoff.pop(quote_id, None)
-            if hit is not None and hit[0] == body and self._handed(seq, quote_id, hit):
+            if (
+                hit is not None
+                and hit[0] == body
+                and (zlib.crc32(quote_id.encode()) * _SPREAD) & _MASK >= below  # no row
+            ):
+                # The same fields the body gives (its text is the fact encoded).
+                if quote_id in self._rowed:
+                    raise f.FactError(f"quote_opened: {quote_id} is open already")
+                keys = self._keys
+                raw = (hit[1] // MINUTE_US, hit[2], hit[3], len(str(hit[4])))
+                key = keys.built.get(raw) or keys.new(raw)
+                remembered = (seq, key)
+                if self._open.setdefault(quote_id, remembered) is not remembered:
+                    raise f.FactError(f"quote_opened: {quote_id} is open already")
+                opens = self._batch.opens
+                opens[key] = opens.get(key, 0) + 1
                 return
         try:
             if below > _MASK:  # every quote keeps its row: all of it, parsed once
@@ -185,8 +204,17 @@ class QuoteRows:
                 if sampled and cut > 0:
                     doc = orjson.loads(body)
             quote_id = doc["quote_id"]
-            self._not_open(quote_id)
-            key = self._keys.of_doc(doc)
+            if quote_id in self._open or quote_id in self._rowed:
+                raise f.FactError(f"quote_opened: {quote_id} is open already")
+            amount = doc["amount_in"]  # CountKeys.of_doc, spelled out
+            keys = self._keys
+            raw = (
+                int(doc["created_at"]) // MINUTE_US,
+                doc["asset_in"],
+                doc["asset_out"],
+                len(amount if type(amount) is str else str(int(amount))),
+            )
+            key = keys.built.get(raw) or keys.new(raw)
         except MALFORMED as exc:
             raise f.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
         if sampled:
@@ -201,25 +229,17 @@ class QuoteRows:
         opens = self._batch.opens
         opens[key] = opens.get(key, 0) + 1
 
-    def _handed(self, seq: int, quote_id: str, hit: Handed) -> bool:
-        """:meth:`opened` for a quote whose entry is the body this process wrote: counted and
-        remembered from the fact's fields, unless it is sampled (False: it is parsed for its
-        row). The same fields the body gives (its text is the fact encoded)."""
-        if self.sampled(quote_id):
-            return False
-        self._not_open(quote_id)
-        _, created_at, asset_in, asset_out, amount_in = hit
-        key = self._keys.of(created_at, asset_in, asset_out, str(amount_in))
-        self._open[quote_id] = (seq, key)
-        opens = self._batch.opens
-        opens[key] = opens.get(key, 0) + 1
-        return True
-
     def lost(self, cur: Any, seq: int, fact: f.QuotesLost) -> None:
         """Quotes that expired untouched: their row (if they have one) says it all (state LOST,
         updated_at, reason), so no transition row each (issue 11)."""
-        at = ts_us(fact.at)
         unrowed, rowed = self._open, self._rowed
+        ids = fact.quote_ids
+        get = unrowed.get
+        entries = [get(quote_id) for quote_id in ids]
+        if None not in entries:  # all open without a row (most batches): no SQL
+            self._lost_unrowed(ids, entries)  # type: ignore[arg-type]
+            return
+        at = ts_us(fact.at)
         known: list[tuple[str, Counted]] = []
         updates = []
         misses = []
@@ -262,6 +282,34 @@ class QuoteRows:
             if old:
                 batch.add(key.of(old), -1)
             batch.add(key.lost, 1)
+
+    def _lost_unrowed(self, ids: Sequence[str], entries: list[Open]) -> None:
+        """:meth:`lost` for quotes all open without a row (``entries``: theirs in memory):
+        forgotten and counted, a run of quotes with the same key counted once (expiries come
+        in the order quotes were opened: most neighbours share their minute, pair and size)."""
+        unrowed, rowed = self._open, self._rowed
+        batch = self._batch
+        opens, losts = batch.opens, batch.losts
+        pop = unrowed.pop
+        last: Counted | None = None
+        run = 0
+        for quote_id, entry in zip(ids, entries, strict=True):
+            if pop(quote_id, None) is None:  # named twice: as the general case fails
+                if last is not None:
+                    opens[last] = opens.get(last, 0) - run
+                    losts[last] = losts.get(last, 0) + run
+                last, run = None, 0
+                del rowed[quote_id]
+            key = entry[1]
+            if key is not last:
+                if last is not None:
+                    opens[last] = opens.get(last, 0) - run
+                    losts[last] = losts.get(last, 0) + run
+                last, run = key, 0
+            run += 1
+        if last is not None:
+            opens[last] = opens.get(last, 0) - run
+            losts[last] = losts.get(last, 0) + run
 
     def moved(self, cur: Any, seq: int, fact: f.QuoteMoved) -> None:
         quote_id, new, at = fact.quote_id, fact.new, ts_us(fact.at)

@@ -96,20 +96,12 @@ def count_outcomes(
     bins = list(map(round, edges))
     won_bins = Counter(compress(bins, wons))
     for bin_, count in Counter(bins).items():
-        counts = edge_bins.get(bin_)
-        if counts is None:
-            counts = edge_bins[bin_] = [0, 0]
-        counts[0] += count
-        counts[1] += won_bins.get(bin_, 0)
+        _add(edge_bins, bin_, count, won_bins.get(bin_, 0))
     decades = list(map(_floor, map(mul, map(_log10, sizes), repeat(per_decade))))
     won_decades = Counter(compress(decades, wons))
     for size, count in Counter(decades).items():
         sizes_won = won_decades.get(size, 0)
-        pair = size_bins.get(size)
-        if pair is None:
-            pair = size_bins[size] = [0, 0]
-        pair[0] += count - sizes_won
-        pair[1] += sizes_won
+        _add(size_bins, size, count - sizes_won, sizes_won)
 
 
 def _count_one_by_one(
@@ -125,13 +117,15 @@ def _count_one_by_one(
             bin_ = round(edge_bps)
         else:
             bin_ = clamp_bps if edge_bps > clamp_bps else -clamp_bps
-        counts = edge_bins.get(bin_)
-        if counts is None:
-            counts = edge_bins[bin_] = [0, 0]
-        counts[0] += 1
-        counts[1] += won
+        _add(edge_bins, bin_, 1, won)
         size = _floor(_log10(notional_usd) * per_decade) if notional_usd > 0 else -10 * per_decade
-        sizes = size_bins.get(size)
-        if sizes is None:
-            sizes = size_bins[size] = [0, 0]
-        sizes[1 if won else 0] += 1
+        _add(size_bins, size, 0 if won else 1, 1 if won else 0)
+
+
+def _add(bins: dict[int, list[int]], key: int, first: int, second: int) -> None:
+    """Add to a bin's two counts, the bin made where it first appears (the keys' order)."""
+    counts = bins.get(key)
+    if counts is None:
+        counts = bins[key] = [0, 0]
+    counts[0] += first
+    counts[1] += second

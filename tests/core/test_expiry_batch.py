@@ -271,6 +271,29 @@ def test_past_deadline_lists_what_pushing_back_listed(seed: int) -> None:
             assert book.past_deadline(before) == expected
 
 
+def _file_some(
+    rng: random.Random, buckets: DeadlineBuckets, heap: list[tuple[Micros, str]], at: Micros
+) -> None:
+    """Up to ten entries around ``at`` (repeats too), filed in both."""
+    for _ in range(rng.randint(0, 10)):
+        entry = (at + rng.randint(-(2**20), 2**23), f"k{rng.randrange(20)}")
+        buckets.file(*entry)
+        heapq.heappush(heap, entry)
+
+
+def _move_on(
+    rng: random.Random, heap: list[tuple[Micros, str]], at: Micros
+) -> tuple[Micros, Micros, list[tuple[Micros, str]]]:
+    """Time moves on (or not); a cut before it, that may go back; what the heap pops before
+    the cut."""
+    at += rng.choice((0, 1, 2**19, 2**20, 3 * 2**20))
+    before = at - rng.choice((0, 2**21))
+    popped = []
+    while heap and heap[0][0] < before:
+        popped.append(heapq.heappop(heap))
+    return at, before, popped
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_deadline_buckets_take_what_a_heap_popped(seed: int) -> None:
     """DeadlineBuckets (issue 29) against the heap it replaces: entries filed in any order
@@ -279,20 +302,13 @@ def test_deadline_buckets_take_what_a_heap_popped(seed: int) -> None:
     buckets, heap = DeadlineBuckets(), list[tuple[Micros, str]]()
     at = T0
     for _ in range(40):
-        for _ in range(rng.randint(0, 10)):
-            entry = (at + rng.randint(-(2**20), 2**23), f"k{rng.randrange(20)}")
-            buckets.file(*entry)
-            heapq.heappush(heap, entry)
+        _file_some(rng, buckets, heap, at)
         keys = {f"k{i}" for i in rng.sample(range(20), 10)}
         if rng.random() < 0.3:
             buckets.drop_head_unless_in(keys)
             while heap and heap[0][1] not in keys:
                 heapq.heappop(heap)
-        at += rng.choice((0, 1, 2**19, 2**20, 3 * 2**20))
-        before = at - rng.choice((0, 2**21))
-        popped = []
-        while heap and heap[0][0] < before:
-            popped.append(heapq.heappop(heap))
+        at, before, popped = _move_on(rng, heap, at)
         assert buckets.take_before(before) == popped
         assert len(buckets) == len(heap)
 
@@ -306,15 +322,8 @@ def test_deadline_buckets_taken_unordered_are_what_a_heap_popped(seed: int) -> N
     buckets, heap = DeadlineBuckets(), list[tuple[Micros, str]]()
     at = T0
     for _ in range(40):
-        for _ in range(rng.randint(0, 10)):
-            entry = (at + rng.randint(-(2**20), 2**23), f"k{rng.randrange(20)}")
-            buckets.file(*entry)
-            heapq.heappush(heap, entry)
-        at += rng.choice((0, 1, 2**19, 2**20, 3 * 2**20))
-        before = at - rng.choice((0, 2**21))
-        popped = []
-        while heap and heap[0][0] < before:
-            popped.append(heapq.heappop(heap))
+        _file_some(rng, buckets, heap, at)
+        at, before, popped = _move_on(rng, heap, at)
         ordered = rng.random() < 0.3
         taken = buckets.take_before(before, ordered=ordered)
         assert (taken if ordered else sorted(taken)) == popped

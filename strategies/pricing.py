@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from solver.core.market import EXACT_RATE_VIEWS, MAX_DECIMALS, MarketView, QuoteRequest, decimals_ok
+from solver.core.market import MAX_DECIMALS, MarketView, QuoteRequest, decimals_ok
 from solver.protocol.amounts import U128_MAX
 
 __all__ = [
@@ -167,13 +167,13 @@ def conversion_rate(
     ``amount`` of ``from_asset`` is worth ``amount * numerator / denominator`` smallest units of
     ``to_asset``, exactly. The same checks (and calls on ``market``, in the same order) as
     :func:`convert`, without a Fraction: for hot paths that finish with one floor or ceiling.
-    The desk's own view answers it itself, the same result cached per price update
-    (``solver.core.market.EXACT_RATE_VIEWS``).
+    A view may answer it itself, the same result cheaper, with an ``exact_conversion_rate``
+    method of the same arguments (optional, not part of :class:`MarketView`): the desk's own
+    view does, cached per price update (``LiveMarketView.exact_conversion_rate``).
     """
-    if type(market) in EXACT_RATE_VIEWS:
-        rate: tuple[int, int] | None = market.conversion_rate(  # type: ignore[attr-defined]
-            from_asset, to_asset, max_age_s
-        )
+    exact = getattr(market, "exact_conversion_rate", None)
+    if exact is not None:
+        rate: tuple[int, int] | None = exact(from_asset, to_asset, max_age_s)
         return rate
     ref_from = market.price(from_asset)
     ref_to = market.price(to_asset)

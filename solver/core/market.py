@@ -15,7 +15,6 @@ from typing import Protocol
 from solver.protocol.quote_request import QuoteRequest
 
 __all__ = [
-    "EXACT_RATE_VIEWS",
     "MAX_DECIMALS",
     "MarketView",
     "QuoteRequest",
@@ -87,15 +86,6 @@ def decimals_ok(d_from: object, d_to: object) -> bool:
         or not isinstance(d_to, int)
         or not 0 <= d_to <= MAX_DECIMALS
     )
-
-
-EXACT_RATE_VIEWS: set[type] = set()
-"""View types (the exact types, not their subclasses) with a ``conversion_rate(from_asset,
-to_asset, max_age_s)`` method giving what ``strategies.pricing.conversion_rate`` computes from
-the view's public methods, bit for bit, only cheaper: the desk's own view registers itself
-(:mod:`solver.core.state`), so the strategy API stays :class:`MarketView` while the built-in
-strategies skip a ``datetime`` and the float-to-ratio work per request (issue 29). Not part of
-the API a strategy implements or relies on."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from datetime import datetime
 
 from solver.core.clock import SECOND, Micros, from_micros, micros, span
 from solver.core.inventory import Inventory
-from solver.core.market import EXACT_RATE_VIEWS, ReferencePrice, decimals_ok
+from solver.core.market import ReferencePrice, decimals_ok
 
 BPS = 10_000
 
@@ -67,7 +67,7 @@ class MarketState:
     """Assets whose fresh sources disagree, with the detail (the skip's)."""
     rates: dict[tuple[str, str], _Rate] = field(default_factory=dict, compare=False, repr=False)
     """Per ``(from, to)``, the conversion rate worked out from the two price objects it holds
-    (:meth:`LiveMarketView.conversion_rate`): valid while both are still the current ones, so
+    (:meth:`LiveMarketView.exact_conversion_rate`): valid while both are still the current ones, so
     it is worked out once per price update, not per request."""
 
     def set_price(self, asset: str, usd: float, observed: Micros, source: str = "") -> None:
@@ -206,10 +206,11 @@ class LiveMarketView:
     def price_history(self, asset: str) -> list[tuple[datetime, float]]:
         return list(self._state.history.get(asset, ()))
 
-    def conversion_rate(
+    def exact_conversion_rate(
         self, from_asset: str, to_asset: str, max_age_s: float | None
     ) -> tuple[int, int] | None:
-        """``strategies.pricing.conversion_rate(self, ...)``, the same result: the rate is
+        """``strategies.pricing.conversion_rate(self, ...)``, the same result (that function
+        asks a view that has this method instead of working it out): the rate is
         worked out once per price update (:attr:`MarketState.rates`), and the prices' ages are
         read in µs, ``(now - at) / SECOND``, which is exactly the ``timedelta.total_seconds()``
         of the ``datetime`` difference it replaces (integer µs over 10**6, correctly rounded
@@ -231,6 +232,3 @@ class LiveMarketView:
             if (now - entry[3]) / SECOND > max_age_s or (now - entry[4]) / SECOND > max_age_s:
                 return None
         return rate
-
-
-EXACT_RATE_VIEWS.add(LiveMarketView)

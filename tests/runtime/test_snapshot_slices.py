@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-import pytest
 
 from solver.core import events as ev
 from solver.core.actions import Action, Record
@@ -106,12 +105,19 @@ def test_a_restart_from_a_sliced_snapshot_rebuilds_the_desk(tmp_path: Path) -> N
         store.close()
 
 
-@pytest.mark.parametrize("budget_s", [0.0, 1.0])
-def test_a_slice_stops_at_its_budget(budget_s: float) -> None:
-    desk = busy_desk()
-    ticks = iter(range(1_000))
-    making = SnapshotInSlices(
-        capture(desk), 0, at(60), 0, clock=lambda: float(next(ticks)), chunk=1
-    )
-    text = making.step(budget_s)  # the clock moves 1 s a reading: one chunk per slice at most
-    assert text is None and making.slices == 1
+def test_a_slice_stops_at_its_budget() -> None:
+    """A clock that moves 1 s a reading: with no budget a slice makes one chunk of one entry,
+    with 2.5 s it makes three."""
+
+    def slices(budget_s: float) -> int:
+        ticks = iter(range(10_000))
+        making = SnapshotInSlices(
+            capture(busy_desk()), 0, at(60), 0, clock=lambda: float(next(ticks)), chunk=1
+        )
+        while making.step(budget_s) is None:
+            pass
+        return making.slices
+
+    entries = 9 + 9 + 12  # open quotes, reservations, recently lost rows
+    assert slices(0.0) == entries + 2  # a chunk a slice, then the splice, then the text
+    assert slices(2.5) == -(-(entries + 2) // 3)

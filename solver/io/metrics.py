@@ -403,7 +403,7 @@ class Metrics:
         )
         self._heartbeat = Gauge(
             "solver_heartbeat_timestamp_seconds",
-            "Unix time of the bot's last heartbeat (its ticker, every 100 ms; issue 24).",
+            "Unix time of the bot's last heartbeat (its ticker, every 0.5 s; issues 24, 29).",
             registry=r,
         )
         state = Gauge(

@@ -60,8 +60,11 @@ TICK_S = 0.02
 """``desk.tick`` and a slice of projection this often: short ticks keep each one's work (the
 deadlines passed since the last one, at 2,000 answers/s ~40 quotes) well under a millisecond,
 where 100 ms ticks held the quote path for 2–3 ms at a time."""
-GAUGES_EVERY_TICKS = 5
-"""The operator's gauges and the paper book's metrics: every 100 ms is plenty."""
+GAUGES_EVERY_TICKS = 25
+"""The operator's gauges and the paper book's metrics (and the heartbeat): every 0.5 s, faster
+than any scrape. A refresh costs ~300 µs of the loop (the store's size and backlog among
+them); every 100 ms it was 2.7 ms of each second at 500 answers/s, time a request arriving
+meanwhile waits (issue 29)."""
 SNAPSHOT_DUE_FACTS = 50_000
 """A desk snapshot is due after this many facts; it is taken at the next quiet moment."""
 SNAPSHOT_QUIET_QUOTES = 500
@@ -72,6 +75,17 @@ SNAPSHOT_FORCED_FACTS = 500_000
 """Taken anyway past this many facts: a restart applies every fact after the latest snapshot
 (~20 µs each, measured: ~10 s at most), whatever the flow."""
 PROJECT_BUDGET_S = 0.0005
+PROJECT_BATCH_ENTRIES = 64
+"""Caught up, the next slice waits for this many new journal entries (or
+:data:`PROJECT_MAX_WAIT_S`): a slice costs ~300 µs of the loop before its first entry (its
+transaction, the per-minute counts, the commit) and ~8 µs an entry, so a slice every tick at
+500 answers/s (a dozen entries each) held the loop 380 µs 50 times a second, half the ticker's
+CPU and the requests that arrive meanwhile wait (issue 29: p99 at 500/s)."""
+PROJECT_MAX_WAIT_S = 0.25
+"""The longest the query tables wait for a slice while entries are new: other processes read
+them (``solver history``, the history API) this far behind at most; the bot's own reads
+project first (:meth:`Store._fresh`)."""
+PROJECT_MAX_WAIT_US = span(PROJECT_MAX_WAIT_S)
 PROJECT_BEHIND_ENTRIES = 1_000
 """Behind: more journal entries than this wait for the query tables."""
 PROJECT_SLICES_BEHIND = 6
@@ -137,6 +151,8 @@ class Upkeep:
         self._cpu_mark = (time.monotonic(), time.process_time())
         self._cpu_share = 0.0
         self._saturated_ticks = 0
+        self._caught_up_at = 0  # the journal's count of entries when a slice last caught up
+        self._sliced_at: Micros | None = None  # when a slice last caught up (None: not yet)
         self._prune_due: Micros | None = None  # None: at the first tick
         self._snapshot_mark = 0  # the journal's count of facts at the last snapshot
         self._snapshot: SnapshotInSlices | None = None  # being made, a slice a tick
@@ -200,7 +216,7 @@ class Upkeep:
             if outage:
                 ports.executor.carry_out(list(outage), now)
             self.measure_cpu()
-            self.project()
+            self.project_when_due(now)
             self.checkpoint()
             self.gc_pacer.tick()
             if count % GAUGES_EVERY_TICKS == 0:
@@ -251,6 +267,23 @@ class Upkeep:
         finally:
             run_queue.close()
 
+    def project_when_due(self, now: Micros) -> None:
+        """A slice of projection (:meth:`project`) when one is due: once
+        :data:`PROJECT_BATCH_ENTRIES` journal entries wait, or :data:`PROJECT_MAX_WAIT_S` after
+        the projection last caught up, whichever comes first (and nothing while none wait)."""
+        store = self.ports.store
+        if store is None:
+            return
+        new = store.journal.appended - self._caught_up_at
+        if new <= 0:
+            return
+        last = self._sliced_at
+        if new < PROJECT_BATCH_ENTRIES and last is not None and now - last < PROJECT_MAX_WAIT_US:
+            return
+        self.project()
+        if store.journal.appended == self._caught_up_at:  # the slice caught up
+            self._sliced_at = now
+
     def project(self, slices: int = 1) -> None:
         """The query tables follow the journal in slices of :data:`PROJECT_BUDGET_S`, so the
         quote path barely notices: one per tick (one every
@@ -269,10 +302,14 @@ class Upkeep:
                 return
         self._saturated_ticks = 0
         try:
+            appended = store.journal.appended  # committed by the slice, if it runs
             if not store.project(PROJECT_BUDGET_S):
+                self._caught_up_at = appended
                 return  # caught up (perhaps without a word to SQLite: not a sign of health)
             self.store_worked()  # a slice committed
             behind = store.unprojected()
+            if not behind:
+                self._caught_up_at = appended
             spare = self._cpu_share < PROJECT_SPARE_CPU
             if slices == 1 and spare and behind > PROJECT_BEHIND_ENTRIES:
                 slices = PROJECT_SLICES_BEHIND

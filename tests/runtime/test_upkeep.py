@@ -271,6 +271,37 @@ async def test_a_saturated_process_projects_a_slice_every_few_ticks(
     assert bot.store.unprojected() < left[-1]
 
 
+def test_caught_up_the_projection_waits_for_a_batch_or_its_longest_wait(
+    bot: live.LiveBot,
+) -> None:
+    """At a low rate a slice every tick was mostly its fixed cost (~300 µs for a dozen
+    entries): caught up, the next slice waits for ``PROJECT_BATCH_ENTRIES`` new entries or
+    ``PROJECT_MAX_WAIT_S``, whichever first. Time is an argument."""
+    store = bot.store
+    assert store is not None
+    t0 = micros(datetime(2026, 11, 27, tzinfo=UTC))
+    append_quotes(store, *(signed_quote(f"w{i}") for i in range(3)))
+    store.commit()
+    bot.upkeep.project_when_due(t0)  # the first slice: nothing to wait for
+    assert store.unprojected() == 0
+    append_quotes(store, *(signed_quote(f"x{i}") for i in range(5)))
+    store.commit()
+    wait = span(upkeep.PROJECT_MAX_WAIT_S)
+    bot.upkeep.project_when_due(t0 + wait - 1)  # a few new entries, the wait not over
+    assert store.unprojected() == 5
+    bot.upkeep.project_when_due(t0 + wait)  # the longest wait is over
+    assert store.unprojected() == 0
+    batch = upkeep.PROJECT_BATCH_ENTRIES
+    append_quotes(store, *(signed_quote(f"y{i}") for i in range(batch - 1)))
+    store.commit()
+    bot.upkeep.project_when_due(t0 + wait + 1)
+    assert store.unprojected() == batch - 1  # one short of a batch: waits
+    append_quotes(store, signed_quote("y-last"))
+    store.commit()
+    bot.upkeep.project_when_due(t0 + wait + 2)  # a batch: at once
+    assert store.unprojected() < batch
+
+
 def test_the_gauges_say_how_far_the_query_tables_are_behind(
     bot: live.LiveBot, caplog: pytest.LogCaptureFixture
 ) -> None:

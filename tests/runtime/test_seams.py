@@ -175,7 +175,7 @@ async def test_the_upkeep_ticks_gauges_and_snapshots_through_its_ports(parts: Pa
     operator_of(parts).pause(None, "kept across the snapshot")
     stop = asyncio.Event()
     ticker = asyncio.create_task(upkeep.run(stop))
-    while not gauges:  # every fifth tick
+    while not gauges:  # every GAUGES_EVERY_TICKS ticks
         await asyncio.sleep(0.01)
     stop.set()
     await ticker

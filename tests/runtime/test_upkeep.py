@@ -302,6 +302,37 @@ def test_caught_up_the_projection_waits_for_a_batch_or_its_longest_wait(
     assert store.unprojected() < batch
 
 
+async def test_a_tick_turns_the_loop_between_its_parts(
+    bot: live.LiveBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The desk's tick, a projection slice and the gauges each run between two turns of the
+    loop: a request arriving meanwhile waits for one part, not the whole tick. The tick is
+    stepped by hand: each ``send`` is the loop taking it up again."""
+    store = bot.store
+    assert store is not None
+    append_quotes(store, *(signed_quote(f"t{i}") for i in range(upkeep.PROJECT_BATCH_ENTRIES)))
+    store.commit()
+    order: list[str] = []
+    project_when_due = bot.upkeep.project_when_due
+
+    def project(now: int) -> bool:
+        order.append("project")
+        return project_when_due(now)
+
+    monkeypatch.setattr(bot.upkeep, "project_when_due", project)
+    monkeypatch.setattr(bot.upkeep, "checkpoint", lambda: order.append("checkpoint"))
+    monkeypatch.setattr(bot.upkeep, "measure_cpu", lambda: None)  # not saturated: a slice runs
+    tick = bot.upkeep.tick(upkeep.GAUGES_EVERY_TICKS)  # gauges are due too
+    while True:
+        try:
+            tick.send(None)
+        except StopIteration:
+            break
+        order.append("turn")
+    assert order == ["turn", "project", "turn", "checkpoint", "turn"]
+    assert store.unprojected() < upkeep.PROJECT_BATCH_ENTRIES  # the slice ran
+
+
 def test_the_gauges_say_how_far_the_query_tables_are_behind(
     bot: live.LiveBot, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -9,7 +9,7 @@ long lists copied as values, ~1 ms), at a journal position committed right then
 (``snapshot_position``); the long lists are then made documents and text in chunks, a slice
 of at most about :data:`SLICE_S` a turn of the upkeep's ticker, and the text is stored with
 the position of the capture. The insert (~15–35 ms with that book) and the older snapshots'
-deletion (~15 ms) each take a tick of their own (``Upkeep.snapshot_slice``). The desk goes on
+deletion (~15 ms) each take a tick of their own (``DeskSnapshots.slice``). The desk goes on
 meanwhile: a restart restores the snapshot and applies every fact after that position, which
 is the state the desk had then plus what came after. The document is the one
 :func:`~solver.core.desk_snapshot.snapshot` makes (tested): the text of each chunk is spliced

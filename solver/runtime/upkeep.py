@@ -12,8 +12,7 @@ collections (4–30 ms). Here every piece of work is cut small or moved to a qui
   fewer while the process is saturated;
 - a snapshot waits for a quiet book, unless too many facts would have to be replayed; it is
   captured at once and made in slices of ~2 ms at the next ticks
-  (:mod:`solver.runtime.snapshot_slices`), and the memory it freed goes back to the system
-  (:mod:`solver.runtime.heap`);
+  (:mod:`solver.runtime.desk_snapshots`);
 - the WAL is checkpointed from the store's own connection when enough was written (the store
   is opened in exclusive locking mode: no second connection, no thread, issue 24);
 - the collector runs at the ticker's pace (:mod:`solver.runtime.gc_pacer`);
@@ -43,11 +42,10 @@ from solver.core.clock import Micros, from_micros, span
 from solver.core.pauses import STORE_ERROR
 from solver.errors import SolverError
 from solver.io.store.retention import Pruned
-from solver.runtime import heap
+from solver.runtime.desk_snapshots import DeskSnapshots
 from solver.runtime.gc_pacer import GcPacer
 from solver.runtime.repeats import Repeats
 from solver.runtime.run_queue import RunQueueWait
-from solver.runtime.snapshot_slices import SnapshotInSlices
 
 if TYPE_CHECKING:
     from solver.core.actions import Action
@@ -65,15 +63,6 @@ GAUGES_EVERY_TICKS = 25
 than any scrape. A refresh costs ~300 µs of the loop (the store's size and backlog among
 them); every 100 ms it was 2.7 ms of each second at 500 answers/s, time a request arriving
 meanwhile waits (issue 29)."""
-SNAPSHOT_DUE_FACTS = 50_000
-"""A desk snapshot is due after this many facts; it is taken at the next quiet moment."""
-SNAPSHOT_QUIET_QUOTES = 500
-"""Quiet: at most this many open quotes. A snapshot costs ~6 µs of the loop per open quote
-(building and writing it; 8,000 open quotes at 2,000 answers/s: ~50 ms, measured), so it
-waits for a small book: a few milliseconds."""
-SNAPSHOT_FORCED_FACTS = 500_000
-"""Taken anyway past this many facts: a restart applies every fact after the latest snapshot
-(~20 µs each, measured: ~10 s at most), whatever the flow."""
 PROJECT_BUDGET_S = 0.0005
 PROJECT_BATCH_ENTRIES = 64
 """Caught up, the next slice waits for this many new journal entries (or
@@ -154,12 +143,9 @@ class Upkeep:
         self._caught_up_at = 0  # the journal's count of entries when a slice last caught up
         self._sliced_at: Micros | None = None  # when a slice last caught up (None: not yet)
         self._prune_due: Micros | None = None  # None: at the first tick
-        self._snapshot_mark = 0  # the journal's count of facts at the last snapshot
-        self._snapshot: SnapshotInSlices | None = None  # being made, a slice a tick
-        self._text: bytes | None = None  # its text, made: stored at the next tick
-        self._drop_due = False  # one was stored: the older ones go at the next tick
         self._pruned = Pruned()
         self.store_failing = Repeats(log, "the store (projection, checkpoint, snapshot, pruning)")
+        self.snapshots = DeskSnapshots(ports.view, ports.store, self.store_failed)
         self.tick_failing = Repeats(log, "the upkeep's tick", logging.ERROR)
 
     def start(self) -> None:
@@ -199,7 +185,7 @@ class Upkeep:
         store = self.ports.store
         if store is None:
             return
-        self.maybe_snapshot(now, force=True)
+        self.snapshots.maybe_take(now, force=True)
         try:
             store.project(SHUTDOWN_PROJECT_S)
         except SolverError as exc:
@@ -227,11 +213,11 @@ class Upkeep:
             if count % GAUGES_EVERY_TICKS == 0:
                 await asyncio.sleep(0)
                 ports.refresh_gauges()
-            if self.making_snapshot:
+            if self.snapshots.making:
                 await asyncio.sleep(0)
-                self.snapshot_slice()
+                self.snapshots.slice()
             elif count % round(1 / TICK_S) == 0:
-                self.maybe_snapshot(now)
+                self.snapshots.maybe_take(now)
             self.maybe_prune(now)
         except Exception as exc:  # the ticker is what follows every quote: it must go on
             self.tick_failing.failed(f"{type(exc).__name__}: {exc}", time.monotonic())
@@ -365,98 +351,3 @@ class Upkeep:
         if wall > last_wall:
             self._cpu_share = (cpu - last_cpu) / (wall - last_wall)
         self._cpu_mark = (wall, cpu)
-
-    def maybe_snapshot(self, now: Micros, *, force: bool = False) -> None:
-        """A desk snapshot when one is due: captured now (~2 ms with the soak's book), its
-        document made in slices at the next ticks (:meth:`snapshot_slice`). ``force`` (the
-        shutdown's): made and stored at once, a snapshot being made meanwhile dropped for it."""
-        store = self.ports.store
-        if store is None:
-            return
-        journal = store.journal
-        # Facts since the last snapshot, from the journal's count, which only ever grows: the
-        # store's checkpointer and projection read it too (resetting it once made the
-        # checkpointer wait 30 s after a snapshot: the WAL grew to 437 MB, not ~275).
-        facts = journal.appended - self._snapshot_mark
-        if not force:
-            if self.making_snapshot:
-                return
-            due = facts >= SNAPSHOT_DUE_FACTS
-            quiet = len(self.ports.view.open_quotes) <= SNAPSHOT_QUIET_QUOTES
-            if not ((due and quiet) or facts >= SNAPSHOT_FORCED_FACTS):
-                return
-        self._snapshot, self._text, self._drop_due = None, None, False
-        try:
-            seq = journal.snapshot_position()
-            making = SnapshotInSlices(self.ports.view.capture(), seq, now, facts)
-        except SolverError as exc:
-            self.store_failed(exc)
-            return
-        self._snapshot_mark = journal.appended
-        if force:
-            if self._store_snapshot(making, making.finish(), at_once=True):
-                self._drop_old_snapshots()
-        else:  # made from the next tick on
-            self._snapshot = making
-
-    @property
-    def making_snapshot(self) -> bool:
-        """A snapshot is being made or the older ones are still to drop (:meth:`snapshot_slice`
-        at each tick)."""
-        return self._snapshot is not None or self._drop_due
-
-    def snapshot_slice(self) -> None:
-        """The snapshot's work of this tick: a slice of making it
-        (:data:`~solver.runtime.snapshot_slices.SLICE_S` of the loop), or once its text is
-        whole its insert, or at the tick after that the older ones' deletion (~15 ms each with
-        the soak's book: the loop is held by the longest of these, not by their sum)."""
-        if self._drop_due:  # the turn after the insert: the older ones go
-            self._drop_due = False
-            self._drop_old_snapshots()
-            return
-        making = self._snapshot
-        if making is None:
-            return
-        if self._text is not None:  # a turn of its own for the insert
-            text, self._text, self._snapshot = self._text, None, None
-            self._drop_due = self._store_snapshot(making, text)
-            return
-        self._text = making.step()
-
-    def _drop_old_snapshots(self) -> None:
-        store = self.ports.store
-        assert store is not None
-        try:
-            store.journal.drop_old_snapshots()
-        except SolverError as exc:
-            self.store_failed(exc)
-
-    def _store_snapshot(
-        self, making: SnapshotInSlices, text: bytes, *, at_once: bool = False
-    ) -> bool:
-        """Insert the snapshot's text; whether it was stored. ``at_once``: made in the same
-        turn (the loop was held for both)."""
-        store = self.ports.store
-        assert store is not None
-        started = time.perf_counter()
-        try:
-            store.journal.store_snapshot(text, making.at, making.seq)
-        except SolverError as exc:
-            self.store_failed(exc)
-            stored = False
-        else:  # the soak reads this line (benchmarks/soak.py)
-            stored = True
-            stored_s = time.perf_counter() - started
-            log.info(
-                "desk snapshot: %d facts since the last, %d open quotes, made in %d slices "
-                "over %.0f ms, the loop held %.0f ms at most (the longest slice %.0f ms, the "
-                "insert %.0f ms)",
-                making.facts, making.open_quotes, making.slices, making.took_ms(),
-                (making.longest_s + stored_s if at_once else max(making.longest_s, stored_s))
-                * 1e3, making.longest_s * 1e3, stored_s * 1e3,
-            )  # fmt: skip
-        del text
-        # The document and its text are freed by now (tens of MB with a large book): their
-        # pages go back to the system, or each forced snapshot left more behind (heap.py).
-        heap.give_back()
-        return stored

@@ -25,7 +25,7 @@ from solver.io.store import retention
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_request import QuoteRequest
 from solver.runtime import bot as live
-from solver.runtime import heap, snapshot_slices, upkeep
+from solver.runtime import desk_snapshots, heap, snapshot_slices, upkeep
 from solver.runtime.gc_pacer import GcPacer
 from tests.io.store_helpers import append_quotes, signed_quote
 
@@ -66,8 +66,8 @@ def _snapshots(bot: live.LiveBot) -> int:
 def _made(bot: live.LiveBot) -> int:
     """The ticks' slices of the snapshot being made, until it is stored; how many."""
     slices = 0
-    while bot.upkeep.making_snapshot:
-        bot.upkeep.snapshot_slice()
+    while bot.upkeep.snapshots.making:
+        bot.upkeep.snapshots.slice()
         slices += 1
     return slices
 
@@ -75,24 +75,26 @@ def _made(bot: live.LiveBot) -> int:
 def test_a_due_snapshot_waits_for_a_quiet_book(bot: live.LiveBot) -> None:
     assert bot.store is not None
     journal = bot.store.journal
-    _open_quotes(bot, upkeep.SNAPSHOT_QUIET_QUOTES + 1)
-    journal.appended = upkeep.SNAPSHOT_DUE_FACTS - 1
-    bot.upkeep.maybe_snapshot(NOW)
-    journal.appended = upkeep.SNAPSHOT_DUE_FACTS
-    bot.upkeep.maybe_snapshot(NOW)  # due, but the book is busy: it waits
+    _open_quotes(bot, desk_snapshots.SNAPSHOT_QUIET_QUOTES + 1)
+    journal.appended = desk_snapshots.SNAPSHOT_DUE_FACTS - 1
+    bot.upkeep.snapshots.maybe_take(NOW)
+    journal.appended = desk_snapshots.SNAPSHOT_DUE_FACTS
+    bot.upkeep.snapshots.maybe_take(NOW)  # due, but the book is busy: it waits
     assert _snapshots(bot) == 0
     bot.desk.book.quotes.pop("q0")
-    bot.upkeep.maybe_snapshot(NOW)  # quiet now
+    bot.upkeep.snapshots.maybe_take(NOW)  # quiet now
     _made(bot)
     assert _snapshots(bot) == 1
-    assert journal.appended == upkeep.SNAPSHOT_DUE_FACTS  # the count goes on (others read it)
+    assert (
+        journal.appended == desk_snapshots.SNAPSHOT_DUE_FACTS
+    )  # the count goes on (others read it)
     journal.append(f.PauseSet("*", "operator", "a fact after the snapshot", NOW))
     journal.commit()  # (a later journal position: a second snapshot row, not a replaced one)
-    journal.appended += upkeep.SNAPSHOT_DUE_FACTS - 2
-    bot.upkeep.maybe_snapshot(NOW)  # counted from the last snapshot: not due yet
+    journal.appended += desk_snapshots.SNAPSHOT_DUE_FACTS - 2
+    bot.upkeep.snapshots.maybe_take(NOW)  # counted from the last snapshot: not due yet
     assert _snapshots(bot) == 1
     journal.appended += 1
-    bot.upkeep.maybe_snapshot(NOW)
+    bot.upkeep.snapshots.maybe_take(NOW)
     _made(bot)
     assert _snapshots(bot) == 2
 
@@ -105,19 +107,19 @@ def test_a_busy_book_is_snapshot_anyway_past_the_forced_count(
     assert bot.store is not None
     monkeypatch.setattr(snapshot_slices, "SLICE_S", 0.0)
     journal = bot.store.journal
-    _open_quotes(bot, upkeep.SNAPSHOT_QUIET_QUOTES * 4)
-    journal.appended = upkeep.SNAPSHOT_FORCED_FACTS - 1
-    bot.upkeep.maybe_snapshot(NOW)
+    _open_quotes(bot, desk_snapshots.SNAPSHOT_QUIET_QUOTES * 4)
+    journal.appended = desk_snapshots.SNAPSHOT_FORCED_FACTS - 1
+    bot.upkeep.snapshots.maybe_take(NOW)
     assert _snapshots(bot) == 0
-    journal.appended = upkeep.SNAPSHOT_FORCED_FACTS
-    bot.upkeep.maybe_snapshot(NOW)  # captured, made from the next tick on
-    assert _snapshots(bot) == 0 and bot.upkeep.making_snapshot
-    bot.upkeep.maybe_snapshot(NOW)  # one at a time: nothing more is captured meanwhile
-    _open_quotes(bot, 1, first=upkeep.SNAPSHOT_QUIET_QUOTES * 4)
+    journal.appended = desk_snapshots.SNAPSHOT_FORCED_FACTS
+    bot.upkeep.snapshots.maybe_take(NOW)  # captured, made from the next tick on
+    assert _snapshots(bot) == 0 and bot.upkeep.snapshots.making
+    bot.upkeep.snapshots.maybe_take(NOW)  # one at a time: nothing more is captured meanwhile
+    _open_quotes(bot, 1, first=desk_snapshots.SNAPSHOT_QUIET_QUOTES * 4)
     assert _made(bot) >= 5  # two chunks of quotes, the splice, the insert, the deletion
     assert _snapshots(bot) == 1
     doc, _ = bot.store.journal.load()
-    assert doc is not None and len(doc["quotes"]) == upkeep.SNAPSHOT_QUIET_QUOTES * 4
+    assert doc is not None and len(doc["quotes"]) == desk_snapshots.SNAPSHOT_QUIET_QUOTES * 4
 
 
 def test_a_snapshot_is_said_and_gives_the_freed_memory_back(
@@ -134,17 +136,17 @@ def test_a_snapshot_is_said_and_gives_the_freed_memory_back(
         return True
 
     monkeypatch.setattr(heap, "give_back", give_back)
-    bot.upkeep.maybe_snapshot(NOW)  # not due: nothing written, nothing to give back
+    bot.upkeep.snapshots.maybe_take(NOW)  # not due: nothing written, nothing to give back
     assert calls == []
-    bot.store.journal.appended = upkeep.SNAPSHOT_FORCED_FACTS
+    bot.store.journal.appended = desk_snapshots.SNAPSHOT_FORCED_FACTS
     with caplog.at_level(logging.INFO, logger="solver.bot"):
-        bot.upkeep.maybe_snapshot(NOW)
+        bot.upkeep.snapshots.maybe_take(NOW)
         _made(bot)
     assert calls == [1]  # after the snapshot was written
     # Said, with what it held the loop for: the soak puts its memory steps beside these.
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("desk snapshot")]
     assert len(said) == 1
-    facts = upkeep.SNAPSHOT_FORCED_FACTS
+    facts = desk_snapshots.SNAPSHOT_FORCED_FACTS
     assert re.fullmatch(
         rf"desk snapshot: {facts} facts since the last, 0 open quotes, made in \d+ slices over "
         rf"\d+ ms, the loop held \d+ ms at most \(the longest slice \d+ ms, the insert \d+ ms\)",

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from solver.core.clock import Micros
 from solver.errors import SolverError
+from solver.io.store.checkpoint import SnapshotJob
+from solver.io.store.schema import StoreError
 from solver.runtime import heap
 from solver.runtime.snapshot_slices import SnapshotInSlices
 
@@ -55,6 +57,8 @@ class DeskSnapshots:
         self._snapshot: SnapshotInSlices | None = None  # being made, a slice a tick
         self._text: bytes | None = None  # its text, made: stored at the next tick
         self._drop_due = False  # one was stored: the older ones go at the next tick
+        self._storing: tuple[SnapshotInSlices, SnapshotJob, float] | None = None
+        """Handed to the store, not stored yet; with the loop's time the hand-over took."""
 
     def maybe_take(self, now: Micros, *, force: bool = False) -> None:
         """A desk snapshot when one is due: captured now (~2 ms with the soak's book), its
@@ -75,41 +79,59 @@ class DeskSnapshots:
             quiet = len(self.view.open_quotes) <= SNAPSHOT_QUIET_QUOTES
             if not ((due and quiet) or facts >= SNAPSHOT_FORCED_FACTS):
                 return
-        self._snapshot, self._text, self._drop_due = None, None, False
         try:
+            if force:
+                store.commit()  # after a checkpoint pass under way: its spilled facts in
             seq = journal.snapshot_position()
+            if seq is None:  # a checkpoint pass holds the connection: at the next look
+                return
+            self._snapshot, self._text, self._drop_due, self._storing = None, None, False, None
             making = SnapshotInSlices(self.view.capture(), seq, now, facts)
         except SolverError as exc:
             self.failed(exc)
             return
         self._mark = journal.appended
         if force:
-            if self._store(making, making.finish(), at_once=True):
+            if self._store_at_once(making, making.finish()):
                 self._drop_old()
         else:  # made from the next tick on
             self._snapshot = making
 
     @property
     def making(self) -> bool:
-        """A snapshot is being made or the older ones are still to drop (:meth:`slice`
-        at each tick)."""
-        return self._snapshot is not None or self._drop_due
+        """A snapshot is being made or stored, or the older ones are still to drop
+        (:meth:`slice` at each tick)."""
+        return self._snapshot is not None or self._storing is not None or self._drop_due
 
     def slice(self) -> None:
         """The snapshot's work of this tick: a slice of making it
-        (:data:`~solver.runtime.snapshot_slices.SLICE_S` of the loop), or once its text is
-        whole its insert, or at the tick after that the older ones' deletion (~15 ms each with
-        the soak's book: the loop is held by the longest of these, not by their sum)."""
+        (:data:`~solver.runtime.snapshot_slices.SLICE_S` of the loop); once its text is whole,
+        handing it to the store, which writes it in its checkpointer's thread with the older
+        ones' deletion (:meth:`Store.store_snapshot`: the insert of the soak's 8 MB held the
+        loop 20–80 ms); then a look per tick whether it is stored. A store that wrote it here
+        (PostgreSQL) leaves the older ones to the tick after (~15 ms each with the soak's book:
+        the loop is held by the longest of these, not by their sum)."""
         if self._drop_due:  # the turn after the insert: the older ones go
             self._drop_due = False
             self._drop_old()
             return
-        making = self._snapshot
-        if making is None:
+        if self._storing is not None:
+            making, job, handed_s = self._storing
+            if job.done:
+                self._storing = None
+                self._drop_due = self._stored(making, job, handed_s)
             return
-        if self._text is not None:  # a turn of its own for the insert
+        if self._snapshot is None:
+            return
+        making = self._snapshot
+        if self._text is not None:  # a turn of its own for the hand-over
+            store = self.store
+            assert store is not None
             text, self._text, self._snapshot = self._text, None, None
-            self._drop_due = self._store(making, text)
+            started = time.perf_counter()
+            job = store.store_snapshot(text, making.at, making.seq)
+            del text
+            self._storing = (making, job, time.perf_counter() - started)
             return
         self._text = making.step()
 
@@ -121,9 +143,19 @@ class DeskSnapshots:
         except SolverError as exc:
             self.failed(exc)
 
-    def _store(self, making: SnapshotInSlices, text: bytes, *, at_once: bool = False) -> bool:
-        """Insert the snapshot's text; whether it was stored. ``at_once``: made in the same
-        turn (the loop was held for both)."""
+    def _stored(self, making: SnapshotInSlices, job: SnapshotJob, handed_s: float) -> bool:
+        """A snapshot's store ended: said, or its failure given to ``failed``; whether the
+        older ones are still to drop."""
+        if job.error is not None:
+            self.failed(StoreError(job.error))
+            return False
+        where = ", in the store's thread" if job.dropped else ""
+        self._said(making, max(making.longest_s, handed_s), job.took_s, where)
+        return not job.dropped
+
+    def _store_at_once(self, making: SnapshotInSlices, text: bytes) -> bool:
+        """The shutdown's snapshot, made and inserted in one turn (the loop is held for both;
+        :meth:`maybe_take` waited for a checkpoint pass under way); whether it was stored."""
         store = self.store
         assert store is not None
         started = time.perf_counter()
@@ -131,20 +163,22 @@ class DeskSnapshots:
             store.journal.store_snapshot(text, making.at, making.seq)
         except SolverError as exc:
             self.failed(exc)
-            stored = False
-        else:  # the soak reads this line (benchmarks/soak.py)
-            stored = True
-            stored_s = time.perf_counter() - started
-            log.info(
-                "desk snapshot: %d facts since the last, %d open quotes, made in %d slices "
-                "over %.0f ms, the loop held %.0f ms at most (the longest slice %.0f ms, the "
-                "insert %.0f ms)",
-                making.facts, making.open_quotes, making.slices, making.took_ms(),
-                (making.longest_s + stored_s if at_once else max(making.longest_s, stored_s))
-                * 1e3, making.longest_s * 1e3, stored_s * 1e3,
-            )  # fmt: skip
-        del text
-        # The document and its text are freed by now (tens of MB with a large book): their
-        # pages go back to the system, or each forced snapshot left more behind (heap.py).
+            return False
+        finally:
+            del text
+        stored_s = time.perf_counter() - started
+        self._said(making, making.longest_s + stored_s, stored_s, "")
+        return True
+
+    def _said(self, making: SnapshotInSlices, held_s: float, insert_s: float, where: str) -> None:
+        """The snapshot's line (the soak reads it: benchmarks/soak.py); then the document's
+        and text's memory goes back to the system (tens of MB with a large book), or each
+        forced snapshot left more behind (:mod:`solver.runtime.heap`)."""
+        log.info(
+            "desk snapshot: %d facts since the last, %d open quotes, made in %d slices over "
+            "%.0f ms, the loop held %.0f ms at most (the longest slice %.0f ms, the insert "
+            "%.0f ms%s)",
+            making.facts, making.open_quotes, making.slices, making.took_ms(), held_s * 1e3,
+            making.longest_s * 1e3, insert_s * 1e3, where,
+        )  # fmt: skip
         heap.give_back()
-        return stored

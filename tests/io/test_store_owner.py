@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from solver.io.store.checkpoint import SnapshotJob
 from solver.io.store.owner import StoreBusyError, lock_path, read_holder
 from solver.io.store.sqlite_store import Store, StoreError
 from tests.chattr import immutable, require_chattr, store_paths
@@ -197,6 +198,90 @@ def test_a_commit_during_a_pass_goes_to_the_spill_file_and_joins_the_journal_aft
         assert [orjson.loads(body)["quote_id"] for (body,) in rows] == ["a", "b", "c", "d"]
         assert spill.stat().st_size == 0 and store.checkpoints.passes == 1
     assert not spill.exists()  # a clean close leaves no spill file
+
+
+def test_no_snapshot_position_is_given_while_a_pass_holds_the_connection(
+    tmp_path: Path,
+) -> None:
+    """A desk snapshot captured during a pass includes the facts whose rows wait in the
+    spill file, but the journal table's position does not: a restart would apply them a
+    second time after it. While a pass holds the connection the journal gives no position
+    (None: ask again later); after it, the spilled rows are in and counted."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1) as store:
+        record(store, signed_quote("a"))
+        assert pass_started(store)
+        assert store.checkpoints is not None
+        store.checkpoints.pacing.min_entries = 1000  # and no other after it
+        append_quotes(store, signed_quote("b"))
+        store.journal.commit()  # spilled
+        assert store.journal.snapshot_position() is None
+        assert checkpointed(store)
+        assert store.journal.snapshot_position() == 2  # "b" joined the journal first
+
+
+def _stored_by_thread(job: SnapshotJob, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not job.done and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return job.done
+
+
+def _store_with_two_snapshots(store: Store) -> int:
+    """Snapshots 1 and 2 at positions 1 and 2, a third fact after them; its position."""
+    for n, quote_id in ((1, "a"), (2, "x")):
+        record(store, signed_quote(quote_id))
+        store.journal.write_snapshot({"n": n}, 0)
+    record(store, signed_quote("y"))
+    position = store.journal.snapshot_position()
+    assert position == 3
+    return position
+
+
+def _snapshots_n(store: Store) -> list[int]:
+    rows = store._conn.execute("SELECT body FROM desk_snapshots ORDER BY seq").fetchall()
+    return [orjson.loads(body)["n"] for (body,) in rows]
+
+
+def test_a_desk_snapshot_is_stored_in_the_stores_thread_while_the_owner_commits(
+    tmp_path: Path,
+) -> None:
+    """The insert of the soak's 8 MB snapshot held the event loop 20–80 ms: the store hands
+    it to its checkpointer's thread, which writes it and drops the older ones (all but the
+    latest two) in one transaction, then checkpoints. The owner's commits meanwhile go to the
+    spill file without waiting, and join the journal after, in order."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT) as store:
+        position = _store_with_two_snapshots(store)
+        text = orjson.dumps({"n": 3, "pad": "x" * 4_000_000})
+        job = store.store_snapshot(text, 0, position)
+        assert store.journal.held  # the thread has the connection
+        append_quotes(store, signed_quote("b"))
+        store.journal.commit()  # the executor's group commit: to the spill file
+        assert _stored_by_thread(job) and job.error is None and job.dropped
+        store.commit()  # the owner takes the connection back; the spilled row goes in
+        assert _snapshots_n(store) == [2, 3]
+        with committed_view(db) as conn:
+            bodies = [b for (b,) in conn.execute("SELECT body FROM journal ORDER BY seq")]
+        assert [orjson.loads(b)["quote_id"] for b in bodies] == ["a", "x", "y", "b"]
+
+
+def test_a_snapshot_the_thread_cannot_write_leaves_the_store_as_it_was(tmp_path: Path) -> None:
+    """A failed insert (a full disk, here a trigger) is the job's error, for the caller's
+    ``store_error`` pause; the older snapshots stay, and the store goes on committing."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT) as store:
+        position = _store_with_two_snapshots(store)
+        store._conn.execute(
+            "CREATE TRIGGER full BEFORE INSERT ON desk_snapshots "
+            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+        job = store.store_snapshot(orjson.dumps({"n": 3}), 0, position)
+        assert _stored_by_thread(job) and job.error is not None and "disk full" in job.error
+        assert not job.dropped
+        store.commit()
+        assert _snapshots_n(store) == [1, 2]
+        record(store, signed_quote("b"))  # commits as before
 
 
 _SPILL_AND_DIE = textwrap.dedent(

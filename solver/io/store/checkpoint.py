@@ -50,6 +50,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from solver.io.store.journal import DROP_OLD_SNAPSHOTS, INSERT_SNAPSHOT
+
 log = logging.getLogger("solver.store")
 
 CHECKPOINT_MIN_ENTRIES = 512
@@ -57,6 +59,25 @@ CHECKPOINT_MIN_ENTRIES = 512
 CHECKPOINT_MAX_WAIT_S = 30.0
 """...or this long after the last pass, for whatever else was written (projection, pruning,
 rebalances)."""
+
+
+@dataclass(slots=True)
+class SnapshotJob:
+    """A desk snapshot to store (:meth:`Store.store_snapshot`), with how it went once
+    :attr:`done`. In the checkpointer's thread (issue 29): the insert of the soak's ~8 MB text
+    held the event loop 20–25 ms (80 once) while SQLite wrote it; the thread writes it and
+    drops the older snapshots in one transaction while the loop goes on (group commits spill
+    meanwhile, as during any pass), then checkpoints, so its pages leave the WAL at once."""
+
+    seq: int
+    at: int
+    text: str
+    done: bool = False
+    dropped: bool = False
+    """The older snapshots went with it (the thread's transaction); False: the caller drops
+    them (:meth:`SqliteJournal.drop_old_snapshots`) at a moment of its own."""
+    took_s: float = 0.0
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -108,6 +129,7 @@ class Checkpointer(threading.Thread):
         self._wanted = threading.Event()
         self._stopping = False
         self._ended: Callable[[], None] | None = None
+        self._snapshot: SnapshotJob | None = None
         self.done = threading.Event()
         self.done.set()
         self.flushed = threading.Event()
@@ -122,10 +144,14 @@ class Checkpointer(threading.Thread):
         self._flush = True
         self._wanted.set()
 
-    def start_pass(self, ended: Callable[[], None] | None) -> None:
+    def start_pass(
+        self, ended: Callable[[], None] | None, snapshot: SnapshotJob | None = None
+    ) -> None:
+        """Start a pass; ``snapshot``: stored first, in the pass's own transaction."""
         self.done.clear()
         self.error = None
         self._ended = ended
+        self._snapshot = snapshot
         self._wanted.set()
 
     def run(self) -> None:
@@ -144,6 +170,9 @@ class Checkpointer(threading.Thread):
                         log.debug("cannot sync %s ahead of a checkpoint: %s", self._wal, exc)
                     self.flushed.set()
                     continue
+                snapshot, self._snapshot = self._snapshot, None
+                if snapshot is not None:
+                    _store_snapshot(cur, snapshot)
                 started = time.perf_counter()
                 try:
                     cur.execute("PRAGMA wal_checkpoint(PASSIVE)")  # its row: not read
@@ -183,6 +212,32 @@ class Checkpointer(threading.Thread):
         self.join()
 
 
+def _store_snapshot(cur: sqlite3.Cursor, job: SnapshotJob) -> None:
+    """The snapshot and the older ones' deletion in one transaction; :attr:`SnapshotJob.done`
+    in any case (a failure is its :attr:`~SnapshotJob.error`: the store is unchanged)."""
+    started = time.perf_counter()
+    try:
+        cur.execute("BEGIN")
+        cur.execute(INSERT_SNAPSHOT, (job.seq, job.at, job.text, 1))
+        cur.execute(DROP_OLD_SNAPSHOTS)
+        cur.execute("COMMIT")
+        job.dropped = True
+    except sqlite3.Error as exc:
+        job.error = f"cannot write the desk snapshot: {exc}"
+        try:
+            cur.execute("ROLLBACK")
+        except sqlite3.Error as again:
+            log.debug("rollback of the snapshot's transaction: %s", again)
+    finally:
+        try:  # memory only: SQLite lets go of the body bound to its cached statement
+            cur.execute(INSERT_SNAPSHOT, (0, 0, "", 0))
+        except sqlite3.Error as exc:
+            log.debug("cannot unbind the snapshot's body: %s", exc)
+    job.text = ""
+    job.took_s = time.perf_counter() - started
+    job.done = True
+
+
 @dataclass(slots=True)
 class Checkpoints:
     """The writer's checkpoints: it looks at most every ``every_s`` (the old thread's period)
@@ -207,6 +262,9 @@ class Checkpoints:
     last_pass_s: float = 0.0
     """How long the last pass took (seconds; in the thread: not the event loop's time)."""
     longest_pass_s: float = field(default=0.0)
+    snapshot: SnapshotJob | None = None
+    """A desk snapshot waiting for the connection: the next pass stores it first, and one
+    starts at the next look if none is under way (:meth:`Store.store_snapshot`)."""
 
     def due(self, appended: int, now: float) -> bool:
         """Whether a pass should start now (looking at most every :attr:`every_s`)."""

@@ -222,14 +222,24 @@ class SqliteJournal:
     def write_snapshot(self, body: Mapping[str, Any], at: Micros) -> int:
         """Store a desk snapshot covering every fact appended so far (committed with them).
         Returns the journal position it covers. Older snapshots but the previous are dropped."""
-        seq = self.store_snapshot(orjson.dumps(dict(body)), at, self.snapshot_position())
+        position = self.snapshot_position()
+        if position is None:
+            raise StoreError("cannot write the desk snapshot: a checkpoint pass holds the store")
+        seq = self.store_snapshot(orjson.dumps(dict(body)), at, position)
         self.drop_old_snapshots()
         return seq
 
-    def snapshot_position(self) -> int:
+    def snapshot_position(self) -> int | None:
         """Commit what is appended and return the journal position a desk snapshot taken now
         covers: one built later (in slices, :mod:`solver.runtime.snapshot_slices`) is stored
-        with it (:meth:`store_snapshot`), and a restart applies only the facts after it."""
+        with it (:meth:`store_snapshot`), and a restart applies only the facts after it.
+
+        None while a checkpoint pass holds the connection (:attr:`held`): the facts committed
+        meanwhile wait in the spill file and get their positions after the pass, so a snapshot
+        taken now would include facts its position does not, and a restart would apply them a
+        second time. Ask again after the pass."""
+        if self.held:
+            return None
         self.commit()
         try:
             row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()

@@ -76,7 +76,13 @@ from typing import Any, Literal
 from solver.core.clock import Micros
 from solver.core.market import QuoteRequest
 from solver.io.store.backup import backup_to
-from solver.io.store.checkpoint import CHECKPOINT_MIN_ENTRIES, Checkpointer, Checkpoints, Pacing
+from solver.io.store.checkpoint import (
+    CHECKPOINT_MIN_ENTRIES,
+    Checkpointer,
+    Checkpoints,
+    Pacing,
+    SnapshotJob,
+)
 from solver.io.store.checks import check_usable, open_error, refuse_unusable_file
 from solver.io.store.journal import SqliteJournal
 from solver.io.store.migrations import SCHEMA_VERSION, migrate, schema_version
@@ -304,6 +310,10 @@ class Store(StoreQueries):
             if not thread.flushed.is_set():
                 return ended  # at a next look: nobody waits for the flush
             checkpoints.flushing = False
+        elif checkpoints.snapshot is not None and thread is not None:
+            if checkpoints.passing:
+                return ended  # the desk snapshot's pass after this one
+            # A desk snapshot waits (store_snapshot): a pass now, without the flush's head start.
         elif not checkpoints.due(self.journal.appended, time.monotonic()):
             return ended  # no SQL at all: the ticker asks 50 times a second
         elif thread is not None:
@@ -322,14 +332,55 @@ class Store(StoreQueries):
                 log.debug("checkpoint of %s deferred: %s", self.path, exc)
                 return ended
             raise StoreError(f"cannot checkpoint the store {self.path}: {exc}") from None
+        self._start_pass(checkpoints, thread)
+        return ended
+
+    def _start_pass(self, checkpoints: Checkpoints, thread: Checkpointer) -> None:
+        """Hand the connection, committed, to the thread for a pass (storing the desk snapshot
+        that waits first, if any); the loop is told when it ends."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
         self.journal.held = True
         checkpoints.passing = True
-        thread.start_pass(None if loop is None else self._on_loop(loop))
-        return ended
+        snapshot, checkpoints.snapshot = checkpoints.snapshot, None
+        thread.start_pass(None if loop is None else self._on_loop(loop), snapshot)
+
+    def store_snapshot(self, text: bytes, at: Micros, seq: int) -> SnapshotJob:
+        """Store a desk snapshot's JSON ``text`` covering the journal up to ``seq``
+        (:meth:`SqliteJournal.snapshot_position`); watch the job's ``done``. The writer hands it
+        to its checkpointer's thread, which stores it and drops the older ones in one
+        transaction, at once or after the pass under way (the ticker's next look,
+        :meth:`checkpoint_if_due`), while the loop goes on
+        (:class:`~solver.io.store.checkpoint.SnapshotJob`). A store without the thread (or
+        PostgreSQL's) stores it here and leaves the older ones to the caller."""
+        checkpoints = self.checkpoints
+        if checkpoints is None or checkpoints.thread is None:
+            job = SnapshotJob(seq, at, "")
+            started = time.perf_counter()
+            try:
+                self.journal.store_snapshot(text, at, seq)
+            except StoreError as exc:
+                job.error = str(exc)
+            job.took_s, job.done = time.perf_counter() - started, True
+            return job
+        thread = checkpoints.thread
+        job = checkpoints.snapshot = SnapshotJob(seq, at, text.decode())
+        if checkpoints.passing and thread.done.is_set():
+            self._pass_ended()  # the loop's callback has not run yet (or there is no loop)
+        if checkpoints.flushing and thread.flushed.is_set():
+            checkpoints.flushing = False  # the pass it was for stores the snapshot too
+        if checkpoints.passing or checkpoints.flushing:
+            return job  # a pass or its flush is under way: at the ticker's next look after it
+        try:
+            self.commit()
+        except StoreError as exc:
+            checkpoints.snapshot = None
+            job.error, job.done = str(exc), True
+            return job
+        self._start_pass(checkpoints, thread)
+        return job
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
         def ended() -> None:  # in the checkpointer's thread

@@ -10,9 +10,9 @@ before the answer leaves. Then the relay's reply (a refusal rejects the quote), 
 deadline the nonce check or, when no status can have been missed, LOST without one: most
 answers end so, a batch of them a fact.
 
-What a user's claim makes of a quote (statuses, polls, the nonce check's answer) and every
-move's bookkeeping are :class:`~solver.core.desk_settlement.Settlement`'s: this part keeps the
-request path short and its own.
+What a user's claim makes of a quote (statuses, polls, the nonce check's answer) and the
+bookkeeping of every move are :class:`~solver.core.desk_settlement.Settlement`'s: this module
+holds the hot request path and the book's expiry, read apart from the rarer settlement.
 """
 
 from __future__ import annotations

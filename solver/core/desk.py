@@ -10,8 +10,10 @@ they cannot drift.
 It is composed of parts by role, each with its own event handlers and fact appliers, over the
 state they share (the inventory, the pauses, the market state, the PnL book):
 
-- :class:`~solver.core.desk_quotes.QuoteLifecycle` — the quote path, the book and each quote's
-  lifecycle, claims and their polls, deadlines;
+- :class:`~solver.core.desk_quotes.QuoteLifecycle` — the quote path, the book, the relay's
+  replies, deadlines and the quotes lost past them;
+- :class:`~solver.core.desk_settlement.Settlement` — claims and their polls, statuses, nonce
+  checks, and every move of a quote's state with what it settles;
 - :class:`~solver.core.desk_risk.RiskDesk` — balance snapshots and the reconciliation, the kill
   switch, pauses and the operator's commands;
 - :class:`~solver.core.desk_gaps.GapDesk` — a gap's explanation before any pause: the
@@ -44,6 +46,7 @@ from solver.core.desk_market import MarketInputs
 from solver.core.desk_pnl import PnlMarks
 from solver.core.desk_quotes import QuoteLifecycle
 from solver.core.desk_risk import RiskDesk
+from solver.core.desk_settlement import Settlement
 from solver.core.inventory import Inventory
 from solver.core.lifecycle import QuoteBook, TrackedQuote
 from solver.core.pair_stats import PairBook, PairStats
@@ -138,8 +141,12 @@ class Desk:
         self.gaps = GapDesk(self)
         self.risk = RiskDesk(self)
         self.quotes = QuoteLifecycle(self)
+        self.settlement = Settlement(self)
         self.rebalancing = Rebalancing(self.inventory, self.pauses)
-        parts = (self.quotes, self.risk, self.pnl_marks, self.market, self.rebalancing)
+        parts = (
+            self.quotes, self.settlement, self.risk, self.pnl_marks, self.market,
+            self.rebalancing,
+        )  # fmt: skip
         self._handlers: dict[type, Callable[[Any, Micros], list[Action]]] = {}
         self._appliers: dict[type, Callable[[Any], None]] = dict(self.gaps.appliers())
         for part in parts:
@@ -156,6 +163,7 @@ class Desk:
         """What is due at ``now``: intent polls, deadline checks, markouts, PnL and the kill
         switch. The live driver calls it every 20 ms; the backtest at its own times."""
         actions: list[Action] = []
+        self.settlement.due(now, actions)
         self.quotes.due(now, actions)
         self.gaps.due(now, actions)
         self.pnl_marks.markouts(now, actions)

@@ -233,7 +233,7 @@ def restore(desk: Desk, doc: dict[str, Any]) -> None:
             desk.book.add(quote)
             for claim in quote.claims.values():
                 if not claim.ended:
-                    desk.quotes.polling[claim.intent_hash] = quote.quote_id
+                    desk.settlement.polling[claim.intent_hash] = quote.quote_id
         inv, part = desk.inventory, doc["inventory"]
         inv.confirmed = _from_ints(part["confirmed"]) or {}
         inv.confirmed_at = _d(part["confirmed_at"])

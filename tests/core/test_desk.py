@@ -305,7 +305,7 @@ def _assert_same(a: Desk, b: Desk) -> None:
     assert {(p.scope, p.kind, p.reason) for p in a.pauses} == {
         (p.scope, p.kind, p.reason) for p in b.pauses
     }
-    assert set(a.quotes.polling) == set(b.quotes.polling)
+    assert set(a.settlement.polling) == set(b.settlement.polling)
 
 
 def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:

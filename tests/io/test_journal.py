@@ -379,7 +379,7 @@ def state(desk: Desk) -> dict[str, Any]:
         "quotes": quotes,
         "by_hash": dict(desk.book.by_hash),
         "open_flows": (dict(desk.book.open_outflow), dict(desk.book.open_inflow)),
-        "polling": dict(desk.quotes.polling),
+        "polling": dict(desk.settlement.polling),
         "reserved": dict(inv.reserved),
         "reservations": dict(inv.reservations),
         "confirmed": (dict(inv.confirmed), inv.confirmed_at),

@@ -148,7 +148,7 @@ def desk_state(desk: Desk) -> dict[str, Any]:
         "open_quotes": quotes,
         "open_outflow": amounts(book.open_outflow),
         "open_inflow": amounts(book.open_inflow),
-        "polling": dict(sorted(desk.quotes.polling.items())),
+        "polling": dict(sorted(desk.settlement.polling.items())),
         "reservations": reservations,
         "reserved": amounts(inv.reserved),
         "confirmed": amounts(inv.confirmed),

@@ -295,7 +295,7 @@ class Replay:
 
     def _counts(self) -> None:
         stats = self.desk.stats
-        self.measures.counts(stats.requests, self.executor.sent, stats.skipped)
+        self.measures.counts(stats.requests, self.executor.outbox.sent, stats.skipped)
 
     def _progress(self, count: int) -> Progress:
         self._counts()

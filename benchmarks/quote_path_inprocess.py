@@ -138,7 +138,7 @@ def _bot(store: Path) -> LiveBot:
 
 def _ended(bot: LiveBot) -> int:
     """Requests finished without an answer (skipped, or not sent)."""
-    return int(sum(bot.desk.stats.skipped.values()) + bot.executor.send_failed)
+    return int(sum(bot.desk.stats.skipped.values()) + bot.executor.outbox.send_failed)
 
 
 async def _drive(
@@ -188,7 +188,7 @@ def _catch_up(bot: LiveBot) -> dict[str, Any]:
     after a burst at saturation): the projection's CPU in all and per answer."""
     store = bot.store
     assert store is not None
-    entries, answers = store.unprojected(), bot.executor.sent
+    entries, answers = store.unprojected(), bot.executor.outbox.sent
     lost = bot.desk.stats.outcomes.get("LOST", 0)
     started = time.process_time()
     store.project()
@@ -222,10 +222,10 @@ async def desk_executor_only(
     bot = _started(scratch / "desk-executor.sqlite")
     try:
         await _drive(bot, templates, WARM_UP, "warm")
-        signed_before = bot.executor.sent
+        signed_before = bot.executor.outbox.sent
         with GcWatch() as collections, LagWatch() as lag:
             per_call, wall = await _drive(bot, templates, n, "run")
-        signed = bot.executor.sent - signed_before
+        signed = bot.executor.outbox.sent - signed_before
         projection = _catch_up(bot)
         result = {
             "requests": n,

@@ -120,6 +120,7 @@ STAGES: Stages = [
         "executor and bot: request, outbox, metrics",
         _in(
             "solver/runtime/executor.py",
+            "solver/runtime/outbox.py",
             "solver/runtime/bot.py",
             "solver/runtime/inbound.py",
             "solver/io/metrics.py",

@@ -71,7 +71,7 @@ class DemoReport:
         table.add_column("what", style="bold")
         table.add_column("value")
         table.add_row("requests seen", str(stats.requests))
-        table.add_row("quotes sent", str(self.app.executor.sent))
+        table.add_row("quotes sent", str(self.app.executor.outbox.sent))
         table.add_row(
             "won / settled", f"{stats.outcomes.get('WON', 0)} / {stats.outcomes.get('SETTLED', 0)}"
         )
@@ -82,7 +82,7 @@ class DemoReport:
         table.add_row(
             "skipped", ", ".join(f"{k}={v}" for k, v in stats.skipped.most_common(4)) or "-"
         )
-        ordered = sorted(self.app.executor.response_us)
+        ordered = sorted(self.app.executor.outbox.response_us)
         p50 = ordered[len(ordered) // 2] if ordered else 0.0
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
         table.add_row("answer latency", f"p50 {p50:.0f} µs, p99 {p99:.0f} µs")
@@ -165,8 +165,8 @@ async def demo(
         stats = app.view.stats
         settled = stats.outcomes.get("SETTLED", 0)
         console.print(
-            f"[bold]done:[/bold] {stats.requests} requests, {app.executor.sent} quotes sent, "
-            f"{settled} settled on the ledger, "
+            f"[bold]done:[/bold] {stats.requests} requests, "
+            f"{app.executor.outbox.sent} quotes sent, {settled} settled on the ledger, "
             f"PnL {report.pnl_usd():+.2f} USD marked to reference prices"
         )
         if settled == 0:

@@ -15,7 +15,7 @@ Two kinds of writers:
   plain mapping of its fields) built by the app. This module imports nothing from
   the runtime: it only knows the snapshot's shape.
 - **Read at scrape time**: ``quotes_total`` is no count of its own. It shows the executor's
-  count of answers sent (:meth:`Metrics.count_quotes_from`), the one place that fact is
+  outbox's count of answers sent (:meth:`Metrics.count_quotes_from`), the one place that fact is
   counted (docs/architecture.md "Counting sent answers"), so the two cannot disagree.
 
 Series (all prefixed ``solver_``)::
@@ -498,7 +498,7 @@ class Metrics:
 
     def count_quotes_from(self, sent: Mapping[str, int]) -> None:
         """``quotes_total{pair}`` shows ``sent`` (``pair -> answers sent``, kept up to date by
-        its owner, the executor) at every scrape."""
+        its owner, the executor's outbox) at every scrape."""
         self._quotes.totals = sent
 
     # ------------------------------------------------------------------ periodic job

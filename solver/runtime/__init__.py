@@ -6,7 +6,8 @@ desk events; the desk's actions are carried out (signing, the journal, sending, 
   config), :mod:`~solver.runtime.inbound` (frames and callbacks become events),
   :mod:`~solver.runtime.jobs` (the timed reads), :mod:`~solver.runtime.recovery` (the desk from
   the journal, a standby's wait), :mod:`~solver.runtime.shadow_mode` (the paper book).
-- :mod:`solver.runtime.executor`: carries out actions; the quote path's group commit.
+- :mod:`solver.runtime.executor`: carries out actions; :mod:`~solver.runtime.outbox`, its
+  group commit: answers leave once their facts are durable.
 - :mod:`solver.runtime.operator`: status, health, pause and resume for the control API.
 - :mod:`solver.runtime.loop`: the event loop of long-running commands.
 """

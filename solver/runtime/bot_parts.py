@@ -148,7 +148,7 @@ def build_rebalancer(
         store=store,
         desk=view,
         feed=executor.feed,
-        durable=lambda: executor.durable,
+        durable=lambda: executor.outbox.durable,
         clock=wall,
         balance_max_age_s=config.chain.balance_max_age_ms / 1000,
         nonce_layout=config.nonce.layout,

@@ -13,13 +13,9 @@ signature (the signer) → ``QuoteSigned`` back to the desk → its ``QuoteOpene
 the journal → the answer queued. A deferred signer (the signer process,
 :class:`~solver.runtime.ports.DeferredSigner`) answers in a later loop turn, in the order of the
 requests; a request it does not sign skips with its reason (``signer_busy``, ``signer_down``,
-``signer_refused:<rule>``) and is released. Answers queued in one loop turn are made durable
-by one journal commit (:meth:`Executor._flush`, run at the end of the turn by the loop port),
-then sent: the record precedes the answer, and a burst pays for one transaction instead of one
-each (group commit). A failed commit sends nothing and pauses quoting (``QuoteNotSent`` with
-``store_error``); the other facts it lost (claims, settlements: the desk has applied them) are
-appended again at once, ahead of anything decided later, and committed with the next flush (a
-second at the latest), as is a fact the journal refused at append time.
+``signer_refused:<rule>``) and is released. The answer waits in the executor's
+:class:`~solver.runtime.outbox.GroupCommitOutbox`, which commits what the desk recorded once a
+loop turn and only then sends it, and counts what left.
 
 Everything else is off the quote path: ``get_status`` polls and ``is_nonce_used`` checks are
 started on their ports, which answer later with events; alerts and pause changes go to the
@@ -50,21 +46,17 @@ from solver.core.actions import (
 )
 from solver.core.clock import SECOND, Micros
 from solver.core.desk import Desk
-from solver.core.facts import KINDS, Fact, QuoteMoved, QuoteOpened
+from solver.core.facts import KINDS, QuoteMoved, QuoteOpened
 from solver.core.market import QuoteRequest
-from solver.core.quoting import Quote, Skip
+from solver.core.quoting import Skip
 from solver.errors import SolverError
 from solver.protocol.quote_signing import SignedQuote
+from solver.runtime.outbox import GroupCommitOutbox
 from solver.runtime.ports import DeferredSigner, Ports, Signer
-from solver.runtime.repeats import Repeats
 
 log = logging.getLogger("solver.executor")
 OTHER = "other"
 """The metrics label of actions that answer no request."""
-RETRY_COMMIT_S = 1.0
-"""After a failed commit, the facts it lost are committed again this much later at the
-latest (sooner when the next answer or fact comes)."""
-
 REFUSAL_ALERT_EVERY_S = 60.0
 """A refusal by the signer's policy is alerted at most this often per rule (each is counted)."""
 
@@ -76,12 +68,8 @@ class Executor:
         self.desk = desk
         self.ports = ports
         self.clock = ports.clock
-        self.sent_by_pair: dict[str, int] = {}
-        """Answers the sender port took, by the request's metrics pair label (``other`` when
-        nothing is counted): the one count of "the answer left" (docs/architecture.md
-        "Counting sent answers"), which the status, the metrics and the replay read."""
-        self.send_failed = 0
-        self.response_us: deque[float] = deque(maxlen=20_000)
+        self.outbox = GroupCommitOutbox(ports, self.feed)
+        """The answers' way out: the journal's group commit, then the send and its counts."""
         self.alerts: deque[tuple[Micros, Alert]] = deque(maxlen=100)
         self.replies: list[OperatorReply] = []
         # Who hears the facts the desk records, by fact type (:meth:`observe`).
@@ -90,14 +78,10 @@ class Executor:
         }
         self._opened_observers = self._observers[QuoteOpened]  # the same list, read per answer
         # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
-        self._sender = ports.sender
-        self._journal, self._metrics, self._loop = ports.journal, ports.metrics, ports.loop
+        self._journal, self._metrics = ports.journal, ports.metrics
         self._next_nonce = ports.nonces.next  # bound once, not at every answer
-        if ports.metrics is not None:  # it shows this count of answers sent, keeps none
-            ports.metrics.count_quotes_from(self.sent_by_pair)
-        self._outbox: list[tuple[Quote, SignedQuote, float, str]] = []
-        self._flush_scheduled = False
-        self._flush_soon = self._flush  # bound once, not at every answer
+        # The outbox's two doors, bound once, not at every answer or fact.
+        self._queue_answer, self._append = self.outbox.queue, self.outbox.append
         self._signing = 0  # quotes a deferred signer has not answered yet
         self._refusals_told: dict[str, Micros] = {}  # rule -> when it was last alerted
         self._deferred = (
@@ -105,12 +89,6 @@ class Executor:
         )
         # The inline signer's method, or None when the signer answers later.
         self._sign = None if self._deferred is not None else cast(Signer, ports.signer).sign
-        # Facts (not answers) appended since the last commit, and facts the desk applied that
-        # the journal does not hold yet: a failed commit or append must not lose them.
-        self._uncommitted: list[Fact] = []
-        self._unjournaled: list[Fact] = []
-        # A journal that fails, fails for every fact of every tick: said once, then counted.
-        self.journal_failing = Repeats(log, "the journal", logging.ERROR)
         self._handlers: dict[type, Handler] = {
             SignAndSend: self._sign_and_queue,
             Record: self._record,
@@ -133,14 +111,9 @@ class Executor:
             self._observers[kind].append(observer)
 
     @property
-    def journal_clean(self) -> bool:
-        """Nothing the journal refused is waiting, and its last commit worked."""
-        return not self._unjournaled and not self.journal_failing.failures
-
-    @property
-    def sent(self) -> int:
-        """Answers that left, every pair (:attr:`sent_by_pair`)."""
-        return sum(self.sent_by_pair.values())
+    def idle(self) -> bool:
+        """No answer waits to be signed, committed or sent."""
+        return not self._signing and self.outbox.idle
 
     # ------------------------------------------------------------------ feeding the desk
 
@@ -280,17 +253,14 @@ class Executor:
                     try:
                         journal.append(fact)
                     except SolverError as exc:
-                        self._not_appended(fact, exc)
+                        self.outbox.refused(fact, exc)
                         return  # not recorded: never sent (the desk released and paused)
                 for observer in self._opened_observers:
                     observer(fact)
             else:
                 for observer in self._observers[type(fact)]:
                     observer(fact)
-        self._outbox.append((quote, signed, started, pair))
-        if not self._flush_scheduled:  # _schedule_flush, inline: once per answer
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush_soon)
+        self._queue_answer(quote, signed, started, pair)
 
     def _record(self, action: Record, now: Micros, started: float, pair: str) -> None:
         fact = action.fact
@@ -300,136 +270,6 @@ class Executor:
             self._log_fill(fact.quote_id)
         for observer in self._observers[type(fact)]:
             observer(fact)
-
-    def _append(self, fact: Fact) -> bool:
-        journal = self._journal
-        if journal is None:
-            return True
-        try:
-            journal.append(fact)
-        except SolverError as exc:
-            self._not_appended(fact, exc)
-            return False
-        if type(fact) is not QuoteOpened:
-            self._uncommitted.append(fact)
-        self._schedule_flush()
-        return True
-
-    def _not_appended(self, fact: Fact, exc: SolverError) -> None:
-        """The journal refused ``fact``: quoting pauses (``store_error``)."""
-        why = f"cannot record {type(fact).__name__}: {exc}; quoting paused"
-        self.journal_failing.failed(why, time.monotonic())
-        # Only an answer not recorded is never sent (and released); any other fact failing
-        # (a claim, a settlement) must not end the quote it names: the desk pauses, the
-        # fact is kept and appended again at the next flush, and the operator looks at
-        # the store.
-        if type(fact) is QuoteOpened:
-            self.feed(ev.QuoteNotSent(fact.quote_id, f"not recorded: {exc}", store_error=True))
-        else:
-            self._unjournaled.append(fact)
-            self.feed(ev.QuoteNotSent("", f"not recorded: {exc}", store_error=True))
-
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush_soon)
-
-    def _flush(self) -> None:
-        journal = self._journal
-        self._flush_scheduled = False
-        batch = self._outbox
-        if batch:
-            self._outbox = []
-        if journal is not None:
-            if self._unjournaled:
-                self._append_again()
-            written = bool(batch or self._uncommitted)
-            try:
-                journal.commit()  # the durable point: nothing below runs before it
-            except SolverError as exc:
-                why = f"{exc}; {len(batch)} answer(s) not sent"
-                self.journal_failing.failed(why, time.monotonic())
-                # The desk has applied every fact of the lost transaction: the ones that are
-                # not answers go back to the journal first, before anything decided later.
-                self._unjournaled[:0] = self._uncommitted
-                self._uncommitted = []
-                self._append_again()
-                if self._uncommitted or self._unjournaled:  # not before the store is back
-                    self._loop.call_later(RETRY_COMMIT_S, self._schedule_flush)
-                now = self.clock()
-                for quote, _, _, _ in batch:
-                    reason = f"not recorded: {exc}"
-                    self.feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
-                return
-            if self._uncommitted:  # no new list at every flush
-                self._uncommitted = []
-            failing = self.journal_failing
-            if written and failing.failures and failing.worked() and not self._unjournaled:
-                # Every fact it refused is in it now: a store_error pause lost its cause.
-                self.feed(ev.StoreWorks("the journal commits again"), self.clock())
-        if not batch:
-            return
-        if len(batch) == 1:  # one answer is one write anyway: nothing to cork
-            timed = self._send(batch)
-        else:
-            with self._sender.corked():  # the batch leaves in one write, at the end
-                timed = self._send(batch)
-        if timed:
-            self._time_responses(timed)
-
-    def _append_again(self) -> None:
-        """Facts the desk applied but the journal lost (a failed append or commit), in their
-        order; those the journal still refuses wait for the next flush."""
-        journal, waiting = self._journal, self._unjournaled
-        if journal is None or not waiting:
-            return
-        self._unjournaled = []
-        for index, fact in enumerate(waiting):
-            try:
-                journal.append(fact)
-            except SolverError:
-                self._unjournaled = waiting[index:]
-                return
-            self._uncommitted.append(fact)
-
-    def _send(self, batch: list[tuple[Quote, SignedQuote, float, str]]) -> list[float] | None:
-        """Hand each answer to the sender; when the ones that left arrived (None: no metrics,
-        nothing timed)."""
-        sender, sent = self._sender, self.sent_by_pair
-        timed: list[float] | None = None if self._metrics is None else []
-        for quote, signed, started, pair in batch:
-            try:
-                sender.send_answer(quote, signed)
-            except SolverError as exc:
-                # Never written to the socket: the relay never saw it, nobody can use it.
-                self.send_failed += 1
-                self.feed(ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}"))
-                continue
-            sent[pair] = sent.get(pair, 0) + 1  # it left: counted here, and only here
-            if timed is not None:
-                timed.append(started)
-        return timed
-
-    def _time_responses(self, timed: list[float]) -> None:
-        """Request to answer written, for the answers of one flush (live: after the write)."""
-        metrics = self._metrics
-        assert metrics is not None  # timed only when there are metrics
-        written = time.perf_counter()
-        for started in timed:
-            elapsed = written - started
-            self.response_us.append(elapsed * 1e6)
-            metrics.observe_response(elapsed)
-
-    @property
-    def durable(self) -> bool:
-        """Every fact recorded so far is committed to the journal (the rebalancer publishes a
-        signed deposit only then: a restart must find the item it may have sent)."""
-        return not (self._flush_scheduled or self._uncommitted or self._unjournaled)
-
-    @property
-    def idle(self) -> bool:
-        """No answer waits to be committed and sent."""
-        return not (self._outbox or self._flush_scheduled or self._signing)
 
     # ------------------------------------------------------------------ settlement I/O
 

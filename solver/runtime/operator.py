@@ -40,18 +40,25 @@ log = logging.getLogger("solver.bot")
 T = TypeVar("T")
 
 
-class OperatorDoor(Protocol):
-    """The executor as the operator needs it: the door for a pause or a resume (the desk's
-    answer lands in ``replies``), and what it counted of the answers sent (the summary)."""
-
-    @property
-    def replies(self) -> list[OperatorReply]: ...
+class AnswersSent(Protocol):
+    """What the executor's outbox counted of the answers sent (the summary)."""
 
     @property
     def sent(self) -> int: ...
 
     @property
     def response_us(self) -> Sequence[float]: ...
+
+
+class OperatorDoor(Protocol):
+    """The executor as the operator needs it: the door for a pause or a resume (the desk's
+    answer lands in ``replies``), and its outbox's counts of the answers sent."""
+
+    @property
+    def replies(self) -> list[OperatorReply]: ...
+
+    @property
+    def outbox(self) -> AnswersSent: ...
 
     def feed(self, event: ev.Event, now: Micros | None = None) -> list[Action]: ...
 
@@ -293,7 +300,7 @@ class Operator:
     def summary(self) -> str:
         ports, view = self.ports, self.ports.view
         s = view.stats
-        ordered = sorted(ports.executor.response_us)
+        ordered = sorted(ports.executor.outbox.response_us)
         p50 = ordered[len(ordered) // 2] if ordered else 0.0
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
         skipped = ",".join(f"{k}={v}" for k, v in s.skipped.most_common(6)) or "-"
@@ -311,7 +318,7 @@ class Operator:
         # Three groups, each labelled: counts of this process, the state now, and what the
         # journal carries over restarts (PnL). Mixing them read as "0 requests, 1 LOST".
         return (
-            f"since start: requests={s.requests} quoted={ports.executor.sent} "
+            f"since start: requests={s.requests} quoted={ports.executor.outbox.sent} "
             f"skipped[{skipped}] outcomes={outcomes} response_us p50={p50:.0f} p99={p99:.0f} "
             f"pairs[{pairs}]; now: open={len(view.open_quotes)} "
             f"connected={ports.bus.connected} free: {free}; "

@@ -151,7 +151,7 @@ class AlertSink(Protocol):
 
 class QuoteMetrics(Protocol):
     """What the quote path counts and times (live: Prometheus). Answers sent are not counted
-    here: the executor's ``sent_by_pair`` is their one count, which the metrics read."""
+    here: the executor's outbox's ``sent_by_pair`` is their one count, which the metrics read."""
 
     def pair_label(self, asset_in: str, asset_out: str) -> str: ...
 
@@ -162,7 +162,7 @@ class QuoteMetrics(Protocol):
     def inc_skip(self, reason: str, pair: str) -> None: ...
 
     def count_quotes_from(self, sent: Mapping[str, int]) -> None:
-        """Show ``sent`` (the executor's live ``pair -> answers sent``) as the quotes sent."""
+        """Show ``sent`` (the outbox's live ``pair -> answers sent``) as the quotes sent."""
 
     def observe_response(self, seconds: float) -> None: ...
 

@@ -96,9 +96,17 @@ PRUNE_BUDGET_S = 0.002
 """The pass's share of a tick; it goes on at the next tick until done."""
 
 
+class JournalState(Protocol):
+    """What the ticker reads of the executor's outbox: whether the journal holds every fact."""
+
+    @property
+    def journal_clean(self) -> bool: ...
+
+
 class TickDoor(Protocol):
     """The executor as the ticker needs it: what is due now, the bus outage's alerts carried
-    out like the desk's, and a failing store told to the desk (the ``store_error`` pause)."""
+    out like the desk's, and a failing store told to the desk (the ``store_error`` pause) once
+    its outbox's journal is clean."""
 
     def tick(self, now: Micros) -> list[Action]: ...
 
@@ -107,7 +115,7 @@ class TickDoor(Protocol):
     def feed(self, event: ev.Event, now: Micros | None = None) -> list[Action]: ...
 
     @property
-    def journal_clean(self) -> bool: ...
+    def outbox(self) -> JournalState: ...
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,7 @@ class Upkeep:
         # A pause restored from the journal after a restart has no streak in this process:
         # the view says it holds, and a write that worked now is its recovery too.
         held = any(p.kind == STORE_ERROR for p in self.ports.view.pauses)
-        if (ended_streak or held) and executor.journal_clean:
+        if (ended_streak or held) and executor.outbox.journal_clean:
             executor.feed(ev.StoreWorks("the store writes again"), self.ports.clock())
 
     def close(self, now: Micros) -> None:

@@ -228,8 +228,8 @@ class LiveBot:
         return {
             "desk_requests": app.desk.stats.requests,
             "skipped": dict(app.desk.stats.skipped),
-            "sent": app.executor.sent,
-            "send_failed": app.executor.send_failed,
+            "sent": app.executor.outbox.sent,
+            "send_failed": app.executor.outbox.send_failed,
             "pauses": app.desk.pauses.as_dict(),
             "connected": app.ws.connected,
             "relay_requests": bus.stats.quote_requests,
@@ -306,9 +306,9 @@ class LiveBot:
 
         The relay waits only :data:`UNANSWERED_WAIT_MS` (nothing is coming), and this returns
         once the desk has also decided the request, so what the test asserts next (the skip
-        reason, ``executor.sent``) never races the bot's handling of it. An answer that comes
-        after the relay stopped waiting is still signed and sent: ``executor.sent`` and the
-        skip counters show it.
+        reason, ``executor.outbox.sent``) never races the bot's handling of it. An answer that
+        comes after the relay stopped waiting is still signed and sent: ``executor.outbox.sent``
+        and the skip counters show it.
         """
         decided = self.app.desk.stats.requests + 1
         offers = await self.quote(

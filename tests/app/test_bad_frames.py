@@ -143,7 +143,7 @@ async def test_bad_frames_are_counted_and_skipped_and_the_good_quote_is_answered
 
         await eventually(counted, f"every bad frame counted: {expected}")
         assert app.desk.stats.requests == 1  # only the unknown pair got as far as the engine
-        assert app.executor.sent == 0 and relay.responses() == []
+        assert app.executor.outbox.sent == 0 and relay.responses() == []
 
         # Still connected, on the same socket: the loop kept running.
         assert app.ws.connected and relay.connections == 1 and counters.disconnects == 0
@@ -182,5 +182,5 @@ async def test_bad_frames_are_counted_and_skipped_and_the_good_quote_is_answered
         assert verified.nonce[:4].hex() == sandbox.ledger.current_salt()
         # The relay's "OK" came back and was matched to the quote.
         await eventually(lambda: counters.responses_ok == 1, "the OK to be matched")
-        assert app.executor.sent == 1 and app.desk.stats.rejected == 0
+        assert app.executor.outbox.sent == 1 and app.desk.stats.rejected == 0
         assert counters.bad_frames == frames  # nothing new went wrong

@@ -43,7 +43,7 @@ async def test_concurrent_requests_for_the_whole_balance_get_at_most_one_offer(
 
         stats = app.desk.stats
         await eventually(lambda: stats.requests == REQUESTS, "every request to be decided")
-        assert app.executor.sent == 1 and stats.shadow_quotes == 0
+        assert app.executor.outbox.sent == 1 and stats.shadow_quotes == 0
         assert sum(stats.skipped.values()) == REQUESTS - 1
         assert set(stats.skipped) <= reasons, stats.skipped
         if reasons == {INSUFFICIENT_INVENTORY}:

@@ -33,13 +33,13 @@ async def test_relay_drop_is_survived_and_every_later_request_answered(tmp_path:
         assert sorted(conn.subscriptions.values()) == ["quote", "quote_status"]
 
         # Every request after the reconnect is answered: one at a time, then five together.
-        sent_before = app.executor.sent
+        sent_before = app.executor.outbox.sent
         for _ in range(3):
             assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
         together = await asyncio.gather(*(bot.quote(NEAR, USDC, exact_in=E24) for _ in range(5)))
         assert [len(offers) for offers in together] == [1] * 5, bot.diagnosis()
-        assert app.executor.sent - sent_before == 8
-        assert app.executor.send_failed == 0 and app.desk.stats.skipped == {}
+        assert app.executor.outbox.sent - sent_before == 8
+        assert app.executor.outbox.send_failed == 0 and app.desk.stats.skipped == {}
 
         # quote_status comes over the new connection: a won quote settles as usual.
         user = bot.new_user({NEAR: 10 * E24})

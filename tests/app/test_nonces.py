@@ -120,7 +120,7 @@ async def test_nonces_never_repeat_across_100k_quotes() -> None:
         # It ran out unused: the book and reservations stay small.
         executor.feed(ev.RelayReplied("q", False, "expired"), now[0])
 
-    assert executor.sent == QUOTES, desk.stats.skipped
+    assert executor.outbox.sent == QUOTES, desk.stats.skipped
     assert len(sender.nonces) == QUOTES
     assert len(set(sender.nonces)) == QUOTES  # not one repeat
     assert desk.stats.outcomes["REJECTED"] == QUOTES and not desk.book.quotes

@@ -146,7 +146,7 @@ async def test_shadow_mode_decides_but_never_answers_or_stores(tmp_path: Path) -
         assert await bot.unanswered(ETH, USDC, exact_in=E18 // 100) == []
         assert await bot.unanswered(NEAR, USDC, exact_in=E24 // 10) == []  # 0.30 USD < 1 USD min
         stats = app.desk.stats
-        assert (stats.requests, stats.shadow_quotes, app.executor.sent) == (3, 2, 0)
+        assert (stats.requests, stats.shadow_quotes, app.executor.outbox.sent) == (3, 2, 0)
         assert stats.skipped == {BELOW_MIN_SIZE: 1}
         assert bot.sandbox.bus.stats.quote_requests == 3
         assert bot.sandbox.bus.stats.quote_answers_ok == 0
@@ -196,7 +196,7 @@ async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself
     async with live_bot(tmp_path, overrides=overrides) as bot:
         app, sandbox = bot.app, bot.sandbox
         assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
-        quoted, stored = app.executor.sent, quote_count(bot)
+        quoted, stored = app.executor.outbox.sent, quote_count(bot)
         loop = asyncio.get_running_loop()
 
         await sandbox.stop_service("chain_rpc")
@@ -205,7 +205,7 @@ async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself
         for asset_in, asset_out, amount in ((NEAR, USDC, E24), (ETH, USDC, E18 // 100)):
             assert await bot.unanswered(asset_in, asset_out, exact_in=amount) == []
         assert app.desk.stats.skipped == {STALE_BALANCES: 2}
-        assert app.executor.sent == quoted and quote_count(bot) == stored
+        assert app.executor.outbox.sent == quoted and quote_count(bot) == stored
         assert app.jobs.errors.get("balances", 0) >= 1
         await asyncio.sleep(max(0.0, 3.0 - (loop.time() - down_at)))
         assert (
@@ -215,7 +215,7 @@ async def test_ledger_rpc_outage_skips_for_stale_balances_and_recovers_by_itself
         await sandbox.start_service("chain_rpc")
         await eventually(lambda: balance_age(bot) < 1.0, "a fresh snapshot", 5)
         assert len(await bot.quote(NEAR, USDC, exact_in=E24)) == 1
-        assert app.executor.sent == quoted + 1
+        assert app.executor.outbox.sent == quoted + 1
         bot.tick()
         assert app.desk.pauses.as_dict() == {}
         store = app.store

@@ -59,7 +59,7 @@ async def test_shadow_mode_paper_trades_apart_from_the_real_books(
         assert bot.balances() == ledger_before
         assert app.desk.inventory.confirmed == confirmed
         assert app.desk.pnl.fills == 0 and app.desk.pnl.realized_usd == 0.0
-        assert app.executor.sent == 0 and app.desk.stats.shadow_quotes == 2
+        assert app.executor.outbox.sent == 0 and app.desk.stats.shadow_quotes == 2
 
         url = app.control.url if app.control is not None else ""
         auth = {"authorization": f"Bearer {TOKEN}"}

@@ -358,9 +358,9 @@ async def test_an_unexplained_balance_change_pauses_until_the_operator_resumes(
         health = await bot.http.get(f"{url}/healthz")
         assert health.status_code == 503 and "reconciliation mismatch" in health.json()["reasons"]
 
-        quoted = app.executor.sent
+        quoted = app.executor.outbox.sent
         assert await bot.unanswered(NEAR, USDC, exact_in=E24) == []
-        assert app.desk.stats.skipped[PAUSED] == 1 and app.executor.sent == quoted
+        assert app.desk.stats.skipped[PAUSED] == 1 and app.executor.outbox.sent == quoted
 
         # A plain resume would book the 7 USDC as a loss silently: it refuses, naming the gap
         # (exit 1); only --accept-balances takes it, saying what it took in whole units.

@@ -94,7 +94,7 @@ async def test_won_quotes_settle_and_balances_move_by_exactly_the_signed_diffs(
         assert app.desk.inventory.reserved == {}
         stats = app.desk.stats
         assert (stats.outcomes["WON"], stats.outcomes["SETTLED"]) == (2, 2)
-        assert app.executor.sent == 2 and stats.rejected == 0 and app.jobs.errors == {}
+        assert app.executor.outbox.sent == 2 and stats.rejected == 0 and app.jobs.errors == {}
         # WON on quote_status, SETTLING if a poll saw TX_BROADCASTED, then SETTLED.
         path = [t.new for t in bot.transitions if t.new is not QuoteState.SETTLING]
         assert path == [QuoteState.WON, QuoteState.SETTLED] * 2

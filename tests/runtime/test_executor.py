@@ -2,8 +2,8 @@
 answer leaves, shadow mode signs nothing, a store failure never sends and pauses.
 
 The journal, the sender, the ledger and the bus RPC are in-memory doubles of the interfaces the
-executor uses; the executor schedules its flush (commit, then send) with ``call_soon``, so every
-test runs in the event loop and waits for ``drain``.
+executor uses; the executor's outbox schedules its flush (commit, then send) with
+``call_soon``, so every test runs in the event loop and waits for ``drain``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote
 from solver.protocol.signing import parse_signed, verify_signed
-from solver.runtime import executor as executor_module
+from solver.runtime import outbox as outbox_module
 from solver.runtime.executor import Executor
 from solver.runtime.ports import Ports, Refresh
 from tests.core.desk_helpers import E24, NEAR, at, make_desk, request, state_of
@@ -214,7 +214,7 @@ async def test_a_quote_is_recorded_and_committed_before_it_is_sent_and_verifies(
     assert tracked is not None
     assert (tracked.nonce, tracked.quote_hash) == (opened.nonce, opened.quote_hash)
     assert executor.desk.inventory.reserved == {NEAR: AMOUNT_OUT}
-    assert executor.sent == 1
+    assert executor.outbox.sent == 1
 
 
 async def test_a_store_failure_sends_nothing_releases_and_pauses() -> None:
@@ -242,7 +242,7 @@ async def test_shadow_mode_decides_but_signs_records_and_sends_nothing() -> None
     await drain(executor)
     assert recorder.events == [] and recorder.sent == []
     stats = executor.desk.stats
-    assert stats.shadow_quotes == 1 and executor.sent == 0
+    assert stats.shadow_quotes == 1 and executor.outbox.sent == 0
     assert executor.desk.inventory.reserved == {}
     assert executor.desk.book.quotes == {}
 
@@ -318,7 +318,7 @@ async def test_the_facts_a_failed_commit_lost_are_committed_again() -> None:
     recorder.fail = True  # the next claim is refused at append time
     executor.feed(ev.QuoteStatusSeen(tracked.quote_hash, "i2", None))
     recorder.fail = False
-    await asyncio.sleep(executor_module.RETRY_COMMIT_S * 1.5)
+    await asyncio.sleep(outbox_module.RETRY_COMMIT_S * 1.5)
     await drain(executor)
     claims = [x.intent_hash for x in recorder.committed if type(x) is f.ClaimAdded]
     assert claims == ["i1", "i2"]
@@ -341,7 +341,7 @@ async def test_an_answer_that_cannot_be_sent_is_rejected_without_a_pause() -> No
         "commit",
     ]
     desk = executor.desk
-    assert executor.send_failed == 1 and executor.sent == 1
+    assert executor.outbox.send_failed == 1 and executor.outbox.sent == 1
     assert desk.book.get("s1") is None and desk.book.get("s2") is not None
     assert desk.stats.outcomes["REJECTED"] == 1
     assert not desk.pauses  # nobody can use an answer that never left: nothing to stop for

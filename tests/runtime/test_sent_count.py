@@ -1,6 +1,6 @@
-""" "The answer left" is counted once, by the executor (docs/architecture.md "Counting sent
-answers"); the metrics show that count, so the two cannot disagree, and an answer the sender
-refused counts as sent nowhere.
+""" "The answer left" is counted once, by the executor's outbox (docs/architecture.md
+"Counting sent answers"); the metrics show that count, so the two cannot disagree, and an
+answer the sender refused counts as sent nowhere.
 
 The executor runs its live ports over the in-memory journal and sender of
 ``tests/runtime/test_executor.py``, or over a real bus websocket client that is not connected
@@ -76,8 +76,8 @@ async def test_a_refused_answer_is_not_sent_anywhere() -> None:
         "record:quote_moved:q1",  # REJECTED: never written
         "commit",
     ]
-    assert executor.send_failed == 1
-    assert executor.sent == 0 and executor.sent_by_pair == {}
+    assert executor.outbox.send_failed == 1
+    assert executor.outbox.sent == 0 and executor.outbox.sent_by_pair == {}
     assert quotes_shown(metrics) == {PAIR: 0, OTHER: 0}
     assert client.counters.responses_ok == 0 and client.counters.unanswered == 0
 
@@ -95,7 +95,7 @@ async def test_what_the_metrics_show_is_what_the_executor_sent() -> None:
     await drain(executor)
     assert [answer["quote_id"] for answer in recorder.sent] == ["q1", "q3", "q5"]
     opened = sum(1 for event in recorder.events if event.startswith("record:quote_opened"))
-    assert (executor.sent, executor.send_failed, opened) == (3, 2, 5)
-    assert executor.sent_by_pair == {PAIR: 3}
+    assert (executor.outbox.sent, executor.outbox.send_failed, opened) == (3, 2, 5)
+    assert executor.outbox.sent_by_pair == {PAIR: 3}
     assert quotes_shown(metrics) == {PAIR: 3, OTHER: 0}
-    assert len(executor.response_us) == 3  # timed: the answers that left, only
+    assert len(executor.outbox.response_us) == 3  # timed: the answers that left, only

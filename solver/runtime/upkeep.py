@@ -305,9 +305,11 @@ class Upkeep:
                 return
         self._saturated_ticks = 0
         try:
-            appended = store.journal.appended  # committed by the slice, if it runs
+            journal = store.journal
+            appended = journal.appended  # committed by the slice, if it runs
             if not store.project(PROJECT_BUDGET_S):
-                self._caught_up_at = appended
+                if not journal.held:  # else a checkpoint pass had the connection: not caught up
+                    self._caught_up_at = appended
                 return  # caught up (perhaps without a word to SQLite: not a sign of health)
             self.store_worked()  # a slice committed
             behind = store.unprojected()

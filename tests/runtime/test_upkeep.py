@@ -308,6 +308,29 @@ def test_caught_up_the_projection_waits_for_a_batch_or_its_longest_wait(
     assert store.unprojected() < batch
 
 
+def test_a_slice_a_checkpoint_pass_kept_out_is_not_taken_for_caught_up(
+    bot: live.LiveBot,
+) -> None:
+    """A due slice that found the connection with a checkpoint pass projected nothing: the
+    next tick tries again, rather than waiting for a batch or the longest wait as if the
+    query tables had caught up."""
+    store = bot.store
+    assert store is not None
+    t0 = micros(datetime(2026, 11, 27, tzinfo=UTC))
+    append_quotes(store, signed_quote("c0"))
+    store.commit()
+    bot.upkeep.project_when_due(t0)
+    append_quotes(store, *(signed_quote(f"c{i}") for i in range(1, 6)))
+    store.commit()
+    wait = span(upkeep.PROJECT_MAX_WAIT_S)
+    store.journal.held = True  # a checkpoint pass has the connection
+    bot.upkeep.project_when_due(t0 + wait)  # due by time: the store cannot project now
+    assert store.unprojected() == 5
+    store.journal.held = False  # the pass ended
+    bot.upkeep.project_when_due(t0 + wait + 1)  # the next tick, not a batch or 250 ms later
+    assert store.unprojected() == 0
+
+
 async def test_a_tick_turns_the_loop_between_its_parts(
     bot: live.LiveBot, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -100,6 +100,9 @@ class PgJournal:
         """Facts appended since this journal was opened (only grows; read by pacings)."""
         self.committed_seq = 0
         """The journal position of the last entry this instance committed."""
+        self.held = False
+        """Never: the server checkpoints, no pass of this process has the connection (the
+        interface of :attr:`SqliteJournal.held`, read by the upkeep's projection pacing)."""
         self.lost: str | None = None
         """Why a commit made aside lost appended facts, until the executor's next commit."""
         self._n = 0

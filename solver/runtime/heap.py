@@ -13,9 +13,9 @@ no longer kept a copy of the body too (:meth:`SqliteJournal.write_snapshot`).
 
 Elsewhere (musl, macOS) there is no ``malloc_trim``: :func:`give_back` does nothing.
 
-The long-running commands also keep every thread in one malloc arena (:func:`one_arena`): the
-snapshot is written by the store's checkpointer thread, and ``malloc_trim`` does not trim the
-top of a thread's own arena.
+The long-running commands also give every block of a megabyte or more a mapping of its own
+(:func:`large_blocks_mapped`): the snapshot is written by the store's checkpointer thread, and
+``malloc_trim`` does not trim the top of a thread's own arena.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import ctypes
 import functools
 from collections.abc import Callable
 
-M_ARENA_MAX = -8
-"""glibc's ``mallopt`` parameter: the most malloc arenas the process may have."""
+M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter: blocks this large or larger get a mapping of their own."""
+LARGE_BLOCK = 1 << 20
 
 
 @functools.cache
@@ -36,24 +37,27 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def one_arena() -> bool:
-    """Every thread allocates from the main arena (``M_ARENA_MAX`` 1); call it before any
-    thread starts. False when this C library cannot.
+def large_blocks_mapped() -> bool:
+    """Every block of :data:`LARGE_BLOCK` or more gets a mapping of its own, unmapped when freed,
+    in whichever thread (a fixed ``M_MMAP_THRESHOLD``, which also stops glibc from raising the
+    threshold after its first large free). False when this C library cannot.
 
     Why: the store's checkpointer thread writes the desk snapshot, and SQLite copies the 8 MB
-    text as it binds it. In an arena of the thread's own that copy's pages stayed resident
+    text as it binds it. Served from the thread's own arena, that copy's pages stayed resident
     after it was freed — ``malloc_trim`` trims only the main arena's top — 7.7 MB from the
     second snapshot on (in-process, six snapshots), and the soak's verdict read "growing"
-    (+10.6 MB against its 10 MB bound). In one arena :func:`give_back` returns them. The
-    other threads (the checkpointer, PostgreSQL's projector, the signer's worker) allocate
-    little, mostly while holding the GIL: the one arena's lock is hardly contended."""
+    (+10.6 MB against its 10 MB bound). Mapped, it goes back when freed. Keeping every thread
+    in one arena (``M_ARENA_MAX`` 1) did it too, but cost ~4 % of the CPU per answer at
+    saturation in-process (6 interleaved pairs; the loop and the checkpointer sharing the
+    arena's lock); this costs nothing measurable (3 pairs, 0.98–1.01): the bot allocates
+    blocks of a megabyte only for snapshots."""
     libc = _libc()
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_ARENA_MAX, 1))
+    return bool(mallopt(M_MMAP_THRESHOLD, LARGE_BLOCK))
 
 
 @functools.cache

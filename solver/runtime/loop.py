@@ -2,7 +2,7 @@
 
 ``uvloop`` (libuv) where it is installed — it roughly halves the event loop's own cost on the
 websocket and HTTP paths — else the standard loop. Short CLI commands keep ``asyncio.run``.
-Every thread of a long-running command allocates from one malloc arena (:func:`heap.one_arena`).
+Blocks of a megabyte or more get mappings of their own (:func:`heap.large_blocks_mapped`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ T = TypeVar("T")
 
 
 def run_service(main: Coroutine[Any, Any, T]) -> T:
-    heap.one_arena()  # before the store's threads start (solver.runtime.heap)
+    heap.large_blocks_mapped()  # large blocks go back when freed (solver.runtime.heap)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS

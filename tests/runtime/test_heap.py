@@ -62,8 +62,8 @@ SNAPSHOTS_CHILD = textwrap.dedent(
 
     from solver.runtime import heap
 
-    if sys.argv[2] == "one":
-        heap.one_arena()  # as the long-running commands do, before the store's thread starts
+    if sys.argv[2] == "mapped":
+        heap.large_blocks_mapped()  # as the long-running commands do
     from solver.io.store.sqlite_store import Store
 
     def rss_mb():
@@ -93,13 +93,13 @@ SNAPSHOTS_CHILD = textwrap.dedent(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_snapshots_written_by_the_stores_thread_leave_no_memory_behind(tmp_path: Path) -> None:
     """The store's checkpointer thread writes each desk snapshot, SQLite copying its text;
-    in an arena of the thread's own that copy stayed resident (+7.7 MB from the second on,
-    the soak's "growing"). With one arena for every thread (as the long-running commands
-    set: ``heap.one_arena``) the memory goes back after each."""
+    served from the thread's own arena that copy stayed resident (+7.7 MB from the second
+    on, the soak's "growing"). With large blocks mapped (as the long-running commands set:
+    ``heap.large_blocks_mapped``) the memory goes back after each."""
     import json
 
     out = subprocess.run(
-        [sys.executable, "-c", SNAPSHOTS_CHILD, str(tmp_path / "bot.sqlite"), "one"],
+        [sys.executable, "-c", SNAPSHOTS_CHILD, str(tmp_path / "bot.sqlite"), "mapped"],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     after = json.loads(out.stdout)

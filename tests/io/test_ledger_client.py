@@ -4,6 +4,7 @@ raw HTTP peer for answers the sandbox never gives (garbage shapes)."""
 from __future__ import annotations
 
 import base64
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -232,3 +233,32 @@ async def test_connection_refused_is_a_transport_error() -> None:
     async with LedgerClient(url, "intents.sandbox", timeout_s=1) as client:
         with pytest.raises(TransportError):
             await client.fee()
+
+
+class _ImportSearches:
+    """A finder first on ``sys.meta_path`` that only counts what the import system looks for:
+    a module that is already imported is never looked for again, a missing one every time."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        self.names.append(name)
+
+
+async def test_a_poll_searches_no_module_path(sandbox: Sandbox, http: httpx.AsyncClient) -> None:
+    """httpcore asks ``import sniffio`` at every lock it sets up (four a request); anyio 4.11
+    stopped installing it, and Python does not remember a failed import, so each request
+    searched every directory of ``sys.path`` again (encode/httpcore#1103): ~0.1–0.2 ms of the
+    loop's time a balance poll. The project depends on sniffio itself, so nothing is searched."""
+    client = ledger_client(sandbox, http)
+    account = SecretKey.generate().public_key.implicit_account_id()
+    await client.mt_batch_balance_of(account, [USDC, NEAR])  # the connection and imports made
+    searches = _ImportSearches()
+    sys.meta_path.insert(0, searches)
+    try:
+        for _ in range(3):
+            await client.mt_batch_balance_of(account, [USDC, NEAR])
+    finally:
+        sys.meta_path.remove(searches)
+    assert searches.names == []

@@ -72,6 +72,7 @@ from benchmarks.quote_path_driver import (
     run_phase,
 )
 from benchmarks.quote_path_inprocess import cprofile_desk_executor, desk_executor_only
+from benchmarks.quote_path_inside import loop_lag_figures, response_figures, scrape_histograms
 from benchmarks.quote_path_pg import fence_cost, pg_names, pg_server
 from benchmarks.quote_path_pg import figures as pg_figures
 from benchmarks.quote_path_pg import overrides as pg_overrides
@@ -86,9 +87,7 @@ from benchmarks.quote_path_systems import (
     free_port,
     fresh_store,
     funding,
-    loop_lag_figures,
     read_bot_log,
-    scrape_loop_lag,
     start_bot,
     start_minimal,
     wait_subscribed,
@@ -170,13 +169,15 @@ async def measured_run(
     after_s: float,
 ) -> PhaseData:
     assert system.child is not None
-    lag_before = await scrape_loop_lag(system.metrics_url) if system.metrics_url else {}
+    before = await scrape_histograms(system.metrics_url) if system.metrics_url else {}
     cpu_before = cpu_seconds(system.child.pid)
     data = await run_phase(system.relay, phase, progress, pids)
     await settle(systems, after_s, progress)
     data.cpu_s_with_after_work = cpu_seconds(system.child.pid) - cpu_before
     if system.metrics_url:
-        data.loop_lag = loop_lag_figures(lag_before, await scrape_loop_lag(system.metrics_url))
+        after = await scrape_histograms(system.metrics_url)
+        data.loop_lag = loop_lag_figures(before, after)
+        data.inside = response_figures(before, after)
     return data
 
 

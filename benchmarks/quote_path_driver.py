@@ -122,6 +122,7 @@ class PhaseData:
     cpu: dict[str, float] = field(default_factory=dict)  # cores over the sending window
     cpu_s_with_after_work: float = 0.0  # the system's CPU seconds, start -> quiet again
     loop_lag: dict[str, Any] | None = None  # the bot's own ticker lateness, start -> quiet
+    inside: dict[str, Any] | None = None  # the bot's own response time (its /metrics)
 
 
 class Relay:
@@ -368,4 +369,5 @@ def phase_figures(data: PhaseData, system: str) -> dict[str, Any]:
         "largest_stall_ms": round(largest_stall_ms(data), 3),
         "cpu_utilisation": data.cpu,
         "loop_lag": data.loop_lag,
+        "inside": data.inside,
     }

@@ -18,6 +18,7 @@ import numpy as np
 from benchmarks.common import dirty_note, md_table, plot_stages, profile_markdown, stage_table
 from benchmarks.quote_path_compare import METRIC_LABELS, spread
 from benchmarks.quote_path_driver import SAT_INFLIGHT, PhaseData
+from benchmarks.quote_path_inside import inside_share, own_lag
 from benchmarks.quote_path_pg import section as pg_section
 from benchmarks.quote_path_profile import COMPARED
 from benchmarks.quote_path_signers import section as signer_section
@@ -122,7 +123,8 @@ def _issue11(r: dict[str, Any]) -> list[str]:
         "this method on this machine. In-process (no socket), a 1 ms timer woke at worst "
         f"{r['desk_executor_only']['loop_lateness_ms'].get('max', '-')} ms late "
         f"(p99 {r['desk_executor_only']['loop_lateness_ms'].get('p99', '-')} ms). "
-        + _own_lag(r["runs"]),
+        + own_lag(r["runs"]),
+        f"- **The bot's own part of the latency**: {inside_share(r['runs'])}",
         f"- **Lost quotes cost no RPC**: `is_nonce_used` calls by the bot's account, counted "
         f"by the sandbox process: {bot['view_calls'].get('is_nonce_used', 0):,} for "
         f"{bot.get('lost_quotes', 0):,} quotes retired LOST → {nonce['measured']} per lost "
@@ -135,42 +137,6 @@ def _issue11(r: dict[str, Any]) -> list[str]:
         ),
         "",
     ]
-
-
-def _own_lag(runs: list[dict[str, Any]]) -> str:
-    """The bot's own measure (``solver_loop_lag_seconds``, its 20 ms ticker) over the runs at
-    500 and 2,000/s and their after-work: it sees a stall only when a tick falls due inside it
-    (one of 8 ms, with a 40 % chance), so it attributes gaps rather than proving their absence.
-    ``held``: the lateness less the loop thread's wait for a core (Linux schedstat), the part
-    the bot's own work or blocking held the loop, at least."""
-    lags = [
-        run["loop_lag"]
-        for run in runs
-        if run["system"] == "bot" and run["phase"].startswith("rate_") and run.get("loop_lag")
-    ]
-    if not lags:
-        return "The bot's own ticker lateness was not read."
-    text = (
-        f"Inside the bot (`solver_loop_lag_seconds`, how late its 20 ms ticker woke, in those "
-        f"runs and their after-work): {_late(lags)}; a tick sees a stall only when it falls "
-        f"due inside it."
-    )
-    held = [lag["held"] for lag in lags if lag.get("held")]
-    if len(held) == len(lags):
-        text += (
-            f" Less the time the loop's thread waited for a core meanwhile "
-            f"(`solver_loop_lag_held_seconds`: what the bot held the loop itself, at least; "
-            f"the wait is counted over the whole sleep): {_late(held)}."
-        )
-    return text
-
-
-def _late(lags: list[dict[str, Any]]) -> str:
-    ticks = sum(lag["ticks"] for lag in lags)
-    over = sum(lag["over_5ms"] for lag in lags)
-    bounds = [lag["worst_le_ms"] for lag in lags]
-    worst = "over 5,000" if None in bounds else f"≤ {max(b for b in bounds if b is not None):g}"
-    return f"{over:,} of {ticks:,} ticks late by more than 5 ms, the latest {worst} ms"
 
 
 def _issue10(r: dict[str, Any]) -> list[str]:

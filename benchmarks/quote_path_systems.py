@@ -11,9 +11,8 @@ Each is a child process with its own key and account, connected to its own :clas
 The bots log at INFO to their own file; their summary lines (periodic and at shutdown) are
 parsed by :func:`read_bot_log`, in both the current (``response_us``) and the baseline's
 (``decision_us``) wording. The bot (not the baseline) also serves its control API and
-``/metrics`` on a free port, as a deployment does; :func:`scrape_loop_lag` reads its
-``solver_loop_lag_seconds`` (and ``_held_seconds``, the lateness less the loop thread's wait for
-a core) before and after each run, to tell its own stalls from the driver's and the machine's.
+``/metrics`` on a free port, as a deployment does, which :mod:`benchmarks.quote_path_inside`
+reads before and after each run.
 """
 
 from __future__ import annotations
@@ -32,10 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import ROOT, Child, log_tail, start_child
 from benchmarks.quote_path_driver import DECIMALS, ETH, NEAR, USDC, Relay
@@ -146,64 +143,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-LAG = "solver_loop_lag_seconds"
-HELD = "solver_loop_lag_held_seconds"
-
-
-async def scrape_loop_lag(url: str) -> dict[str, dict[str, float]]:
-    """The bot's ``solver_loop_lag_seconds`` and ``solver_loop_lag_held_seconds`` (the lateness
-    less the loop thread's wait for a core), each as ``{upper bound: cumulative count}`` (the
-    bucket bounds as text, ``"+Inf"`` last) with ``"sum"``; empty when they cannot be read."""
-    try:
-        async with httpx.AsyncClient(timeout=5.0) as client:
-            text = (await client.get(url)).text
-    except httpx.HTTPError:
-        return {}
-    out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name not in (LAG, HELD):
-            continue
-        buckets = out.setdefault(family.name, {})
-        for sample in family.samples:
-            if sample.name.endswith("_bucket"):
-                buckets[sample.labels["le"]] = sample.value
-            elif sample.name.endswith("_sum"):
-                buckets["sum"] = sample.value
-    return out
-
-
-def loop_lag_figures(
-    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
-) -> dict[str, Any] | None:
-    """How late the bot's 20 ms ticker woke between two scrapes (:func:`_lag_figures`), with
-    ``held``: the same figures for the lateness less the thread's wait for a core."""
-    lag = _lag_figures(before.get(LAG, {}), after.get(LAG, {}))
-    if lag is None:
-        return None
-    lag["held"] = _lag_figures(before.get(HELD, {}), after.get(HELD, {}))
-    return lag
-
-
-def _lag_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, Any] | None:
-    """Ticks, how many over 5 ms, and the bucket of the latest (``worst_le_ms``: its upper
-    bound; None past the last bound)."""
-    if not after or "+Inf" not in after:
-        return None
-    counts = {le: after[le] - before.get(le, 0.0) for le in after if le != "sum"}
-    ticks = counts["+Inf"]
-    bounds = sorted((float(le), n) for le, n in counts.items() if le != "+Inf")
-    worst = next((le for le, n in bounds if n >= ticks), None)
-    over_5ms = ticks - next((n for le, n in bounds if le >= 0.005), ticks)
-    return {
-        "ticks": int(ticks),
-        "over_5ms": int(over_5ms),
-        "worst_le_ms": None if worst is None else round(worst * 1000, 1),
-        "mean_ms": round((after["sum"] - before.get("sum", 0.0)) / ticks * 1000, 3)
-        if ticks
-        else None,
-    }
 
 
 def funding(prices: dict[str, float]) -> dict[str, int]:

@@ -399,9 +399,16 @@ class Store(StoreQueries):
 
     def _pass_ended(self) -> None:
         """On the owner's thread, once the pass ended (at most once a pass): the connection
-        is the owner's again; the next commit moves the spilled rows into the journal."""
+        is the owner's again; the next commit moves the spilled rows into the journal.
+
+        Nothing while the thread is in a pass: the loop's callback of a pass runs after the
+        thread set ``done``, so the owner may have taken the connection back and started the
+        next pass before it runs; ending that one would commit on the connection inside the
+        thread's transaction."""
         checkpoints = self.checkpoints
         if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
+            return
+        if not checkpoints.thread.done.is_set():
             return
         checkpoints.ended(checkpoints.thread.took_s, checkpoints.thread.error)
         self.journal.held = False  # commits go to SQLite again (with what was spilled, first)

@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
+import pytest
 
 from solver.io.store.checkpoint import Checkpointer
-from solver.io.store.sqlite_store import Store
-from tests.io.store_helpers import ACCOUNT, record, signed_quote
+from solver.io.store.sqlite_store import Store, StoreError
+from tests.io.store_helpers import ACCOUNT, append_quotes, record, signed_quote
 
 
 @contextmanager
@@ -68,3 +69,57 @@ async def test_a_pass_ends_once_a_late_callback_of_the_one_before_cannot_end_it(
         assert second.done and second.error is None
         store.commit()
         assert not store.journal.held
+
+
+def test_a_snapshot_position_is_refused_while_a_loss_waits_for_the_executor(
+    tmp_path: Path,
+) -> None:
+    """A commit the store made aside (a status read, the projection) failed: the facts the
+    driver appended were rolled back, and the desk holds them. The journal gives no snapshot
+    position until the driver's own commit said so (as PostgreSQL's): the position would not
+    cover facts the snapshot's state has, and asking must not take the loss from the driver's
+    next commit, which would then succeed and send answers that are not in the journal."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT) as store:
+        record(store, signed_quote("a"))
+        store._conn.execute(
+            "CREATE TRIGGER full BEFORE INSERT ON journal "
+            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+        append_quotes(store, signed_quote("b"))  # its answer waits for the driver's commit
+        with pytest.raises(StoreError, match="disk full"):
+            store.project()  # a commit made aside
+        store._conn.execute("DROP TRIGGER full")  # the disk has room again
+        with pytest.raises(StoreError):
+            store.journal.snapshot_position()
+        with pytest.raises(StoreError, match="disk full"):
+            store.journal.commit()  # "b" is not in the journal: its answer must not leave
+        assert store.journal.snapshot_position() == 1
+
+
+def test_after_a_loss_the_drivers_commit_writes_nothing_it_appends_it_all_again(
+    tmp_path: Path,
+) -> None:
+    """The driver's commit that reports a loss (a commit made aside failed) fails; the driver
+    then appends again every fact it had appended since its last commit (the executor's
+    outbox), those after the loss too. So that commit must write none of them, as
+    PostgreSQL's: else those after the loss are in the journal twice, and a restart applies
+    them twice."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT) as store:
+        record(store, signed_quote("a"))
+        store._conn.execute(
+            "CREATE TRIGGER full BEFORE INSERT ON journal "
+            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+        append_quotes(store, signed_quote("b"))
+        with pytest.raises(StoreError, match="disk full"):
+            store.project()  # a commit made aside: "b" is gone
+        store._conn.execute("DROP TRIGGER full")
+        append_quotes(store, signed_quote("c"))  # decided after the loss
+        with pytest.raises(StoreError, match="disk full"):
+            store.journal.commit()
+        append_quotes(store, signed_quote("b"), signed_quote("c"))  # the driver's again
+        store.journal.commit()
+        ids = [getattr(fact, "quote_id", "") for fact in store.journal.load()[1]]
+        assert ids == ["a", "b", "c"]

@@ -160,13 +160,29 @@ class SqliteJournal:
             self._spill()
             return
         lost, self.lost = self.lost, None
+        if lost is not None:  # the driver appends it all again: none of it is written twice
+            self.rollback()
+            raise StoreError(f"cannot commit the journal: {lost}")
         try:
             self.write_and_commit()
         except sqlite3.Error as exc:
             self.rollback()
             raise StoreError(f"cannot commit the journal: {exc}") from None
-        if lost is not None:
-            raise StoreError(f"cannot commit the journal: {lost}")
+
+    def commit_aside(self) -> None:
+        """The journal's own commit ahead of a snapshot's statements: it writes what the
+        driver appended. If that fails, those rows are gone and the driver's next
+        :meth:`commit` fails too (:attr:`lost`), as after the store's commits. While a loss
+        waits for the driver nothing is written: it is the driver's to see (taken here, its
+        next commit would send answers that are not in the journal)."""
+        if self.lost is not None:
+            return
+        try:
+            self.write_and_commit()
+        except sqlite3.Error as exc:
+            self.rollback()
+            self.lost = str(exc)
+            raise StoreError(f"cannot commit the journal: {exc}") from None
 
     def _spill(self) -> None:
         """The commit during a checkpoint pass: the rows go to the spill file (raises
@@ -237,10 +253,15 @@ class SqliteJournal:
         None while a checkpoint pass holds the connection (:attr:`held`): the facts committed
         meanwhile wait in the spill file and get their positions after the pass, so a snapshot
         taken now would include facts its position does not, and a restart would apply them a
-        second time. Ask again after the pass."""
+        second time. Ask again after the pass.
+
+        Refused while a loss waits for the driver (:attr:`lost`): the desk holds facts the
+        journal does not (PostgreSQL's journal refuses too)."""
         if self.held:
             return None
-        self.commit()
+        if self.lost is not None:
+            raise StoreError(f"cannot write the desk snapshot: the journal lost facts: {self.lost}")
+        self.commit_aside()
         try:
             row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
         except sqlite3.Error as exc:
@@ -273,7 +294,7 @@ class SqliteJournal:
     def drop_old_snapshots(self) -> None:
         """Every desk snapshot but the latest two (a restart reads the latest; the one before
         is kept in case the latest cannot be read)."""
-        self.commit()
+        self.commit_aside()
         try:
             self._conn.execute(DROP_OLD_SNAPSHOTS)
         except sqlite3.Error as exc:

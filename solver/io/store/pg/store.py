@@ -211,7 +211,7 @@ class PgStore(Store):
         """What the journal holds (:meth:`PgJournal.commit_aside`: a failure fails the
         executor's next commit too), then the request samples of the turn (not fenced: a
         sample is not a record the desk needs)."""
-        self.journal.commit_aside()  # type: ignore[attr-defined]
+        self.journal.commit_aside()
         requests, self._requests = self._requests, []
         if requests:
             try:

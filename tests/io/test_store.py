@@ -817,9 +817,8 @@ def test_everything_committed_survives_kill_9_of_the_writer(db: Path, batch: int
 
     # Commits made during a checkpoint pass are in the spill file, until the next owner.
     spill = Path(f"{db}-spill")
-    spilled = (
-        [orjson.loads(line) for line in spill.read_bytes().splitlines()] if spill.exists() else []
-    )
+    lines = spill.read_bytes().splitlines() if spill.exists() else []
+    spilled = [row for row in map(orjson.loads, lines) if isinstance(row, list)]  # not heads
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -187,7 +187,8 @@ def test_a_commit_during_a_pass_goes_to_the_spill_file_and_joins_the_journal_aft
         store.journal.commit()  # the executor's group commit, during the pass
         mine = [sql for sql in statements if not sql.startswith("PRAGMA")]  # the pass's own
         assert store.journal.held and mine == []  # the commit did not touch SQLite
-        lines = [orjson.loads(line) for line in spill.read_bytes().splitlines()]
+        head, *lines = [orjson.loads(line) for line in spill.read_bytes().splitlines()]
+        assert head == {"after": 1}  # the journal's last entry when the pass began
         assert [orjson.loads(body)["quote_id"] for _, _, body in lines] == ["b", "c"]
         assert checkpointed(store)  # the owner takes the connection back at a next look
         assert not store.journal.held

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +21,8 @@ import pytest
 from solver.io.store.checkpoint import Checkpointer
 from solver.io.store.sqlite_store import Store, StoreError
 from tests.io.store_helpers import ACCOUNT, append_quotes, record, signed_quote
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
@@ -121,5 +126,66 @@ def test_after_a_loss_the_drivers_commit_writes_nothing_it_appends_it_all_again(
             store.journal.commit()
         append_quotes(store, signed_quote("b"), signed_quote("c"))  # the driver's again
         store.journal.commit()
+        ids = [getattr(fact, "quote_id", "") for fact in store.journal.load()[1]]
+        assert ids == ["a", "b", "c"]
+
+
+_DIE_ONCE_MOVED = textwrap.dedent(
+    """
+    import os, sys
+    from solver.io.store.spill import Spill
+    from solver.io.store.sqlite_store import Store
+    from tests.io.store_helpers import ACCOUNT, append_quotes, checkpointed, record, signed_quote
+    from tests.io.test_store_owner import pass_started
+
+    store = Store(sys.argv[1], account=ACCOUNT, checkpoint_every_s=0.0, checkpoint_min_entries=1)
+    record(store, signed_quote("a"))
+    assert pass_started(store)
+    store.checkpoints.pacing.min_entries = 1000  # and no other after it
+    append_quotes(store, signed_quote("b"), signed_quote("c"))
+    store.journal.commit()  # spilled
+    assert checkpointed(store) and not store.journal.held
+    Spill.emptied = lambda self: os.kill(os.getpid(), 9)  # the death, right after the COMMIT
+    append_quotes(store, signed_quote("d"))
+    print("moving", flush=True)
+    store.journal.commit()
+    """
+)
+
+
+def test_an_owner_killed_once_its_spill_was_moved_leaves_each_row_in_the_journal_once(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` after the commit that moved the spilled rows into the journal, before the
+    file was emptied: the next owner finds the rows in the journal and in the file. It must
+    not insert them again (a restart would apply those facts twice)."""
+    db = tmp_path / "bot.sqlite"
+    child = subprocess.run(
+        [sys.executable, "-c", _DIE_ONCE_MOVED, str(db)],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert child.stdout.strip() == "moving" and child.returncode == -9, child.stderr
+    assert Path(f"{db}-spill").stat().st_size > 0
+    with Store(db, account=ACCOUNT) as store:
+        ids = [getattr(fact, "quote_id", "") for fact in store.journal.load()[1]]
+        assert ids == ["a", "b", "c", "d"]
+    assert not Path(f"{db}-spill").exists()
+
+
+def test_a_spill_file_not_emptied_after_its_move_is_dropped_up_to_the_rows_still_out(
+    tmp_path: Path,
+) -> None:
+    """A file the owner could not empty after moving its rows (logged) gets the next pass's
+    rows after them: the next owner moves only those the journal does not hold."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT) as store:
+        record(store, signed_quote("a"), signed_quote("b"))  # "b": moved after the first pass
+    with Store(db, create=False, checkpoint_every_s=None) as reader:
+        rows = reader._conn.execute("SELECT body FROM journal").fetchall()
+    a, b = [orjson.loads(body) for (body,) in rows]
+    lines = [{"after": 1}, [0, "quote_opened", orjson.dumps(b).decode()], {"after": 2}]
+    lines.append([0, "quote_opened", orjson.dumps({**a, "quote_id": "c"}).decode()])
+    Path(f"{db}-spill").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    with Store(db, account=ACCOUNT) as store:
         ids = [getattr(fact, "quote_id", "") for fact in store.journal.load()[1]]
         assert ids == ["a", "b", "c"]

@@ -18,7 +18,14 @@ the desk from every fact whose answer could have left. A line cut short by the d
 last can be) was never followed by its answers — they leave after the ``write`` returns — and is
 dropped with a warning.
 
-Each line is one journal row as JSON: ``[at_us, kind, body]``.
+A process that died after the commit that moved the rows, before the file was emptied (or that
+could not empty it), leaves rows the journal holds already: inserted again, a restart would
+apply those facts twice. So the rows of a pass follow a line giving the journal's last entry
+when the pass began (:meth:`Spill.start`): nothing else enters the journal until they do, so a
+journal past that entry holds them, and :func:`recover` drops them.
+
+Each line is JSON: ``{"after": seq}`` (a pass's rows follow), or one journal row,
+``[at_us, kind, body]``.
 """
 
 from __future__ import annotations
@@ -54,11 +61,19 @@ class Spill:
         """What the file holds, in order: inserted into the journal at the next commit."""
         self.spilled = 0
         """Rows spilled since the store opened (a count for tests and figures)."""
+        self._after = 0
+
+    def start(self, after: int) -> None:
+        """A checkpoint pass begins, the journal's last entry at ``after`` (the file is
+        empty: the owner committed): rows spilled in it follow that position in the file."""
+        self._after = after
 
     def write(self, rows: list[Row]) -> None:
         """Append ``rows`` durably (as the WAL under the store's ``synchronous``); raises
         :class:`StoreError` (nothing of them may then be sent)."""
         data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
+        if not self.rows:  # the pass's first: where they go in the journal
+            data = orjson.dumps({"after": self._after}) + b"\n" + data
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -79,7 +94,7 @@ class Spill:
         if self._fd is not None:
             try:
                 os.ftruncate(self._fd, 0)
-            except OSError as exc:  # kept rows are inserted again at the next open: logged
+            except OSError as exc:  # the next open finds the journal past them: dropped
                 log.warning("cannot empty %s: %s", self.path, exc)
 
     def close(self) -> None:
@@ -95,39 +110,56 @@ class Spill:
 
 def recover(conn: sqlite3.Connection, path: Path) -> int:
     """Move the rows a dead owner left in the spill file into the journal (one transaction),
-    then remove the file; returns how many. Raises :class:`StoreError` when they cannot be
-    written (the store is not opened without them)."""
+    but those it had moved already, then remove the file; returns how many. Raises
+    :class:`StoreError` when they cannot be written (the store is not opened without them)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return 0
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc}") from None
-    rows: list[Row] = []
+    passes = _passes(path, data)
+    moved = 0
+    try:
+        conn.execute("BEGIN")
+        for after, rows in passes:
+            (last,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
+            if last > after:  # moved by the commit after that pass
+                log.warning("%s: %d rows in the journal already, dropped", path, len(rows))
+                continue
+            conn.executemany(INSERT_ENTRY, rows)
+            moved += len(rows)
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise StoreError(f"cannot move spilled journal rows: {exc}") from None
+    if moved:
+        log.warning(
+            "%d journal entries recovered from %s (the last owner stopped during a checkpoint)",
+            moved, path,
+        )  # fmt: skip
+    path.unlink()
+    return moved
+
+
+def _passes(path: Path, data: bytes) -> list[tuple[int, list[Row]]]:
+    """The file's rows by pass, each with the journal's last entry when the pass began."""
+    passes: list[tuple[int, list[Row]]] = []
     lines = data.split(b"\n")
     for number, line in enumerate(lines, 1):
         if not line:
             continue
         try:
-            at, kind, body = orjson.loads(line)
-            rows.append((int(at), str(kind), str(body)))
-        except (orjson.JSONDecodeError, ValueError, TypeError):
+            item = orjson.loads(line)
+            if isinstance(item, dict):
+                passes.append((int(item["after"]), []))
+            else:
+                at, kind, body = item
+                passes[-1][1].append((int(at), str(kind), str(body)))
+        except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, IndexError):
             if number == len(lines):  # the last, cut short: its answers never left
                 log.warning("%s: line %d cut short, dropped (never sent)", path, number)
                 continue
             raise StoreError(f"{path}: line {number} is damaged; move the file aside") from None
-    if rows:
-        try:
-            conn.execute("BEGIN")
-            conn.executemany(INSERT_ENTRY, rows)
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise StoreError(f"cannot move {len(rows)} spilled journal rows: {exc}") from None
-        log.warning(
-            "%d journal entries recovered from %s (the last owner stopped during a checkpoint)",
-            len(rows), path,
-        )  # fmt: skip
-    path.unlink()
-    return len(rows)
+    return passes

@@ -342,6 +342,13 @@ class Store(StoreQueries):
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
+        spill = self.journal.spill
+        assert spill is not None  # the writer's: the one with the thread
+        try:  # where the rows spilled meanwhile go (a death after their move keeps them once)
+            last = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the journal's position: {exc}") from None
+        spill.start(int(last[0][0]))
         self.journal.held = True
         checkpoints.passing = True
         snapshot, checkpoints.snapshot = checkpoints.snapshot, None
@@ -375,11 +382,10 @@ class Store(StoreQueries):
             return job  # a pass or its flush is under way: at the ticker's next look after it
         try:
             self.commit()
+            self._start_pass(checkpoints, thread)
         except StoreError as exc:
             checkpoints.snapshot = None
             job.error, job.done = str(exc), True
-            return job
-        self._start_pass(checkpoints, thread)
         return job
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:

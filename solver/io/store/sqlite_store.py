@@ -292,8 +292,7 @@ class Store(StoreQueries):
         if checkpoints is None:
             return False
         thread = checkpoints.thread
-        if checkpoints.passing and thread is not None and thread.done.is_set():
-            self._pass_ended()  # the loop's callback has not run yet (or there is no loop)
+        self._pass_ended()  # one that ended: the loop's callback may not have run (or no loop)
         if checkpoints.error is not None:
             error, checkpoints.error = checkpoints.error, None
             if _transient(str(error)):
@@ -374,8 +373,7 @@ class Store(StoreQueries):
             return job
         thread = checkpoints.thread
         job = checkpoints.snapshot = SnapshotJob(seq, at, text.decode())
-        if checkpoints.passing and thread.done.is_set():
-            self._pass_ended()  # the loop's callback has not run yet (or there is no loop)
+        self._pass_ended()  # one that ended: the loop's callback may not have run (or no loop)
         if checkpoints.flushing and thread.flushed.is_set():
             checkpoints.flushing = False  # the pass it was for stores the snapshot too
         if checkpoints.passing or checkpoints.flushing:
@@ -404,13 +402,12 @@ class Store(StoreQueries):
         self._pass_ended()
 
     def _pass_ended(self) -> None:
-        """On the owner's thread, once the pass ended (at most once a pass): the connection
-        is the owner's again; the next commit moves the spilled rows into the journal.
-
-        Nothing while the thread is in a pass: the loop's callback of a pass runs after the
-        thread set ``done``, so the owner may have taken the connection back and started the
-        next pass before it runs; ending that one would commit on the connection inside the
-        thread's transaction."""
+        """On the owner's thread, wherever a pass may have ended (at most once a pass): the
+        connection is the owner's again; the next commit moves the spilled rows into the
+        journal. Nothing while no pass is under way or the thread is still in one: the loop's
+        callback of a pass runs after the thread set ``done``, so the owner may have taken the
+        connection back and started the next pass before it runs; ending that one would
+        commit on the connection inside the thread's transaction."""
         checkpoints = self.checkpoints
         if checkpoints is None or not checkpoints.passing or checkpoints.thread is None:
             return

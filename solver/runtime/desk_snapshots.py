@@ -117,7 +117,7 @@ class DeskSnapshots:
             return
         if self._storing is not None:
             making, job, handed_s = self._storing
-            if job.done:
+            if job.done.is_set():
                 self._storing = None
                 self._drop_due = self._stored(making, job, handed_s)
             return

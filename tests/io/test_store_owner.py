@@ -19,7 +19,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from solver.io.store.checkpoint import SnapshotJob
 from solver.io.store.owner import StoreBusyError, lock_path, read_holder
 from solver.io.store.sqlite_store import Store, StoreError
 from tests.chattr import immutable, require_chattr, store_paths
@@ -221,13 +220,6 @@ def test_no_snapshot_position_is_given_while_a_pass_holds_the_connection(
         assert store.journal.snapshot_position() == 2  # "b" joined the journal first
 
 
-def _stored_by_thread(job: SnapshotJob, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not job.done and time.monotonic() < deadline:
-        time.sleep(0.002)
-    return job.done
-
-
 def _store_with_two_snapshots(store: Store) -> int:
     """Snapshots 1 and 2 at positions 1 and 2, a third fact after them; its position."""
     for n, quote_id in ((1, "a"), (2, "x")):
@@ -259,7 +251,7 @@ def test_a_desk_snapshot_is_stored_in_the_stores_thread_while_the_owner_commits(
         assert store.journal.held  # the thread has the connection
         append_quotes(store, signed_quote("b"))
         store.journal.commit()  # the executor's group commit: to the spill file
-        assert _stored_by_thread(job) and job.error is None and job.dropped
+        assert job.done.wait(10) and job.error is None and job.dropped
         store.commit()  # the owner takes the connection back; the spilled row goes in
         assert _snapshots_n(store) == [2, 3]
         with committed_view(db) as conn:
@@ -278,7 +270,7 @@ def test_a_snapshot_the_thread_cannot_write_leaves_the_store_as_it_was(tmp_path:
             "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
         )
         job = store.store_snapshot(orjson.dumps({"n": 3}), 0, position)
-        assert _stored_by_thread(job) and job.error is not None and "disk full" in job.error
+        assert job.done.wait(10) and job.error is not None and "disk full" in job.error
         assert not job.dropped
         store.commit()
         assert _snapshots_n(store) == [1, 2]

@@ -63,7 +63,7 @@ async def test_a_pass_ends_once_a_late_callback_of_the_one_before_cannot_end_it(
         assert thread.done.wait(10)  # its callback waits for this loop's next turn
         with thread_held(store._conn, thread) as go:
             second = store.store_snapshot(orjson.dumps({"n": 2}), 0, position)
-            assert first.done and not second.done and store.journal.held
+            assert first.done.is_set() and not second.done.is_set() and store.journal.held
             for _ in range(3):
                 await asyncio.sleep(0)  # the first pass's callback runs
             assert not thread.done.is_set()  # the second pass is under way...
@@ -71,7 +71,7 @@ async def test_a_pass_ends_once_a_late_callback_of_the_one_before_cannot_end_it(
             go.set()
             assert thread.done.wait(10)
         await asyncio.sleep(0)
-        assert second.done and second.error is None
+        assert second.done.is_set() and second.error is None
         store.commit()
         assert not store.journal.held
 

@@ -57,7 +57,7 @@ def test_give_back_says_whether_it_could() -> None:
 
 SNAPSHOTS_CHILD = textwrap.dedent(
     """
-    import json, sys, time
+    import json, sys
     from pathlib import Path
 
     from solver.runtime import heap
@@ -77,8 +77,7 @@ SNAPSHOTS_CHILD = textwrap.dedent(
         text = json.dumps({"n": n, "quotes": ["x" * 200] * 40_000}).encode()  # ~8 MB
         job = store.store_snapshot(text, 0, 0)  # in the store's checkpointer thread
         del text
-        while not job.done:
-            time.sleep(0.001)
+        assert job.done.wait(60)
         assert job.error is None, job.error
         store.commit()  # the pass over
         heap.give_back()

@@ -72,7 +72,8 @@ class SnapshotJob:
     seq: int
     at: int
     text: str
-    done: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+    """Set once it went either way (the driver looks at each tick; a caller may wait)."""
     dropped: bool = False
     """The older snapshots went with it (the thread's transaction); False: the caller drops
     them (:meth:`SqliteJournal.drop_old_snapshots`) at a moment of its own."""
@@ -235,7 +236,7 @@ def _store_snapshot(cur: sqlite3.Cursor, job: SnapshotJob) -> None:
             log.debug("cannot unbind the snapshot's body: %s", exc)
     job.text = ""
     job.took_s = time.perf_counter() - started
-    job.done = True
+    job.done.set()
 
 
 @dataclass(slots=True)

@@ -369,7 +369,8 @@ class Store(StoreQueries):
                 self.journal.store_snapshot(text, at, seq)
             except StoreError as exc:
                 job.error = str(exc)
-            job.took_s, job.done = time.perf_counter() - started, True
+            job.took_s = time.perf_counter() - started
+            job.done.set()
             return job
         thread = checkpoints.thread
         job = checkpoints.snapshot = SnapshotJob(seq, at, text.decode())
@@ -383,7 +384,8 @@ class Store(StoreQueries):
             self._start_pass(checkpoints, thread)
         except StoreError as exc:
             checkpoints.snapshot = None
-            job.error, job.done = str(exc), True
+            job.error = str(exc)
+            job.done.set()
         return job
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:

@@ -246,6 +246,8 @@ def test_a_quote_whose_journal_entry_fails_takes_its_rows_back(store: Store, db:
     store._conn.execute("DROP TRIGGER no_room")
     store.project()
     assert store.quotes_since() == [] and count(db, "journal") == 0
+    with pytest.raises(StoreError, match="no room"):
+        store.journal.commit()  # the driver hears of the loss (and appends its facts again)
     record(store, quote)  # and it can be recorded once the store works again
     assert count(db, "quotes") == 1
 

@@ -189,3 +189,30 @@ def test_a_spill_file_not_emptied_after_its_move_is_dropped_up_to_the_rows_still
     with Store(db, account=ACCOUNT) as store:
         ids = [getattr(fact, "quote_id", "") for fact in store.journal.load()[1]]
         assert ids == ["a", "b", "c"]
+
+
+def test_while_a_loss_waits_the_stores_own_commits_leave_the_drivers_rows_alone(
+    tmp_path: Path,
+) -> None:
+    """The same loss, and a commit the store makes for itself (the next projection slice)
+    before the driver's: it must not write what the driver appended after the loss either,
+    which the driver appends again once its commit failed."""
+    db = tmp_path / "bot.sqlite"
+    with Store(db, account=ACCOUNT) as store:
+        record(store, signed_quote("a"))
+        store._conn.execute(
+            "CREATE TRIGGER full BEFORE INSERT ON journal "
+            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+        append_quotes(store, signed_quote("b"))
+        with pytest.raises(StoreError, match="disk full"):
+            store.project()
+        store._conn.execute("DROP TRIGGER full")
+        append_quotes(store, signed_quote("c"))
+        store.project()  # the store's next commit, before the driver's
+        with pytest.raises(StoreError, match="disk full"):
+            store.journal.commit()
+        append_quotes(store, signed_quote("b"), signed_quote("c"))
+        store.journal.commit()
+        ids = [getattr(fact, "quote_id", "") for fact in store.journal.load()[1]]
+        assert ids == ["a", "b", "c"]

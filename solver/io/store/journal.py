@@ -170,11 +170,12 @@ class SqliteJournal:
             raise StoreError(f"cannot commit the journal: {exc}") from None
 
     def commit_aside(self) -> None:
-        """The journal's own commit ahead of a snapshot's statements: it writes what the
-        driver appended. If that fails, those rows are gone and the driver's next
-        :meth:`commit` fails too (:attr:`lost`), as after the store's commits. While a loss
-        waits for the driver nothing is written: it is the driver's to see (taken here, its
-        next commit would send answers that are not in the journal)."""
+        """A commit made aside of the driver's (the store's own, a snapshot's): it writes
+        what the driver appended. If that fails, those rows are gone and the driver's next
+        :meth:`commit` fails too (:attr:`lost`). While a loss waits for the driver nothing is
+        written: the driver appends its facts again once its commit failed (written here
+        too, they would be in the journal twice), and the loss is the driver's to see (taken
+        here, its next commit would send answers that are not in the journal)."""
         if self.lost is not None:
             return
         try:

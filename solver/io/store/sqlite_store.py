@@ -437,18 +437,14 @@ class Store(StoreQueries):
         return schema_version(self._conn)
 
     def commit(self) -> None:
-        """Commit what the journal and :meth:`record_request` appended (the group commit). A
-        failure rolls all of it back, and the journal's own next commit fails too
-        (:attr:`SqliteJournal.lost`): the driver then sends none of the answers it held.
-        Waits for a checkpoint pass in progress."""
+        """Commit what the journal and :meth:`record_request` appended, made aside of the
+        driver's group commit (:meth:`SqliteJournal.commit_aside`). A failure rolls all of it
+        back, and the journal's own next commit fails too (:attr:`SqliteJournal.lost`): the
+        driver then sends none of the answers it held and appends its facts again, so while
+        that loss waits nothing of the journal is written here. Waits for a checkpoint pass
+        in progress."""
         self._settle()
-        try:
-            self.journal.write_and_commit()
-        except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
-                self._cur.execute("ROLLBACK")
-            self.journal.lost = str(exc)
-            raise StoreError(f"cannot commit recorded quotes: {exc}") from None
+        self.journal.commit_aside()
 
     def _fresh(self) -> None:
         """The writer's own reads (status windows, exports) see everything it journaled."""

@@ -123,6 +123,8 @@ def recover(conn: sqlite3.Connection, path: Path) -> int:
     try:
         conn.execute("BEGIN")
         for after, rows in passes:
+            if not rows:  # its rows cut short
+                continue
             (last,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
             if last > after:  # moved by the commit after that pass
                 log.warning("%s: %d rows in the journal already, dropped", path, len(rows))

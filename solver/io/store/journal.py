@@ -263,6 +263,10 @@ class SqliteJournal:
         if self.lost is not None:
             raise StoreError(f"cannot write the desk snapshot: the journal lost facts: {self.lost}")
         self.commit_aside()
+        return self.last_seq()
+
+    def last_seq(self) -> int:
+        """The position of the journal's last committed entry."""
         try:
             row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
         except sqlite3.Error as exc:

@@ -343,11 +343,7 @@ class Store(StoreQueries):
             loop = None
         spill = self.journal.spill
         assert spill is not None  # the writer's: the one with the thread
-        try:  # where the rows spilled meanwhile go (a death after their move keeps them once)
-            last = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the journal's position: {exc}") from None
-        spill.start(int(last[0][0]))
+        spill.start(self.journal.last_seq())  # where what it spills goes (spill.recover)
         self.journal.held = True
         checkpoints.passing = True
         snapshot, checkpoints.snapshot = checkpoints.snapshot, None

@@ -89,7 +89,9 @@ class QuoteLifecycle:
         pair = by_out.get(request.asset_out) if by_out is not None else None
         if pair is not None:
             pair.requests += 1
-        if quote_id in self.book.quotes:  # the relay's ids are unique: a repeat
+        # The relay's ids are unique: a repeat. Decided and not yet signed (a batch of one
+        # read, a remote signer) it holds a reservation and no place in the book yet.
+        if quote_id in self.book.quotes or quote_id in self.inventory.reservations:
             self.stats.skipped[DUPLICATE_QUOTE_ID] += 1
             return [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
         outcome = self.pipeline.decide(request, now)

@@ -56,6 +56,7 @@ from solver.io.bus_ws_receive import (
     CONNECTING,
     DISCONNECTED,
     STOPPED,
+    BatchCallback,
     BusReceiver,
     PendingReply,
     QuoteCallback,
@@ -97,6 +98,7 @@ class BusWsClient:
         ws_url: str,
         *,
         on_quote: QuoteCallback,
+        on_quotes: BatchCallback | None = None,
         on_quote_status: StatusCallback | None = None,
         on_state: StateCallback | None = None,
         on_response: ResponseCallback | None = None,
@@ -124,6 +126,7 @@ class BusWsClient:
         self.receiver = receiver = BusReceiver(
             ws_url,
             on_quote=on_quote,
+            on_quotes=on_quotes,
             on_quote_status=on_quote_status,
             on_state=on_state,
             on_response=on_response,
@@ -233,7 +236,10 @@ class BusWsClient:
         leave = asyncio.create_task(self._leave.wait())
         reached = False
         try:
-            ws.attach(self.handle_frame)  # a fatal reply sets _leave (_leave_now)
+            receiver = self.receiver
+            ws.attach(  # a fatal reply sets _leave (_leave_now)
+                self.handle_frame, read_begin=receiver.read_begin, read_end=receiver.read_end
+            )
             for kind in ("quote", "quote_status"):
                 self._send_request("subscribe", kind, kind, ws)
             await asyncio.wait({closed, leave}, return_when=asyncio.FIRST_COMPLETED)

@@ -38,6 +38,7 @@ __all__ = [
     "CONNECTING",
     "DISCONNECTED",
     "STOPPED",
+    "BatchCallback",
     "BusReceiver",
     "PendingReply",
     "QuoteCallback",
@@ -63,6 +64,8 @@ long or longer (an event) is not looked at."""
 
 Hook = Callable[[], None]
 QuoteCallback = Callable[[QuoteRequest], Awaitable[None] | None]
+BatchCallback = Callable[[list[QuoteRequest]], int]
+"""The quotes of one read of the socket; returns how many of them failed (logged)."""
 StatusCallback = Callable[[QuoteStatusEvent], Awaitable[None] | None]
 StateCallback = Callable[[str], None]
 ResponseCallback = Callable[[str, bool, str | None], None]
@@ -120,6 +123,7 @@ class BusReceiver:
         url: str,
         *,
         on_quote: QuoteCallback,
+        on_quotes: BatchCallback | None = None,
         on_quote_status: StatusCallback | None = None,
         on_state: StateCallback | None = None,
         on_response: ResponseCallback | None = None,
@@ -143,6 +147,10 @@ class BusReceiver:
         self.fatal: SolverError | None = None
         self.tasks: set[asyncio.Task[None]] = set()  # awaitable callbacks' results, running
         self._on_quote = on_quote
+        self._on_quotes = on_quotes
+        self._batch: list[QuoteRequest] | None = None
+        """The quotes of the read under way (:meth:`read_begin`), or None: handled one by
+        one as they come."""
         self._on_quote_status = on_quote_status
         self._on_state = on_state or _noop_state
         self._on_response = on_response
@@ -157,6 +165,28 @@ class BusReceiver:
         self.subscribed = False
 
     # ------------------------------------------------------------------ receiving
+
+    def read_begin(self) -> None:
+        """A read of the socket begins: its quotes wait for :meth:`read_end`, when
+        ``on_quotes`` takes them at once (one quote, or no ``on_quotes``: as they come)."""
+        if self._on_quotes is not None:
+            self._batch = []
+
+    def read_end(self) -> None:
+        """The read's frames are handled: its quotes to ``on_quotes``, in their order."""
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        if len(batch) == 1:
+            self._call_quote(batch[0])
+            return
+        assert self._on_quotes is not None  # a batch is kept only for it
+        try:
+            failed = self._on_quotes(batch)
+        except Exception:
+            failed = len(batch)
+            log.exception("event callback failed")
+        self.counters.callback_errors += failed
 
     def handle_frame(self, raw: bytes | str) -> None:
         """Handle one incoming frame; never raises on bad input (it is counted instead).
@@ -251,6 +281,13 @@ class BusReceiver:
         if len(self.tasks) >= self._max_inflight:
             self._bad("overloaded", "too many callbacks in flight")
             return
+        batch = self._batch
+        if batch is not None:
+            batch.append(request)
+            return
+        self._call_quote(request)
+
+    def _call_quote(self, request: QuoteRequest) -> None:
         try:
             result = self._on_quote(request)
         except Exception:

@@ -44,6 +44,7 @@ UNSENT_LIMIT = 4 << 20
 queued): a relay that stopped reading for ~4,000 answers will not use them in time."""
 
 MessageHandler = Callable[[bytes], None]
+ReadHook = Callable[[], None]
 
 
 class QuoteLink(ClientConnection):
@@ -52,17 +53,40 @@ class QuoteLink(ClientConnection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._handler: MessageHandler | None = None
+        self._read_begin: ReadHook | None = None
+        self._read_end: ReadHook | None = None
         self._early: list[bytes] = []  # messages before a handler was attached
         self._parts: list[bytes] | None = None  # a fragmented message being put together
         self._corked: list[bytes] | None = None  # frames held for one write (``corked``)
         self._corked_bytes = 0
 
-    def attach(self, handler: MessageHandler) -> None:
-        """Deliver every message to ``handler`` from now on, those already arrived first."""
+    def attach(
+        self,
+        handler: MessageHandler,
+        *,
+        read_begin: ReadHook | None = None,
+        read_end: ReadHook | None = None,
+    ) -> None:
+        """Deliver every message to ``handler`` from now on, those already arrived first.
+        ``read_begin`` and ``read_end``, when given, bracket the messages of each read of
+        the socket (``read_end`` runs whatever happened in between): a batch the handler's
+        owner may process at once (the executor's stages, issue 29)."""
         early, self._early = self._early, []
         self._handler = handler
         for message in early:
             self._deliver(message)
+        self._read_begin, self._read_end = read_begin, read_end
+
+    def data_received(self, data: bytes) -> None:
+        begin, end = self._read_begin, self._read_end
+        if begin is None or end is None:
+            super().data_received(data)
+            return
+        begin()
+        try:
+            super().data_received(data)
+        finally:
+            end()
 
     def process_event(self, event: Event) -> None:
         if self.response is None or type(event) is not Frame:

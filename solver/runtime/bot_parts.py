@@ -93,6 +93,7 @@ def bus_ws_client(config: BotConfig, api_key: str | None, inbound: Inbound) -> B
     return BusWsClient(
         str(config.bus.ws_url),
         on_quote=inbound.on_quote,
+        on_quotes=inbound.on_quotes,
         on_quote_status=inbound.on_quote_status,
         on_response=inbound.on_response,
         on_state=inbound.on_ws_state,

@@ -150,6 +150,64 @@ class Executor:
                 self._handlers[type(action)](action, now, started, pair)
         return actions
 
+    def request_many(self, requests: list[QuoteRequest], now: Micros) -> list[list[Action] | None]:
+        """The quote path for the requests of one read of the socket, stage by stage: every
+        decision, then every signature, then every record and queueing. The same decisions
+        in the same order as :meth:`request` one by one (a decision reads nothing a
+        signature or a record changes; a repeated id is refused by its reservation), and the
+        same answers; but each stage's code and data stay in the caches for the whole batch
+        (the Ed25519 tables, the desk's, the journal's): ~14 % less CPU an answer at 8 a read
+        in-process (issue 29). Each request's actions, or None where its path failed
+        unexpectedly (logged; the others go on)."""
+        if len(requests) == 1 or self._sign is None:  # nothing to gain, or signed later
+            return [self._request_guarded(request, now) for request in requests]
+        metrics = self._metrics
+        results: list[list[Action] | None] = []
+        answers: list[tuple[int, SignAndSend, float, str]] = []
+        for index, request in enumerate(requests):
+            started = time.perf_counter()
+            try:
+                actions = self.desk.receive(request, now)
+                pair = OTHER
+                if metrics is not None:
+                    pair = metrics.pair_label(request.asset_in, request.asset_out)
+                    metrics.inc_request(pair)
+                    metrics.observe_decision(time.perf_counter() - started)
+                for action in actions:
+                    if type(action) is SignAndSend:
+                        answers.append((index, action, started, pair))
+                    else:
+                        self._handlers[type(action)](action, now, started, pair)
+            except Exception:
+                log.exception("request %s: the quote path failed", request.quote_id)
+                results.append(None)
+                continue
+            results.append(actions)
+        signed: list[tuple[int, SignAndSend, SignedQuote, float, str]] = []
+        for index, action, started, pair in answers:
+            try:
+                signature = self._signature(action, now)
+            except Exception:
+                log.exception("request %s: signing failed", action.quote.request.quote_id)
+                results[index] = None
+                continue
+            if signature is not None:  # None: refused, and the desk heard it
+                signed.append((index, action, signature, started, pair))
+        for index, action, signature, started, pair in signed:
+            try:
+                self._queue_signed(action, signature, now, started, pair)
+            except Exception:
+                log.exception("request %s: recording failed", action.quote.request.quote_id)
+                results[index] = None
+        return results
+
+    def _request_guarded(self, request: QuoteRequest, now: Micros) -> list[Action] | None:
+        try:
+            return self.request(request, now)
+        except Exception:
+            log.exception("request %s: the quote path failed", request.quote_id)
+            return None
+
     def tick(self, now: Micros) -> list[Action]:
         """What is due at ``now`` (:meth:`Desk.tick`), carried out."""
         actions = self.desk.tick(now)
@@ -199,9 +257,24 @@ class Executor:
                 reply=lambda result: self._signed_later(action, result, started, pair),
             )
             return
+        signed = self._signature(action, now, nonce)
+        if signed is not None:
+            self._queue_signed(action, signed, now, started, pair)
+
+    def _signature(
+        self, action: SignAndSend, now: Micros, nonce: bytes | None = None
+    ) -> SignedQuote | None:
+        """The in-process signer's signature of ``action``'s quote; None when it refused
+        (the desk hears ``QuoteNotSent``)."""
+        quote = action.quote
+        request = quote.request
+        if nonce is None:
+            nonce = self._next_nonce(action.salt, quote.deadline)
+        sign = self._sign
+        assert sign is not None  # inline signing only
         try:
-            signed = sign(
-                deadline=deadline,
+            return sign(
+                deadline=quote.deadline,
                 nonce=nonce,
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,
@@ -210,8 +283,7 @@ class Executor:
             )
         except SolverError as exc:
             self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
-            return
-        self._queue_signed(action, signed, now, started, pair)
+            return None
 
     def _signed_later(
         self, action: SignAndSend, result: SignedQuote | str, started: float, pair: str

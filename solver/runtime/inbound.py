@@ -64,6 +64,23 @@ class Inbound:
             reason = getattr(first, "reason", None)
             self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
 
+    def on_quotes(self, requests: list[QuoteRequest]) -> int:
+        """The quotes of one read of the socket, in stages (:meth:`Executor.request_many`);
+        returns how many failed unexpectedly (logged there, counted by the bus client)."""
+        now = self.clock()
+        results = self.executor.request_many(requests, now)
+        failed = 0
+        sample = self.sample_requests and self.store is not None
+        for request, actions in zip(requests, results, strict=True):
+            if actions is None:
+                failed += 1
+            elif sample:
+                assert self.store is not None
+                first = actions[0] if actions else None
+                reason = getattr(first, "reason", None)
+                self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
+        return failed
+
     def on_quote_status(self, event: QuoteStatusEvent) -> None:
         self.executor.feed(ev.QuoteStatusSeen(event.quote_hash, event.intent_hash, event.tx_hash))
 

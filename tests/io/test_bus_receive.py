@@ -94,3 +94,74 @@ def test_a_reply_over_the_frame_limit_is_too_large() -> None:
     receiver._max_frame = 10
     receiver.handle_frame(OK % b"5")
     assert receiver.counters.bad_frames == {"too_large": 1} and responses == []
+
+
+def _quote_event(quote_id: str) -> bytes:
+    data = {
+        "quote_id": quote_id,
+        "core_asset_identifier_in": "nep141:usdc.sandbox",
+        "core_asset_identifier_out": "nep141:wrap.sandbox",
+        "exact_amount_in": "1000000",
+        "min_deadline_ms": 60_000,
+    }
+    params = {"subscription": "sub-q", "data": data, "metadata": {}}
+    return orjson.dumps({"jsonrpc": "2.0", "method": "event", "params": params})
+
+
+def _batching(fail: bool = False) -> tuple[BusReceiver, list[str], list[list[str]]]:
+    one: list[str] = []
+    many: list[list[str]] = []
+
+    def on_quotes(requests: list[Any]) -> int:
+        many.append([r.quote_id for r in requests])
+        if fail:
+            raise RuntimeError("a bug in the batch")
+        return sum(1 for r in requests if r.quote_id.endswith("!"))
+
+    receiver = BusReceiver(
+        "ws://127.0.0.1:9/ws",
+        on_quote=lambda request: one.append(request.quote_id),
+        on_quotes=on_quotes,
+        max_frame_bytes=1 << 20,
+        max_inflight=16,
+    )
+    receiver.subs["sub-q"] = "quote"
+    receiver.pending[5] = PendingReply("quote_response", "q-5")
+    return receiver, one, many
+
+
+def test_the_quotes_of_one_read_go_to_the_desk_together_in_order() -> None:
+    """Between ``read_begin`` and ``read_end`` (the link's one read of the socket) the quotes
+    wait and go as one batch; the other frames are handled as they come. A lone quote, or
+    one outside a read, goes by itself."""
+    receiver, one, many = _batching()
+    receiver.read_begin()
+    receiver.handle_frame(_quote_event("a"))
+    receiver.handle_frame(OK % b"5")  # handled at once, between the quotes
+    assert receiver.counters.responses_ok == 1 and many == []
+    receiver.handle_frame(_quote_event("b!"))
+    receiver.handle_frame(b"not json")
+    receiver.handle_frame(_quote_event("c"))
+    receiver.read_end()
+    assert many == [["a", "b!", "c"]] and one == []
+    assert receiver.counters.quotes_in == 3
+    assert receiver.counters.callback_errors == 1  # the batch said one failed
+    receiver.read_begin()
+    receiver.handle_frame(_quote_event("d"))
+    receiver.read_end()
+    receiver.handle_frame(_quote_event("e"))  # no read under way
+    receiver.read_begin()
+    receiver.read_end()  # a read with no quote
+    assert one == ["d", "e"] and many == [["a", "b!", "c"]]
+
+
+def test_a_batch_that_raises_counts_every_quote_of_it(caplog: pytest.LogCaptureFixture) -> None:
+    receiver, _, many = _batching(fail=True)
+    receiver.read_begin()
+    receiver.handle_frame(_quote_event("a"))
+    receiver.handle_frame(_quote_event("b"))
+    receiver.read_end()
+    assert many == [["a", "b"]] and receiver.counters.callback_errors == 2
+    assert "a bug in the batch" in caplog.text
+    receiver.handle_frame(_quote_event("c"))  # the next read starts afresh
+    assert many == [["a", "b"]]

@@ -276,3 +276,39 @@ async def test_a_relay_sending_faster_than_the_handler_is_held_back_by_tcp() -> 
     # parsed, each a 64 KiB message or two (measured: 2–3). Had the link read ahead into
     # memory, the relay would have finished long before the handler (a lead near 300).
     assert 0 < progress["lead"] <= 24, progress
+
+
+async def test_each_read_of_the_socket_is_bracketed_around_its_messages() -> None:
+    """``read_begin`` and ``read_end`` enclose the messages of every read of the socket (the
+    batch the bus client hands the executor at once), whatever the handler does: however the
+    server's frames fall into reads, each message lies between a begin and its end."""
+
+    async def script(ws: ServerConnection) -> None:
+        await ws.recv()  # the client attached: nothing arrives before
+        await ws.send(['{"n":0}', ',{"n":1}'])  # one message in two frames
+        for n in range(2, 40):
+            await ws.send(f'{{"n":{n}}}')
+
+    trace: list[str] = []
+
+    def handler(message: bytes) -> None:
+        trace.append(message.decode())
+        if message == b'{"n":7}':
+            raise RuntimeError("a bug in the handler")
+
+    async with link_to(script) as link:
+        link.attach(
+            handler, read_begin=lambda: trace.append("("), read_end=lambda: trace.append(")")
+        )
+        link.send_text_now(b'"go"')
+        await wait_for(lambda: '{"n":39}' in trace and trace[-1] == ")")
+    depth, messages = 0, []
+    for item in trace:
+        if item in ("(", ")"):
+            depth += 1 if item == "(" else -1
+            assert depth in (0, 1)
+        else:
+            assert depth == 1  # inside a read
+            messages.append(item)
+    assert depth == 0
+    assert messages == ['{"n":0},{"n":1}', *[f'{{"n":{n}}}' for n in range(2, 40)]]

@@ -92,3 +92,20 @@ async def test_a_request_whose_path_fails_leaves_the_others_answered(
     assert results[1] is None and results[0] and results[2]
     assert [s["quote_id"] for s in recorder.sent] == ["q0", "q2"]
     assert "request q1: recording failed" in caplog.text
+
+
+async def test_a_journal_refusing_a_read_sends_none_of_it_and_releases_all() -> None:
+    """The journal refuses the first record: quoting pauses (``store_error``), and the read's
+    later requests, decided and signed already, are not recorded either: none leaves, every
+    reservation is released (one by one they would have been skipped as paused)."""
+    recorder = Recorder(fail=True)
+    executor, _ = build(recorder)
+    results = executor.request_many([request(f"q{n}") for n in range(3)], executor.clock())
+    await drain(executor)
+    assert all(r is not None for r in results)
+    assert recorder.sent == [] and recorder.events == []
+    desk = executor.desk
+    assert desk.inventory.reserved == {} and desk.book.quotes == {}
+    reason = desk.pauses.reason("*")
+    assert reason is not None and reason.startswith("store_error: not recorded: disk full")
+    assert executor.outbox.sent == 0

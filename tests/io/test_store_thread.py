@@ -102,6 +102,20 @@ def test_a_snapshot_position_is_refused_while_a_loss_waits_for_the_executor(
         assert store.journal.snapshot_position() == 1
 
 
+def lose_b_then_append_c(store: Store) -> None:
+    """ "a" committed; "b" appended, then lost by a commit made aside (the disk full for it);
+    "c" appended after the loss, the driver's commit still to come."""
+    record(store, signed_quote("a"))
+    store._conn.execute(
+        "CREATE TRIGGER full BEFORE INSERT ON journal BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+    )
+    append_quotes(store, signed_quote("b"))
+    with pytest.raises(StoreError, match="disk full"):
+        store.project()  # a commit made aside: "b" is gone
+    store._conn.execute("DROP TRIGGER full")
+    append_quotes(store, signed_quote("c"))  # decided after the loss
+
+
 def test_after_a_loss_the_drivers_commit_writes_nothing_it_appends_it_all_again(
     tmp_path: Path,
 ) -> None:
@@ -112,16 +126,7 @@ def test_after_a_loss_the_drivers_commit_writes_nothing_it_appends_it_all_again(
     them twice."""
     db = tmp_path / "bot.sqlite"
     with Store(db, account=ACCOUNT) as store:
-        record(store, signed_quote("a"))
-        store._conn.execute(
-            "CREATE TRIGGER full BEFORE INSERT ON journal "
-            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
-        )
-        append_quotes(store, signed_quote("b"))
-        with pytest.raises(StoreError, match="disk full"):
-            store.project()  # a commit made aside: "b" is gone
-        store._conn.execute("DROP TRIGGER full")
-        append_quotes(store, signed_quote("c"))  # decided after the loss
+        lose_b_then_append_c(store)
         with pytest.raises(StoreError, match="disk full"):
             store.journal.commit()
         append_quotes(store, signed_quote("b"), signed_quote("c"))  # the driver's again
@@ -199,16 +204,7 @@ def test_while_a_loss_waits_the_stores_own_commits_leave_the_drivers_rows_alone(
     which the driver appends again once its commit failed."""
     db = tmp_path / "bot.sqlite"
     with Store(db, account=ACCOUNT) as store:
-        record(store, signed_quote("a"))
-        store._conn.execute(
-            "CREATE TRIGGER full BEFORE INSERT ON journal "
-            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
-        )
-        append_quotes(store, signed_quote("b"))
-        with pytest.raises(StoreError, match="disk full"):
-            store.project()
-        store._conn.execute("DROP TRIGGER full")
-        append_quotes(store, signed_quote("c"))
+        lose_b_then_append_c(store)
         store.project()  # the store's next commit, before the driver's
         with pytest.raises(StoreError, match="disk full"):
             store.journal.commit()

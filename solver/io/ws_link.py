@@ -12,13 +12,17 @@ changes only how messages come in and go out:
   runs, and nothing queues in memory.
 - **Out**: :meth:`QuoteLink.send_text_now` serializes the frame and writes it to the socket
   before it returns, instead of ``await send()``'s lock, drain and task switch.
+- **Reads**: :meth:`QuoteLink.attach` may be given ``read_begin`` and ``read_end``, which bracket
+  the messages of each read of the socket (``data_received``, the asyncio protocol method): the
+  bus client hands the quotes of one read to the executor together, in stages (issue 29).
 
 Why: one request in and one answer out cost the bare solver ~14 µs of task switches, queueing
 and the send context per answer on top of the frames themselves (75 → 61 µs an answer,
 measured in ``benchmarks/README.md``). The bot pays it at every answer.
 
-Only the library's documented extension point (``create_connection``) and the sans-I/O
-protocol's public methods are used; ``process_event`` is the one overridden hook, and the
+Only the library's documented extension point (``create_connection``), the sans-I/O
+protocol's public methods and the asyncio protocol's ``data_received`` (wrapped, not
+replaced) are used; ``process_event`` is the one overridden hook of the library, and the
 pin in ``pyproject.toml`` keeps to the websockets versions this was tested with (13.1, 14.2,
 15.0.1, 16.0 and 17.4: the link and bus client tests).
 """

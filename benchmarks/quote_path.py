@@ -71,7 +71,12 @@ from benchmarks.quote_path_driver import (
     request_templates,
     run_phase,
 )
-from benchmarks.quote_path_inprocess import cprofile_desk_executor, desk_executor_only
+from benchmarks.quote_path_inprocess import (
+    READ_SIZE,
+    cprofile_desk_executor,
+    desk_executor_only,
+    reads_in_stages,
+)
 from benchmarks.quote_path_inside import loop_lag_figures, response_figures, scrape_histograms
 from benchmarks.quote_path_pg import fence_cost, pg_names, pg_server
 from benchmarks.quote_path_pg import figures as pg_figures
@@ -198,6 +203,11 @@ async def run(results_dir: Path, options: Options) -> dict[str, Any]:
     )
     progress.log("timing the in-process desk/executor path (no socket)")
     inprocess = await desk_executor_only(templates, 2000 if quick else 20000, scratch)
+    inprocess["reads"] = await reads_in_stages(templates, 2000 if quick else 20000, scratch)
+    progress.log(
+        f"in-process, {READ_SIZE} requests a read: {inprocess['reads']['median_one_by_one']} µs "
+        f"a request one by one, {inprocess['reads']['median_in_stages']} in stages"
+    )
     progress.log(
         f"in-process: p50 {inprocess['per_quote_us']['p50']:.0f} µs, "
         f"{inprocess['throughput_per_s_one_core']} quotes/s incl. the OK reply"

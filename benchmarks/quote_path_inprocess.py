@@ -248,6 +248,62 @@ async def desk_executor_only(
     return result
 
 
+READ_SIZE = 8
+"""Requests a read of the socket brings in :func:`reads_in_stages` (under load, the relay's
+frames arrive together)."""
+READS_REPEATS = 3
+
+
+async def reads_in_stages(templates: list[dict[str, Any]], n: int, scratch: Path) -> dict[str, Any]:
+    """CPU µs a request for ``n`` requests handed over :data:`READ_SIZE` at a time, one by one
+    and as the link hands a read (``read_begin`` … ``read_end``: decided, signed and recorded
+    stage by stage, ``Executor.request_many``), interleaved :data:`READS_REPEATS` times, each
+    on a fresh bot; the loop turns once a read (the group commit), ``desk.tick`` every 20 ms."""
+    runs: dict[str, list[float]] = {"one_by_one": [], "in_stages": []}
+    for repeat in range(READS_REPEATS):
+        for mode, cpu_us in runs.items():
+            bot = _started(scratch / f"reads-{mode}-{repeat}.sqlite")
+            try:
+                await _reads(bot, templates, WARM_UP, "warm", mode == "in_stages")
+                cpu = time.process_time()
+                await _reads(bot, templates, n, "run", mode == "in_stages")
+                cpu_us.append((time.process_time() - cpu) / n * 1e6)
+            finally:
+                await _close(bot)
+    one, staged = (sorted(v)[len(v) // 2] for v in runs.values())
+    return {
+        "read_size": READ_SIZE,
+        "requests": n,
+        "cpu_us_per_request": {k: [round(x, 1) for x in v] for k, v in runs.items()},
+        "median_one_by_one": round(one, 1),
+        "median_in_stages": round(staged, 1),
+        "ratio": round(staged / one, 3),
+    }
+
+
+async def _reads(
+    bot: LiveBot, templates: list[dict[str, Any]], n: int, tag: str, bracketed: bool
+) -> None:
+    receiver = bot.ws.receiver
+    next_tick = time.perf_counter()
+    for i in range(n):
+        if i % 500 == 0:
+            _feed_inputs(bot, now_micros())
+        if i % READ_SIZE == 0:
+            if time.perf_counter() >= next_tick:
+                next_tick += TICK_S
+                bot.executor.tick(now_micros())
+            if bracketed:
+                receiver.read_begin()
+        data = {"quote_id": f"{tag}-{i}", **templates[i % len(templates)]}
+        params = {"subscription": "quote-sub", "data": data, "metadata": {}}
+        bot.ws.handle_frame(orjson.dumps({"jsonrpc": "2.0", "method": "event", "params": params}))
+        if i % READ_SIZE == READ_SIZE - 1:
+            if bracketed:
+                receiver.read_end()
+            await asyncio.sleep(0)  # the group commit and the answers
+
+
 async def cprofile_desk_executor(
     templates: list[dict[str, Any]], n: int, scratch: Path
 ) -> dict[str, Any]:

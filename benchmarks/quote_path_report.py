@@ -226,6 +226,19 @@ def _inprocess_and_logs(r: dict[str, Any]) -> list[str]:
         + f"; {e['open_quotes_at_end']:,} quotes open at the end.",
         "",
     ]
+    reads = e.get("reads")
+    if reads:
+        runs = reads["cpu_us_per_request"]
+        lines += [
+            f"The quotes of one read of the socket, {reads['read_size']} a read "
+            f"({reads['requests']:,} requests, fresh bots, interleaved): one by one "
+            f"{reads['median_one_by_one']} µs of CPU a request "
+            f"({' / '.join(str(x) for x in runs['one_by_one'])}), in stages (every decision, "
+            f"then every signature, then every record: `Executor.request_many`) "
+            f"{reads['median_in_stages']} ({' / '.join(str(x) for x in runs['in_stages'])}): "
+            f"**{reads['ratio']}×**.",
+            "",
+        ]
     projection = e.get("projection")
     if projection:
         lines += [

@@ -129,26 +129,27 @@ class Executor:
         """The quote path: one desk decision, then sign, journal and queue the answer (its
         skip or its quote counted under the request's pair). The request is its own event
         (no wrapper), and an answer goes straight to signing (no handler table)."""
-        metrics = self._metrics
-        if metrics is None:  # nothing counted, nothing timed (a replay measures itself)
-            actions = self.desk.receive(request, now)
-            for action in actions:
-                if type(action) is SignAndSend:
-                    self._sign_and_queue(action, now, 0.0, OTHER)
-                else:
-                    self._handlers[type(action)](action, now, 0.0, OTHER)
-            return actions
-        started = time.perf_counter()
-        actions = self.desk.receive(request, now)
-        pair = metrics.pair_label(request.asset_in, request.asset_out)
-        metrics.inc_request(pair)
-        metrics.observe_decision(time.perf_counter() - started)
+        actions, started, pair = self._decided(request, now)
         for action in actions:
             if type(action) is SignAndSend:
                 self._sign_and_queue(action, now, started, pair)
             else:
                 self._handlers[type(action)](action, now, started, pair)
         return actions
+
+    def _decided(self, request: QuoteRequest, now: Micros) -> tuple[list[Action], float, str]:
+        """One desk decision, counted and timed under the request's pair: its actions, when
+        it began (``perf_counter``) and the pair's label (nothing counted or timed without
+        metrics: a replay measures itself)."""
+        metrics = self._metrics
+        if metrics is None:
+            return self.desk.receive(request, now), 0.0, OTHER
+        started = time.perf_counter()
+        actions = self.desk.receive(request, now)
+        pair = metrics.pair_label(request.asset_in, request.asset_out)
+        metrics.inc_request(pair)
+        metrics.observe_decision(time.perf_counter() - started)
+        return actions, started, pair
 
     def request_many(self, requests: list[QuoteRequest], now: Micros) -> list[list[Action] | None]:
         """The quote path for the requests of one read of the socket, stage by stage: every
@@ -161,18 +162,11 @@ class Executor:
         unexpectedly (logged; the others go on)."""
         if len(requests) == 1 or self._sign is None:  # nothing to gain, or signed later
             return [self._request_guarded(request, now) for request in requests]
-        metrics = self._metrics
         results: list[list[Action] | None] = []
         answers: list[tuple[int, SignAndSend, float, str]] = []
         for index, request in enumerate(requests):
-            started = time.perf_counter()
             try:
-                actions = self.desk.receive(request, now)
-                pair = OTHER
-                if metrics is not None:
-                    pair = metrics.pair_label(request.asset_in, request.asset_out)
-                    metrics.inc_request(pair)
-                    metrics.observe_decision(time.perf_counter() - started)
+                actions, started, pair = self._decided(request, now)
                 for action in actions:
                     if type(action) is SignAndSend:
                         answers.append((index, action, started, pair))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from solver.core import events as ev
-from solver.core.actions import Alert
+from solver.core.actions import Action, Alert
 from solver.core.clock import Micros, from_micros
 from solver.io.bus_ws_receive import CONNECTED
 
@@ -56,13 +56,8 @@ class Inbound:
         """The hot path, synchronous: one desk decision, then sign, journal and queue."""
         now = self.clock()
         actions = self.executor.request(request, now)
-        if self.sample_requests and self.store is not None:
-            # A sample, not a record the bot needs: written with the group commit in a
-            # savepoint; one the store refuses is counted and said there, never lost silently
-            # and never costing the quote (``SqliteJournal.extra_failed``).
-            first = actions[0] if actions else None
-            reason = getattr(first, "reason", None)
-            self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
+        if self.sample_requests:
+            self._sample(request, actions, now)
 
     def on_quotes(self, requests: list[QuoteRequest]) -> int:
         """The quotes of one read of the socket, in stages (:meth:`Executor.request_many`);
@@ -70,16 +65,23 @@ class Inbound:
         now = self.clock()
         results = self.executor.request_many(requests, now)
         failed = 0
-        sample = self.sample_requests and self.store is not None
         for request, actions in zip(requests, results, strict=True):
             if actions is None:
                 failed += 1
-            elif sample:
-                assert self.store is not None
-                first = actions[0] if actions else None
-                reason = getattr(first, "reason", None)
-                self.store.record_request(request, "skipped" if reason else "quoted", now, reason)
+            elif self.sample_requests:
+                self._sample(request, actions, now)
         return failed
+
+    def _sample(self, request: QuoteRequest, actions: list[Action], now: Micros) -> None:
+        """A sample, not a record the bot needs: written with the group commit in a
+        savepoint; one the store refuses is counted and said there, never lost silently and
+        never costing the quote (``SqliteJournal.extra_failed``)."""
+        store = self.store
+        if store is None:
+            return
+        first = actions[0] if actions else None
+        reason = getattr(first, "reason", None)
+        store.record_request(request, "skipped" if reason else "quoted", now, reason)
 
     def on_quote_status(self, event: QuoteStatusEvent) -> None:
         self.executor.feed(ev.QuoteStatusSeen(event.quote_hash, event.intent_hash, event.tx_hash))

@@ -7,13 +7,16 @@ leaves the others answered. A real desk and signer, the journal and sender doubl
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
+from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import SignAndSend
 from solver.core.market import QuoteRequest
 from solver.core.quoting import DUPLICATE_QUOTE_ID, STRATEGY_NO_QUOTE, Skip
+from solver.protocol.quote_signing import SignedQuote
 from solver.runtime.executor import Executor
 from tests.core.desk_helpers import request
 from tests.runtime.test_executor import Recorder, build, drain
@@ -109,3 +112,46 @@ async def test_a_journal_refusing_a_read_sends_none_of_it_and_releases_all() -> 
     reason = desk.pauses.reason("*")
     assert reason is not None and reason.startswith("store_error: not recorded: disk full")
     assert executor.outbox.sent == 0
+
+
+def _traced(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the executor does, in order: each desk decision, signature and record."""
+    trace: list[str] = []
+    receive, sign = executor.desk.receive, executor._sign
+    assert sign is not None
+
+    def traced_receive(event: object, now: int) -> list:  # type: ignore[type-arg]
+        if isinstance(event, QuoteRequest):
+            trace.append(f"decide:{event.quote_id}")
+        elif isinstance(event, ev.QuoteSigned):
+            trace.append(f"record:{event.quote.request.quote_id}")
+        return receive(event, now)  # type: ignore[arg-type]
+
+    def traced_sign(**kw: Any) -> SignedQuote:
+        trace.append("sign")
+        return sign(**kw)
+
+    monkeypatch.setattr(executor.desk, "receive", traced_receive)
+    monkeypatch.setattr(executor, "_sign", traced_sign)
+    return trace
+
+
+async def test_a_read_goes_stage_by_stage_and_one_request_goes_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stages are the point (the caches): every decision, then every signature, then
+    every record; a request alone goes through all of them before the next."""
+    staged, _ = build(Recorder())
+    trace = _traced(staged, monkeypatch)
+    staged.request_many([request(f"q{n}") for n in range(3)], staged.clock())
+    await drain(staged)
+    assert trace == [
+        "decide:q0", "decide:q1", "decide:q2", "sign", "sign", "sign",
+        "record:q0", "record:q1", "record:q2",
+    ]  # fmt: skip
+    single, _ = build(Recorder())
+    trace = _traced(single, monkeypatch)
+    for n in range(2):
+        single.request(request(f"q{n}"), single.clock())
+    await drain(single)
+    assert trace == ["decide:q0", "sign", "record:q0", "decide:q1", "sign", "record:q1"]

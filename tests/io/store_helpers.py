@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -154,6 +155,17 @@ def committed_view(db: Path) -> Iterator[sqlite3.Connection]:
             yield conn
         finally:
             conn.close()
+
+
+def killed_owner(script: str, db: Path, says: str) -> None:
+    """Run ``script`` (Python, the store's path as its argument) in a child process that
+    prints ``says`` and kills itself with SIGKILL at the moment the test wants a death."""
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(db)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert child.stdout.strip() == says and child.returncode == -9, child.stderr
 
 
 def checkpointed(store: Store, timeout_s: float = 10.0) -> bool:

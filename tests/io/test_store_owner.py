@@ -27,6 +27,7 @@ from tests.io.store_helpers import (
     append_quotes,
     checkpointed,
     committed_view,
+    killed_owner,
     record,
     signed_quote,
 )
@@ -305,11 +306,7 @@ def test_rows_spilled_by_an_owner_killed_during_a_pass_are_in_the_next_owners_jo
     journal before it reads anything (a restart rebuilds the desk with them), drops a last
     line cut short (its answers never left) with a warning, and removes the file."""
     db = tmp_path / "bot.sqlite"
-    child = subprocess.run(
-        [sys.executable, "-c", _SPILL_AND_DIE, str(db)],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert child.stdout.strip() == "spilled" and child.returncode == -9, child.stderr
+    killed_owner(_SPILL_AND_DIE, db, "spilled")
     assert Path(f"{db}-spill").exists()
     with Store(db, account=ACCOUNT) as store:
         _, facts = store.journal.load()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -20,9 +18,7 @@ import pytest
 
 from solver.io.store.checkpoint import Checkpointer
 from solver.io.store.sqlite_store import Store, StoreError
-from tests.io.store_helpers import ACCOUNT, append_quotes, record, signed_quote
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.io.store_helpers import ACCOUNT, append_quotes, killed_owner, record, signed_quote
 
 
 @contextmanager
@@ -165,11 +161,7 @@ def test_an_owner_killed_once_its_spill_was_moved_leaves_each_row_in_the_journal
     file was emptied: the next owner finds the rows in the journal and in the file. It must
     not insert them again (a restart would apply those facts twice)."""
     db = tmp_path / "bot.sqlite"
-    child = subprocess.run(
-        [sys.executable, "-c", _DIE_ONCE_MOVED, str(db)],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert child.stdout.strip() == "moving" and child.returncode == -9, child.stderr
+    killed_owner(_DIE_ONCE_MOVED, db, "moving")
     assert Path(f"{db}-spill").stat().st_size > 0
     with Store(db, account=ACCOUNT) as store:
         ids = [getattr(fact, "quote_id", "") for fact in store.journal.load()[1]]

@@ -86,7 +86,19 @@ class RecentLost:
         self.rows: dict[str, LostRow] = {}
         self._order: deque[str] = deque()
         self._popped: dict[str, int] = {}
-        self.by_hash: dict[str, str] = {}
+        # The hash index is built when a late status asks (:meth:`find_hash`), not kept at
+        # every add and drop: a hash of 66 characters put in a dict of 20,000 and taken out
+        # again was ~0.2 µs of every lost quote, for a lookup that comes once in thousands
+        # (issue 29). ``_unindexed``: the batches of rows added since the index was brought
+        # up to date, in order (None once they hold more rows than are kept: rebuilt whole).
+        self._hashes: dict[str, str] = {}
+        self._unindexed: list[dict[str, LostRow]] | None = []
+        self._unindexed_rows = 0
+
+    @property
+    def by_hash(self) -> dict[str, str]:
+        """Quote hash -> id of the rows kept (built: for checks, not the hot path)."""
+        return {row[1]: quote_id for quote_id, row in self.rows.items()}
 
     def add(self, quote: TrackedQuote, at: Micros) -> None:
         self.add_row(lost_row(quote, at))
@@ -95,25 +107,43 @@ class RecentLost:
         """:meth:`add` of each quote (one ``QuotesLost`` fact), trimmed once at the end: all
         are lost at ``at``, so the oldest rows a trim after each add would drop are the ones a
         trim after the last drops (issue 29). A quote id kept already (a reused id) keeps its
-        place in the order: the rows added before it are trimmed first, as one at a time."""
-        rows, by_hash, order = self.rows, self.by_hash, self._order
-        added = False
-        for q in quotes:
-            quote_id = q.quote_id
+        place in the order: the rows added before it are trimmed first, as one at a time.
+
+        The common case, no id of the batch kept already, goes in bulk: the rows built by one
+        comprehension, the dict and the order extended at once, the rows over the cap dropped
+        together (:meth:`_drop_over_cap`)."""
+        rows = self.rows
+        added = {q.quote_id: (q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in,
+                              q.amount_out, q.fee, q.deadline, q.nonce, q.created_at,
+                              q.updated_at, q.reason, at) for q in quotes}  # fmt: skip
+        if not added:  # an empty batch trims nothing, as adding none one at a time would not
+            return
+        self._to_index(added)
+        if not rows.keys().isdisjoint(added):
+            self._add_each(added.values(), at)
+            return
+        self._order.extend(added)
+        rows.update(added)
+        self._drop_over_cap()
+        self._trim(at)
+
+    def _add_each(self, added: Iterable[LostRow], at: Micros) -> None:
+        """:meth:`add_many` one row at a time, for a batch naming an id kept already: the trim
+        before such an id is what adding each would have done before it."""
+        rows, order = self.rows, self._order
+        added_one = False
+        for row in added:
+            quote_id = row[0]
             if quote_id in rows:
-                if added:
+                if added_one:
                     self._trim(at)
                 if quote_id not in rows:  # the trim dropped it: it is added anew, last
                     order.append(quote_id)
             else:
                 order.append(quote_id)
-            added = True
-            rows[quote_id] = (quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in,
-                              q.amount_out, q.fee, q.deadline, q.nonce, q.created_at,
-                              q.updated_at, q.reason, at)  # fmt: skip
-            by_hash[q.quote_hash] = quote_id
-        if added:  # an empty batch trims nothing, as adding none one at a time would not
-            self._trim(at)
+            added_one = True
+            rows[quote_id] = row
+        self._trim(at)
 
     def add_row(self, row: LostRow) -> None:
         """Keeps the row; drops the oldest ones that left the window or the cap.
@@ -124,14 +154,35 @@ class RecentLost:
         if quote_id not in self.rows:
             self._order.append(quote_id)
         self.rows[quote_id] = row
-        self.by_hash[row[1]] = quote_id
+        self._to_index({quote_id: row})
         self._trim(row[-1])
+
+    def _to_index(self, added: dict[str, LostRow]) -> None:
+        """Note rows added, for the hash index to take in when it is next asked."""
+        unindexed = self._unindexed
+        if unindexed is not None:
+            self._unindexed_rows += len(added)
+            if self._unindexed_rows <= self.max_kept:
+                unindexed.append(added)
+            else:  # more than are kept: the index is rebuilt from the rows when asked
+                self._unindexed = None
+
+    def _drop_over_cap(self) -> None:
+        """Drop the oldest rows over ``max_kept`` at once, when the order holds only rows (no
+        popped one's entry): they are then its first entries, and :meth:`_trim` would drop
+        them one by one whatever their age."""
+        excess = len(self.rows) - self.max_kept
+        if excess <= 0 or self._popped:
+            return
+        popleft, pop = self._order.popleft, self.rows.pop
+        for _ in range(excess):
+            pop(popleft())
 
     def _trim(self, at: Micros) -> None:
         """Drop the oldest rows while the oldest left the window at ``at`` or there are more
         than ``max_kept``; only the oldest row is looked at (no quote is built for a row
         dropped)."""
-        rows, by_hash, order = self.rows, self.by_hash, self._order
+        rows, order = self.rows, self._order
         window, cap = self.window, self.max_kept
         popped = self._popped
         while order:
@@ -145,21 +196,18 @@ class RecentLost:
                 continue
             if len(rows) > cap:  # over the cap: dropped whatever its age (one lookup, not two)
                 order.popleft()
-                by_hash.pop(rows.pop(quote_id)[1], None)
+                del rows[quote_id]
                 continue
-            oldest = rows[quote_id]
-            if at - oldest[-1] <= window:
+            if at - rows[quote_id][-1] <= window:
                 return
             order.popleft()
             del rows[quote_id]
-            by_hash.pop(oldest[1], None)
 
     def pop(self, quote_id: str) -> TrackedQuote | None:
         row = self.rows.pop(quote_id, None)
         if row is None:
             return None
         self._popped[quote_id] = self._popped.get(quote_id, 0) + 1  # its entry: left to _trim
-        self.by_hash.pop(row[1], None)
         return quote_of(row)
 
     def get(self, quote_id: str) -> TrackedQuote | None:
@@ -167,8 +215,25 @@ class RecentLost:
         return quote_of(row) if row is not None else None
 
     def find_hash(self, quote_hash: str) -> TrackedQuote | None:
-        quote_id = self.by_hash.get(quote_hash)
-        return self.get(quote_id) if quote_id is not None else None
+        """The kept row of this hash. The index may name a row dropped since, or an id kept
+        again with another hash: what it names is believed only if its row has this hash."""
+        quote_id = self._hash_index().get(quote_hash)
+        row = self.rows.get(quote_id) if quote_id is not None else None
+        return quote_of(row) if row is not None and row[1] == quote_hash else None
+
+    def _hash_index(self) -> dict[str, str]:
+        """Hash -> id of every row kept, and of rows dropped since (checked by the caller):
+        brought up to date with the rows added since, or rebuilt from the rows when those
+        were too many or the dropped ones outnumber the kept (amortized: each row is indexed
+        a bounded number of times)."""
+        unindexed, index = self._unindexed, self._hashes
+        if unindexed is None or len(index) > 2 * len(self.rows) + 64:
+            index = self._hashes = {row[1]: quote_id for quote_id, row in self.rows.items()}
+        else:
+            for added in unindexed:
+                index.update({row[1]: quote_id for quote_id, row in added.items()})
+        self._unindexed, self._unindexed_rows = [], 0
+        return index
 
     def candidates(self, gaps: Mapping[str, int], now: Micros) -> list[TrackedQuote]:
         """Those whose fill would move the balances the way of ``gaps`` (in up, out down)."""

@@ -328,3 +328,39 @@ def test_deadline_buckets_taken_unordered_are_what_a_heap_popped(seed: int) -> N
         taken = buckets.take_before(before, ordered=ordered)
         assert (taken if ordered else sorted(taken)) == popped
         assert len(buckets) == len(heap)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_find_hash_finds_the_rows_kept_and_only_them(seed: int) -> None:
+    """The hash index is built when asked, not kept at every add and drop (issue 29): asked
+    now and then, between batches, pops, rows restored one by one, and past the cap (the index
+    then rebuilt whole), it finds every row kept by its hash, and no row dropped or popped."""
+    rng = random.Random(seed)
+    kept = RecentLost(window_s=5.0, max_kept=rng.randint(1, 12))
+    at, made = T0, 0
+    issued: list[str] = []
+    for _ in range(60):
+        at += span(rng.choice((0, 0.5, 1, 3, 6)))
+        roll = rng.random()
+        if roll < 0.2 and kept.rows:
+            kept.pop(rng.choice(list(kept.rows)))
+        elif roll < 0.3:
+            q = quote(rng, rng.randrange(made + 1))
+            q.quote_hash = f"h{made}-{q.quote_id}"  # a reused id comes with another hash
+            made += 1
+            issued.append(q.quote_hash)
+            kept.add_row(lost_row(q, at))
+        else:
+            quotes = []
+            for i in rng.sample(range(made + 8), rng.randint(0, 8)):
+                q = quote(rng, i)
+                q.quote_hash = f"h{made}-{q.quote_id}"
+                made += 1
+                issued.append(q.quote_hash)
+                quotes.append(q)
+            kept.add_many(quotes, at)
+        if rng.random() < 0.4:
+            expected = {row[1]: quote_id for quote_id, row in kept.rows.items()}
+            for quote_hash in issued:
+                found = kept.find_hash(quote_hash)
+                assert (found.quote_id if found else None) == expected.get(quote_hash)

@@ -133,10 +133,10 @@ class Inventory:
     def release_many(self, quote_ids: Iterable[str]) -> None:
         """:meth:`release` of each id (a ``QuotesLost`` fact), the reserved totals changed once
         per asset (issue 29)."""
-        reservations = self.reservations
+        pop = self.reservations.pop
         freed: dict[str, int] = {}
         for quote_id in quote_ids:
-            reservation = reservations.pop(quote_id, None)
+            reservation = pop(quote_id, None)
             if reservation is not None:
                 out = reservation.asset_out
                 freed[out] = freed.get(out, 0) + reservation.amount_out
@@ -172,11 +172,13 @@ class Inventory:
         if not live:
             return expired
         live.sort()
+        # Each live entry names its reservation as it is (its deadline checked above): one pop
+        # each, None for an entry filed twice, whose first copy released it (issue 29).
+        pop = reservations.pop
         freed: dict[str, int] = {}
-        for deadline, quote_id in live:
-            reservation = reservations.get(quote_id)
-            if reservation is not None and reservation.deadline == deadline:
-                del reservations[quote_id]
+        for _, quote_id in live:
+            reservation = pop(quote_id, None)
+            if reservation is not None:
                 out = reservation.asset_out
                 freed[out] = freed.get(out, 0) + reservation.amount_out
                 expired.append(reservation)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import combinations
+from itertools import combinations, islice
 from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
@@ -89,11 +89,11 @@ class RecentLost:
         # The hash index is built when a late status asks (:meth:`find_hash`), not kept at
         # every add and drop: a hash of 66 characters put in a dict of 20,000 and taken out
         # again was ~0.2 µs of every lost quote, for a lookup that comes once in thousands
-        # (issue 29). ``_unindexed``: the batches of rows added since the index was brought
-        # up to date, in order (None once they hold more rows than are kept: rebuilt whole).
+        # (issue 29). ``_unindexed``: how many ids were appended to the order since the index
+        # was brought up to date (the last ones), or None when it must be rebuilt whole (a
+        # kept id added again, which may come with another hash).
         self._hashes: dict[str, str] = {}
-        self._unindexed: list[dict[str, LostRow]] | None = []
-        self._unindexed_rows = 0
+        self._unindexed: int | None = 0
 
     @property
     def by_hash(self) -> dict[str, str]:
@@ -118,10 +118,12 @@ class RecentLost:
                               q.updated_at, q.reason, at) for q in quotes}  # fmt: skip
         if not added:  # an empty batch trims nothing, as adding none one at a time would not
             return
-        self._to_index(added)
         if not rows.keys().isdisjoint(added):
+            self._unindexed = None
             self._add_each(added.values(), at)
             return
+        if self._unindexed is not None:
+            self._unindexed += len(added)
         self._order.extend(added)
         rows.update(added)
         self._drop_over_cap()
@@ -153,19 +155,12 @@ class RecentLost:
         quote_id = row[0]
         if quote_id not in self.rows:
             self._order.append(quote_id)
+            if self._unindexed is not None:
+                self._unindexed += 1
+        else:
+            self._unindexed = None
         self.rows[quote_id] = row
-        self._to_index({quote_id: row})
         self._trim(row[-1])
-
-    def _to_index(self, added: dict[str, LostRow]) -> None:
-        """Note rows added, for the hash index to take in when it is next asked."""
-        unindexed = self._unindexed
-        if unindexed is not None:
-            self._unindexed_rows += len(added)
-            if self._unindexed_rows <= self.max_kept:
-                unindexed.append(added)
-            else:  # more than are kept: the index is rebuilt from the rows when asked
-                self._unindexed = None
 
     def _drop_over_cap(self) -> None:
         """Drop the oldest rows over ``max_kept`` at once, when the order holds only rows (no
@@ -223,16 +218,21 @@ class RecentLost:
 
     def _hash_index(self) -> dict[str, str]:
         """Hash -> id of every row kept, and of rows dropped since (checked by the caller):
-        brought up to date with the rows added since, or rebuilt from the rows when those
-        were too many or the dropped ones outnumber the kept (amortized: each row is indexed
-        a bounded number of times)."""
-        unindexed, index = self._unindexed, self._hashes
-        if unindexed is None or len(index) > 2 * len(self.rows) + 64:
-            index = self._hashes = {row[1]: quote_id for quote_id, row in self.rows.items()}
-        else:
-            for added in unindexed:
-                index.update({row[1]: quote_id for quote_id, row in added.items()})
-        self._unindexed, self._unindexed_rows = [], 0
+        brought up to date with the ids appended to the order since (its last ones, in
+        order: a later row of a hash wins, as when each was indexed at its add), or rebuilt
+        from the rows when those are more than the order holds, an id was added again, or the
+        dropped outnumber the kept. Each row is indexed a bounded number of times (amortized)."""
+        unindexed, index, rows, order = self._unindexed, self._hashes, self.rows, self._order
+        if unindexed is None or unindexed >= len(order) or len(index) > 2 * len(rows) + 64:
+            index = self._hashes = {row[1]: quote_id for quote_id, row in rows.items()}
+        elif unindexed:
+            last = list(islice(reversed(order), unindexed))
+            last.reverse()
+            for quote_id in last:
+                row = rows.get(quote_id)
+                if row is not None:
+                    index[row[1]] = quote_id
+        self._unindexed = 0
         return index
 
     def candidates(self, gaps: Mapping[str, int], now: Micros) -> list[TrackedQuote]:

@@ -41,6 +41,7 @@ from solver.errors import ConfigError
 
 _TWO_64 = float(2**64)
 _NORMAL = NormalDist()
+_from_bytes, _floor, _log10, _isfinite = int.from_bytes, math.floor, math.log10, math.isfinite
 _POOLED_MIN = 1
 """Observations the all-pairs bucket needs: one observed competitor is a better guess than none."""
 
@@ -80,6 +81,7 @@ class CompetitionModel:
         # The four buckets an observation goes to, by (asset_in, asset_out, size, quarter):
         # looked up once instead of building and finding four keys per observation.
         self._by_route: dict[tuple[str, str, int, int], tuple[deque[float], ...]] = {}
+        self._minimum = spec.min_observed
         self.observed = 0
 
     def _levels(self, pair: tuple[str, str], size: int, quarter: int) -> tuple[Key, ...]:
@@ -88,12 +90,12 @@ class CompetitionModel:
     def observe(
         self, asset_in: str, asset_out: str, notional_usd: float, t_us: int, edge_bps: float
     ) -> None:
-        if not math.isfinite(edge_bps):
+        if not _isfinite(edge_bps):
             return
         self.observed += 1
         # size_bucket and day_quarter, inline (once per answer judged)
         if notional_usd > 0:
-            decade = math.floor(math.log10(notional_usd))
+            decade = _floor(_log10(notional_usd))
             decade = -3 if decade < -3 else 9 if decade > 9 else decade
         else:
             decade = -3
@@ -122,20 +124,31 @@ class CompetitionModel:
         """A competitor's edge for ``quote_id``, or None when there is nothing to draw from."""
         hasher = self._hash.copy()
         hasher.update(quote_id.encode())
-        u = (int.from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
+        u = (_from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
         # The route's four buckets, as observe finds them (made empty if none yet: an empty
-        # bucket is passed over as a missing one was).
-        route = (asset_in, asset_out, size_bucket(notional_usd), day_quarter(t_us))
+        # bucket is passed over as a missing one was). size_bucket and day_quarter inline, and
+        # the finest bucket holding enough taken without a loop (issue 29: a draw per
+        # unobserved answer): the same bucket, the same quantile.
+        if notional_usd > 0:
+            decade = _floor(_log10(notional_usd))
+            decade = -3 if decade < -3 else 9 if decade > 9 else decade
+        else:
+            decade = -3
+        route = (asset_in, asset_out, decade, (t_us // 21_600_000_000) % 4)
         finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
-        minimum = self.spec.min_observed
-        for bucket, least in (
-            (finest, minimum),
-            (by_size, minimum),
-            (by_pair, minimum),
-            (pooled, _POOLED_MIN),
-        ):
-            if len(bucket) >= least:
-                return bucket[int(u * len(bucket))]
+        minimum = self._minimum
+        n = len(finest)
+        if n >= minimum:
+            return finest[int(u * n)]
+        n = len(by_size)
+        if n >= minimum:
+            return by_size[int(u * n)]
+        n = len(by_pair)
+        if n >= minimum:
+            return by_pair[int(u * n)]
+        n = len(pooled)
+        if n >= _POOLED_MIN:
+            return pooled[int(u * n)]
         prior = self.spec.prior
         if prior is None:
             return None

@@ -325,9 +325,12 @@ class LatencyModel:
             return itertools.repeat((fixed, ms_to_us(fixed)))
         return itertools.chain.from_iterable(self._blocks())
 
-    def _blocks(self) -> Iterator[list[tuple[float, int]]]:
+    def _blocks(self) -> Iterator[Iterator[tuple[float, int]]]:
+        """Blocks of draws as a ``zip`` of two columns: it hands out one tuple, reused once the
+        caller let go of it (issue 29: a block of 4,096 tuples alive at once was a pass of the
+        cyclic collector in every few blocks, and costlier ones as the tuples aged)."""
         median, sigma, exp = self.spec.median_ms, self.spec.sigma, math.exp
         while True:
             ms = [median * exp(sigma * z) for z in self._rng.standard_normal(_BLOCK).tolist()]
             # ms_to_us, with the whole milliseconds taken once
-            yield [(x, (w := int(x)) * 1000 + round((x - w) * 1000)) for x in ms]
+            yield zip(ms, [(w := int(x)) * 1000 + round((x - w) * 1000) for x in ms], strict=True)

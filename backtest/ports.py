@@ -158,7 +158,9 @@ class SimulatedRelay:
             observe,
             self.coverage.routes,
             measures.lost,
-            measures.resolved_queue,
+            measures.outcome_edges.append,
+            measures.outcome_sizes.append,
+            measures.outcome_edges,
             measures.fold_queues,
         )
 
@@ -210,7 +212,7 @@ class SimulatedRelay:
             return
         best_of, horizon = self.competitors.entries()
         informed_of, informed_horizon = self.informed.entries()
-        decide, observe, routes, lost_counts, queue, fold = self._deciding
+        decide, observe, routes, lost_counts, add_edge, add_size, edges, fold = self._deciding
         popleft = resolves.popleft
         while resolves and resolves[0][0] <= until_us:
             at_us, quote, signed, edge, paid, t_us, latency = popleft()
@@ -236,8 +238,9 @@ class SimulatedRelay:
             else:
                 # Nothing to tell the desk: nobody names the quote; LOST after its deadline.
                 lost_counts[lost] += 1
-                queue.append((edge, paid, False))
-                if len(queue) >= QUEUE_MAX:
+                add_edge(edge)
+                add_size(paid)
+                if len(edges) >= QUEUE_MAX:
                     fold()
 
     def _lose(self, pending: Pending, reason: str) -> None:

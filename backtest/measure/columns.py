@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from itertools import compress, repeat
+from itertools import repeat
 from operator import itemgetter, mul
 
 from backtest.measure.detail import Timeline
@@ -21,7 +21,6 @@ from backtest.measure.detail import Timeline
 __all__ = ["count_outcomes", "count_timeline"]
 
 _T_US, _SKIP = itemgetter(2), itemgetter(4)
-_EDGE, _USD, _WON = itemgetter(0), itemgetter(1), itemgetter(2)
 _isnan, _isfinite, _log10, _floor = math.isnan, math.isfinite, math.log10, math.floor
 
 
@@ -69,18 +68,23 @@ def count_timeline(
 def count_outcomes(
     edge_bins: dict[int, list[int]],
     size_bins: dict[int, list[int]],
-    resolved: list[tuple[float, float, bool]],
+    edges: list[float],
+    sizes: list[float],
+    wins: list[int],
     *,
     clamp_bps: int,
     per_decade: int,
 ) -> None:
-    """Each outcome ``(edge_bps, notional_usd, won)`` into its edge bin (``[resolved, won]``,
-    the edge rounded and clamped to ``±clamp_bps``, NaN to ``-clamp_bps``) and its size bin
-    (``[lost, won]``, ``per_decade`` bins a decade of USD, ``-10 * per_decade`` for a size that
-    is not positive)."""
-    edges = list(map(_EDGE, resolved))
-    sizes = list(map(_USD, resolved))
-    wons = list(map(_WON, resolved))
+    """Each outcome (``edges[i]`` bps, ``sizes[i]`` USD notional, won when ``i`` is in
+    ``wins``, the won ones' positions in increasing order) into its edge bin (``[resolved,
+    won]``, the edge rounded and clamped to ``±clamp_bps``, NaN to ``-clamp_bps``) and its size
+    bin (``[lost, won]``, ``per_decade`` bins a decade of USD, ``-10 * per_decade`` for a size
+    that is not positive).
+
+    The outcomes come as columns (:class:`~backtest.measure.measurements.Measurements` queues
+    them so: issue 29, no tuple per answer), read here as they are."""
+    if not edges:
+        return
     if (
         any(map(_isnan, edges))
         or min(edges) < -clamp_bps
@@ -89,16 +93,16 @@ def count_outcomes(
         or min(sizes) <= 0
         or not _isfinite(max(sizes))
     ):
-        _count_one_by_one(edge_bins, size_bins, resolved, clamp_bps, per_decade)
+        _count_one_by_one(edge_bins, size_bins, edges, sizes, wins, clamp_bps, per_decade)
         return
     # Every outcome's bin counted, then the won ones' (few: a queue is mostly losses); a bin
     # first appears where its first outcome is, won or not, as in the loop.
     bins = list(map(round, edges))
-    won_bins = Counter(compress(bins, wons))
+    won_bins = Counter([bins[i] for i in wins])
     for bin_, count in Counter(bins).items():
         _add(edge_bins, bin_, count, won_bins.get(bin_, 0))
     decades = list(map(_floor, map(mul, map(_log10, sizes), repeat(per_decade))))
-    won_decades = Counter(compress(decades, wons))
+    won_decades = Counter([decades[i] for i in wins])
     for size, count in Counter(decades).items():
         sizes_won = won_decades.get(size, 0)
         _add(size_bins, size, count - sizes_won, sizes_won)
@@ -107,17 +111,21 @@ def count_outcomes(
 def _count_one_by_one(
     edge_bins: dict[int, list[int]],
     size_bins: dict[int, list[int]],
-    resolved: list[tuple[float, float, bool]],
+    edges: list[float],
+    sizes: list[float],
+    wins: list[int],
     clamp_bps: int,
     per_decade: int,
 ) -> None:
-    for edge_bps, notional_usd, won in resolved:
+    won_at = set(wins)
+    for i, (edge_bps, notional_usd) in enumerate(zip(edges, sizes, strict=True)):
+        won = i in won_at
         # round(min(clamp, max(-clamp, edge))), NaN to -clamp
         if -clamp_bps <= edge_bps <= clamp_bps:
             bin_ = round(edge_bps)
         else:
             bin_ = clamp_bps if edge_bps > clamp_bps else -clamp_bps
-        _add(edge_bins, bin_, 1, won)
+        _add(edge_bins, bin_, 1, 1 if won else 0)
         size = _floor(_log10(notional_usd) * per_decade) if notional_usd > 0 else -10 * per_decade
         _add(size_bins, size, 0 if won else 1, 1 if won else 0)
 

@@ -114,8 +114,13 @@ class Measurements:
         self.request_queue: list[tuple[str, str, int, float, str | None]] = []
         """What :meth:`on_request` queues; the replay appends to it directly (its hot path),
         then calls :meth:`fold_queues` when it holds :data:`QUEUE_MAX`."""
-        self.resolved_queue: list[tuple[float, float, bool]] = []
-        """What :meth:`on_resolved` queues (the relay appends to it directly, likewise)."""
+        self.outcome_edges: list[float] = []
+        self.outcome_sizes: list[float] = []
+        self.outcome_wins: list[int] = []
+        """What :meth:`on_resolved` queues, as columns: each answer's edge and notional, and
+        the positions of the won ones (the relay appends a loss directly, likewise). Columns,
+        not a tuple per answer (issue 29): nothing per answer for the cyclic collector to
+        count or walk while the queue fills."""
         self.by_competition = {True: PairStats(), False: PairStats()}
         self.by_flow = {True: PairStats(), False: PairStats()}
         """The same by whether the stream labelled the request informed."""
@@ -151,9 +156,12 @@ class Measurements:
 
     def on_resolved(self, edge_bps: float, notional_usd: float, won: bool) -> None:
         """An answer's outcome, by its edge and size (win rates); queued like a request."""
-        queue = self.resolved_queue
-        queue.append((edge_bps, notional_usd, won))
-        if len(queue) >= QUEUE_MAX:
+        edges = self.outcome_edges
+        if won:
+            self.outcome_wins.append(len(edges))
+        edges.append(edge_bps)
+        self.outcome_sizes.append(notional_usd)
+        if len(edges) >= QUEUE_MAX:
             self.fold_queues()
 
     def fold(self) -> None:
@@ -198,16 +206,20 @@ class Measurements:
             latency.n += len(queue)
             count_timeline(timeline, queue)
             queue.clear()
-        resolved = self.resolved_queue
-        if resolved:
+        edges = self.outcome_edges
+        if edges:
             count_outcomes(
                 self.edge_bins,
                 self.size_bins,
-                resolved,
+                edges,
+                self.outcome_sizes,
+                self.outcome_wins,
                 clamp_bps=EDGE_CLAMP_BPS,
                 per_decade=SIZE_BINS_PER_DECADE,
             )
-            resolved.clear()
+            edges.clear()
+            self.outcome_sizes.clear()
+            self.outcome_wins.clear()
 
     # ------------------------------------------------------------------ inventory risk
 

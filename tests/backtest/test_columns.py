@@ -89,7 +89,9 @@ def test_outcomes_count_as_one_by_one(seed: int, odd: bool) -> None:
     theirs: tuple[Bins, Bins] = ({}, {})
     for _ in range(4):
         resolved = outcomes(rng, rng.randrange(1, 500), odd)
-        count_outcomes(*ours, resolved, clamp_bps=CLAMP, per_decade=PER_DECADE)
+        edges, sizes = [e for e, _, _ in resolved], [u for _, u, _ in resolved]
+        wins = [i for i, (_, _, won) in enumerate(resolved) if won]
+        count_outcomes(*ours, edges, sizes, wins, clamp_bps=CLAMP, per_decade=PER_DECADE)
         reference_outcomes(*theirs, resolved)
         assert list(ours[0].items()) == list(theirs[0].items())
         assert list(ours[1].items()) == list(theirs[1].items())

@@ -182,7 +182,13 @@ class Replay:
         # ``t_us`` (later only when it came out of order); the desk decides it ``latency``
         # later; the measurements queue what it became (Measurements.on_request, inline).
         latencies, ask = self._latencies, self.executor.request
-        queue, fold = self.measures.request_queue, self.measures.fold_queues
+        m = self.measures
+        queue, fold = m.request_queue, m.fold_queues
+        add_time, add_latency, add_skip = (
+            m.request_times.append,
+            m.request_latencies.append,
+            m.request_skips.append,
+        )
         add_competitor = self.competitors.add
         progress = self.progress
         count = competitors = 0
@@ -209,16 +215,11 @@ class Replay:
                     relay.arrive_us, relay.latency_ms = t_us, latency
                     req: QuoteRequest = rec[2]
                     action = ask(req, now)[0]
-                    queue.append(
-                        (
-                            req.asset_in,
-                            req.asset_out,
-                            t_us,
-                            latency,
-                            getattr(action, "reason", None)
-                            if type(action) is not SignAndSend
-                            else None,
-                        )
+                    queue.append(req)
+                    add_time(t_us)
+                    add_latency(latency)
+                    add_skip(
+                        getattr(action, "reason", None) if type(action) is not SignAndSend else None
                     )
                     if len(queue) >= QUEUE_MAX:
                         fold()

@@ -14,28 +14,23 @@ from __future__ import annotations
 import math
 from collections import Counter
 from itertools import repeat
-from operator import itemgetter, mul
+from operator import mul
 
 from backtest.measure.detail import Timeline
 
 __all__ = ["count_outcomes", "count_timeline"]
 
-_T_US, _SKIP = itemgetter(2), itemgetter(4)
 _isnan, _isfinite, _log10, _floor = math.isnan, math.isfinite, math.log10, math.floor
 
 
-def count_timeline(
-    timeline: Timeline, queue: list[tuple[str, str, int, float, str | None]]
-) -> None:
-    """:meth:`Timeline.add` for each queued request, in order: its time (µs, the third field)
-    under ``"quoted"`` or its skip reason (the fifth).
+def count_timeline(timeline: Timeline, times: list[int], skips: list[str | None]) -> None:
+    """:meth:`Timeline.add` for each queued request, in order: its time (µs, ``times[i]``)
+    under ``"quoted"`` or its skip reason (``skips[i]``).
 
     The replay's clock never goes back, so the requests of one bucket are a run: its end is
     found by bisection on the bucket index (the arithmetic of ``add``, monotonic in the time)
     and its labels counted at once. A request with no bucket yet goes through ``add`` (the
     first, a new bucket, or a merge that widens them all)."""
-    times = list(map(_T_US, queue))
-    skips = list(map(_SKIP, queue))
     if times != sorted(times):  # not the replay's clock: one at a time
         for t_us, skip in zip(times, skips, strict=True):
             timeline.add(t_us / 1e6, "quoted" if skip is None else skip)

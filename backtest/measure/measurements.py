@@ -56,6 +56,7 @@ from backtest.measure.detail import (
 )
 from backtest.measure.downsampled import Downsampled
 from backtest.measure.fill_record import FillRecord
+from solver.core.market import QuoteRequest
 from solver.core.pnl import MARKOUT_HORIZONS_S
 
 HORIZONS_S: tuple[int, ...] = MARKOUT_HORIZONS_S
@@ -65,9 +66,9 @@ QUEUE_MAX = 4096
 """Requests or outcomes queued before they are counted anyway (memory stays flat between
 ticks however dense the stream)."""
 SIZE_BINS_PER_DECADE = 5
-_PAIR_SKIP, _LATENCY = itemgetter(0, 1, 4), itemgetter(3)
+_IN, _OUT = itemgetter(1), itemgetter(2)
+"""A queued :class:`~solver.protocol.quote_request.QuoteRequest`'s assets, taken in C."""
 _isnan = math.isnan
-"""A queued request's count key (asset in, asset out, skip) and its latency, taken in C."""
 
 
 class Measurements:
@@ -111,9 +112,15 @@ class Measurements:
         self._exposure_started = False
         self.pairs = PairBook(pair_names or {}, self.symbols)
         self._requests: Counter[tuple[str, str, str | None]] = Counter()
-        self.request_queue: list[tuple[str, str, int, float, str | None]] = []
-        """What :meth:`on_request` queues; the replay appends to it directly (its hot path),
-        then calls :meth:`fold_queues` when it holds :data:`QUEUE_MAX`."""
+        self.request_queue: list[QuoteRequest] = []
+        self.request_times: list[int] = []
+        self.request_latencies: list[float] = []
+        self.request_skips: list[str | None] = []
+        """What :meth:`on_request` queues, as columns: each request, its time (µs), its
+        latency and its skip (None: quoted); the replay appends to them directly (its hot
+        path), then calls :meth:`fold_queues` when they hold :data:`QUEUE_MAX`. Columns, not a
+        tuple per request (issue 29): nothing per request for the cyclic collector to count
+        or walk while the queue fills."""
         self.outcome_edges: list[float] = []
         self.outcome_sizes: list[float] = []
         self.outcome_wins: list[int] = []
@@ -144,13 +151,16 @@ class Measurements:
         self.fold()
 
     def on_request(
-        self, asset_in: str, asset_out: str, t_us: int, latency_ms: float, skip: str | None
+        self, request: QuoteRequest, t_us: int, latency_ms: float, skip: str | None
     ) -> None:
         """A request the desk answered at ``ts + latency_ms``: quoted (``skip`` None) or skipped
         with that reason (the desk counts totals; this keeps pairs, latency and time).
         Queued, and counted a batch at a time (:meth:`fold`)."""
         queue = self.request_queue
-        queue.append((asset_in, asset_out, t_us, latency_ms, skip))
+        queue.append(request)
+        self.request_times.append(t_us)
+        self.request_latencies.append(latency_ms)
+        self.request_skips.append(skip)
         if len(queue) >= QUEUE_MAX:
             self.fold_queues()
 
@@ -187,11 +197,10 @@ class Measurements:
         queue = self.request_queue
         if queue:
             # Column by column: the counts in C (Counter.update counts in order of first
-            # appearance, as the loop did), the latency total summed in order. No column of
-            # tracked objects is held (each key tuple is freed once counted): a transpose
-            # (zip(*queue)) held 4,096 iterators and paced the cyclic collector.
-            self._requests.update(map(_PAIR_SKIP, queue))  # the pairs' at fold()
-            latencies = list(map(_LATENCY, queue))
+            # appearance, as the loop did), the latency total summed in order.
+            skips, latencies = self.request_skips, self.request_latencies
+            # the pairs' at fold(): (asset in, asset out, skip), zip's one tuple reused
+            self._requests.update(zip(map(_IN, queue), map(_OUT, queue), skips, strict=True))
             latency, timeline = self.latency, self.outcomes
             total = latency.total
             for ms in latencies:  # LatencyHistogram.add, by column
@@ -204,8 +213,11 @@ class Measurements:
             else:
                 latency.bins.update([int(ms) if ms < cap else cap for ms in latencies])
             latency.n += len(queue)
-            count_timeline(timeline, queue)
+            count_timeline(timeline, self.request_times, skips)
             queue.clear()
+            self.request_times.clear()
+            latencies.clear()
+            skips.clear()
         edges = self.outcome_edges
         if edges:
             count_outcomes(

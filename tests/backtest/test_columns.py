@@ -60,7 +60,7 @@ def test_the_timeline_counts_as_one_by_one(seed: int, sorted_times: bool) -> Non
     ours, theirs = Timeline(max_buckets=8), Timeline(max_buckets=8)  # merges happen
     for _ in range(5):
         queue = requests(rng, rng.randrange(1, 600), sorted_times=sorted_times)
-        count_timeline(ours, queue)
+        count_timeline(ours, [t_us for _, _, t_us, _, _ in queue], [q[4] for q in queue])
         reference_timeline(theirs, queue)
         assert (ours.origin, ours.width_s) == (theirs.origin, theirs.width_s)
         assert list(ours.buckets) == list(theirs.buckets)

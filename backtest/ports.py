@@ -158,6 +158,7 @@ class SimulatedRelay:
             observe,
             self.coverage.routes,
             measures.lost,
+            measures.lost.get,
             measures.outcome_edges.append,
             measures.outcome_sizes.append,
             measures.outcome_edges,
@@ -212,7 +213,9 @@ class SimulatedRelay:
             return
         best_of, horizon = self.competitors.entries()
         informed_of, informed_horizon = self.informed.entries()
-        decide, observe, routes, lost_counts, add_edge, add_size, edges, fold = self._deciding
+        decide, observe, routes, lost_counts, lost_count, add_edge, add_size, edges, fold = (
+            self._deciding
+        )
         popleft = resolves.popleft
         while resolves and resolves[0][0] <= until_us:
             at_us, quote, signed, edge, paid, t_us, latency = popleft()
@@ -237,7 +240,7 @@ class SimulatedRelay:
                 self.won(pending, at_us)
             else:
                 # Nothing to tell the desk: nobody names the quote; LOST after its deadline.
-                lost_counts[lost] += 1
+                lost_counts[lost] = lost_count(lost, 0) + 1
                 add_edge(edge)
                 add_size(paid)
                 if len(edges) >= QUEUE_MAX:
@@ -246,7 +249,7 @@ class SimulatedRelay:
     def _lose(self, pending: Pending, reason: str) -> None:
         # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.
         m = self.measures
-        m.lost[reason] += 1
+        m.lost[reason] = m.lost.get(reason, 0) + 1
         m.on_resolved(pending.edge_bps, pending.notional_usd, False)
 
     def settle(self, pending: Pending, at_us: int) -> None:

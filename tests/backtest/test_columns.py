@@ -12,6 +12,8 @@ import pytest
 
 from backtest.measure.columns import count_outcomes, count_timeline
 from backtest.measure.detail import Timeline
+from backtest.measure.measurements import QUEUE_MAX, Measurements
+from solver.protocol.quote_request import QuoteRequest
 
 CLAMP, PER_DECADE = 500, 5
 A, B = "nep141:a", "nep141:b"
@@ -98,3 +100,35 @@ def test_outcomes_count_as_one_by_one(seed: int, odd: bool) -> None:
     assert Counter(type(v) for bins in ours for pair in bins.values() for v in pair) == Counter(
         {int: sum(2 * len(bins) for bins in ours)}
     )
+
+
+def test_the_measurements_queues_count_as_one_by_one() -> None:
+    """What the replay queues as columns (requests; outcomes and the positions of the won
+    ones) is counted as one by one, across folds: a win is counted on its own outcome."""
+    rng = random.Random(7)
+    m = Measurements({A: 6, B: 18}, [A, B])
+    queued = requests(rng, 2 * QUEUE_MAX + 123, sorted_times=True)
+    resolved = outcomes(rng, 2 * QUEUE_MAX + 77, odd=False)
+    for i, (asset_in, asset_out, t_us, latency, skip) in enumerate(queued):
+        m.on_request(QuoteRequest(f"q{i}", asset_in, asset_out, True, 1, 0), t_us, latency, skip)
+    for edge, size, won in resolved:
+        m.on_resolved(edge, size, won)
+    m.fold()
+    timeline = Timeline()
+    reference_timeline(timeline, queued)
+    assert list(m.outcomes.buckets) == list(timeline.buckets)
+    for index, counts in timeline.buckets.items():
+        assert list(m.outcomes.buckets[index].items()) == list(counts.items())
+    edge_bins: Bins = {}
+    size_bins: Bins = {}
+    reference_outcomes(edge_bins, size_bins, resolved)
+    assert list(m.edge_bins.items()) == list(edge_bins.items())
+    assert list(m.size_bins.items()) == list(size_bins.items())
+    skips = Counter(skip for *_, skip in queued if skip is not None)
+    everything = m.pairs.all
+    assert (everything.requests, everything.quoted) == (
+        len(queued),
+        len(queued) - sum(skips.values()),
+    )
+    assert everything.skips == skips
+    assert m.latency.n == len(queued)

@@ -58,6 +58,9 @@ LOST_RACE = "competitor_faster"
 """An answer equal to the competitor's, which answered first (``fill.race``)."""
 
 _BLOCK = 4096
+_WHOLE_MAX = float(2**52)
+"""Latencies (ms) below this are turned into µs by column: their whole part is exact in a
+float and in an int64, and so is ``whole * 1000``."""
 
 
 class _Uniforms:
@@ -332,5 +335,14 @@ class LatencyModel:
         median, sigma, exp = self.spec.median_ms, self.spec.sigma, math.exp
         while True:
             ms = [median * exp(sigma * z) for z in self._rng.standard_normal(_BLOCK).tolist()]
-            # ms_to_us, with the whole milliseconds taken once
-            yield zip(ms, [(w := int(x)) * 1000 + round((x - w) * 1000) for x in ms], strict=True)
+            column = np.array(ms)
+            if column.max() < _WHOLE_MAX:  # not for a NaN: then one at a time
+                # ms_to_us by column, the same operations: int() truncates as astype does, the
+                # fraction is the same float subtraction and product, round() and rint both
+                # round half to even (issue 29: a fifth of the Python loop's time)
+                whole = column.astype(np.int64)
+                fraction = np.rint((column - whole) * 1000.0).astype(np.int64)
+                us: list[int] = (whole * 1000 + fraction).tolist()
+            else:
+                us = [(w := int(x)) * 1000 + round((x - w) * 1000) for x in ms]
+            yield zip(ms, us, strict=True)

@@ -123,7 +123,8 @@ class Measurements:
         latency and its skip (None: quoted); the replay appends to them directly (its hot
         path), then calls :meth:`fold_queues` when they hold :data:`QUEUE_MAX`. Columns, not a
         tuple per request (issue 29): nothing per request for the cyclic collector to count
-        or walk while the queue fills."""
+        or walk while the queue fills. Every queue's list is cleared in place, never replaced:
+        the replay and the relay hold their ``append``."""
         self.outcome_edges: list[float] = []
         self.outcome_sizes: list[float] = []
         self.outcome_wins: list[int] = []

@@ -37,6 +37,12 @@ PENDING, BROADCAST, SETTLED, NOT_FOUND = (
 )
 
 
+_STATES = {state.value: state for state in QuoteState}
+"""A fact's state text to its state, and back (issue 29: a dict read, not the enum's call and
+its ``value`` property, at every move)."""
+_TEXTS = {state: state.value for state in QuoteState}
+
+
 class Settlement:
     """The desk's part for claims and settlement: decides on statuses, polls and nonce checks;
     applies the moves and the claim facts."""
@@ -209,15 +215,16 @@ class Settlement:
         if quote is None:
             self.desk.gaps.apply_late_fill(fact)  # a fill found after the quote was closed
             return
-        new = QuoteState(fact.new)
+        new = _STATES.get(fact.new) or QuoteState(fact.new)
         self.book.move(
             fact.quote_id, new, fact.at, reason=fact.reason, intent_hash=fact.intent_hash,
             tx_hash=fact.tx_hash,
         )  # fmt: skip
-        self.stats.outcomes[new.value] += 1
+        text = _TEXTS[new]
+        self.stats.outcomes[text] += 1
         pair = self.pair_book.of(quote.asset_in, quote.asset_out)
         if pair is not None:
-            pair.outcomes[new.value] += 1
+            pair.outcomes[text] += 1
             if new is QuoteState.WON:
                 pair.won += 1
             elif new is QuoteState.SETTLED:

@@ -35,6 +35,13 @@ def _decimal_value(amount: int, decimals: int, price_usd: float) -> Decimal:
     return Decimal(amount).scaleb(-decimals) * Decimal(repr(price_usd))
 
 
+_EXACT = 10**28
+"""Amounts below this many smallest units have at most 28 digits (the decimal context's
+precision): ``Decimal(amount).scaleb(-decimals)`` is exact for them, so ``Decimal(amount)``
+times the price already scaled rounds the same exact product once, as :func:`_decimal_value`
+does."""
+
+
 @dataclass(frozen=True, slots=True)
 class FillValue:
     """What a settled quote moved, for markouts: value in − value out at given prices."""
@@ -61,6 +68,10 @@ class PnlBook:
         self.fills = 0
         self.realized_usd = 0.0
         self._day_number, self._day_text = -1, ""
+        # Per asset, the last price seen and it as a decimal scaled by the asset's decimals
+        # (issue 29): the fill and every markout due at a tick value at the same prices, and
+        # the price's repr and decimal are most of a value's cost.
+        self._unit: dict[str, tuple[float, Decimal]] = {}
         self.markout_sum = dict.fromkeys(horizons_s, 0.0)
         self.markout_n = dict.fromkeys(horizons_s, 0)
         self.start_equity: float | None = None
@@ -73,9 +84,19 @@ class PnlBook:
         """Value in − value out, computed exactly in decimal from the int amounts and the
         prices' shortest reprs, then rounded once to a float (``0.075``, not ``0.07500...6``):
         per fill, off the quote path."""
-        exact = _decimal_value(fill.amount_in, self.decimals[fill.asset_in], price_in)
-        exact -= _decimal_value(fill.outflow, self.decimals[fill.asset_out], price_out)
+        exact = self._worth(fill.asset_in, fill.amount_in, price_in)
+        exact -= self._worth(fill.asset_out, fill.outflow, price_out)
         return float(exact)
+
+    def _worth(self, asset: str, amount: int, price: float) -> Decimal:
+        """:func:`_decimal_value` of ``amount`` of ``asset`` at ``price``, the same decimal
+        value, with the scaled price kept while the price stays the same object."""
+        if not -_EXACT < amount < _EXACT:
+            return _decimal_value(amount, self.decimals[asset], price)
+        unit = self._unit.get(asset)
+        if unit is None or unit[0] is not price:
+            unit = self._unit[asset] = (price, Decimal(repr(price)).scaleb(-self.decimals[asset]))
+        return Decimal(amount) * unit[1]
 
     def record_fill(self, fill: FillValue, at: Micros, realized_usd: float) -> None:
         self.fills += 1

@@ -69,7 +69,10 @@ class Reconciliation:
         # Own settlements heard of (at the Micros) that no snapshot is known to include yet,
         # as the reverse of the move (what the snapshot may still lack or hold).
         self.unconfirmed: dict[str, tuple[Reservation, Micros]] = {}
-        self.report: dict[str, Any] | None = None
+        self._report: dict[str, Any] | None = None
+        # The last snapshot's report, not built yet: (observed, found, unresolved, held).
+        self._report_parts: tuple[Micros, dict[str, int], dict[str, int], dict[str, int]] | None
+        self._report_parts = None
         # A gap held while its explanation is looked for: since when (the snapshot's time).
         self.held: dict[str, int] = {}
         self.held_at: Micros | None = None
@@ -195,15 +198,36 @@ class Reconciliation:
                 if gap and abs(gap) > self.limits.max_mismatch.get(asset, 0):
                     self.unresolved[asset] = self.unresolved.get(asset, 0) + gap
         self.found = found
-        gaps = {a: g for a, g in found.items() if g} | self.unresolved
-        self.report = {
-            "at": from_micros(observed).isoformat(timespec="milliseconds"),
-            "ok": not self.unresolved,
-            "mismatches": {a: str(g) for a, g in gaps.items()},
-        }
-        if self.held:
-            self.report["held"] = {a: str(g) for a, g in self.held.items()}
+        # The report is built when read (issue 29: a datetime and texts for people, once per
+        # read rather than once per snapshot); ``unresolved`` changes in place, so it is
+        # copied (it is empty but after an unexplained gap); ``found`` and ``held`` are
+        # replaced, never changed.
+        unresolved = dict(self.unresolved) if self.unresolved else {}
+        self._report_parts = (observed, found, unresolved, self.held)
         return found
+
+    @property
+    def report(self) -> dict[str, Any] | None:
+        """The last snapshot's reconciliation for people (the status page, the snapshot):
+        when it was observed, whether it is ok, the gaps per asset as exact texts, and the
+        gaps held (only while some are)."""
+        parts = self._report_parts
+        if parts is not None:
+            observed, found, unresolved, held = parts
+            gaps = {a: g for a, g in found.items() if g} | unresolved
+            report: dict[str, Any] = {
+                "at": from_micros(observed).isoformat(timespec="milliseconds"),
+                "ok": not unresolved,
+                "mismatches": {a: str(g) for a, g in gaps.items()},
+            }
+            if held:
+                report["held"] = {a: str(g) for a, g in held.items()}
+            self._report, self._report_parts = report, None
+        return self._report
+
+    @report.setter
+    def report(self, value: dict[str, Any] | None) -> None:
+        self._report, self._report_parts = value, None
 
     def expected_now(self) -> dict[str, int]:
         """Expected balances as of the last snapshot: without the settlements it may lack."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from solver.core.clock import MINUTE, Micros, from_micros
 from solver.core.inventory import Reservation
-from solver.core.risk import Reconciler, RiskLimits, mismatches_from_totals, open_flow_totals
+from solver.core.risk import Reconciler, RiskLimits, flow_totals, mismatches_from_totals
 
 Totals = tuple[Mapping[str, int], Mapping[str, int]]
 
@@ -159,11 +159,8 @@ class Reconciliation:
             expected = dict(expected)
             for asset, delta in adjust.items():
                 expected[asset] = expected.get(asset, 0) + delta
-        outflow, inflow = open_flow_totals([*self.tolerated(observed), *own_open])
-        for asset, amount in totals[0].items():
-            outflow[asset] = outflow.get(asset, 0) + amount
-        for asset, amount in totals[1].items():
-            inflow[asset] = inflow.get(asset, 0) + amount
+        listed = [*self.tolerated(observed), *own_open] if self.unconfirmed else own_open
+        outflow, inflow = flow_totals(listed, totals)
         found = mismatches_from_totals(expected, balances, outflow, inflow)
         tolerance = self.limits.max_mismatch
         return {a: g for a, g in found.items() if g and abs(g) > tolerance.get(a, 0)}
@@ -180,11 +177,15 @@ class Reconciliation:
         """Take in a snapshot; its gaps per asset (``totals``: what open quotes may move).
         ``held``: a gap it shows is not absorbed yet (its explanation is being looked for)."""
         self.snapshot_at, self.last, self.own_settling = observed, dict(balances), own_settling
-        for key, (_, heard_at) in list(self.unconfirmed.items()):
+        unconfirmed = self.unconfirmed
+        for key, (_, heard_at) in list(unconfirmed.items()) if unconfirmed else ():
             if heard_at <= observed:
-                del self.unconfirmed[key]  # this snapshot, and every later one, has it
-        tolerated = [reverse for reverse, _ in self.unconfirmed.values()]
-        tolerated += own_open
+                del unconfirmed[key]  # this snapshot, and every later one, has it
+        tolerated = (
+            [*(reverse for reverse, _ in unconfirmed.values()), *own_open]
+            if unconfirmed
+            else own_open
+        )
         found = self.reconciler.on_snapshot(balances, tolerated, totals=totals, absorb=not held)
         if held:
             # Nothing is confirmed yet: the gaps people see (status, the gauge) stay the

@@ -16,7 +16,7 @@ equity when PnL marking began, moved by accepted deposits and withdrawals); the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from solver.core.inventory import Reservation
@@ -29,6 +29,22 @@ def open_flow_totals(open_quotes: Iterable[Reservation]) -> tuple[dict[str, int]
     for quote in open_quotes:
         outflow[quote.asset_out] = outflow.get(quote.asset_out, 0) + quote.amount_out
         inflow[quote.asset_in] = inflow.get(quote.asset_in, 0) + quote.amount_in
+    return outflow, inflow
+
+
+def flow_totals(
+    open_quotes: Sequence[Reservation], totals: tuple[Mapping[str, int], Mapping[str, int]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """:func:`open_flow_totals` of ``open_quotes`` plus ``totals`` (outflow, inflow per asset,
+    kept incrementally by the quote book). Most snapshots have no open quote outside the book
+    to add: then the totals are copied, not walked (issue 29: once per snapshot, twice)."""
+    if not open_quotes:
+        return dict(totals[0]), dict(totals[1])
+    outflow, inflow = open_flow_totals(open_quotes)
+    for asset, amount in totals[0].items():
+        outflow[asset] = outflow.get(asset, 0) + amount
+    for asset, amount in totals[1].items():
+        inflow[asset] = inflow.get(asset, 0) + amount
     return outflow, inflow
 
 
@@ -156,12 +172,11 @@ class Reconciler:
             self.expected = dict(actual)
             self.last = {asset: 0 for asset in actual}
             return dict(self.last)
-        outflow, inflow = open_flow_totals(open_quotes)
-        if totals is not None:
-            for asset, amount in totals[0].items():
-                outflow[asset] = outflow.get(asset, 0) + amount
-            for asset, amount in totals[1].items():
-                inflow[asset] = inflow.get(asset, 0) + amount
+        if totals is None:
+            outflow, inflow = open_flow_totals(open_quotes)
+        else:
+            listed = open_quotes if isinstance(open_quotes, Sequence) else list(open_quotes)
+            outflow, inflow = flow_totals(listed, totals)
         found = mismatches_from_totals(self.expected, actual, outflow, inflow)
         for asset, gap in found.items():
             if gap and absorb:

@@ -198,3 +198,45 @@ def test_a_percent_breach_says_which_limit() -> None:
     limits = RiskLimits(100.0, 1e9, {}, max_daily_loss_pct=2.0)
     (breach,) = check_pnl(limits, 25.0, 0.0, 1_000.0)
     assert breach.detail == "daily loss 25.00 USD > 20.00 (2 % of starting equity 1000.00 USD)"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    amounts=st.lists(st.integers(0, 10**32), min_size=2, max_size=2),
+    prices=st.lists(st.floats(1e-9, 1e9), min_size=4, max_size=4),
+)
+def test_a_value_is_the_exact_decimal_one_whatever_price_came_before(
+    amounts: list[int], prices: list[float]
+) -> None:
+    """The scaled prices kept between values (issue 29) give the value the plain decimal
+    product gives, when a price changes, and for amounts too long for the fast path."""
+    from solver.core.pnl import _decimal_value
+
+    book = PnlBook({USDC: 6, NEAR: 24})
+    fill = FillValue("q", NEAR, amounts[0], USDC, amounts[1])
+    for p_in, p_out in ((prices[0], prices[1]), (prices[2], prices[3]), (prices[0], prices[3])):
+        exact = _decimal_value(fill.amount_in, 24, p_in) - _decimal_value(fill.outflow, 6, p_out)
+        assert book.value(fill, p_in, p_out) == float(exact)
+        # The same price as another float object: kept or not, the same value.
+        assert book.value(fill, float(repr(p_in)), p_out) == float(exact)
+
+
+def test_the_reconciliation_report_is_the_snapshot_s_whenever_it_is_read() -> None:
+    """The report is built when read (issue 29): what a later fill or accept changes in the
+    gaps must not change the report of a snapshot taken before."""
+    from solver.core.reconciliation import Reconciliation
+
+    bal = Reconciliation(RiskLimits(1e9, 1e9, {USDC: 0}))
+    bal.reconcile({USDC: 1000, NEAR: 50}, T0, [], False, ({}, {}))
+    bal.reconcile({USDC: 900, NEAR: 50}, T0 + MINUTE, [], False, ({}, {}))  # 100 USDC gone
+    first = {"at": "2026-11-22T12:01:00.000+00:00", "ok": False, "mismatches": {USDC: "-100"}}
+    bal.late_fill("q", {USDC: -40, NEAR: 2}, T0 + 2 * MINUTE, T0)  # explains 40 of it
+    assert bal.unresolved == {USDC: -60}
+    assert bal.report == first and bal.report is bal.report
+    bal.reconcile({USDC: 890, NEAR: 52}, T0 + 3 * MINUTE, [], False, ({}, {}), held=True)
+    held = {"at": "2026-11-22T12:03:00.000+00:00", "ok": False, "mismatches": {USDC: "-60"}}
+    assert bal.report == {**held, "held": {USDC: "-10"}}
+    bal.accept({USDC: 890, NEAR: 52}, T0 + 4 * MINUTE)
+    assert bal.report == {**held, "ok": True, "mismatches": {}, "held": {USDC: "-10"}}
+    bal.report = first  # restored from a snapshot
+    assert bal.report == first

@@ -223,7 +223,9 @@ class Reconciliation:
             }
             if held:
                 report["held"] = {a: str(g) for a, g in held.items()}
-            self._report, self._report_parts = report, None
+            if self._report_parts is parts:  # not replaced meanwhile by a later snapshot
+                self._report, self._report_parts = report, None
+            return report
         return self._report
 
     @report.setter

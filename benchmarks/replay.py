@@ -20,7 +20,8 @@ peak memory (``resource.getrusage``: max RSS) is its own:
 - **repeats**: every run :data:`REPEATS` times, the runs interleaved (all once, then all
   again), each figure the median run's (by requests per CPU second) with the others listed;
 - **profile**: cProfile over the 100k stream (``spread``, signing off, in-process): where the
-  time goes by stage, and the top functions.
+  time goes by stage, and the top functions; beside it, the floor (:mod:`benchmarks.replay_floor`:
+  the same stream through one flat loop doing only the work every request needs).
 
 Target (issue 29): >= 50,000 requests per CPU second with signing off on the 100k stream,
 ``spread``, all CPU counted, through the live desk and executor; memory flat in stream length.
@@ -50,6 +51,7 @@ from benchmarks.common import (
     write_json,
 )
 from benchmarks.quote_path_systems import export_tree, tree_env
+from benchmarks.replay_floor import floor_us
 from benchmarks.replay_report import markdown, plot
 
 NAME = "replay"
@@ -198,6 +200,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         out["read_only_cpu_s"] = _read_only(spec["stream"])
         out["decide_const_us"] = _decide_const_us(spec["strategy"], spec["stream"])
         out["taker_limit_us"] = _taker_limit_us()
+        out["floor"] = floor_us(spec["stream"], PAIRS)
     return out
 
 

@@ -128,6 +128,7 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
                 if "taker_limit_us" in prof
                 else "."
             ),
+            *_floor_lines(r, prof),
             "",
             md_table(
                 ["stage", "share", "µs/request (profiled)"],
@@ -163,6 +164,34 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
         ]
     lines += ["", CORE_NOTES]
     return "\n".join(lines) + "\n"
+
+
+def _floor_lines(r: dict[str, Any], prof: dict[str, Any]) -> list[str]:
+    """The floor beside the replay (:mod:`benchmarks.replay_floor`), on the profiled stream."""
+    floor = prof.get("floor")
+    if not floor:
+        return []
+    n = prof["profile"]["requests"]
+    same = [
+        x for x in r["runs"] if x["strategy"] == "spread" and not x["sign"] and x["n"] == n
+        and x["reader"] == "inproc"
+    ]  # fmt: skip
+    replay_us = 1e6 / same[0]["requests_per_cpu_s"] if same else None
+    tail = (
+        f" against the replay's {replay_us:.1f} µs (its median run on this stream): the "
+        f"replay's shape — facts, actions, ports, book, relay and measurements — costs "
+        f"{replay_us / floor['us_per_request']:.1f}× the work itself."
+        if replay_us
+        else "."
+    )
+    return [
+        "",
+        f"**The floor** (`benchmarks/replay_floor.py`: the same stream through one flat loop "
+        f"that does only what every request needs — parse, check, decide with the spread "
+        f"strategy's arithmetic, reserve, a competitor fill, expiry; no desk, no ports): "
+        f"{floor['us_per_request']} µs a request ({floor['quoted']:,} quoted, "
+        f"{floor['won']:,} won; median of 3){tail} 50,000 requests per CPU second is 20 µs.",
+    ]
 
 
 CORE_NOTES = """## What a request costs, and what is left (issue 29)

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from solver.core.desk_gaps import LostRow, lost_row
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL, Pause
 from solver.core.rebalance_record import record_doc, record_from_doc
+from solver.core.recent_lost import LostRow, lost_row
 from solver.core.reconciliation import Doubt
 
 if TYPE_CHECKING:

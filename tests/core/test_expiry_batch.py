@@ -15,9 +15,9 @@ import pytest
 
 from solver.core.clock import Micros, micros, span
 from solver.core.deadlines import DeadlineBuckets
-from solver.core.desk_gaps import LostRow, RecentLost, lost_row
 from solver.core.inventory import Inventory, Reservation
 from solver.core.lifecycle import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
+from solver.core.recent_lost import LostRow, RecentLost, lost_row
 
 T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
 ASSETS = ("nep141:a.near", "nep141:b.near", "nep141:c.near")

@@ -24,10 +24,10 @@ from solver.core.actions import (
 )
 from solver.core.clock import SECOND
 from solver.core.desk import Desk
-from solver.core.desk_gaps import quote_of
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.pauses import GLOBAL
+from solver.core.recent_lost import quote_of
 from solver.core.risk import RiskLimits
 from tests.core.desk_helpers import (
     BALANCES,
@@ -345,7 +345,7 @@ def test_the_recently_lost_quotes_cost_the_cyclic_collector_nothing() -> None:
 def test_recent_lost_keeps_a_window_and_a_cap_dropping_the_oldest_first() -> None:
     """The quotes a gap may come from: those lost in the window, at most ``max_kept``, the
     oldest dropped first (and findable by hash only while kept)."""
-    from solver.core.desk_gaps import RecentLost
+    from solver.core.recent_lost import RecentLost
 
     desk = desk_with()
     quotes = [open_quote(desk, f"q{i}", at(0)) for i in range(6)]

@@ -151,8 +151,8 @@ def markdown(r: dict[str, Any], *, seed: int, rate: float) -> str:
             "",
             f"The same {base['setup']['n']:,}-request stream ({base['setup']['strategy']}, signing "
             "off, read in-process) replayed by that revision's tree and by this one, alternated, "
-            f"three pairs: median ratio **{base['median_ratio']}** of requests per CPU second "
-            f"({'not slower' if base['not_slower'] else 'slower'}).",
+            f"{len(base['pairs'])} pairs: median ratio **{base['median_ratio']}** of requests per "
+            f"CPU second ({'not slower' if base['not_slower'] else 'slower'}).",
             "",
             md_table(
                 ["pair", "here, requests/CPU s", "baseline, requests/CPU s", "ratio"],

@@ -93,18 +93,25 @@ class CompetitionModel:
         if not _isfinite(edge_bps):
             return
         self.observed += 1
-        # size_bucket and day_quarter, inline (once per answer judged)
+        finest, by_size, by_pair, pooled = self._buckets_of(asset_in, asset_out, notional_usd, t_us)
+        finest.append(edge_bps)
+        by_size.append(edge_bps)
+        by_pair.append(edge_bps)
+        pooled.append(edge_bps)
+
+    def _buckets_of(
+        self, asset_in: str, asset_out: str, notional_usd: float, t_us: int
+    ) -> tuple[deque[float], ...]:
+        """The four buckets of an answer's route, finest first: its size bucket and day quarter
+        (``size_bucket``, ``day_quarter``) computed inline, the route's buckets looked up once
+        (:meth:`_route` makes them)."""
         if notional_usd > 0:
             decade = _floor(_log10(notional_usd))
             decade = -3 if decade < -3 else 9 if decade > 9 else decade
         else:
             decade = -3
         route = (asset_in, asset_out, decade, (t_us // 21_600_000_000) % 4)
-        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
-        finest.append(edge_bps)
-        by_size.append(edge_bps)
-        by_pair.append(edge_bps)
-        pooled.append(edge_bps)
+        return self._by_route.get(route) or self._route(route)
 
     def _route(self, route: tuple[str, str, int, int]) -> tuple[deque[float], ...]:
         asset_in, asset_out, size, quarter = route
@@ -126,16 +133,10 @@ class CompetitionModel:
         hasher.update(quote_id.encode())
         u = (_from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
         # The route's four buckets, as observe finds them (made empty if none yet: an empty
-        # bucket is passed over as a missing one was). size_bucket and day_quarter inline, and
-        # the finest bucket holding enough taken without a loop (issue 29: a draw per
-        # unobserved answer): the same bucket, the same quantile.
-        if notional_usd > 0:
-            decade = _floor(_log10(notional_usd))
-            decade = -3 if decade < -3 else 9 if decade > 9 else decade
-        else:
-            decade = -3
-        route = (asset_in, asset_out, decade, (t_us // 21_600_000_000) % 4)
-        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
+        # bucket is passed over as a missing one was), and the finest bucket holding enough
+        # taken without a loop (issue 29: a draw per unobserved answer): the same bucket, the
+        # same quantile.
+        finest, by_size, by_pair, pooled = self._buckets_of(asset_in, asset_out, notional_usd, t_us)
         minimum = self._minimum
         n = len(finest)
         if n >= minimum:

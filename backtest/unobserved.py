@@ -41,7 +41,7 @@ from solver.errors import ConfigError
 
 _TWO_64 = float(2**64)
 _NORMAL = NormalDist()
-_from_bytes, _floor, _log10, _isfinite = int.from_bytes, math.floor, math.log10, math.isfinite
+_from_bytes, _isfinite = int.from_bytes, math.isfinite
 _POOLED_MIN = 1
 """Observations the all-pairs bucket needs: one observed competitor is a better guess than none."""
 
@@ -102,15 +102,10 @@ class CompetitionModel:
     def _buckets_of(
         self, asset_in: str, asset_out: str, notional_usd: float, t_us: int
     ) -> tuple[deque[float], ...]:
-        """The four buckets of an answer's route, finest first: its size bucket and day quarter
-        (``size_bucket``, ``day_quarter``) computed inline, the route's buckets looked up once
-        (:meth:`_route` makes them)."""
-        if notional_usd > 0:
-            decade = _floor(_log10(notional_usd))
-            decade = -3 if decade < -3 else 9 if decade > 9 else decade
-        else:
-            decade = -3
-        route = (asset_in, asset_out, decade, (t_us // 21_600_000_000) % 4)
+        """The four buckets of an answer's route, finest first, by its :func:`size_bucket` and
+        :func:`day_quarter` (looked up once per route; :meth:`_route` makes them): the one place
+        that :meth:`observe` and :meth:`draw` find them."""
+        route = (asset_in, asset_out, size_bucket(notional_usd), day_quarter(t_us))
         return self._by_route.get(route) or self._route(route)
 
     def _route(self, route: tuple[str, str, int, int]) -> tuple[deque[float], ...]:
@@ -133,23 +128,15 @@ class CompetitionModel:
         hasher.update(quote_id.encode())
         u = (_from_bytes(hasher.digest(), "little") + 0.5) / _TWO_64  # strictly inside (0, 1)
         # The route's four buckets, as observe finds them (made empty if none yet: an empty
-        # bucket is passed over as a missing one was), and the finest bucket holding enough
-        # taken without a loop (issue 29: a draw per unobserved answer): the same bucket, the
-        # same quantile.
+        # bucket is passed over as a missing one was); the finest holding enough gives the
+        # quantile.
         finest, by_size, by_pair, pooled = self._buckets_of(asset_in, asset_out, notional_usd, t_us)
         minimum = self._minimum
-        n = len(finest)
-        if n >= minimum:
-            return finest[int(u * n)]
-        n = len(by_size)
-        if n >= minimum:
-            return by_size[int(u * n)]
-        n = len(by_pair)
-        if n >= minimum:
-            return by_pair[int(u * n)]
-        n = len(pooled)
-        if n >= _POOLED_MIN:
-            return pooled[int(u * n)]
+        for bucket in (finest, by_size, by_pair):
+            if len(bucket) >= minimum:
+                return bucket[int(u * len(bucket))]
+        if len(pooled) >= _POOLED_MIN:
+            return pooled[int(u * len(pooled))]
         prior = self.spec.prior
         if prior is None:
             return None

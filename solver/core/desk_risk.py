@@ -107,13 +107,8 @@ class RiskDesk:
         once a snapshot reconciles (docs/operations.md states the rule)."""
         if self.balances.snapshot_at is not None and event.observed < self.balances.snapshot_at:
             return []  # older than the last one taken in: tells nothing new
-        own = (
-            tuple(
-                (r.quote_id, r.asset_out, r.amount_out, r.asset_in, r.amount_in)
-                for r in event.own_open
-            )
-            if event.own_open
-            else ()  # the usual case (issue 29: no generator for nothing, every snapshot)
+        own = tuple(
+            (r.quote_id, r.asset_out, r.amount_out, r.asset_in, r.amount_in) for r in event.own_open
         )
         actions: list[Action] = []
         totals = (self.book.open_outflow, self.book.open_inflow)
@@ -314,11 +309,7 @@ class RiskDesk:
         return []
 
     def _apply_balances(self, fact: f.BalancesReconciled) -> None:
-        own = (
-            [Reservation(k, o, a, i, b, fact.observed) for k, o, a, i, b in fact.own_open]
-            if fact.own_open
-            else []
-        )
+        own = [Reservation(k, o, a, i, b, fact.observed) for k, o, a, i, b in fact.own_open]
         book = self.book
         totals = (book.open_outflow, book.open_inflow)
         self.balances.reconcile(

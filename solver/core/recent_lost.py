@@ -75,13 +75,11 @@ class RecentLost:
         trim after the last drops (issue 29). A quote id kept already (a reused id) keeps its
         place in the order: the rows added before it are trimmed first, as one at a time.
 
-        The common case, no id of the batch kept already, goes in bulk: the rows built by one
-        comprehension, the dict and the order extended at once, the rows over the cap dropped
+        The common case, no id of the batch kept already, goes in bulk: the rows built
+        (:func:`lost_row`), the dict and the order extended at once, the rows over the cap dropped
         together (:meth:`_drop_over_cap`)."""
         rows = self.rows
-        added = {q.quote_id: (q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in,
-                              q.amount_out, q.fee, q.deadline, q.nonce, q.created_at,
-                              q.updated_at, q.reason, at) for q in quotes}  # fmt: skip
+        added = {q.quote_id: lost_row(q, at) for q in quotes}
         if not added:  # an empty batch trims nothing, as adding none one at a time would not
             return
         if not rows.keys().isdisjoint(added):

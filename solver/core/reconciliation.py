@@ -159,8 +159,7 @@ class Reconciliation:
             expected = dict(expected)
             for asset, delta in adjust.items():
                 expected[asset] = expected.get(asset, 0) + delta
-        listed = [*self.tolerated(observed), *own_open] if self.unconfirmed else own_open
-        outflow, inflow = flow_totals(listed, totals)
+        outflow, inflow = flow_totals([*self.tolerated(observed), *own_open], totals)
         found = mismatches_from_totals(expected, balances, outflow, inflow)
         tolerance = self.limits.max_mismatch
         return {a: g for a, g in found.items() if g and abs(g) > tolerance.get(a, 0)}
@@ -177,15 +176,11 @@ class Reconciliation:
         """Take in a snapshot; its gaps per asset (``totals``: what open quotes may move).
         ``held``: a gap it shows is not absorbed yet (its explanation is being looked for)."""
         self.snapshot_at, self.last, self.own_settling = observed, dict(balances), own_settling
-        unconfirmed = self.unconfirmed
-        for key, (_, heard_at) in list(unconfirmed.items()) if unconfirmed else ():
+        for key, (_, heard_at) in list(self.unconfirmed.items()):
             if heard_at <= observed:
-                del unconfirmed[key]  # this snapshot, and every later one, has it
-        tolerated = (
-            [*(reverse for reverse, _ in unconfirmed.values()), *own_open]
-            if unconfirmed
-            else own_open
-        )
+                del self.unconfirmed[key]  # this snapshot, and every later one, has it
+        tolerated = [reverse for reverse, _ in self.unconfirmed.values()]
+        tolerated += own_open
         found = self.reconciler.on_snapshot(balances, tolerated, totals=totals, absorb=not held)
         if held:
             # Nothing is confirmed yet: the gaps people see (status, the gauge) stay the
@@ -203,8 +198,7 @@ class Reconciliation:
         # read rather than once per snapshot); ``unresolved`` changes in place, so it is
         # copied (it is empty but after an unexplained gap); ``found`` and ``held`` are
         # replaced, never changed.
-        unresolved = dict(self.unresolved) if self.unresolved else {}
-        self._report_parts = (observed, found, unresolved, self.held)
+        self._report_parts = (observed, found, dict(self.unresolved), self.held)
         return found
 
     @property
@@ -223,9 +217,7 @@ class Reconciliation:
             }
             if held:
                 report["held"] = {a: str(g) for a, g in held.items()}
-            if self._report_parts is parts:  # not replaced meanwhile by a later snapshot
-                self._report, self._report_parts = report, None
-            return report
+            self._report, self._report_parts = report, None
         return self._report
 
     @report.setter

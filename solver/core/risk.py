@@ -16,7 +16,7 @@ equity when PnL marking began, moved by accepted deposits and withdrawals); the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 
 from solver.core.inventory import Reservation
@@ -33,12 +33,13 @@ def open_flow_totals(open_quotes: Iterable[Reservation]) -> tuple[dict[str, int]
 
 
 def flow_totals(
-    open_quotes: Sequence[Reservation], totals: tuple[Mapping[str, int], Mapping[str, int]]
+    open_quotes: Iterable[Reservation], totals: tuple[Mapping[str, int], Mapping[str, int]]
 ) -> tuple[dict[str, int], dict[str, int]]:
     """:func:`open_flow_totals` of ``open_quotes`` plus ``totals`` (outflow, inflow per asset,
     kept incrementally by the quote book). Most snapshots have no open quote outside the book
-    to add: then the totals are copied, not walked (issue 29: once per snapshot, twice)."""
-    if not open_quotes:
+    to add (an empty list): then the totals are copied, not walked (issue 29: once per
+    snapshot, twice)."""
+    if isinstance(open_quotes, Sized) and not len(open_quotes):
         return dict(totals[0]), dict(totals[1])
     outflow, inflow = open_flow_totals(open_quotes)
     for asset, amount in totals[0].items():
@@ -175,8 +176,7 @@ class Reconciler:
         if totals is None:
             outflow, inflow = open_flow_totals(open_quotes)
         else:
-            listed = open_quotes if isinstance(open_quotes, Sequence) else list(open_quotes)
-            outflow, inflow = flow_totals(listed, totals)
+            outflow, inflow = flow_totals(open_quotes, totals)
         found = mismatches_from_totals(self.expected, actual, outflow, inflow)
         for asset, gap in found.items():
             if gap and absorb:

@@ -203,7 +203,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         out["read_only_cpu_s"] = _read_only(spec["stream"])
         out["decide_const_us"] = _decide_const_us(spec["strategy"], spec["stream"])
         out["taker_limit_us"] = _taker_limit_us()
-        out["floor"] = floor_us(spec["stream"], PAIRS)
+        out["floor"] = floor_us(spec["stream"], replay.pipeline)
     return out
 
 

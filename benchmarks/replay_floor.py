@@ -24,35 +24,61 @@ import gzip
 import time
 from collections import deque
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
+from solver.core.clock import span
+from solver.core.quoting import QuotePipeline
+
 U128_MAX = 2**128 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-SPREAD_BPS = 25
-DEADLINE_MARGIN_MS = 5_000
-PRICE_MAX_AGE_US = 10_000_000
-GUARD = 1.03
-"""``1 + max_giveaway_bps / 10_000`` at the default 300 bps."""
 
 
-def floor_run(path: str, pairs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """The flat loop over the stream at ``path`` (quoting both directions of ``pairs``); its
-    counts and CPU seconds."""
+class Limits(NamedTuple):
+    """What the floor's decisions read, taken from the replay's own pipeline
+    (:func:`limits_of`), so the two decide by the same numbers."""
+
+    routes: frozenset[tuple[str, str]]
+    spread_bps: int
+    deadline_margin_ms: int
+    price_max_age_us: int
+    guard: float
+    max_exposure_usd: float
+
+
+def limits_of(pipeline: QuotePipeline) -> Limits:
+    """The pipeline's routes (every one ``spread`` with one constant integer spread), its
+    deadline margin, price age, price guard and exposure limit."""
+    routes = pipeline.routes
+    spreads = {route.strategy.config.spread_bps for route in routes.values()}  # type: ignore[attr-defined]
+    guards = {route.max_giveaway_bps for route in routes.values()}
+    if len(spreads) != 1 or len(guards) != 1 or not float(next(iter(spreads))).is_integer():
+        raise ValueError("the floor takes one whole spread and one price guard for every route")
+    settings = pipeline.settings
+    return Limits(
+        frozenset(routes),
+        int(spreads.pop()),
+        settings.deadline_margin_ms,
+        span(settings.price_max_age_s),
+        1 + guards.pop() / 10_000,
+        settings.max_open_exposure_usd,
+    )
+
+
+def floor_run(path: str, limits: Limits) -> dict[str, Any]:
+    """The flat loop over the stream at ``path``; its counts and CPU seconds."""
     started = time.process_time()
     with gzip.open(path, "rb") as file:
         header = orjson.loads(file.readline())
         decimals = {token: int(info["decimals"]) for token, info in header["tokens"].items()}
-        counts = _loop(file, decimals, pairs)
+        counts = _loop(file, decimals, limits)
     counts["cpu_s"] = time.process_time() - started
     return counts
 
 
-def _loop(
-    file: Any, decimals: dict[str, int], pairs: tuple[tuple[str, str], ...]
-) -> dict[str, Any]:
-    routes = {pair for a, b in pairs for pair in ((a, b), (b, a))}
+def _loop(file: Any, decimals: dict[str, int], limits: Limits) -> dict[str, Any]:
+    routes = limits.routes
     canonical = {token: token for token in decimals}
     unit = {token: 10.0**d for token, d in decimals.items()}
     confirmed = {token: 10**40 for token in decimals}
@@ -64,7 +90,7 @@ def _loop(
     deadlines: deque[tuple[int, str]] = deque()
     answers: dict[str, tuple[int, bool]] = {}
     informed: set[str] = set()
-    keep_n, keep_d = 10_000 - SPREAD_BPS, 10_000
+    keep_n, keep_d = 10_000 - limits.spread_bps, 10_000
     requests = quoted = won = lost = 0
     last_text: object = None
     last_us = second_us = next_expiry = 0
@@ -116,7 +142,7 @@ def _loop(
             usd_in, usd_out = prices.get(asset_in), prices.get(asset_out)
             if usd_in is None or usd_out is None:
                 continue
-            if t_us - min(priced_at[asset_in], priced_at[asset_out]) > PRICE_MAX_AGE_US:
+            if t_us - min(priced_at[asset_in], priced_at[asset_out]) > limits.price_max_age_us:
                 continue
             key = (asset_in, asset_out) if exact_in else (asset_out, asset_in)
             rate = rates.get(key)
@@ -136,16 +162,16 @@ def _loop(
                 amount_in, amount_out = -((-amount * num * keep_d) // (den * keep_n)), amount
             value_in = amount_in * usd_in / unit[asset_in]
             value_out = amount_out * usd_out / unit[asset_out]
-            if value_out > value_in * GUARD:
+            if value_out > value_in * limits.guard:
                 continue
             exposure = 0.0
             for asset, held_out in reserved.items():
                 exposure += held_out * prices[asset] / unit[asset]
-            if exposure + value_out > 1e12:
+            if exposure + value_out > limits.max_exposure_usd:
                 continue
             if amount_out > confirmed[asset_out] - reserved[asset_out]:
                 continue
-            deadline = t_us + (deadline_ms + DEADLINE_MARGIN_MS) * 1_000
+            deadline = t_us + (deadline_ms + limits.deadline_margin_ms) * 1_000
             reservations[quote_id] = (asset_out, amount_out, asset_in, amount_in)
             reserved[asset_out] += amount_out
             deadlines.append((deadline, quote_id))
@@ -173,8 +199,10 @@ def _loop(
     return {"requests": requests, "quoted": quoted, "won": won, "lost": lost}
 
 
-def floor_us(path: str, pairs: tuple[tuple[str, str], ...], repeats: int = 3) -> dict[str, Any]:
-    """The floor's µs a request: the median of ``repeats`` runs, with the last run's counts."""
-    runs = [floor_run(path, pairs) for _ in range(repeats)]
+def floor_us(path: str, pipeline: QuotePipeline, repeats: int = 3) -> dict[str, Any]:
+    """The floor's µs a request with ``pipeline``'s limits: the median of ``repeats`` runs,
+    with the last run's counts."""
+    limits = limits_of(pipeline)
+    runs = [floor_run(path, limits) for _ in range(repeats)]
     per_request = sorted(run["cpu_s"] / max(run["requests"], 1) * 1e6 for run in runs)
     return {**runs[-1], "us_per_request": round(per_request[len(per_request) // 2], 2)}

@@ -9,8 +9,8 @@ from pathlib import Path
 from backtest.engine import Replay
 from backtest.settings import validate_settings
 from backtest.stream.read import read_stream
-from benchmarks.replay import PAIRS, SETTINGS, _config, make_stream
-from benchmarks.replay_floor import floor_run, floor_us
+from benchmarks.replay import SETTINGS, _config, make_stream
+from benchmarks.replay_floor import floor_run, floor_us, limits_of
 
 
 def test_the_floor_quotes_what_the_replay_quotes(tmp_path: Path) -> None:
@@ -19,7 +19,7 @@ def test_the_floor_quotes_what_the_replay_quotes(tmp_path: Path) -> None:
     replay = Replay(_config("spread"), validate_settings({**SETTINGS, "sign": False}))
     with read_stream(str(stream)) as reader:
         result = replay.run(reader, reader.header)
-    floor = floor_run(str(stream), PAIRS)
+    floor = floor_run(str(stream), limits_of(replay.pipeline))
     assert floor["requests"] == result.measures.requests == 3_000
     assert result.measures.quoted > 2_900
     assert abs(floor["quoted"] - result.measures.quoted) <= 30  # the replay's own skips
@@ -31,6 +31,7 @@ def test_the_floor_quotes_what_the_replay_quotes(tmp_path: Path) -> None:
 def test_floor_us_is_the_median_per_request(tmp_path: Path) -> None:
     stream = tmp_path / "s.jsonl.gz"
     make_stream(stream, 500)
-    got = floor_us(str(stream), PAIRS, repeats=3)
+    replay = Replay(_config("spread"), validate_settings({**SETTINGS, "sign": False}))
+    got = floor_us(str(stream), replay.pipeline, repeats=3)
     assert got["requests"] == 500
     assert 0 < got["us_per_request"] < 10_000

@@ -3,9 +3,9 @@ quote book, for less (issue 29).
 
 Both take out, at a snapshot or a tick, every entry due before a time, oldest first. A heap of
 every open quote (thousands) cost each quote a push and a pop of ~12 levels of tuple compares.
-Here an entry is appended to its bucket (``deadline >> BUCKET_BITS``, ~1 s), the buckets' keys
-are a small heap, and the entries due are sorted once when taken: tens of them, mostly in order
-already. The entries taken, and their order, are those the heap popped.
+Here an entry is appended to its bucket (``deadline >> BUCKET_BITS``, ~16 ms), the buckets' keys
+are a small heap, and the entries due are sorted once when taken, mostly in order already. The
+entries taken, and their order, are those the heap popped.
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ from collections.abc import Container
 
 from solver.core.clock import Micros
 
-BUCKET_BITS = 20
-"""Buckets of 2**20 µs (~1 s): about one is due a snapshot or a tick in the replay (a tick a
-second), a few live (a balance refresh every few seconds)."""
+BUCKET_BITS = 14
+"""Buckets of 2**14 µs (~16 ms), under the live ticker's 20 ms: a tick takes whole buckets and
+sorts only the part of one that its time cuts, so it costs about what falls due in it. With
+buckets of ~1 s, the bucket cut was sorted and searched whole at every tick, twice (the
+book's :meth:`DeadlineBuckets.drop_head_unless_in`, then :meth:`take_before`): at saturation,
+~13,000 entries fifty times a second, ~10 µs of CPU an answer measured in-process (issue 29;
+``tests/core/test_expiry_batch.py`` counts the comparisons). The replay's ticks (a second
+apart) take ~60 buckets each: a pop of a small heap's key per bucket."""
 
 Entry = tuple[Micros, str]
 

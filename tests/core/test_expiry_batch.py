@@ -393,7 +393,7 @@ def test_a_tick_at_saturation_compares_about_what_falls_due() -> None:
     step = 1_000_000 // 13_000  # µs between answers
     at, filed, taken = T0, 0, 0
     _Counted.made = 0
-    for tick in range(150):  # 3 s: the deadlines of the first 1.5 s fall due in the last ticks
+    for _tick in range(150):  # 3 s: the deadlines of the first 1.5 s fall due in the last ticks
         for _ in range(20_000 // step):
             at += step
             key = f"q{filed}"

@@ -374,7 +374,7 @@ class _Counted(int):
 
     def __eq__(self, other: object) -> bool:
         _Counted.made += 1
-        return int.__eq__(self, other)  # type: ignore[no-any-return]
+        return int.__eq__(self, other)
 
     def __lt__(self, other: int) -> bool:
         _Counted.made += 1

@@ -15,8 +15,9 @@ from solver.protocol.values import value
 
 @value
 class SignAndSend:
-    """Sign ``quote`` under a fresh nonce with ``salt``, report
-    :class:`~solver.core.events.QuoteSigned`, make its record durable, then send the answer."""
+    """Sign ``quote`` under a fresh nonce with ``salt``, hand the signature to
+    :attr:`Desk.signed <solver.core.desk.Desk.signed>`, make the fact it returns durable, then
+    send the answer."""
 
     quote: Quote
     salt: bytes

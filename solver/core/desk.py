@@ -152,6 +152,10 @@ class Desk:
         for part in parts:
             self._handlers.update(part.handlers())
             self._appliers.update(part.appliers())
+        self.signed = self.quotes.signed
+        """The quote path's way back from the signer: ``signed(quote, quote_hash, nonce,
+        signed_data, now)`` applies the answer's ``QuoteOpened`` and returns it for the
+        journal (:meth:`QuoteLifecycle.signed`; the part's method itself, no call between)."""
 
     # ------------------------------------------------------------------ the interface
 

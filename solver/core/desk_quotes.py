@@ -4,11 +4,11 @@
 The quote path: the request (a bus ``quote``, protocol-notes 6: the
 :class:`~solver.core.market.QuoteRequest` itself is the event) →
 :class:`~solver.core.quoting.QuotePipeline` decides and reserves →
-:class:`~solver.core.actions.SignAndSend`; the executor signs and reports
-``QuoteSigned`` (with the quote and its signed answer) → the ``QuoteOpened`` fact, journaled
-before the answer leaves. Then the relay's reply (a refusal rejects the quote), and past the
-deadline the nonce check or, when no status can have been missed, LOST without one: most
-answers end so, a batch of them a fact.
+:class:`~solver.core.actions.SignAndSend`; the executor signs and hands the signature to
+:meth:`QuoteLifecycle.signed` (:attr:`Desk.signed <solver.core.desk.Desk.signed>`), which
+returns the ``QuoteOpened`` fact it applied, journaled before the answer leaves. Then the
+relay's reply (a refusal rejects the quote), and past the deadline the nonce check or, when no
+status can have been missed, LOST without one: most answers end so, a batch of them a fact.
 
 What a user's claim makes of a quote (statuses, polls, the nonce check's answer) and the
 bookkeeping of every move are :class:`~solver.core.desk_settlement.Settlement`'s: this module
@@ -17,12 +17,12 @@ holds the hot request path and the book's expiry, read apart from the rarer sett
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
 from solver.core import facts as f
-from solver.core.actions import Action, CheckNonce, Record, RefreshSalt, ShadowQuote, SignAndSend
+from solver.core.actions import Action, CheckNonce, RefreshSalt, ShadowQuote, SignAndSend
 from solver.core.clock import Micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import QuoteState, TrackedQuote
@@ -65,7 +65,6 @@ class QuoteLifecycle:
     def handlers(self) -> dict[type, Callable[[Any, Micros], list[Action]]]:
         return {
             QuoteRequest: self._quote_requested,  # the request is its own event (executor)
-            ev.QuoteSigned: self._quote_signed,
             ev.QuoteNotSent: self._quote_not_sent,
             ev.RelayReplied: self._relay_replied,
             ev.ConnectionLost: self._connection_lost,
@@ -109,18 +108,27 @@ class QuoteLifecycle:
         assert salt is not None  # decide() skips without a salt
         return [SignAndSend(outcome, salt)]
 
-    def _quote_signed(self, event: ev.QuoteSigned, now: Micros) -> list[Action]:
-        """The answer exists: its one fact, applied here (not through the desk's table of
-        appliers: it is always this one) and handed back as the one action."""
-        quote = event.quote
+    def signed(
+        self,
+        quote: Quote,
+        quote_hash: str,
+        nonce: bytes,
+        signed_data: Mapping[str, Any] | None,
+        now: Micros,
+    ) -> f.QuoteOpened:
+        """The answer exists (the executor signed ``quote``): its one fact, applied here and
+        returned for the journal. No event, ``Record`` action or list carries it: the quote
+        path's one fact goes straight back to the executor, which journals it before the
+        answer leaves and hands it to its observers (issue 29: three objects less an
+        answer)."""
         request = quote.request
         fact = f.QuoteOpened(
-            request.quote_id, event.quote_hash, request.asset_in, request.asset_out,
-            quote.amount_in, quote.amount_out, quote.fee, quote.deadline, event.nonce, now,
-            request.exact_in, request.partner_id, event.signed_data,
+            request.quote_id, quote_hash, request.asset_in, request.asset_out,
+            quote.amount_in, quote.amount_out, quote.fee, quote.deadline, nonce, now,
+            request.exact_in, request.partner_id, signed_data,
         )  # fmt: skip
         self._apply_opened(fact)
-        return [Record(fact)]
+        return fact
 
     def _quote_not_sent(self, event: ev.QuoteNotSent, now: Micros) -> list[Action]:
         actions: list[Action] = []

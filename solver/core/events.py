@@ -10,26 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from solver.core.clock import Micros
 from solver.core.inventory import Reservation
 from solver.core.market import QuoteRequest
-from solver.core.quoting import Quote
 from solver.core.rebalance_record import RebalanceRecord
 from solver.protocol.values import value
-
-
-@value
-class QuoteSigned:
-    """The executor signed the quote of a :class:`~solver.core.actions.SignAndSend`: it
-    exists."""
-
-    quote: Quote
-    quote_hash: str
-    nonce: bytes
-    signed_data: Mapping[str, Any] | None = None
-    """The answer as signed: it goes into the ``QuoteOpened`` fact (kept for disputes)."""
 
 
 @value
@@ -186,7 +172,6 @@ class ShutdownStarted:
 
 Event = (
     QuoteRequest
-    | QuoteSigned
     | QuoteNotSent
     | StoreWorks
     | RelayReplied

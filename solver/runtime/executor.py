@@ -5,17 +5,17 @@ Both drivers run this same object: the live bot with real ports (``solver/io/``)
 with simulated ones (``backtest/ports.py``); see :mod:`solver.runtime.ports`. Events reach the
 desk only through :meth:`Executor.feed`, :meth:`Executor.request` and :meth:`Executor.tick`, and
 what the desk returns is carried out by a handler table keyed by the action's type (but on the
-quote path: a ``SignAndSend`` goes straight to signing, the ``QuoteOpened`` it brings back
-straight to the journal).
+quote path: a ``SignAndSend`` goes straight to signing, the ``QuoteOpened`` the desk returns
+for its signature straight to the journal).
 
 The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
-signature (the signer) → ``QuoteSigned`` back to the desk → its ``QuoteOpened`` fact appended to
-the journal → the answer queued. A deferred signer (the signer process,
-:class:`~solver.runtime.ports.DeferredSigner`) answers in a later loop turn, in the order of the
-requests; a request it does not sign skips with its reason (``signer_busy``, ``signer_down``,
-``signer_refused:<rule>``) and is released. The answer waits in the executor's
-:class:`~solver.runtime.outbox.GroupCommitOutbox`, which commits what the desk recorded once a
-loop turn and only then sends it, and counts what left.
+signature (the signer) → back to the desk (:attr:`~solver.core.desk.Desk.signed`), which
+returns its ``QuoteOpened`` fact → the fact appended to the journal → the answer queued. A
+deferred signer (the signer process, :class:`~solver.runtime.ports.DeferredSigner`) answers in
+a later loop turn, in the order of the requests; a request it does not sign skips with its
+reason (``signer_busy``, ``signer_down``, ``signer_refused:<rule>``) and is released. The
+answer waits in the executor's :class:`~solver.runtime.outbox.GroupCommitOutbox`, which commits
+what the desk recorded once a loop turn and only then sends it, and counts what left.
 
 Everything else is off the quote path: ``get_status`` polls and ``is_nonce_used`` checks are
 started on their ports, which answer later with events; alerts and pause changes go to the
@@ -80,6 +80,7 @@ class Executor:
         # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
         self._journal, self._metrics = ports.journal, ports.metrics
         self._next_nonce = ports.nonces.next  # bound once, not at every answer
+        self._signed = desk.signed  # the signature back to the desk: its QuoteOpened
         # The outbox's two doors, bound once, not at every answer or fact.
         self._queue_answer, self._append = self.outbox.queue, self.outbox.append
         self._signing = 0  # quotes a deferred signer has not answered yet
@@ -305,27 +306,20 @@ class Executor:
     def _queue_signed(
         self, action: SignAndSend, signed: SignedQuote, now: Micros, started: float, pair: str
     ) -> None:
-        """The signature back to the desk, its ``QuoteOpened`` appended (and observed), the
-        answer queued for the flush that commits it before it leaves."""
+        """The signature back to the desk (:attr:`Desk.signed`), the ``QuoteOpened`` it
+        returns appended (and observed), the answer queued for the flush that commits it
+        before it leaves."""
         quote = action.quote
-        signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
+        fact = self._signed(quote, signed.quote_hash, signed.nonce, signed.signed_data, now)
         journal = self._journal
-        for record in self.desk.receive(signed_event, now):
-            if type(record) is not Record:
-                continue
-            fact = record.fact
-            if type(fact) is QuoteOpened:
-                if journal is not None:
-                    try:
-                        journal.append(fact)
-                    except SolverError as exc:
-                        self.outbox.refused(fact, exc)
-                        return  # not recorded: never sent (the desk released and paused)
-                for observer in self._opened_observers:
-                    observer(fact)
-            else:
-                for observer in self._observers[type(fact)]:
-                    observer(fact)
+        if journal is not None:
+            try:
+                journal.append(fact)
+            except SolverError as exc:
+                self.outbox.refused(fact, exc)
+                return  # not recorded: never sent (the desk released and paused)
+        for observer in self._opened_observers:
+            observer(fact)
         self._queue_answer(quote, signed, started, pair)
 
     def _record(self, action: Record, now: Micros, started: float, pair: str) -> None:

@@ -82,7 +82,7 @@ def answer(desk: Desk, quote_id: str, now: int, amount_usdc: int = 100) -> list[
     assert len(signs) == 1, actions
     nonce = hashlib.sha256(b"nonce" + quote_id.encode()).digest()
     quote = signs[0].quote
-    return actions + desk.receive(ev.QuoteSigned(quote, quote_hash(quote_id), nonce), now)
+    return [*actions, Record(desk.signed(quote, quote_hash(quote_id), nonce, None, now))]
 
 
 def recorded(actions: list[Action]) -> list[f.Fact]:

@@ -63,6 +63,24 @@ def test_an_unacknowledged_answer_keeps_its_reservation_through_a_disconnect() -
     assert NEAR not in desk.inventory.reserved
 
 
+def test_the_signature_back_to_the_desk_returns_the_one_fact_it_applied() -> None:
+    """Issue 29: no ``QuoteSigned`` event, ``Record`` or list between the signature and the
+    journal: :attr:`Desk.signed` applies the answer's ``QuoteOpened`` and returns it."""
+    desk = make_desk()
+    (sign,) = desk.receive(request("q1"), at(1))
+    assert isinstance(sign, SignAndSend)
+    reservation = desk.inventory.reservations["q1"]
+    fact = desk.signed(sign.quote, quote_hash("q1"), b"\x07" * 32, {"signed": 1}, at(1.5))
+    assert type(fact) is f.QuoteOpened
+    assert (fact.quote_id, fact.quote_hash, fact.nonce, fact.created_at) == (
+        "q1", quote_hash("q1"), b"\x07" * 32, at(1.5),
+    )  # fmt: skip
+    assert fact.signed_data == {"signed": 1}
+    assert desk.book.find_hash(quote_hash("q1")) is desk.book.get("q1")
+    assert desk.inventory.reservations["q1"] is reservation  # the decision's, not rebuilt
+    assert desk.stats.pairs["wNEAR/USDC"].quotes == 1
+
+
 def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> None:
     desk = make_desk(balances={USDC: 0, NEAR: 2_000 * E24})
     signed = 0
@@ -74,7 +92,7 @@ def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> Non
         actions = desk.receive(request(f"q{i}", 50), now)
         for action in actions:
             if isinstance(action, SignAndSend):
-                desk.receive(ev.QuoteSigned(action.quote, quote_hash(f"q{i}"), bytes(32)), now)
+                desk.signed(action.quote, quote_hash(f"q{i}"), bytes(32), None, now)
                 signed += outflow(desk, f"q{i}")
     assert signed <= 2_000 * E24
 

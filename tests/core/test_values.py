@@ -26,12 +26,12 @@ def test_the_type_checker_refuses_an_assignment_to_a_value_field(tmp_path: Path)
         textwrap.dedent(
             """
             from solver.core.facts import QuoteOpened
-            from solver.core.events import QuoteSigned
+            from solver.core.events import QuoteNotSent
             from solver.protocol.quote_signing import SignedQuote
 
-            def change(fact: QuoteOpened, event: QuoteSigned, signed: SignedQuote) -> None:
+            def change(fact: QuoteOpened, event: QuoteNotSent, signed: SignedQuote) -> None:
                 fact.amount_out = 0
-                event.nonce = b""
+                event.reason = ""
                 signed.quote_hash = ""
             """
         )
@@ -41,7 +41,7 @@ def test_the_type_checker_refuses_an_assignment_to_a_value_field(tmp_path: Path)
     )
     assert status == 1, out
     assert 'Property "amount_out" defined in "QuoteOpened" is read-only' in out
-    assert 'Property "nonce" defined in "QuoteSigned" is read-only' in out
+    assert 'Property "reason" defined in "QuoteNotSent" is read-only' in out
     assert 'Property "quote_hash" defined in "SignedQuote" is read-only' in out
 
 

@@ -386,22 +386,17 @@ def test_the_old_store_takes_new_facts(old: Path, made: Made) -> None:
             asset_out=NEAR,
             amount_out=quote.amount_out,
         )
-        signed_event = ev.QuoteSigned(quote, signed.quote_hash, signed.nonce, signed.signed_data)
-        (opened,) = desk.receive(signed_event, now)
-        assert isinstance(opened, Record) and isinstance(opened.fact, f.QuoteOpened)
+        opened = desk.signed(quote, signed.quote_hash, signed.nonce, signed.signed_data, now)
         for fact in facts:
             store.journal.append(fact)
-        store.journal.append(opened.fact)
+        store.journal.append(opened)
         store.commit()
         assert store.project() == len(facts) + 1
         (row,) = store.quotes_since(from_micros(now - SECOND))
         assert (row.quote_id, row.state, row.quote_hash) == ("new-1", "OPEN", signed.quote_hash)
         assert store.signed_data("new-1") == signed.signed_data
         doc, tail = store.journal.load()
-        assert (
-            tail[-1] == opened.fact
-            and len(tail) == made.expected["journal"]["tail"] + len(facts) + 1
-        )
+        assert tail[-1] == opened and len(tail) == made.expected["journal"]["tail"] + len(facts) + 1
         assert doc is not None
         store.journal.write_snapshot(snapshot(desk), now)
         after = desk_state(desk)

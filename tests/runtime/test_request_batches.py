@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import SignAndSend
 from solver.core.market import QuoteRequest
-from solver.core.quoting import DUPLICATE_QUOTE_ID, STRATEGY_NO_QUOTE, Skip
+from solver.core.quoting import DUPLICATE_QUOTE_ID, STRATEGY_NO_QUOTE, Quote, Skip
 from solver.protocol.quote_signing import SignedQuote
 from solver.runtime.executor import Executor
 from tests.core.desk_helpers import request
@@ -117,22 +116,25 @@ async def test_a_journal_refusing_a_read_sends_none_of_it_and_releases_all() -> 
 def _traced(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """What the executor does, in order: each desk decision, signature and record."""
     trace: list[str] = []
-    receive, sign = executor.desk.receive, executor._sign
+    receive, sign, signed = executor.desk.receive, executor._sign, executor._signed
     assert sign is not None
 
     def traced_receive(event: object, now: int) -> list:  # type: ignore[type-arg]
         if isinstance(event, QuoteRequest):
             trace.append(f"decide:{event.quote_id}")
-        elif isinstance(event, ev.QuoteSigned):
-            trace.append(f"record:{event.quote.request.quote_id}")
         return receive(event, now)  # type: ignore[arg-type]
 
     def traced_sign(**kw: Any) -> SignedQuote:
         trace.append("sign")
         return sign(**kw)
 
+    def traced_signed(quote: Quote, *rest: Any) -> f.QuoteOpened:
+        trace.append(f"record:{quote.request.quote_id}")
+        return signed(quote, *rest)
+
     monkeypatch.setattr(executor.desk, "receive", traced_receive)
     monkeypatch.setattr(executor, "_sign", traced_sign)
+    monkeypatch.setattr(executor, "_signed", traced_signed)
     return trace
 
 

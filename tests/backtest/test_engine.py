@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -13,8 +14,10 @@ from backtest.report.outputs import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
 from solver.core import events as ev
+from solver.core import facts as f
 from solver.core.actions import Action, SignAndSend
 from solver.core.clock import from_micros, micros
+from solver.core.desk import Desk
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Quote, Skip
 from solver.runtime.wiring import build_desk
@@ -55,7 +58,8 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
     # Every answer loses (a competitor always beats it), so reservations pile up until their
     # deadlines and small balances and an exposure limit make some requests skip. The replay's
     # desk is the live one (build_desk from the same config) and changes only through the
-    # events it is fed: a fresh desk fed the very same events at the same times decides
+    # events it is fed and the signatures handed back (Desk.signed): a fresh desk fed the same
+    # events and signatures at the same times decides
     # exactly the same for every request, and ends in the same state.
     config = bot_config(risk__max_open_exposure_usd=1_500.0)
     events = flow(400, every=0.25)
@@ -71,7 +75,8 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
             balances={USDC: str(900 * E6), NEAR: str(300 * E24)}, fill={"model": "competitor"}
         ),
     )
-    fed: list[tuple[ev.Event | None, int]] = []  # None: a tick
+    # None: a tick; a callable: a signature handed back, given to the twin the same way.
+    fed: list[tuple[ev.Event | Callable[[Desk], object] | None, int]] = []
     decided: dict[str, Quote | Skip] = {}
     desk = replay.desk
     receive, tick = desk.receive, desk.tick
@@ -88,8 +93,18 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
         fed.append((None, now))
         return tick(now)
 
+    signed = replay.executor._signed
+
+    def signing(*args: Any) -> f.QuoteOpened:  # the signature back: (quote, ..., now)
+        def again(other: Desk) -> object:
+            return other.signed(*args)
+
+        fed.append((again, args[-1]))
+        return signed(*args)
+
     desk.receive = receiving  # type: ignore[method-assign]
     desk.tick = ticking  # type: ignore[method-assign]
+    replay.executor._signed = signing  # type: ignore[assignment]
     result = replay.run(with_competitors, HEADER)
 
     twin = build_desk(config, timer=lambda: 0.0)
@@ -97,6 +112,8 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
     for fed_event, now in fed:
         if fed_event is None:
             twin.tick(now)
+        elif callable(fed_event):
+            fed_event(twin)
         elif (request := _request_of(fed_event)) is not None:
             expected[request.quote_id] = _decision(twin.receive(fed_event, now))
         else:

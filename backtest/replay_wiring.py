@@ -10,7 +10,7 @@ the desk's inputs, and hands in what reads them (``clock``, ``balances``, ``salt
 
 - **Signing**: the executor signs a ``SignAndSend`` as live — the live nonce source over a
   sequence derived from the seed, and the live :class:`QuoteSigner` when signing is on (else a
-  stand-in signature whose hash is the nonce); the desk hears ``QuoteSigned``.
+  stand-in signature whose hash is the nonce); the desk hears the signature through ``Desk.signed``.
 - **Not wired, on purpose**: no journal (the executor's fact observers feed the measurements),
   no metrics; the strategy's wall-clock budget is not enforced (:func:`_no_time`: a timing would
   make runs differ; the bench measures speed instead).

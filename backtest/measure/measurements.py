@@ -40,6 +40,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from itertools import repeat
 from operator import itemgetter
 
 from backtest.measure.columns import count_outcomes, count_timeline
@@ -69,6 +70,8 @@ SIZE_BINS_PER_DECADE = 5
 _IN, _OUT = itemgetter(1), itemgetter(2)
 """A queued :class:`~solver.protocol.quote_request.QuoteRequest`'s assets, taken in C."""
 _isnan = math.isnan
+_ZEROS = repeat(0)
+"""The default of every token's balance lookup (``map`` stops at the tokens' end)."""
 
 
 class Measurements:
@@ -263,8 +266,10 @@ class Measurements:
                 delta = amount - start.get(asset, 0)
                 if delta:
                     moved += abs(delta) * price / scale[asset]
-        self.exposure = moved / 2
-        self.max_exposure = max(self.max_exposure, self.exposure)
+        self.exposure = exposure = moved / 2
+        # max(max_exposure, exposure) without the builtin's ~0.45 µs call (issue 29): per fill
+        highest = self.max_exposure
+        self.max_exposure = exposure if exposure > highest else highest
 
     def inventory_risk(self) -> float:
         """The time-weighted mean inventory risk (USD) from the start to the last update."""
@@ -281,7 +286,8 @@ class Measurements:
     def on_balances(self, balances: Mapping[str, int], t: float) -> None:
         self.balances.update(balances)
         self._update_exposure(t)
-        self.inventory_series.add(t, tuple(self.balances.get(a, 0) for a in self.tokens))
+        # Each token's balance, read in C (once per fill: issue 29), as ``.get(a, 0)`` does.
+        self.inventory_series.add(t, tuple(map(self.balances.get, self.tokens, _ZEROS)))
 
     # ------------------------------------------------------------------ the desk's PnL
 

@@ -3,6 +3,7 @@ pure tests of its buckets, fallbacks, prior, window and draws."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import pytest
@@ -25,6 +26,19 @@ def test_the_competitors_edge_follows_from_ours_and_the_amounts() -> None:
 def test_buckets_are_pair_size_decade_and_quarter_of_the_day() -> None:
     assert [size_bucket(x) for x in (0.5, 5, 50, 5e5, 0, 1e12)] == [-1, 0, 1, 5, -3, 9]
     assert [day_quarter(h * HOUR_US) for h in (0, 5, 6, 13, 23, 24)] == [0, 0, 1, 2, 3, 0]
+
+
+def test_the_size_bucket_is_the_clamped_decade_at_every_edge() -> None:
+    # The clamp by comparisons gives max(-3, min(9, floor(log10(x)))) (issue 29): each decade's
+    # edge and the floats either side of it, the clamps' own, and NaN, zero and negatives.
+    edges = [10.0**k for k in range(-6, 14)]
+    sizes = [x for e in edges for x in (math.nextafter(e, 0), e, math.nextafter(e, math.inf))]
+    sizes += [1e-300, 1.5e-3, 0.999e-2, 7.5, 1e10, 9.99e9, 1e300, 0.0, -1.0, -0.0, math.nan]
+    for x in sizes:
+        expected = max(-3, min(9, math.floor(math.log10(x)))) if x > 0 else -3
+        assert size_bucket(x) == expected, x
+    with pytest.raises(OverflowError):  # as before: an infinite notional has no decade
+        size_bucket(math.inf)
 
 
 def test_a_draw_uses_the_finest_bucket_with_enough_observations() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import operator
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,10 +68,13 @@ class StandInSigner:
 
 
 class ImmediateLoop:
-    """Deferred work runs at once: the replay hands the executor one request at a time."""
+    """Deferred work runs at once: the replay hands the executor one request at a time.
 
-    def call_soon(self, callback: Callable[[], None]) -> None:
-        callback()
+    ``call_soon`` is :func:`operator.call` itself: the outbox's flush, once per answer, is
+    called from C with no Python frame of this class between them (issue 29)."""
+
+    def __init__(self) -> None:
+        self.call_soon: Callable[[Callable[[], None]], None] = operator.call
 
     def call_later(self, delay_s: float, callback: Callable[[], None]) -> None:
         callback()

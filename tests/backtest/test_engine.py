@@ -10,6 +10,7 @@ import pytest
 from backtest.engine import Replay
 from backtest.measure.downsampled import Downsampled
 from backtest.measure.fill_record import FillRecord
+from backtest.ports import ImmediateLoop
 from backtest.report.outputs import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
@@ -443,3 +444,13 @@ def test_a_replay_runs_once() -> None:
     replay, _ = run(prices(0))
     with pytest.raises(RuntimeError, match="once"):
         replay.run(prices(0), HEADER)
+
+
+def test_the_immediate_loop_runs_deferred_work_at_once() -> None:
+    # The replay's loop port (issue 29: call_soon is operator.call, no frame of its own): the
+    # outbox's flush and a failed commit's retry both run before the call returns.
+    loop = ImmediateLoop()
+    ran: list[str] = []
+    loop.call_soon(lambda: ran.append("soon"))
+    loop.call_later(5.0, lambda: ran.append("later"))
+    assert ran == ["soon", "later"]

@@ -14,11 +14,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from solver.core import facts as f
 from solver.core.clock import SECOND, span
 from solver.core.lifecycle import QuoteState as S
+from solver.io.store import journal as journal_module
 from solver.io.store.projection import project
 from solver.io.store.quote_rows import QuoteRows
 from solver.io.store.sqlite_store import Store
@@ -350,3 +352,55 @@ def test_the_sample_rate_is_a_fraction_above_zero() -> None:
     assert all(QuoteRows(1.0).sampled(f"x{i}") for i in range(100))
     picked = sum(QuoteRows(0.01).sampled(f"x{i}") for i in range(100_000))
     assert 800 < picked < 1200
+
+
+def unsampled(store: Store, n: int) -> list[f.QuoteOpened]:
+    """``n`` quotes that keep no row at the store's rate (the handoff's case)."""
+    rng = random.Random(3)
+    found = (quote(i, rng) for i in itertools.count())
+    return list(itertools.islice((q for q in found if not store.quote_rows.sampled(q.quote_id)), n))
+
+
+def counts(store: Store) -> list[tuple[Any, ...]]:
+    return rows(store, "SELECT * FROM quote_counts WHERE n != 0 ORDER BY 1, 2, 3, 4, 5")
+
+
+def test_a_body_changed_under_the_handoff_is_parsed(tmp_path: Path) -> None:
+    """The handed key is taken only with the body it came with: an entry whose body is not
+    the one this process wrote (another writer, a fact appended again otherwise) is counted
+    from its own text."""
+    with Store(tmp_path / "w.sqlite", lost_quote_sample_rate=0.1, checkpoint_every_s=None) as w:
+        q = unsampled(w, 1)[0]
+        w.journal.append(q)
+        w.commit()
+        other = dataclasses.replace(q, asset_in=ETH, amount_in=q.amount_in * 1000)
+        body = orjson.dumps(f.encode(other)).decode()
+        w._conn.execute("UPDATE journal SET body = ? WHERE kind = 'quote_opened'", (body,))
+        assert q.quote_id in w.quote_rows.handoff
+        w.project()
+        ((_, asset_in, _, bucket, state, n),) = counts(w)
+        assert (asset_in, bucket, state, n) == (ETH, len(str(other.amount_in)), "OPEN", 1)
+
+
+def test_a_full_handoff_keeps_the_oldest_and_is_emptied_once_caught_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The projection reads in order: a full handoff keeps the quotes it holds (the next it
+    will read) and takes no more; what a failed commit left there goes once the projection
+    reads the journal to its end. Counts as a reader's, which parses every entry."""
+    monkeypatch.setattr(journal_module, "HANDOFF_CAP", 4)
+    writer = Store(tmp_path / "w.sqlite", lost_quote_sample_rate=0.1, checkpoint_every_s=None)
+    with writer:
+        quotes = unsampled(writer, 7)
+        handoff = writer.quote_rows.handoff
+        writer.journal.append(quotes[0])
+        writer.journal.rollback()  # its commit failed: never in the journal
+        for q in quotes[1:]:
+            writer.journal.append(q)
+        assert list(handoff) == [q.quote_id for q in quotes[:4]]
+        writer.commit()
+        writer.project()
+        assert handoff == {}
+        write_journal(tmp_path / "r.sqlite", list(quotes[1:]))
+        with projected(tmp_path / "r.sqlite", tmp_path / "reader.sqlite", 0.1) as reader:
+            assert counts(writer) == counts(reader) and sum(c[-1] for c in counts(reader)) == 6

@@ -34,6 +34,7 @@ import orjson
 
 from solver.core import facts as f
 from solver.core.clock import Micros
+from solver.io.store.quote_counts import MINUTE_US
 from solver.io.store.quote_rows import HANDOFF_CAP, Handed
 from solver.io.store.schema import StoreError
 from solver.io.store.spill import Spill
@@ -87,19 +88,17 @@ class SqliteJournal:
     def append(self, fact: f.Fact) -> None:
         """Append ``fact`` to the open transaction; ``commit`` makes it durable (a
         ``QuoteOpened`` carries its signed answer, kept for disputes)."""
-        body = orjson.dumps(f.encode(fact)).decode()
+        doc = f.encode(fact)
+        body = orjson.dumps(doc).decode()
         if type(fact) is f.QuoteOpened:
             self.rows.append((fact.created_at, "quote_opened", body))
             handoff = self.handoff
-            if handoff is not None:
-                if len(handoff) >= HANDOFF_CAP:
-                    handoff.clear()  # the projection is far behind: it parses those
+            if handoff is not None and len(handoff) < HANDOFF_CAP:  # full: parsed when read
+                minute = fact.created_at // MINUTE_US
+                amount = doc["amount_in"]  # the digits of the text written: no int formatted
                 handoff[fact.quote_id] = (
                     body,
-                    fact.created_at,
-                    fact.asset_in,
-                    fact.asset_out,
-                    fact.amount_in,
+                    (minute, fact.asset_in, fact.asset_out, len(amount)),
                 )
         else:
             self.rows.append((_at(fact), f.kind_of(fact), body))

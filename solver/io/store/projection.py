@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from solver.core import facts as f
-from solver.io.store.quote_rows import INSERT_FILL_FROM_QUOTE, QuoteRows
+from solver.io.store.quote_rows import INSERT_FILL_FROM_QUOTE, SKIPPED, QuoteRows
 from solver.io.store.schema import (
     DB_ERRORS,
     INSERT_REBALANCE_STEP,
@@ -60,14 +60,6 @@ INSERT_BALANCE = "INSERT INTO balance_snapshots (at, asset, amount, expected) VA
 INSERT_ALERT = "INSERT INTO alerts (at, kind, detail) VALUES (?, ?, ?)"
 RESOLVE_ALERTS = "UPDATE alerts SET resolved_at = ? WHERE kind = ? AND resolved_at IS NULL"
 BATCH = 256
-_SKIPPED: tuple[type[BaseException], ...] = (
-    f.FactError,
-    orjson.JSONDecodeError,
-    KeyError,
-    TypeError,
-    *DB_ERRORS,
-)
-"""What makes an entry be logged and skipped rather than fail its batch."""
 
 
 def pending(conn: Any) -> int:
@@ -108,6 +100,8 @@ def project(
         read, out_of_time = batch
         done += read
         if read < BATCH or out_of_time:
+            if not out_of_time:
+                quotes.caught_up()
             return done
 
 
@@ -116,8 +110,6 @@ def _batch(
 ) -> tuple[int, bool] | None:
     """One batch in its transaction: ``(entries projected, out of time)``, or None when
     another instance holds the position."""
-    read = 0
-    out_of_time = False
     try:
         cur.execute("BEGIN IMMEDIATE")
         position = cur.execute(SELECT_POSITION).fetchone()
@@ -130,20 +122,14 @@ def _batch(
         # projects a dozen of them, and fetching 256 bodies to use a dozen was the
         # projection's largest cost at saturation (12 % of the loop, profiled).
         entries = conn.execute(SELECT_ENTRIES, (seq, BATCH))
-        opened = quotes.opened
-        for entry_seq, kind, body in entries:
-            if kind == "quote_opened":  # most entries: straight to it, one call fewer each
-                try:
-                    opened(cur, entry_seq, body, savepoints)
-                except _SKIPPED as exc:
-                    log.error("journal entry %d (%s) not projected: %s", entry_seq, kind, exc)
-            else:
-                _project_entry(cur, quotes, entry_seq, kind, body, savepoints)
-            seq = entry_seq
-            read += 1
-            if deadline is not None and time.perf_counter() > deadline:
-                out_of_time = True
-                break
+        seq, read, out_of_time = quotes.project_entries(
+            cur,
+            entries,
+            seq,
+            deadline,
+            savepoints,
+            lambda at, kind, body: _project_entry(cur, quotes, at, kind, body, savepoints),
+        )
         entries.close()
         open_from = quotes.finish(cur, seq)
         cur.execute(UPDATE_POSITION, (seq, open_from, quotes.rate))
@@ -164,13 +150,10 @@ def _project_entry(
     cur: Any, quotes: QuoteRows, seq: int, kind: str, body: str, savepoints: bool
 ) -> None:
     try:
-        if kind == "quote_opened":  # the quote path's entry: no fact object unless it has a row
-            quotes.opened(cur, seq, body, savepoints)
-            return
         doc = orjson.loads(body)
         fact = f.decode(kind, doc)
         with_savepoint(cur, lambda: _apply(cur, quotes, seq, fact, doc))
-    except _SKIPPED as exc:
+    except SKIPPED as exc:
         log.error("journal entry %d (%s) not projected: %s", seq, kind, exc)
 
 

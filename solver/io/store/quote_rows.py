@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -49,6 +50,7 @@ from solver.io.store.quote_counts import (
 )
 from solver.io.store.quote_journal import MALFORMED, Open, find_opened, open_quotes, opened_body
 from solver.io.store.schema import (
+    DB_ERRORS,
     INSERT_QUOTE,
     INSERT_TRANSITION,
     UPDATE_STATE,
@@ -58,11 +60,23 @@ from solver.io.store.schema import (
 
 log = logging.getLogger("solver.projection")
 
+SKIPPED: tuple[type[BaseException], ...] = (
+    f.FactError,
+    orjson.JSONDecodeError,
+    KeyError,
+    TypeError,
+    *DB_ERRORS,
+)
+"""What makes an entry be logged and skipped rather than fail its batch."""
+
 _MASK = 2**32 - 1
 _SPREAD = 0x9E3779B1
 HANDOFF_CAP = 4096
-"""At most this many quotes in :attr:`QuoteRows.handoff` (emptied when full: the projection
-parses what it misses)."""
+"""At most this many quotes in :attr:`QuoteRows.handoff`. When full, what is appended is not
+handed over (the projection parses it), and what is held stays: the projection reads the
+journal in order, so the oldest are those it meets first. Emptying it when full (as before
+issue 29's round on the projection) dropped the very entries a projection behind was about to
+read, and a saturated burst fell back to parsing nearly all of them."""
 
 SELECT_ROW = (
     "SELECT state, created_at, asset_in, asset_out, amount_in FROM quotes WHERE quote_id = ?"
@@ -76,11 +90,12 @@ INSERT_FILL_FROM_QUOTE = (
     "intent_hash, tx_hash, ?, ?, ?, '{}' FROM quotes WHERE quote_id = ?"
 )
 
-Handed = tuple[str, int, str, str, int]
+Handed = tuple[str, tuple[int, str, str, int]]
 """What the journal hands over for a ``QuoteOpened`` it appended (keyed by its quote id): the
-body written, ``created_at``, ``asset_in``, ``asset_out``, ``amount_in``: atoms only, so the
-collector does not track the tuple (a fact held until projected made the bot's collections
-longer)."""
+body written, and its count's key as :attr:`CountKeys.built` has it (``created_at``'s minute
+number, ``asset_in``, ``asset_out``, the digits of ``amount_in``, read off the encoded fact:
+the projection builds no key and formats no amount, issue 29). Atoms only, so the collector
+does not track the tuples (a fact held until projected made the bot's collections longer)."""
 _ID_AT = len('{"quote_id":"')
 """Where a ``quote_opened`` body's quote id starts (``facts.encode`` writes it first; a body
 that does not start so finds nothing handed, and is parsed)."""
@@ -121,9 +136,12 @@ class QuoteRows:
         self._valid_at: int | None = None
         self.handoff: dict[str, Handed] = {}
         """The ``quote_opened`` entries this process appended and has not projected yet, by
-        quote id, with the body it wrote (the SQLite journal fills it): an entry read back
-        with that very body needs no parsing (1.5 µs an answer, the projection's largest
-        cost after reading the row). A body that differs, or none, is parsed as before."""
+        quote id, with the body it wrote and its count's key (the SQLite journal fills it):
+        an entry read back with that very body needs no parsing (1.5 µs an answer, the
+        projection's largest cost after reading the row). A body that differs, or none, is
+        parsed as before: the comparison is what makes the handover safe (another writer's
+        entry, a rolled-back fact appended again otherwise, memory rebuilt), so the key is
+        only taken with the body it came with."""
 
     def sampled(self, quote_id: str) -> bool:
         """Whether ``quote_id`` keeps its row however it ends: a hash, so the same on every
@@ -153,6 +171,13 @@ class QuoteRows:
     def committed(self, seq: int) -> None:
         self._valid_at = seq
 
+    def caught_up(self) -> None:
+        """The projection read the journal to its end: whatever :attr:`handoff` still holds
+        was never committed (a failed commit's facts, appended again under the same ids or
+        dropped), and would hold its place for good now that a full handoff keeps what it
+        has (:data:`HANDOFF_CAP`)."""
+        self.handoff.clear()
+
     @property
     def position(self) -> int | None:
         """The journal position the query tables are projected to, as this memory knows it
@@ -166,34 +191,68 @@ class QuoteRows:
 
     # ------------------------------------------------------------------ the facts
 
-    def opened(self, cur: Any, seq: int, body: str, savepoints: bool) -> None:
-        """A ``quote_opened`` entry: counted and remembered, and its row written if it is
-        sampled. Not parsed when it is the body this process handed over (:attr:`handoff`)
-        and gets no row; else parsed without its signed answer unless it gets a row (the
-        answer is the entry's last field and most of its text: parsing only what comes
-        before it halves the cost). One call for all of it, the handed case inline (no call
-        but the hash's): this runs once per answer."""
+    def project_entries(
+        self,
+        cur: Any,
+        entries: Iterable[tuple[int, str, str]],
+        after: int,
+        deadline: float | None,
+        savepoints: bool,
+        other: Callable[[int, str, str], None],
+    ) -> tuple[int, int, bool]:
+        """A batch's journal entries, in order, after the position ``after``: ``(the
+        position then, how many, out of time)``. ``other`` projects any kind but
+        ``quote_opened``; ``deadline`` (a ``perf_counter`` time, or None) stops after the
+        entry that passes it (the clock is read after the first entry and every 8th: an
+        entry costs ~5 µs, a read a few tenths).
+
+        A ``quote_opened`` this process handed over (:attr:`handoff`), read back with the very
+        body it wrote and keeping no row, is counted and remembered right here: no call, no
+        parsing, its key as the journal built it (issue 29: this loop runs once per answer,
+        and a call per entry with the state looked up again each time was a third of its
+        cost). Anything else (a body that differs, a quote open already) is
+        :meth:`opened`'s, logged and skipped if it is not the fact it says."""
+        handoff, unrowed, rowed = self.handoff, self._open, self._rowed
+        keys, opens = self._keys, self._batch.opens
+        built = keys.built
         below = self._below
-        if self.handoff and below <= _MASK:
-            quote_id = body[_ID_AT : body.find('"', _ID_AT)]
-            hit = self.handoff.pop(quote_id, None)
-            if (
-                hit is not None
-                and hit[0] == body
-                and (zlib.crc32(quote_id.encode()) * _SPREAD) & _MASK >= below  # no row
-            ):
-                # The same fields the body gives (its text is the fact encoded).
-                if quote_id in self._rowed:
-                    raise f.FactError(f"quote_opened: {quote_id} is open already")
-                keys = self._keys
-                raw = (hit[1] // MINUTE_US, hit[2], hit[3], len(str(hit[4])))
-                key = keys.built.get(raw) or keys.new(raw)
-                remembered = (seq, key)
-                if self._open.setdefault(quote_id, remembered) is not remembered:
-                    raise f.FactError(f"quote_opened: {quote_id} is open already")
-                opens = self._batch.opens
-                opens[key] = opens.get(key, 0) + 1
-                return
+        handing = below <= _MASK  # at rate 1 every quote keeps its row: parsed for it
+        crc32 = zlib.crc32
+        seq, read = after, 0
+        for seq, kind, body in entries:
+            read += 1
+            if kind != "quote_opened":
+                other(seq, kind, body)
+            else:
+                hit = None
+                if handoff and handing:
+                    quote_id = body[_ID_AT : body.find('"', _ID_AT)]
+                    hit = handoff.pop(quote_id, None)
+                if (
+                    hit is not None
+                    and hit[0] == body
+                    and (crc32(quote_id.encode()) * _SPREAD) & _MASK >= below  # no row
+                    and quote_id not in unrowed
+                    and quote_id not in rowed
+                ):
+                    key = built.get(hit[1]) or keys.new(hit[1])
+                    unrowed[quote_id] = (seq, key)
+                    opens[key] = opens.get(key, 0) + 1
+                else:
+                    try:
+                        self.opened(cur, seq, body, savepoints)
+                    except SKIPPED as exc:
+                        log.error("journal entry %d (%s) not projected: %s", seq, kind, exc)
+            if deadline is not None and read & 7 == 1 and time.perf_counter() > deadline:
+                return seq, read, True
+        return seq, read, False
+
+    def opened(self, cur: Any, seq: int, body: str, savepoints: bool) -> None:
+        """A ``quote_opened`` entry not handed over (:meth:`project_entries` counts those):
+        parsed, counted and remembered, and its row written if it is sampled. Parsed without
+        its signed answer unless it gets a row (the answer is the entry's last field and most
+        of its text: parsing only what comes before it halves the cost)."""
+        below = self._below
         try:
             if below > _MASK:  # every quote keeps its row: all of it, parsed once
                 doc, sampled = orjson.loads(body), True

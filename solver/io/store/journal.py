@@ -96,10 +96,7 @@ class SqliteJournal:
             if handoff is not None and len(handoff) < HANDOFF_CAP:  # full: parsed when read
                 minute = fact.created_at // MINUTE_US
                 amount = doc["amount_in"]  # the digits of the text written: no int formatted
-                handoff[fact.quote_id] = (
-                    body,
-                    (minute, fact.asset_in, fact.asset_out, len(amount)),
-                )
+                handoff[fact.quote_id] = (body, minute, fact.asset_in, fact.asset_out, len(amount))
         else:
             self.rows.append((_at(fact), f.kind_of(fact), body))
         self.appended += 1

@@ -173,10 +173,11 @@ class QuoteRows:
         self._valid_at = seq
 
     def caught_up(self) -> None:
-        """The projection read the journal to its end: whatever :attr:`handoff` still holds
-        was never committed (a failed commit's facts, appended again under the same ids or
-        dropped), and would hold its place for good now that a full handoff keeps what it
-        has (:data:`HANDOFF_CAP`)."""
+        """The projection read the journal's committed entries to their end: what
+        :attr:`handoff` still holds is either not committed yet (a group commit still to
+        come: those are parsed when read, a few at most) or never will be (a failed commit's
+        facts), and the latter would hold their places for good now that a full handoff keeps
+        what it has (:data:`HANDOFF_CAP`)."""
         self.handoff.clear()
 
     @property
@@ -236,7 +237,7 @@ class QuoteRows:
                     and quote_id not in unrowed
                     and quote_id not in rowed
                 ):
-                    raw = (hit[1], hit[2], hit[3], hit[4])
+                    raw = hit[1:]  # the key's parts, as the journal built them
                     key = built.get(raw) or keys.new(raw)
                     unrowed[quote_id] = (seq, key)
                     opens[key] = opens.get(key, 0) + 1

@@ -22,6 +22,7 @@ import gc
 import logging
 import pstats
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,7 +32,7 @@ from benchmarks.common import summarize
 from benchmarks.quote_path_driver import ETH, NEAR, USDC
 from benchmarks.quote_path_systems import bot_config, fresh_store, funding
 from solver.core import events as ev
-from solver.core.clock import now_micros
+from solver.core.clock import Micros, now_micros
 from solver.protocol.keys import SecretKey
 from solver.runtime.bot import LiveBot
 from solver.runtime.upkeep import TICK_S
@@ -119,7 +120,7 @@ def _feed_inputs(bot: LiveBot, now: int) -> None:
     feed(ev.BalancesSeen(funding(PRICES), now), now)
 
 
-def _bot(store: Path) -> LiveBot:
+def _bot(store: Path, clock: Callable[[], Micros] = now_micros) -> LiveBot:
     key = SecretKey.generate()
     info = {
         "verifier_contract": "intents.sandbox",
@@ -129,7 +130,7 @@ def _bot(store: Path) -> LiveBot:
     }
     account = key.public_key.implicit_account_id()
     config = bot_config(info, "ws://127.0.0.1:9/ws", account, fresh_store(store), 0)
-    bot = LiveBot(config, key)
+    bot = LiveBot(config, key, clock=clock)
     # Private seams of the ws client, used only here: a connected socket and a subscription.
     bot.ws._ws = cast(Any, _FakeSocket())
     bot.ws._subs["quote-sub"] = "quote"

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
+import pytest
+
 from tests.app.browser import SKIP_REASON, chromium_path
+from tests.interop import installs
 from tests.signer.helpers import TOKEN_SKIP_REASON, softhsm_module
 
 pytest_plugins = ("tests.pg.fixtures",)  # pg_cluster, pg_url, store_overrides
@@ -26,3 +32,31 @@ def pytest_terminal_summary(terminalreporter: object) -> None:
         terminalreporter.write_line(f"NOTE: {SKIP_REASON}")  # type: ignore[attr-defined]
     if TOKEN_SKIP_REASON is not None:
         terminalreporter.write_line(f"NOTE: {TOKEN_SKIP_REASON}")  # type: ignore[attr-defined]
+
+
+_INSTALLS = pytest.StashKey[subprocess.Popen[bytes]]()
+
+
+def _runs_interop(config: pytest.Config) -> bool:
+    """Whether this run's paths cover ``tests/interop`` (a whole-suite run does)."""
+    interop = (Path(__file__).parent / "interop").resolve()
+    for arg in config.args or [str(config.rootpath / "tests")]:
+        path = Path(str(config.invocation_params.dir), arg.split("::")[0]).resolve()
+        if interop == path or interop.is_relative_to(path) or path.is_relative_to(interop):
+            return True
+    return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A run that includes the interop suite starts its installs (npm clients, py-near's venv)
+    in the background now, in the main process only (not in each xdist worker): the registry
+    wait overlaps with the other tests (:mod:`tests.interop.installs`)."""
+    if hasattr(config, "workerinput") or not _runs_interop(config):
+        return
+    config.stash[_INSTALLS] = installs.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    process = config.stash.get(_INSTALLS, None)
+    if process is not None:
+        installs.stop(process)

@@ -3,75 +3,37 @@
 
 ``tests/interop/pynear/requirements.txt`` pins the published py-near and what it needs; it is
 installed into ``tests/interop/pynear/.venv`` (gitignored) with that venv's pip, and reinstalled
-only when the sha256 of the file recorded after a successful install no longer matches. When it
-cannot be installed (no registry, a failed build) the tests that need it are skipped with the
-reason, printed at once and again in pytest's summary, never silently.
+only when the sha256 of the file recorded after a successful install no longer matches
+(:func:`tests.interop.installs.pynear_install`, which the run may have started in the
+background already). When it cannot be installed (no registry, a failed build) the tests that
+need it are skipped with the reason, printed at once and again in pytest's summary, never
+silently.
 """
 
 from __future__ import annotations
 
-import hashlib
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent / "pynear"
-REQUIREMENTS = HERE / "requirements.txt"
-VENV = HERE / ".venv"
-PYTHON = VENV / "bin" / "python"
-STAMP = VENV / ".interop-requirements.sha256"
-INSTALL_TIMEOUT_S = 600
+from tests.interop import installs
+
 SKIPPED = pytest.StashKey[str]()
 """The reason the py-near tests were skipped in this run, for the terminal summary."""
 
 
-def _wanted() -> str:
-    return hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-
-
-def _run(command: list[str]) -> str | None:
-    """None when ``command`` succeeded, else the tail of what it printed."""
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return f"{' '.join(command[:3])} … ran longer than {INSTALL_TIMEOUT_S} s"
-    if done.returncode == 0:
-        return None
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    return lines[-1] if lines else f"exit status {done.returncode}"
-
-
 def install() -> Path | str:
     """The venv's interpreter, installing the requirements first if needed; or why not."""
-    wanted = _wanted()
-    if PYTHON.exists() and STAMP.exists() and STAMP.read_text().strip() == wanted:
-        return PYTHON
-    started = time.monotonic()
-    failure = _run([sys.executable, "-m", "venv", "--clear", str(VENV)]) or _run(
-        [
-            str(PYTHON),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-input",
-            "--disable-pip-version-check",
-            "-r",
-            str(REQUIREMENTS),
-        ]
-    )
+    try:
+        failure, seconds = installs.pynear_install()
+    except TimeoutError as exc:
+        failure, seconds = str(exc), None
     if failure is not None:
-        return f"py-near could not be installed from {REQUIREMENTS.name}: {failure}"
-    STAMP.write_text(wanted + "\n")
-    print(
-        f"\ninterop: py-near venv installed in {time.monotonic() - started:.1f} s", file=sys.stderr
-    )
-    return PYTHON
+        return f"py-near could not be installed from {installs.REQUIREMENTS.name}: {failure}"
+    if seconds is not None:
+        print(f"\ninterop: py-near venv installed in {seconds:.1f} s", file=sys.stderr)
+    return installs.PYNEAR_PYTHON
 
 
 def python_or_skip(config: pytest.Config) -> Path:

@@ -8,8 +8,9 @@ tests assert on it and on the sandbox ledger.
 
 Set-up: ``npm ci`` runs once per lockfile. ``node_modules`` is kept between runs (it is in
 .gitignore) and reused while the sha256 of ``package-lock.json`` recorded in it after a
-successful install still matches. Without ``node`` and ``npm`` on PATH the module is skipped
-with the reason printed (they are on CI).
+successful install still matches; a full run starts the install in the background when it
+begins (:mod:`tests.interop.installs`), and the fixture waits for what is left of it. Without
+``node`` and ``npm`` on PATH the module is skipped with the reason printed (they are on CI).
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,49 +31,28 @@ from sandbox.server import Sandbox
 from solver.protocol.keys import SecretKey
 from solver.protocol.signing import secp256k1_address
 from tests.app.harness import E6, E24, NEAR, USDC, LiveBot, live_bot, running_sandbox
+from tests.interop import installs
 
 HERE = Path(__file__).resolve().parent
-LOCKFILE = HERE / "package-lock.json"
-MODULES = HERE / "node_modules"
-STAMP = MODULES / ".interop-lockfile.sha256"
-NPM_CI_TIMEOUT_S = 300
 SCRIPT_TIMEOUT_S = 90
 EVM_PRIVATE_KEY = hashlib.sha256(b"sandbox interop erc191 key").digest()
 RECEIVER = "receiver.sandbox"
 
 
-def _missing_tools() -> str | None:
-    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
-    return f"{' and '.join(missing)} not on PATH" if missing else None
-
-
-def _lock_hash() -> str:
-    return hashlib.sha256(LOCKFILE.read_bytes()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def node_modules() -> Iterator[Path]:
-    """``npm ci`` from the lockfile, unless the kept node_modules was installed from it."""
-    reason = _missing_tools()
+    """``npm ci`` from the lockfile, unless the kept node_modules was installed from it (or the
+    run's background install, :mod:`tests.interop.installs`, is doing it: then its lock is
+    waited for)."""
+    reason = installs.missing_tools()
     if reason is not None:
         print(f"\ninterop suite skipped: {reason}", file=sys.stderr)
         pytest.skip(f"interop suite needs node and npm: {reason}")
-    wanted = _lock_hash()
-    installed = STAMP.read_text().strip() if STAMP.exists() else None
-    if installed != wanted or not (MODULES / ".package-lock.json").exists():
-        started = time.monotonic()
-        done = subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            timeout=NPM_CI_TIMEOUT_S,
-            check=False,
-        )
-        assert done.returncode == 0, f"npm ci failed:\n{done.stderr[-3000:]}"
-        STAMP.write_text(wanted + "\n")
-        print(f"\ninterop: npm ci took {time.monotonic() - started:.1f} s", file=sys.stderr)
-    yield MODULES
+    failure, seconds = installs.npm_install()
+    assert failure is None, f"npm ci failed:\n{failure[-3000:]}"
+    if seconds is not None:
+        print(f"\ninterop: npm ci took {seconds:.1f} s", file=sys.stderr)
+    yield installs.MODULES
 
 
 async def run_script(name: str, env: dict[str, str]) -> dict[str, Any]:

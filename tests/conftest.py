@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -37,21 +36,13 @@ def pytest_terminal_summary(terminalreporter: object) -> None:
 _INSTALLS = pytest.StashKey[subprocess.Popen[bytes]]()
 
 
-def _runs_interop(config: pytest.Config) -> bool:
-    """Whether this run's paths cover ``tests/interop`` (a whole-suite run does)."""
-    interop = (Path(__file__).parent / "interop").resolve()
-    for arg in config.args or [str(config.rootpath / "tests")]:
-        path = Path(str(config.invocation_params.dir), arg.split("::")[0]).resolve()
-        if interop == path or interop.is_relative_to(path) or path.is_relative_to(interop):
-            return True
-    return False
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """A run that includes the interop suite starts its installs (npm clients, py-near's venv)
     in the background now, in the main process only (not in each xdist worker): the registry
     wait overlaps with the other tests (:mod:`tests.interop.installs`)."""
-    if hasattr(config, "workerinput") or not _runs_interop(config):
+    if hasattr(config, "workerinput") or not installs.covers_interop(
+        config.args or ["tests"], config.invocation_params.dir
+    ):
         return
     config.stash[_INSTALLS] = installs.start()
 

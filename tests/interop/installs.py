@@ -54,16 +54,26 @@ def missing_tools() -> str | None:
     return f"{' and '.join(missing)} not on PATH" if missing else None
 
 
+def covers_interop(args: list[str], cwd: Path) -> bool:
+    """Whether a pytest run with these path arguments (relative to ``cwd``; a node id's
+    ``::…`` ignored) includes this folder: a whole-suite run does, ``tests/core`` does not."""
+    for arg in args:
+        path = (cwd / arg.split("::")[0]).resolve()
+        if path == HERE or HERE.is_relative_to(path) or path.is_relative_to(HERE):
+            return True
+    return False
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @contextlib.contextmanager
-def _held(name: str) -> Iterator[None]:
-    """The lock ``name`` (a file beside this module), waited for at most :data:`LOCK_WAIT_S`."""
+def held(name: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """The lock ``name`` (a file beside this module), waited for at most ``wait_s``."""
     path = HERE / f".{name}.lock"
     with path.open("a") as handle:
-        deadline = time.monotonic() + LOCK_WAIT_S
+        deadline = time.monotonic() + wait_s
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -71,7 +81,7 @@ def _held(name: str) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise TimeoutError(
-                        f"{path} still held after {LOCK_WAIT_S} s (another {name} install)"
+                        f"{path} still held after {wait_s} s (another {name} install)"
                     ) from None
                 time.sleep(0.2)
         try:
@@ -97,7 +107,7 @@ def _run(command: list[str], cwd: Path | None, timeout_s: int) -> str | None:
 def npm_install() -> tuple[str | None, float | None]:
     """``npm ci`` from the lockfile unless the kept node_modules was installed from it:
     (the error or None, the seconds it took or None when nothing was installed)."""
-    with _held("npm"):
+    with held("npm"):
         wanted = _sha256(LOCKFILE)
         installed = NPM_STAMP.read_text().strip() if NPM_STAMP.exists() else None
         if installed == wanted and (MODULES / ".package-lock.json").exists():
@@ -113,7 +123,7 @@ def npm_install() -> tuple[str | None, float | None]:
 def pynear_install() -> tuple[str | None, float | None]:
     """py-near's venv from ``requirements.txt`` unless it was installed from this file:
     (the error or None, the seconds it took or None when nothing was installed)."""
-    with _held("pynear"):
+    with held("pynear"):
         wanted = _sha256(REQUIREMENTS)
         stamp = PYNEAR_STAMP.read_text().strip() if PYNEAR_STAMP.exists() else None
         if PYNEAR_PYTHON.exists() and stamp == wanted:

@@ -3,7 +3,14 @@
 Each subcommand group lives in its own module exposing ``register(subparsers) -> None``, which
 adds its parsers and binds a handler with ``set_defaults(handler=fn)``; a handler takes the
 parsed ``argparse.Namespace`` and returns the exit code. Adding a group is one line in
-:data:`COMMAND_MODULES`.
+:data:`COMMAND_MODULES` and one per command it adds in :data:`COMMANDS`.
+
+A command line that names a known command imports only the module(s) that register it: the
+modules pull in what their handlers need (FastAPI, psycopg, pydantic's config models, the
+codecs), ~1.8 s of CPU for all of them on a slow machine against ~0.4–0.8 s for one, paid by
+every ``solver status`` or ``solver intents …`` (and by every test that runs the CLI as a
+subprocess). Anything else (no command, ``--help``, a misspelt one) registers every group, so
+the help and the usage error list them all.
 
 This is the boundary where errors become exit codes (STYLE 7): every
 :class:`~solver.errors.SolverError` and every usage error is one line on stderr,
@@ -47,6 +54,32 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 """Modules that each register one subcommand group (``register(subparsers) -> None``)."""
 
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "config": ("solver.cli.config",),
+    "intents": ("solver.cli.intents",),
+    "keys": ("solver.cli.keys",),
+    "withdraw": ("solver.cli.funds",),
+    "transfer": ("solver.cli.funds",),
+    "sandbox": ("solver.cli.sandbox",),
+    "run": ("solver.cli.run",),
+    "demo": ("solver.cli.run",),
+    "history": ("solver.cli.history",),
+    "store": ("solver.cli.history",),
+    "status": ("solver.cli.ops",),
+    "pause": ("solver.cli.ops",),
+    "resume": ("solver.cli.ops",),
+    "record": ("solver.cli.backtest.streams",),
+    "backtest": (
+        "solver.cli.backtest.streams",
+        "solver.cli.backtest.run",
+        "solver.cli.import_history",
+    ),
+    "swap": ("solver.cli.swap.group",),
+    "signer": ("solver.cli.signer",),
+}
+"""Each top-level command and the modules of :data:`COMMAND_MODULES` that register it (in that
+order); ``tests/cli/test_cli.py`` checks it against what the modules register."""
+
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad input of any kind, and every SolverError
 EXIT_SOFTWARE = 70  # a bug: an exception outside solver.errors
@@ -85,7 +118,18 @@ class CliParser(argparse.ArgumentParser):
         raise _ParserExit(status)
 
 
-def build_parser() -> CliParser:
+def modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The modules to register for the command line ``argv``: those of the command it names
+    (its first word that is not an option), or every one (no command, or an unknown one)."""
+    if argv is not None:
+        word = next((arg for arg in argv if not arg.startswith("-")), None)
+        if word is not None and word in COMMANDS:
+            return COMMANDS[word]
+    return COMMAND_MODULES
+
+
+def build_parser(argv: Sequence[str] | None = None) -> CliParser:
+    """The parser of every command, or, given the command line, of the command it names."""
     parser = CliParser(
         prog=PROG,
         description="Solver bot for an intents-based swap network.",
@@ -100,7 +144,7 @@ def build_parser() -> CliParser:
         title="commands", dest="command", metavar="COMMAND", parser_class=CliParser
     )
     subparsers.required = True
-    for name in COMMAND_MODULES:
+    for name in modules_for(argv):
         importlib.import_module(name).register(subparsers)
     return parser
 
@@ -178,9 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     args: argparse.Namespace | None = None
     try:
-        parser = build_parser()
+        words = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(words)
         try:
-            args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+            args = parser.parse_args(words)
         except _ParserExit as done:
             return done.status
         except UsageError as exc:

@@ -26,7 +26,6 @@ from solver.config import TokenSpec, load_bot_config
 from solver.errors import ConfigError
 from solver.io.control import DEFAULT_TOKEN_ENV, parse_listen, url_host
 from solver.io.store.owner import StoreBusyError
-from solver.io.store.pg.store import PgStore
 from solver.io.store.sqlite_store import Store
 
 READER_WAIT_MS = 250
@@ -89,6 +88,8 @@ def target(args: argparse.Namespace) -> StoreTarget:
 def open_or_bot(args: argparse.Namespace, where: StoreTarget) -> Store | ControlClient:
     """The store itself, or — when a running bot holds it — a client of that bot's API."""
     if where.url is not None:  # PostgreSQL: read directly, a reader (no lease, no projection)
+        from solver.io.store.pg.store import PgStore  # psycopg only when it is used
+
         return PgStore(
             where.url, password_env=where.password_env, account=where.account, writer=False
         )

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import psycopg
+from typing import TYPE_CHECKING
 
 from solver.cli import EXIT_OK
 from solver.config import load_bot_config
 from solver.errors import ConfigError
 from solver.io.store.migrations import current_tables
-from solver.io.store.pg.store import PgStore
 from solver.io.store.schema import StoreError
 from solver.io.store.sqlite_store import Store
 from solver.io.store.tables import numbered_keys
+
+if TYPE_CHECKING:  # loaded by the command itself: `solver store …` starts without psycopg
+    import psycopg
+
+    from solver.io.store.pg.store import PgStore
 
 TABLES = tuple(t.name for t in current_tables("sqlite") if t.name != "projection")
 """Every table of the store but the projection's position (set after the rows)."""
@@ -59,6 +62,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
         raise ConfigError("give --config FILE (its storage.path) or --db PATH")
     if not str(args.to).startswith(("postgresql://", "postgres://")):
         raise ConfigError("--to must be a postgresql:// URL")
+    from solver.io.store.pg.store import PgStore
+
     with Store(path, create=False, checkpoint_every_s=None) as source:
         target = PgStore(args.to, password_env=args.password_env, account=account, writer=False)
         try:
@@ -73,6 +78,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 def copy_store(source: Store, target: PgStore) -> dict[str, int]:
     """Copy every table of ``source`` into ``target`` (empty); rows per table."""
+    import psycopg  # loaded already by ``target``
+
     raw = target._connection()
     counts: dict[str, int] = {}
     try:

@@ -22,7 +22,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solver.config import BotConfig
 from solver.core import events as ev
@@ -42,8 +42,8 @@ from solver.io.desk_ports import (
 from solver.io.metrics import Metrics
 from solver.io.notify import Notifier
 from solver.io.price_feeds import PriceFeeds
-from solver.io.store.pg.lease import FencedError
-from solver.io.store.pg.store import PgStore
+from solver.io.store.pg import is_pg
+from solver.io.store.schema import FencedError
 from solver.io.store.sqlite_store import Store
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
@@ -63,12 +63,14 @@ from solver.runtime.lease_keeper import LEASE_LOST, LeaseKeeper
 from solver.runtime.operator import Operator, OperatorPorts
 from solver.runtime.ports import Ports, Refresh
 from solver.runtime.recovery import recover, stand_by
-from solver.runtime.shadow_mode import ShadowMode
 from solver.runtime.signing import message_signer, quote_signer
 from solver.runtime.start_checks import KEY_NOT_REGISTERED, signing_key_problem
 from solver.runtime.upkeep import Upkeep, UpkeepPorts
 from solver.runtime.wiring import build_desk
 from solver.signer.client import RemoteQuoteSigner
+
+if TYPE_CHECKING:
+    from solver.runtime.shadow_mode import ShadowMode
 
 log = logging.getLogger("solver.bot")
 NOTIFIER_CLOSE_S = 2.0
@@ -111,13 +113,17 @@ class LiveBot:
         # PostgreSQL: one active instance per account, under a lease (lease_keeper.py).
         self.lease_keeper = (
             LeaseKeeper(self.store, self._lease_lost, self.metrics.registry)
-            if isinstance(self.store, PgStore)
+            if is_pg(self.store)
             else None
         )
         # Shadow mode's paper book: simulated fills, inventory and PnL apart from the real ones.
-        self.shadow_mode = (
-            ShadowMode(config, self.view, self.metrics.registry, self.tokens) if shadow else None
-        )
+        # Imported here: its fill model brings the backtester and numpy, ~0.7 s of a start
+        # that a bot trading for real never uses (docs/testing.md, "The time budget").
+        self.shadow_mode: ShadowMode | None = None
+        if shadow:
+            from solver.runtime.shadow_mode import ShadowMode
+
+            self.shadow_mode = ShadowMode(config, self.view, self.metrics.registry, self.tokens)
         api_key = bus_api_key(config)
         self.http, self.ledger, self.bus_rpc = rpc_clients(config, api_key)
         self.bus_watch = BusWatch(config.alerts.bus_down_after_s)
@@ -234,7 +240,7 @@ class LiveBot:
                 clock=clock,
             )
         )
-        if isinstance(self.store, PgStore) and self.lease_keeper is not None:
+        if is_pg(self.store) and self.lease_keeper is not None:
             self.store.journal.on_fenced = self.lease_keeper.fenced  # type: ignore[attr-defined]
 
     def wall(self) -> datetime:
@@ -276,7 +282,7 @@ class LiveBot:
         self._stop_event = stop
         keeper = self.lease_keeper
         if keeper is not None:  # a standby until the lease is ours: no bus, nothing decided
-            assert isinstance(self.store, PgStore)  # a lease is PostgreSQL's
+            assert is_pg(self.store)  # a lease is PostgreSQL's
             listen = self.config.metrics.listen
             if not await stand_by(
                 keeper, self.desk, self.view, self.store, self.metrics, listen, stop

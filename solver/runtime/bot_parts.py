@@ -22,7 +22,6 @@ from solver.io.bus_rpc import BusRpcClient
 from solver.io.bus_ws import BusWsClient
 from solver.io.control import ControlServer, StoreRoutes, create_control_app, serve_control
 from solver.io.ledger_client import LedgerClient
-from solver.io.store.pg.store import PgStore
 from solver.io.store.sqlite_store import Store
 from solver.io.swap_client import SwapApiClient
 from solver.rebalance.rebalancer import Rebalancer
@@ -44,7 +43,9 @@ if TYPE_CHECKING:
 def open_store(config: BotConfig) -> Store:
     """The store the config names: PostgreSQL (``storage.url``) or SQLite (the default)."""
     spec = config.storage
-    if spec.url is not None:
+    if spec.url is not None:  # imported here: psycopg only for a bot that uses it
+        from solver.io.store.pg.store import PgStore
+
         return PgStore(
             spec.url,
             password_env=spec.password_env,

@@ -24,12 +24,14 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from solver.io.store.pg.lease import FencedError
-from solver.io.store.pg.store import PgStore
-from solver.io.store.schema import StoreError
+from solver.io.store.schema import FencedError, StoreError
+
+if TYPE_CHECKING:
+    from solver.io.store.pg.store import PgStore
 
 log = logging.getLogger("solver.lease")
 

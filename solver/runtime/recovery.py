@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from typing import TYPE_CHECKING
 
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore
 from solver.core.view import DeskView
 from solver.io.control import create_control_app, serve_control
 from solver.io.metrics import Metrics
-from solver.io.store.pg.store import PgStore
 from solver.io.store.sqlite_store import Store, StoreError
 from solver.runtime.lease_keeper import LeaseKeeper
 from solver.runtime.standby import StandbyTarget
+
+if TYPE_CHECKING:
+    from solver.io.store.pg.store import PgStore
 
 log = logging.getLogger("solver.bot")
 

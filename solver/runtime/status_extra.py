@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from solver.errors import SolverError
+from solver.io.store.pg import is_pg
 
 if TYPE_CHECKING:
     from solver.config import PairSpec, TokenSpec
@@ -76,9 +77,7 @@ def status_extra(sources: StatusSources) -> dict[str, Any]:
         "symbols": {a: t.symbol for a, t in tokens.items()},
     }
     if sources.store is not None:
-        from solver.io.store.pg.store import PgStore  # a store by backend, not a port's concern
-
-        if isinstance(sources.store, PgStore):  # several instances: which one is this
+        if is_pg(sources.store):  # several instances: which one is this (by backend)
             lease = sources.store.lease
             doc["lease"] = {
                 "role": lease.role,

@@ -161,3 +161,25 @@ def test_a_cli_command_does_not_import_the_others_heavy_dependencies() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.stdout.strip().splitlines()[-1] == "[] 0", done.stdout + done.stderr
+
+
+def test_a_bot_on_sqlite_and_the_store_commands_start_without_psycopg() -> None:
+    """psycopg is imported by the PostgreSQL store alone (~0.4 s of a start): the bot, its
+    store and the CLI's store access load it only for a ``storage.url``; its errors are
+    caught as database errors once it is loaded (:func:`solver.io.store.schema.db_errors`)."""
+    code = (
+        "import sqlite3, sys\n"
+        "import solver.runtime.bot, solver.cli.store_access, solver.cli.history\n"
+        "from solver.io.store.pg import is_pg\n"
+        "from solver.io.store.schema import db_errors\n"
+        "from solver.io.store.sqlite_store import Store\n"
+        "print('psycopg' in sys.modules, db_errors() == (sqlite3.Error,))\n"
+        "import psycopg\n"
+        "print(psycopg.Error in db_errors(), is_pg(object()))\n"
+        "from solver.io.store.pg.store import PgStore\n"
+        "print(is_pg(PgStore.__new__(PgStore)), is_pg(Store.__new__(Store)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.split() == ["False", "True", "True", "False", "True", "False"], (
+        done.stdout + done.stderr
+    )

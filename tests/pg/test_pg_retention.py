@@ -15,9 +15,9 @@ import pytest
 from solver.core import facts as f
 from solver.core.clock import SECOND, micros
 from solver.core.lifecycle import QuoteState as S
-from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.quote_rows import QuoteRows
+from solver.io.store.schema import FencedError
 from tests.io.store_helpers import T0, T0_US, USDC, WNEAR, move, record, signed_quote
 from tests.pg.test_pg_store import open_store as open_sampling_store
 

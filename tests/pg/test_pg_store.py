@@ -21,11 +21,10 @@ from solver.core.lifecycle import QuoteState
 from solver.io.store.migrations import SCHEMA_VERSION, current_tables, migrate
 from solver.io.store.pg import projector
 from solver.io.store.pg.conn import PgConn
-from solver.io.store.pg.lease import FencedError
 from solver.io.store.pg.store import PgStore
 from solver.io.store.projection import project
 from solver.io.store.quote_rows import QuoteRows
-from solver.io.store.schema import NonceReusedError, StoreError
+from solver.io.store.schema import FencedError, NonceReusedError, StoreError
 from tests.io.store_helpers import ACCOUNT, T0, move, opened, record, signed_quote
 from tests.io.test_journal import one_of_each_kind
 from tests.io.test_quote_rows import journal_facts, projected, rows, write_journal

@@ -29,12 +29,12 @@ from typing import Any
 import orjson
 
 from solver.core import facts as f
-from solver.io.store.quote_rows import INSERT_FILL_FROM_QUOTE, SKIPPED, QuoteRows
+from solver.io.store.quote_rows import INSERT_FILL_FROM_QUOTE, QuoteRows, skipped
 from solver.io.store.schema import (
-    DB_ERRORS,
     INSERT_REBALANCE_STEP,
     SAVE_REBALANCE,
     StoreError,
+    db_errors,
     rebalance_values,
     ts,
     ts_us,
@@ -137,9 +137,9 @@ def _batch(
     except BaseException as exc:
         quotes.forget()  # what it holds may be ahead of the tables now
         if conn.in_transaction:
-            with contextlib.suppress(*DB_ERRORS):
+            with contextlib.suppress(*db_errors()):
                 cur.execute("ROLLBACK")
-        if isinstance(exc, DB_ERRORS):
+        if isinstance(exc, db_errors()):
             raise StoreError(f"cannot project the journal: {exc}") from None
         raise
     quotes.committed(seq)
@@ -153,7 +153,7 @@ def _project_entry(
         doc = orjson.loads(body)
         fact = f.decode(kind, doc)
         with_savepoint(cur, lambda: _apply(cur, quotes, seq, fact, doc))
-    except SKIPPED as exc:
+    except skipped() as exc:
         log.error("journal entry %d (%s) not projected: %s", seq, kind, exc)
 
 

@@ -21,7 +21,6 @@ from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.quote_counts import minute_of
 from solver.io.store.quote_journal import find_opened
 from solver.io.store.schema import (
-    DB_ERRORS,
     REBALANCE_COLUMNS,
     SELECT_FILLS,
     SELECT_QUOTES,
@@ -30,6 +29,7 @@ from solver.io.store.schema import (
     BalanceSnapshot,
     Fill,
     StoreError,
+    db_errors,
     export_rows,
     fill_row,
     from_ts,
@@ -59,7 +59,7 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
     def read(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except DB_ERRORS as exc:
+        except db_errors() as exc:
             raise StoreError(f"cannot read the store ({method.__name__}): {exc}") from None
 
     return read

@@ -50,24 +50,30 @@ from solver.io.store.quote_counts import (
 )
 from solver.io.store.quote_journal import MALFORMED, Open, find_opened, open_quotes, opened_body
 from solver.io.store.schema import (
-    DB_ERRORS,
     INSERT_QUOTE,
     INSERT_TRANSITION,
     UPDATE_STATE,
+    db_errors,
     ts_us,
     with_savepoint,
 )
 
 log = logging.getLogger("solver.projection")
 
-SKIPPED: tuple[type[BaseException], ...] = (
+_BAD_ENTRY: tuple[type[BaseException], ...] = (
     f.FactError,
     orjson.JSONDecodeError,
     KeyError,
     TypeError,
-    *DB_ERRORS,
 )
-"""What makes an entry be logged and skipped rather than fail its batch."""
+
+
+def skipped() -> tuple[type[BaseException], ...]:
+    """What makes an entry be logged and skipped rather than fail its batch: a bad entry, or
+    what the database said of it (:func:`~solver.io.store.schema.db_errors`; called in
+    ``except`` clauses, so only when something was raised)."""
+    return _BAD_ENTRY + db_errors()
+
 
 _MASK = 2**32 - 1
 _SPREAD = 0x9E3779B1
@@ -244,7 +250,7 @@ class QuoteRows:
                 else:
                     try:
                         self.opened(cur, seq, body, savepoints)
-                    except SKIPPED as exc:
+                    except skipped() as exc:
                         log.error("journal entry %d (%s) not projected: %s", seq, kind, exc)
             if deadline is not None and read & 7 == 1 and time.perf_counter() > deadline:
                 return seq, read, True

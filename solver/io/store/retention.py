@@ -45,7 +45,7 @@ from datetime import datetime
 from typing import Any
 
 from solver.core.clock import micros
-from solver.io.store.schema import DB_ERRORS, StoreError, ts
+from solver.io.store.schema import StoreError, db_errors, ts
 
 CHUNK = 64
 """Rows deleted in one transaction: ~0.3 ms on average (measured on a copy of 100,000
@@ -127,7 +127,7 @@ class Pruner:
         except StoreError:  # the fence refused: nothing of the piece is deleted
             _rollback(conn)
             raise
-        except DB_ERRORS as exc:
+        except db_errors() as exc:
             _rollback(conn)
             raise StoreError(f"cannot delete old rows from the store: {exc}") from None
         pruned.done = True

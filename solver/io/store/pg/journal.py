@@ -10,7 +10,7 @@ leaves — writes the turn's facts in ONE statement, which is also ONE transacti
     INSERT INTO journal (at, kind, body) SELECT .. FROM fence, unnest(..) ..
 
 If this instance does not hold the lease with its epoch, unexpired, the fence has no row and
-nothing is inserted: the commit raises :class:`~solver.io.store.pg.lease.FencedError` and the
+nothing is inserted: the commit raises :class:`~solver.io.store.schema.FencedError` and the
 executor sends none of the turn's answers. ``FOR UPDATE`` makes a successor's taking wait until
 the commit is over, so what the old active sent is always in the journal the successor replays.
 It is also one round trip on the event loop (~0.2 ms on loopback: docs/operations.md), which is
@@ -64,8 +64,8 @@ from solver.io.store.pg.conn import (
     text_array,
     text_element,
 )
-from solver.io.store.pg.lease import FencedError, Lease
-from solver.io.store.schema import StoreError
+from solver.io.store.pg.lease import Lease
+from solver.io.store.schema import FencedError, StoreError
 
 log = logging.getLogger("solver.store")
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from solver.io.store.schema import StoreError
+from solver.io.store.schema import FencedError
 
 log = logging.getLogger("solver.lease")
 
@@ -60,11 +60,6 @@ HOLDER = (
     "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now()), expires_at > now() "
     "FROM lease WHERE account = %s"
 )
-
-
-class FencedError(StoreError):
-    """This instance no longer holds the lease (or cannot be sure it does): it must not write,
-    send or sign anything more (the bot exits with ``EXIT_FENCED``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ import psycopg
 from solver.io.store.pg.conn import PgConn
 from solver.io.store.projection import project
 from solver.io.store.quote_rows import QuoteRows
-from solver.io.store.schema import DB_ERRORS, StoreError
+from solver.io.store.schema import StoreError, db_errors
 
 log = logging.getLogger("solver.projection")
 
@@ -101,7 +101,7 @@ class Projector:
                     conn = self._connect()
                 self._pass(PgConn(conn))
                 self.failing_since = None
-            except (StoreError, *DB_ERRORS) as exc:  # type: ignore[misc]
+            except (StoreError, *db_errors()) as exc:  # type: ignore[misc]
                 self.failures += 1
                 self.last_error = str(exc)
                 if self.failing_since is None:

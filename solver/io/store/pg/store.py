@@ -43,7 +43,7 @@ from solver.core.market import QuoteRequest
 from solver.io.store.migrations import migrate_pg
 from solver.io.store.pg.conn import PgConn, connect, redact
 from solver.io.store.pg.journal import FENCE, PgJournal
-from solver.io.store.pg.lease import FencedError, Lease, LeaseHolder, current_holder
+from solver.io.store.pg.lease import Lease, LeaseHolder, current_holder
 from solver.io.store.pg.projector import Projector
 from solver.io.store.projection import SELECT_ENTRIES, pending, project
 from solver.io.store.quote_rows import QuoteRows
@@ -51,6 +51,7 @@ from solver.io.store.retention import Pruned, Pruner
 from solver.io.store.schema import (
     INSERT_NONCE,
     INSERT_REQUEST,
+    FencedError,
     NonceReusedError,
     StoreError,
     ts,

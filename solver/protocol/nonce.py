@@ -144,28 +144,51 @@ def new_nonce(
 class QuoteNonces:
     """The executor's nonce source (:mod:`solver.runtime.ports`): every quote's nonce in
     ``layout`` under the current salt, its unique part from ``sequence`` — the live bot's
-    sequence is registered by its store, the backtest's derived from its seed."""
+    sequence is registered by its store, the backtest's derived from its seed.
 
-    __slots__ = ("layout", "sequence")
+    One call a nonce (issue 29): the bytes before the counter are built once per salt (the
+    salt changes every few hours, the executor hands the desk's own ``bytes`` object until
+    then), and the counter is taken here under :meth:`NonceSequence.take`'s rules (the fork
+    guard, then one more), not through a second call and its intermediate bytes."""
+
+    __slots__ = ("_head", "_salt", "_salted", "layout", "sequence")
 
     def __init__(self, layout: NonceLayout, sequence: NonceSequence) -> None:
         self.layout = layout
         self.sequence = sequence
+        self._salted = layout != "versioned"
+        self._salt: bytes | None = None  # the salt ``_head`` was built for
+        self._head = b""
 
     def next(self, salt: bytes, deadline_us: int) -> bytes:
         """The nonce of a quote whose deadline is ``deadline_us`` µs since the epoch (the
         desk's clock, :mod:`solver.core.clock`): no ``datetime`` on the quote path."""
+        if salt is not self._salt:
+            self._use_salt(salt)
+        sequence = self.sequence
+        if sequence._born != _forks:
+            raise ProtocolError("a nonce sequence cannot be used in a forked process")
+        sequence._count = count = sequence._count + 1
+        if self._salted:  # salted_nonce's layout: salt ‖ prefix ‖ counter (21 bytes)
+            return self._head + count.to_bytes(28 - PREFIX_LEN, "big")
+        # versioned_nonce's layout: magic ‖ version ‖ salt ‖ deadline (ns) ‖ prefix ‖ counter
+        return b"".join(
+            (
+                self._head,
+                (deadline_us * 1000).to_bytes(8, "little", signed=True),
+                sequence.prefix,
+                count.to_bytes(15 - PREFIX_LEN, "big"),
+            )
+        )
+
+    def _use_salt(self, salt: bytes) -> None:
         if len(salt) != SALT_LEN:
             raise ProtocolError("salt must be 4 bytes")
-        if self.layout == "versioned":
-            return (
-                VERSIONED_MAGIC
-                + b"\x00"
-                + salt
-                + (deadline_us * 1000).to_bytes(8, "little", signed=True)
-                + self.sequence.take(15)
-            )
-        return salt + self.sequence.take(28)  # salted_nonce's layout (28 unique bytes)
+        if self._salted:
+            self._head = salt + self.sequence.prefix
+        else:
+            self._head = VERSIONED_MAGIC + b"\x00" + salt
+        self._salt = salt
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,10 +130,16 @@ class Executor:
         """The quote path: one desk decision, then sign, journal and queue the answer (its
         skip or its quote counted under the request's pair). The request is its own event
         (no wrapper), and an answer goes straight to signing (no handler table)."""
-        actions, started, pair = self._decided(request, now)
+        if self._metrics is None:  # _decided's first line, inline: a replay's every request
+            actions, started, pair = self.desk.receive(request, now), 0.0, OTHER
+        else:
+            actions, started, pair = self._decided(request, now)
         for action in actions:
-            if type(action) is SignAndSend:
-                self._sign_and_queue(action, now, started, pair)
+            if type(action) is SignAndSend and self._sign is not None:
+                # _sign_and_queue's inline signing, without its frame: one call a request less
+                signed = self._signature(action, now)
+                if signed is not None:
+                    self._queue_signed(action, signed, now, started, pair)
             else:
                 self._handlers[type(action)](action, now, started, pair)
         return actions
@@ -233,43 +239,39 @@ class Executor:
             shadow(action.quote, now)
 
     def _sign_and_queue(self, action: SignAndSend, now: Micros, started: float, pair: str) -> None:
+        if self._sign is not None:
+            signed = self._signature(action, now)
+            if signed is not None:
+                self._queue_signed(action, signed, now, started, pair)
+            return
+        assert self._deferred is not None
         quote = action.quote
         request = quote.request
         deadline = quote.deadline
-        nonce = self._next_nonce(action.salt, deadline)
-        sign = self._sign
-        if sign is None:
-            assert self._deferred is not None
-            self._signing += 1
-            self._deferred.sign_later(
-                quote_id=request.quote_id,
-                deadline=deadline,
-                nonce=nonce,
-                asset_in=request.asset_in,
-                amount_in=quote.amount_in,
-                asset_out=request.asset_out,
-                amount_out=quote.amount_out,
-                reply=lambda result: self._signed_later(action, result, started, pair),
-            )
-            return
-        signed = self._signature(action, now, nonce)
-        if signed is not None:
-            self._queue_signed(action, signed, now, started, pair)
+        self._signing += 1
+        self._deferred.sign_later(
+            quote_id=request.quote_id,
+            deadline=deadline,
+            nonce=self._next_nonce(action.salt, deadline),
+            asset_in=request.asset_in,
+            amount_in=quote.amount_in,
+            asset_out=request.asset_out,
+            amount_out=quote.amount_out,
+            reply=lambda result: self._signed_later(action, result, started, pair),
+        )
 
-    def _signature(
-        self, action: SignAndSend, now: Micros, nonce: bytes | None = None
-    ) -> SignedQuote | None:
-        """The in-process signer's signature of ``action``'s quote; None when it refused
-        (the desk hears ``QuoteNotSent``)."""
+    def _signature(self, action: SignAndSend, now: Micros) -> SignedQuote | None:
+        """The in-process signer's signature of ``action``'s quote under its nonce; None when
+        it refused (the desk hears ``QuoteNotSent``)."""
         quote = action.quote
         request = quote.request
-        if nonce is None:
-            nonce = self._next_nonce(action.salt, quote.deadline)
+        deadline = quote.deadline
+        nonce = self._next_nonce(action.salt, deadline)  # its failure is no refusal
         sign = self._sign
         assert sign is not None  # inline signing only
         try:
             return sign(
-                deadline=quote.deadline,
+                deadline=deadline,
                 nonce=nonce,
                 asset_in=request.asset_in,
                 amount_in=quote.amount_in,

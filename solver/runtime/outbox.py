@@ -23,6 +23,7 @@ executor's ``feed``.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections import deque
 from collections.abc import Callable
@@ -69,6 +70,18 @@ class GroupCommitOutbox:
         self._answers: list[Answer] = []
         self._flush_scheduled = False
         self._flush_soon = self._flush  # bound once, not at every answer
+        self.queue: Callable[[Quote, SignedQuote, float, str], object] = self._queue
+        """An answer whose ``QuoteOpened`` the journal took: it leaves after the next commit.
+        With no journal to wait on, a loop that runs deferred work at once (its ``call_soon``
+        is :func:`operator.call` itself: the replay's, one request at a time) and nothing to
+        time, the flush would be one answer's send: the answer is sent here and then
+        (:meth:`_send_one`, the flush's own send; issue 29: two calls an answer less)."""
+        if (
+            ports.journal is None
+            and ports.loop.call_soon is operator.call
+            and ports.metrics is None
+        ):
+            self.queue = self._send_one
         # Facts (not answers) appended since the last commit, and facts the desk applied that
         # the journal does not hold yet: a failed commit or append must not lose them.
         self._uncommitted: list[Fact] = []
@@ -97,8 +110,7 @@ class GroupCommitOutbox:
         """No answer waits to be committed and sent."""
         return not (self._answers or self._flush_scheduled)
 
-    def queue(self, quote: Quote, signed: SignedQuote, started: float, pair: str) -> None:
-        """An answer whose ``QuoteOpened`` the journal took: it leaves after the next commit."""
+    def _queue(self, quote: Quote, signed: SignedQuote, started: float, pair: str) -> None:
         self._answers.append((quote, signed, started, pair))
         if not self._flush_scheduled:  # _schedule_flush, inline: once per answer
             self._flush_scheduled = True
@@ -199,21 +211,28 @@ class GroupCommitOutbox:
     def _send(self, batch: list[Answer]) -> list[float] | None:
         """Hand each answer to the sender; when the ones that left arrived (None: no metrics,
         nothing timed)."""
-        sender, sent = self._sender, self.sent_by_pair
-        timed: list[float] | None = None if self._metrics is None else []
-        for quote, signed, started, pair in batch:
-            try:
-                sender.send_answer(quote, signed)
-            except SolverError as exc:
-                # Never written to the socket: the relay never saw it, nobody can use it.
-                self.send_failed += 1
-                event = ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}")
-                self._feed(event, self._clock())
-                continue
-            sent[pair] = sent.get(pair, 0) + 1  # it left: counted here, and only here
-            if timed is not None:
-                timed.append(started)
-        return timed
+        send = self._send_one
+        if self._metrics is None:
+            for quote, signed, started, pair in batch:
+                send(quote, signed, started, pair)
+            return None
+        return [
+            started for quote, signed, started, pair in batch if send(quote, signed, started, pair)
+        ]
+
+    def _send_one(self, quote: Quote, signed: SignedQuote, started: float, pair: str) -> bool:
+        """Hand one answer to the sender: whether it left (counted here, and only here)."""
+        try:
+            self._sender.send_answer(quote, signed)
+        except SolverError as exc:
+            # Never written to the socket: the relay never saw it, nobody can use it.
+            self.send_failed += 1
+            event = ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}")
+            self._feed(event, self._clock())
+            return False
+        sent = self.sent_by_pair
+        sent[pair] = sent.get(pair, 0) + 1
+        return True
 
     def _time_responses(self, timed: list[float]) -> None:
         """Request to answer written, for the answers of one flush (live: after the write)."""

@@ -17,6 +17,7 @@ from solver.protocol.nonce import (
     PREFIX_LEN,
     VERSIONED_MAGIC,
     NonceSequence,
+    QuoteNonces,
     datetime_to_ns,
     new_nonce,
     nonce_to_text,
@@ -277,13 +278,18 @@ def test_a_nonce_sequence_never_repeats_and_a_forked_child_cannot_continue_it() 
     assert int.from_bytes(versioned[-1][24:], "big") == 2000  # the counter, big-endian
     with pytest.raises(ProtocolError, match="prefix must be 7 bytes"):
         NonceSequence(b"\x01" * 8)
+    quote_nonces = QuoteNonces("salted", seq)
+    assert quote_nonces.next(salt, 0)[:4] == salt  # its salt's bytes built before the fork
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: try to continue, tell the parent how it went, then out at once
         try:
             os.write(write, seq.take(28))
         except ProtocolError:
-            os.write(write, b"refused")
+            try:  # the quote path's source takes the counter itself: refused there too
+                os.write(write, quote_nonces.next(salt, 0))
+            except ProtocolError:
+                os.write(write, b"refused")
         os._exit(0)
     os.close(write)
     child = os.read(read, 32)
@@ -293,3 +299,24 @@ def test_a_nonce_sequence_never_repeats_and_a_forked_child_cannot_continue_it() 
     assert seq.take(28)[:PREFIX_LEN] == seq.prefix  # the parent goes on
     random_ones = {salted_nonce(salt) for _ in range(1000)}  # the random default, elsewhere
     assert len(random_ones) == 1000
+
+
+def test_quote_nonces_follow_the_salt_and_count_on_their_sequence() -> None:
+    """The quote path's nonces (issue 29: the bytes before the counter built once per salt):
+    a new salt is used from the next nonce on, an equal salt in another object too; the
+    counter is the sequence's own, so nothing it issues repeats one of them; a bad salt is
+    refused with nothing issued."""
+    seq = NonceSequence(b"\x02" * PREFIX_LEN)
+    nonces = QuoteNonces("salted", seq)
+    first, second = bytes([0, 0, 0, 1]), bytes([0, 0, 0, 2])
+    assert nonces.next(first, 0) == first + seq.prefix + (1).to_bytes(21, "big")
+    assert nonces.next(second, 0) == second + seq.prefix + (2).to_bytes(21, "big")
+    assert nonces.next(bytes([0, 0, 0, 1]), 0)[:4] == first  # an equal salt, another object
+    with pytest.raises(ProtocolError, match="salt"):
+        nonces.next(b"\x01", 0)
+    assert seq.issued == 3 and seq.take(28) == seq.prefix + (4).to_bytes(21, "big")
+    versioned = QuoteNonces("versioned", seq)
+    deadline = datetime(2030, 1, 1, tzinfo=UTC)
+    got = versioned.next(second, int(deadline.timestamp()) * 1_000_000)
+    assert got == versioned_nonce(second, deadline, seq.prefix + (5).to_bytes(8, "big"))
+    assert versioned.next(first, 0)[5:9] == first and seq.issued == 6

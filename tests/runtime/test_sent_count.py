@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from backtest.ports import ImmediateLoop
+
 from solver.io.bus_ws import BusWsClient
 from solver.io.desk_ports import (
     BusStatusSource,
@@ -24,6 +26,7 @@ from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.protocol.quote_signing import QuoteSigner
 from solver.runtime.executor import Executor
+from solver.runtime.outbox import GroupCommitOutbox
 from solver.runtime.ports import Ports, Refresh, Sender
 from tests.core.desk_helpers import NEAR, USDC, at, make_desk, request
 from tests.runtime.test_executor import ACCOUNT, Bus, Clock, Ledger, Recorder, drain
@@ -31,7 +34,10 @@ from tests.runtime.test_executor import ACCOUNT, Bus, Clock, Ledger, Recorder, d
 PAIR = "wNEAR/USDC"
 
 
-def executor_over(recorder: Recorder, sender: Sender) -> tuple[Executor, Metrics]:
+def executor_over(
+    recorder: Recorder, sender: Sender, *, at_once: bool = False
+) -> tuple[Executor, Metrics]:
+    """``at_once``: the replay's ports (no journal, deferred work run at once, no metrics)."""
     metrics = Metrics(pairs=[(NEAR, USDC)], symbols={NEAR: "wNEAR", USDC: "USDC"})
     tasks = Tasks()
     executor = Executor(
@@ -39,15 +45,15 @@ def executor_over(recorder: Recorder, sender: Sender) -> tuple[Executor, Metrics
         Ports(
             signer=QuoteSigner(SecretKey(bytes(32)), ACCOUNT, "intents.sandbox"),
             nonces=QuoteNonces("salted", NonceSequence.unregistered()),
-            journal=recorder,
+            journal=None if at_once else recorder,
             sender=sender,
             statuses=BusStatusSource(Bus({}), tasks),
             nonce_oracle=LedgerNonceOracle(Ledger({}), ACCOUNT, tasks),
             balances=Refresh(lambda: None),
             salt=Refresh(lambda: None),
             alerts=LoggedAlerts(None),
-            metrics=metrics,
-            loop=RunningLoop(),
+            metrics=None if at_once else metrics,
+            loop=ImmediateLoop() if at_once else RunningLoop(),
             clock=Clock(),
         ),
     )
@@ -99,3 +105,24 @@ async def test_what_the_metrics_show_is_what_the_executor_sent() -> None:
     assert executor.outbox.sent_by_pair == {PAIR: 3}
     assert quotes_shown(metrics) == {PAIR: 3, OTHER: 0}
     assert len(executor.outbox.response_us) == 3  # timed: the answers that left, only
+
+
+def test_with_nothing_to_wait_on_an_answer_leaves_as_it_is_queued() -> None:
+    """No journal to commit, a loop that runs deferred work at once, nothing to time (the
+    replay's ports): the outbox's door is the flush's own send of one answer (issue 29), so
+    each answer leaves inside its request, counted once, and one the sender refused is
+    counted as failed and released, as through a flush."""
+    recorder = Recorder()
+    recorder.refuse_send.add("q2")
+    executor, _ = executor_over(recorder, recorder, at_once=True)
+    outbox = executor.outbox
+    assert getattr(outbox.queue, "__func__", None) is GroupCommitOutbox._send_one
+    executor.request(request("q1"), at(1))
+    assert [answer["quote_id"] for answer in recorder.sent] == ["q1"] and executor.idle
+    executor.request(request("q2"), at(1))
+    assert (outbox.sent_by_pair, outbox.send_failed) == ({OTHER: 1}, 1)
+    desk = executor.desk
+    assert "q2" not in desk.inventory.reservations and list(desk.book.quotes) == ["q1"]
+    assert recorder.events == ["send:q1"] and recorder.corks == []  # nothing journaled or corked
+    live, _ = executor_over(Recorder(), Recorder())  # a journal to wait on: queued for the flush
+    assert getattr(live.outbox.queue, "__func__", None) is GroupCommitOutbox._queue

@@ -74,8 +74,8 @@ class GroupCommitOutbox:
         """An answer whose ``QuoteOpened`` the journal took: it leaves after the next commit.
         With no journal to wait on, a loop that runs deferred work at once (its ``call_soon``
         is :func:`operator.call` itself: the replay's, one request at a time) and nothing to
-        time, the flush would be one answer's send: the answer is sent here and then
-        (:meth:`_send_one`, the flush's own send; issue 29: two calls an answer less)."""
+        time, the flush would be one answer's send: the answer is sent as it is queued, by
+        the flush's own send (:meth:`_send_one`; issue 29: two calls an answer less)."""
         if (
             ports.journal is None
             and ports.loop.call_soon is operator.call

@@ -12,7 +12,6 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from backtest.ports import ImmediateLoop
-
 from solver.io.bus_ws import BusWsClient
 from solver.io.desk_ports import (
     BusStatusSource,

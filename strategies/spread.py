@@ -219,8 +219,15 @@ class SpreadStrategy(Strategy):
         age = cfg.max_price_age_s
         fee_pips = market.fee_pips
         # gross_outflow and as_quote inline below: the same integer expressions.
+        # conversion_rate's own dispatch, here: a view with the exact method is asked directly
+        # (one call less a quote, issue 29); any other goes through the shared helper.
+        exact = getattr(market, "exact_conversion_rate", None)
         if request.exact_in:
-            rate = conversion_rate(market, request.asset_in, request.asset_out, age)
+            rate = (
+                exact(request.asset_in, request.asset_out, age)
+                if exact is not None
+                else conversion_rate(market, request.asset_in, request.asset_out, age)
+            )
             if rate is None:
                 return None
             num, den = rate
@@ -236,7 +243,11 @@ class SpreadStrategy(Strategy):
         gross = amount - ((-amount * fee_pips) // PIPS) if fee_pips > 0 else amount
         if gross > free_out:
             return None
-        rate = conversion_rate(market, request.asset_out, request.asset_in, age)
+        rate = (
+            exact(request.asset_out, request.asset_in, age)
+            if exact is not None
+            else conversion_rate(market, request.asset_out, request.asset_in, age)
+        )
         if rate is None:
             return None
         num, den = rate

@@ -57,6 +57,11 @@ class QuoteLifecycle:
         """asset_in -> asset_out -> the pair's counters (:meth:`PairBook.of`, read inline on
         the quote path: one call less a request and an answer, issue 29)."""
         self.record = desk.record
+        # Read per request: the book's and the inventory's dicts (never replaced) and the
+        # shadow flag (issue 29).
+        self._open = desk.book.quotes
+        self._reservations = desk.inventory.reservations
+        self._shadow = desk.settings.shadow
         self.connected_since: Micros | None = None
         self._grace = span(self.settings.deadline_grace_s)
         self._claim_timeout = span(self.settings.claim_timeout_s)
@@ -82,7 +87,8 @@ class QuoteLifecycle:
     def _quote_requested(self, request: QuoteRequest, now: Micros) -> list[Action]:
         """One decision, one action. The executor hands the request itself: no wrapper is
         built per request."""
-        self.stats.requests += 1
+        stats = self.stats
+        stats.requests += 1
         quote_id = request.quote_id
         by_out = self._pairs.get(request.asset_in)  # PairBook.of, inline
         pair = by_out.get(request.asset_out) if by_out is not None else None
@@ -90,17 +96,16 @@ class QuoteLifecycle:
             pair.requests += 1
         # The relay's ids are unique: a repeat. Decided and not yet signed (a batch of one
         # read, a remote signer) it holds a reservation and no place in the book yet.
-        if quote_id in self.book.quotes or quote_id in self.inventory.reservations:
-            self.stats.skipped[DUPLICATE_QUOTE_ID] += 1
+        if quote_id in self._open or quote_id in self._reservations:
+            stats.skipped[DUPLICATE_QUOTE_ID] += 1
             return [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
         outcome = self.pipeline.decide(request, now)
-        if type(outcome) is Skip:
-            self.stats.skipped[outcome.reason] += 1
+        if isinstance(outcome, Skip):
+            stats.skipped[outcome.reason] += 1
             return [outcome]
-        assert isinstance(outcome, Quote)
-        if self.settings.shadow:
+        if self._shadow:
             self.inventory.release(quote_id)
-            self.stats.shadow_quotes += 1
+            stats.shadow_quotes += 1
             if pair is not None:
                 pair.quotes += 1
             return [ShadowQuote(outcome)]
@@ -120,15 +125,23 @@ class QuoteLifecycle:
         returned for the journal. No event, ``Record`` action or list carries it: the quote
         path's one fact goes straight back to the executor, which journals it before the
         answer leaves and hands it to its observers (issue 29: three objects less an
-        answer)."""
+        answer). Applied as :meth:`_apply_opened` applies it, from the values it is built of
+        (no field read back from the fact)."""
         request = quote.request
-        fact = f.QuoteOpened(
-            request.quote_id, quote_hash, request.asset_in, request.asset_out,
-            quote.amount_in, quote.amount_out, quote.fee, quote.deadline, nonce, now,
-            request.exact_in, request.partner_id, signed_data,
+        quote_id, asset_in, asset_out = request.quote_id, request.asset_in, request.asset_out
+        amount_in, amount_out, fee, deadline = (
+            quote.amount_in, quote.amount_out, quote.fee, quote.deadline
         )  # fmt: skip
-        self._apply_opened(fact)
-        return fact
+        self._open_quote(
+            TrackedQuote(
+                quote_id, quote_hash, asset_in, asset_out, amount_in, amount_out, fee, deadline,
+                nonce, now,
+            )
+        )  # fmt: skip
+        return f.QuoteOpened(
+            quote_id, quote_hash, asset_in, asset_out, amount_in, amount_out, fee, deadline,
+            nonce, now, request.exact_in, request.partner_id, signed_data,
+        )  # fmt: skip
 
     def _quote_not_sent(self, event: ev.QuoteNotSent, now: Micros) -> list[Action]:
         actions: list[Action] = []
@@ -206,24 +219,29 @@ class QuoteLifecycle:
     # ------------------------------------------------------------------ applying
 
     def _apply_opened(self, fact: f.QuoteOpened) -> None:
-        self.book.add(
+        self._open_quote(
             TrackedQuote(
                 fact.quote_id, fact.quote_hash, fact.asset_in, fact.asset_out, fact.amount_in,
                 fact.amount_out, fact.fee, fact.deadline, fact.nonce, fact.created_at,
             )
         )  # fmt: skip
-        by_out = self._pairs.get(fact.asset_in)  # PairBook.of, inline
-        pair = by_out.get(fact.asset_out) if by_out is not None else None
+
+    def _open_quote(self, quote: TrackedQuote) -> None:
+        """A ``QuoteOpened``'s change of state, whether the desk signed it (:meth:`signed`) or
+        the journal replays it (:meth:`_apply_opened`): the quote joins the book, its pair
+        counts it, its reservation is restored when none holds."""
+        self.book.add(quote)
+        by_out = self._pairs.get(quote.asset_in)  # PairBook.of, inline
+        pair = by_out.get(quote.asset_out) if by_out is not None else None
         if pair is not None:
             pair.quotes += 1
         # Live, decide() reserved it already (no reservation is built again: one object less
         # an answer); from the journal, the exposure is restored whatever the balances say
         # (it was signed).
-        if fact.quote_id not in self.inventory.reservations:
-            outflow = fact.amount_out + fact.fee
+        if quote.quote_id not in self._reservations:
             self.inventory.restore(
-                [Reservation(fact.quote_id, fact.asset_out, outflow, fact.asset_in,
-                             fact.amount_in, fact.deadline)]
+                [Reservation(quote.quote_id, quote.asset_out, quote.amount_out + quote.fee,
+                             quote.asset_in, quote.amount_in, quote.deadline)]
             )  # fmt: skip
 
     def _apply_lost(self, fact: f.QuotesLost) -> None:

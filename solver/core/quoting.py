@@ -22,7 +22,7 @@ from typing import Protocol
 from solver.core.clock import MILLI, SECOND, Micros, span
 from solver.core.inventory import Inventory, Reservation
 from solver.core.limits import TokenBucket
-from solver.core.market import MarketView, QuoteRequest
+from solver.core.market import MarketView, QuoteRequest, ReferencePrice
 from solver.core.pauses import Pauses
 from solver.core.state import LiveMarketView, MarketState
 from solver.protocol.amounts import I128_MAX
@@ -125,8 +125,52 @@ class PipelineSettings:
     max_quotes_per_s: float = 200.0
 
 
-_Slot = tuple[Route, str, float | None, float | None, float]
-"""A pair's route, its pause scope, the two assets' units and the price guard's factor."""
+class _Pair:
+    """What one pair's decisions read, worked out once per route (a changed route in
+    :attr:`QuotePipeline.routes` gets a new one) and once per price update: the route's fields,
+    the pause scope's text, the assets' units (None when the decimals are unknown), the price
+    guard's factor and the per-token limit of the asset paid out, then the two reference prices
+    as of :attr:`MarketState.version` (each the same value the decision read by asset before;
+    issue 29: one object's fields instead of ~10 lookups by asset a request)."""
+
+    __slots__ = (
+        "at", "detail", "enabled", "guard", "key", "limit", "max_usd", "min_usd", "partners",
+        "price_in", "price_out", "quote", "route", "unit_in", "unit_out", "usd_in", "usd_out",
+        "version",
+    )  # fmt: skip
+
+    def __init__(self, route: Route, unit: Mapping[str, float], settings: PipelineSettings):
+        self.route = route
+        self.key = route.key
+        self.enabled = route.enabled
+        self.partners = route.partners
+        self.min_usd, self.max_usd = route.min_notional_usd, route.max_notional_usd
+        self.quote = route.strategy.quote
+        self.unit_in, self.unit_out = unit.get(route.asset_in), unit.get(route.asset_out)
+        self.guard = 1 + route.max_giveaway_bps / 10_000
+        self.limit = settings.max_open_per_token.get(route.asset_out)
+        self.version = -1  # no prices read yet: refresh() before use
+        self.detail: str | None = None
+        self.price_in: ReferencePrice | None = None
+        self.price_out: ReferencePrice | None = None
+        self.at: Micros = 0
+        self.usd_in = self.usd_out = 0.0
+
+    def refresh(self, state: MarketState) -> None:
+        """The prices as of ``state.version``: the divergence detail of either asset (the
+        input's first), the two prices (None: missing), the older one's time and the USD of
+        each."""
+        self.version = state.version
+        asset_in, asset_out = self.route.asset_in, self.route.asset_out
+        divergent = state.divergent
+        self.detail = divergent.get(asset_in) or divergent.get(asset_out) if divergent else None
+        prices = state.prices
+        price_in, price_out = prices.get(asset_in), prices.get(asset_out)
+        self.price_in, self.price_out = price_in, price_out
+        if price_in is not None and price_out is not None:
+            at_in, at_out = state.price_at[asset_in], state.price_at[asset_out]
+            self.at = at_in if at_in <= at_out else at_out
+            self.usd_in, self.usd_out = price_in.usd, price_out.usd
 
 
 class QuotePipeline:
@@ -155,8 +199,10 @@ class QuotePipeline:
         self.bucket = TokenBucket(rate, max(1.0, rate))
         # 10**decimals as floats, once: USD notionals are estimates for limits, never amounts.
         self._unit = {asset: 10.0**dec for asset, dec in state.decimals.items()}
-        self._slots: dict[tuple[str, str], _Slot] = {}
-        """Per pair, what its decisions read of its route (:meth:`_slot`)."""
+        self._pairs: dict[tuple[str, str], _Pair] = {}
+        """Per pair, what its decisions read (:class:`_Pair`)."""
+        self._view = LiveMarketView(state, inventory, 0, settings.deadline_margin_ms)
+        """The strategies' view, its time set per decision (one object, not one a request)."""
         self._leads: dict[int, Micros] = {}
         """``min_deadline_ms`` -> the µs from decision to the quote's deadline."""
         # The age limits in µs, once (the checks compare integers: :mod:`solver.core.clock`).
@@ -171,17 +217,16 @@ class QuotePipeline:
         route = self.routes.get(pair)
         if route is None:
             return Skip(UNKNOWN_PAIR, f"{asset_in}->{asset_out}")
-        slot = self._slots.get(pair)
-        if slot is None or slot[0] is not route:
-            slot = self._slot(pair, route)
-        _, key, unit_in, unit_out, guard = slot
-        if not route.enabled:
+        slot = self._pairs.get(pair)
+        if slot is None or slot.route is not route:
+            slot = self._pairs[pair] = _Pair(route, self._unit, s)
+        if not slot.enabled:
             return Skip(PAIR_DISABLED)
         if self._pause_scopes:  # Pauses.reason is None while no pause holds
-            paused = self.pauses.reason(key)
+            paused = self.pauses.reason(slot.key)
             if paused:
                 return Skip(PAUSED, paused)
-        partners = route.partners
+        partners = slot.partners
         if partners is not None and not partners.admits(request.partner_id):
             return Skip(PARTNER_NOT_ALLOWED, request.partner_id or "no partner_id")
         if amount > I128_MAX:
@@ -202,34 +247,31 @@ class QuotePipeline:
             return Skip(STALE_BALANCES, "no balance snapshot")
         if now - balances_at > self._balance_max_us:
             return Skip(STALE_BALANCES, f"{(now - balances_at) / SECOND:.1f}s old")
-        divergent = state.divergent
-        if divergent:
-            detail = divergent.get(asset_in) or divergent.get(asset_out)
-            if detail is not None:
-                return Skip(PRICE_DIVERGENCE, detail)
-        prices = state.prices
-        price_in, price_out = prices.get(asset_in), prices.get(asset_out)
-        if price_in is None or price_out is None:
+        if slot.version != state.version:
+            slot.refresh(state)
+        if slot.detail is not None:
+            return Skip(PRICE_DIVERGENCE, slot.detail)
+        if slot.price_in is None or slot.price_out is None:
             return Skip(NO_PRICE)
-        price_at = state.price_at
-        at_in, at_out = price_at[asset_in], price_at[asset_out]
-        if now - (at_in if at_in <= at_out else at_out) > self._price_max_us:  # the older one
+        if now - slot.at > self._price_max_us:  # the older price's age
             return Skip(STALE_PRICE)
+        unit_in, unit_out = slot.unit_in, slot.unit_out
         if unit_in is None or unit_out is None:  # no decimals: raise as the lookup always did
             unit_in, unit_out = self._unit[asset_in], self._unit[asset_out]
-        usd_in, usd_out = price_in.usd, price_out.usd
+        usd_in, usd_out = slot.usd_in, slot.usd_out
         exact_in = request.exact_in
         fixed_usd = amount * usd_in / unit_in if exact_in else amount * usd_out / unit_out
-        if fixed_usd < route.min_notional_usd:
+        if fixed_usd < slot.min_usd:
             return Skip(BELOW_MIN_SIZE, f"{fixed_usd:.2f} USD")
-        if fixed_usd > route.max_notional_usd:
+        if fixed_usd > slot.max_usd:
             return Skip(ABOVE_MAX_SIZE, f"{fixed_usd:.2f} USD")
 
-        view = LiveMarketView(state, inventory, now, s.deadline_margin_ms)
+        view = self._view
+        view.now_us, view.fee_pips = now, state.fee_pips
         timer = self.timer
         started = timer()
         try:
-            other = route.strategy.quote(request, view)
+            other = slot.quote(request, view)
         except Exception as exc:  # user code is guarded (STYLE 5)
             return Skip(STRATEGY_ERROR, f"{type(exc).__name__}: {str(exc)[:200]}")
         elapsed_ms = (timer() - started) * 1000
@@ -246,17 +288,17 @@ class QuotePipeline:
 
         value_in = amount_in * usd_in / unit_in
         value_out = amount_out * usd_out / unit_out
-        if value_out > value_in * guard:
+        if value_out > value_in * slot.guard:
             return Skip(PRICE_GUARD, f"gives {value_out:.2f} USD for {value_in:.2f} USD")
         fee = -(-amount_out * state.fee_pips // 1_000_000)
         outflow = amount_out + fee
         reserved = inventory.reserved
-        limit = s.max_open_per_token.get(asset_out)
+        limit = slot.limit
         if limit is not None and reserved.get(asset_out, 0) + outflow > limit:
             return Skip(PER_TOKEN_LIMIT)
         # open_exposure_usd(), inline: the same terms summed in the same order (same bits).
         exposure = 0.0
-        units = self._unit
+        prices, units = state.prices, self._unit
         for asset, held in reserved.items():
             price = prices.get(asset)
             if price is not None:
@@ -286,21 +328,6 @@ class QuotePipeline:
         ):
             return Skip(INSUFFICIENT_INVENTORY, "duplicate quote_id or inventory changed")
         return Quote(request, amount_in, amount_out, fee, deadline)
-
-    def _slot(self, pair: tuple[str, str], route: Route) -> _Slot:
-        """What a pair's decisions read of its route, worked out once per route (a changed
-        route in :attr:`routes` gets a new slot): the pause scope's text, the assets' units
-        (None when the decimals are unknown) and the price guard's factor, each the same value
-        the decision computed from the route before (issue 29)."""
-        unit = self._unit
-        slot = self._slots[pair] = (
-            route,
-            route.key,
-            unit.get(pair[0]),
-            unit.get(pair[1]),
-            1 + route.max_giveaway_bps / 10_000,
-        )
-        return slot
 
     def open_exposure_usd(self) -> float:
         """What the open reservations are worth at reference prices (the exposure limit's

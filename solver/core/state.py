@@ -65,6 +65,10 @@ class MarketState:
     """Per asset, the latest observation of each source (by source name): USD and µs."""
     divergent: dict[str, str] = field(default_factory=dict)
     """Assets whose fresh sources disagree, with the detail (the skip's)."""
+    version: int = field(default=0, compare=False)
+    """Counts the changes of :attr:`prices`, :attr:`price_at` and :attr:`divergent` (made
+    only by :meth:`set_price`): what the quote pipeline read of them per pair stays valid while
+    it is the same (issue 29)."""
     rates: dict[tuple[str, str], _Rate] = field(default_factory=dict, compare=False, repr=False)
     """Per ``(from, to)``, the conversion rate worked out from the two price objects it holds
     (:meth:`LiveMarketView.exact_conversion_rate`): valid while both are still the current ones, so
@@ -82,6 +86,7 @@ class MarketState:
         if current is not None and current[1] > observed:
             return
         seen[source] = (usd, observed)
+        self.version += 1
         stamp = at = observed
         if len(seen) > 1:
             combined = self._combine(asset, seen)
@@ -160,9 +165,11 @@ def _scale(decimals: int) -> int:
 
 
 class LiveMarketView:
-    """The :class:`~solver.core.market.MarketView` strategies get for one decision."""
+    """The :class:`~solver.core.market.MarketView` strategies get for a decision: the quote
+    pipeline keeps one and sets :attr:`now_us` per decision (issue 29: no view built per
+    request), so it is valid for the decision it is handed for, as the strategy API says."""
 
-    __slots__ = ("_inventory", "_now", "_state", "deadline_margin_ms", "now_us")
+    __slots__ = ("_inventory", "_now", "_state", "deadline_margin_ms", "fee_pips", "now_us")
 
     def __init__(
         self,
@@ -172,20 +179,20 @@ class LiveMarketView:
         deadline_margin_ms: int = 0,
     ) -> None:
         self._state, self._inventory, self.now_us = state, inventory, now
-        self._now: datetime | None = None
+        self._now: tuple[Micros, datetime] | None = None
         self.deadline_margin_ms = deadline_margin_ms
+        self.fee_pips = state.fee_pips
+        """The state's, as of the decision (set with :attr:`now_us`): an attribute, not a
+        property read per quote."""
 
     @property
     def now(self) -> datetime:
-        """The decision's time as the strategy API gives it: built when first read."""
-        moment = self._now
-        if moment is None:
-            moment = self._now = from_micros(self.now_us)
-        return moment
-
-    @property
-    def fee_pips(self) -> int:
-        return self._state.fee_pips
+        """The decision's time as the strategy API gives it: built when first read for the
+        current :attr:`now_us`."""
+        now, moment = self.now_us, self._now
+        if moment is None or moment[0] != now:
+            moment = self._now = (now, from_micros(now))
+        return moment[1]
 
     def free(self, asset: str) -> int:
         """``Inventory.free``, inline: the same integers, one call less a quote."""

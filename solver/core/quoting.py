@@ -201,6 +201,8 @@ class QuotePipeline:
         self._unit = {asset: 10.0**dec for asset, dec in state.decimals.items()}
         self._pairs: dict[tuple[str, str], _Pair] = {}
         """Per pair, what its decisions read (:class:`_Pair`)."""
+        self._marks: dict[str, tuple[float, float]] = {}
+        self._marks_version = -1  # none worked out yet
         self._view = LiveMarketView(state, inventory, 0, settings.deadline_margin_ms)
         """The strategies' view, its time set per decision (one object, not one a request)."""
         self._leads: dict[int, Micros] = {}
@@ -296,13 +298,14 @@ class QuotePipeline:
         limit = slot.limit
         if limit is not None and reserved.get(asset_out, 0) + outflow > limit:
             return Skip(PER_TOKEN_LIMIT)
-        # open_exposure_usd(), inline: the same terms summed in the same order (same bits).
+        # open_exposure_usd(), inline: the same terms summed in the same order (same bits),
+        # each asset's price and unit read in one lookup (:meth:`_marks`).
+        marks = self._marks if self._marks_version == state.version else self._marks_of(state)
         exposure = 0.0
-        prices, units = state.prices, self._unit
         for asset, held in reserved.items():
-            price = prices.get(asset)
-            if price is not None:
-                exposure += held * price.usd / units.get(asset, 1.0)
+            mark = marks.get(asset)
+            if mark is not None:
+                exposure += held * mark[0] / mark[1]
         if exposure + value_out > s.max_open_exposure_usd:
             return Skip(EXPOSURE_LIMIT)
         # inventory.free(asset_out), inline: the same integers (one call less a quote).
@@ -328,6 +331,17 @@ class QuotePipeline:
         ):
             return Skip(INSUFFICIENT_INVENTORY, "duplicate quote_id or inventory changed")
         return Quote(request, amount_in, amount_out, fee, deadline)
+
+    def _marks_of(self, state: MarketState) -> dict[str, tuple[float, float]]:
+        """Per priced asset, its USD price and its unit (1.0 when the decimals are unknown):
+        the two factors of its exposure term, as :meth:`open_exposure_usd` reads them, worked
+        out once per :attr:`MarketState.version` (issue 29: one lookup an asset, not two)."""
+        unit = self._unit
+        self._marks = {
+            asset: (ref.usd, unit.get(asset, 1.0)) for asset, ref in state.prices.items()
+        }
+        self._marks_version = state.version
+        return self._marks
 
     def open_exposure_usd(self) -> float:
         """What the open reservations are worth at reference prices (the exposure limit's

@@ -79,6 +79,15 @@ def test_the_signature_back_to_the_desk_returns_the_one_fact_it_applied() -> Non
     assert desk.book.find_hash(quote_hash("q1")) is desk.book.get("q1")
     assert desk.inventory.reservations["q1"] is reservation  # the decision's, not rebuilt
     assert desk.stats.pairs["wNEAR/USDC"].quotes == 1
+    # Applied from the values the fact is built of: what the journal's copy applies.
+    replayed = make_desk()
+    replayed.apply(fact)
+    assert replayed.book.get("q1") == desk.book.get("q1")
+    assert (replayed.book.open_outflow, replayed.book.open_inflow) == (
+        desk.book.open_outflow, desk.book.open_inflow,
+    )  # fmt: skip
+    assert replayed.inventory.reservations["q1"] == reservation
+    assert replayed.stats.pairs["wNEAR/USDC"].quotes == 1
 
 
 def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> None:

@@ -297,3 +297,82 @@ def test_strategies_see_the_deadline_margin() -> None:
     pipeline.routes[(NEAR, USDC)] = replace(pipeline.routes[(NEAR, USDC)], strategy=Margin())
     assert isinstance(pipeline.decide(req(), NOW), q.Quote)
     assert seen == [7_000]
+
+
+# ------------------------------------------------------- what a decision reads per pair (issue 29)
+
+
+def test_a_pair_reads_the_prices_of_each_update_not_of_its_first_decision() -> None:
+    """A pair's slot keeps the prices it read until :attr:`MarketState.version` moves: every
+    price update, divergence or agreement is seen by the next decision."""
+    pipeline, _ = build()
+    state = pipeline.state
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    state.set_price(NEAR, 0.5, NOW)  # 1 NEAR is 0.50 USD now: below the 1 USD minimum
+    outcome = pipeline.decide(req(quote_id="b"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.BELOW_MIN_SIZE
+    assert outcome.detail == "0.50 USD"
+    state.set_price(NEAR, 3.0, NOW + span(1))
+    assert isinstance(pipeline.decide(req(quote_id="c"), NOW + span(1)), q.Quote)
+    state.set_price(USDC, 1.0, NOW + span(2), "other")
+    state.set_price(USDC, 1.5, NOW + span(2), "third")  # the quote asset's sources disagree
+    outcome = pipeline.decide(req(quote_id="d"), NOW + span(2))
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.PRICE_DIVERGENCE
+    # No update since: the prices age with the clock alone.
+    outcome = pipeline.decide(req(quote_id="e"), NOW + span(14))
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.PRICE_DIVERGENCE
+
+
+def test_a_price_update_alone_makes_the_pair_stale_or_fresh() -> None:
+    pipeline, _ = build(price_max_age_s=10.0)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW + span(9)), q.Quote)
+    outcome = pipeline.decide(req(quote_id="b"), NOW + span(11))
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.STALE_PRICE
+    pipeline.state.set_price(NEAR, 3.0, NOW + span(11))
+    outcome = pipeline.decide(req(quote_id="c"), NOW + span(11))
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.STALE_PRICE  # USDC's is old
+    pipeline.state.set_price(USDC, 1.0, NOW + span(11))
+    assert isinstance(pipeline.decide(req(quote_id="d"), NOW + span(11)), q.Quote)
+
+
+def test_each_decision_shows_the_strategy_its_own_time_and_fee() -> None:
+    """One view serves every decision: its time and the fee are the decision's."""
+    seen: list[tuple[datetime, int, int]] = []
+
+    class Watch:
+        def quote(self, request: QuoteRequest, market: MarketView) -> int | None:
+            seen.append((market.now, market.fee_pips, market.free(USDC)))
+            return 3 * E6
+
+    pipeline, _ = build()
+    pipeline.routes[(NEAR, USDC)] = replace(pipeline.routes[(NEAR, USDC)], strategy=Watch())
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    pipeline.state.fee_pips = 100
+    assert isinstance(pipeline.decide(req(quote_id="b"), NOW + span(1)), q.Quote)
+    assert seen == [
+        (from_micros(NOW), 0, 999 * E6),
+        (from_micros(NOW + span(1)), 100, 996 * E6),  # 3 USDC reserved by the first
+    ]
+
+
+def test_a_changed_route_or_limit_is_read_again() -> None:
+    pipeline, _ = build(max_open_per_token={USDC: 5 * E6})
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    key = (NEAR, USDC)
+    pipeline.routes[key] = replace(pipeline.routes[key], min_notional_usd=4.0)
+    outcome = pipeline.decide(req(quote_id="b"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.BELOW_MIN_SIZE
+    pipeline.routes[key] = replace(pipeline.routes[key], min_notional_usd=1.0)
+    outcome = pipeline.decide(req(quote_id="c"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.PER_TOKEN_LIMIT
+
+
+def test_the_open_exposure_is_marked_at_the_latest_prices() -> None:
+    pipeline, _ = build(max_open_exposure_usd=10.0, route={"max_giveaway_bps": 10**6})
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)  # 3 USD open
+    assert pipeline.open_exposure_usd() == 3.0
+    pipeline.state.set_price(USDC, 2.0, NOW)  # the 3 USDC open are worth 6 USD now
+    outcome = pipeline.decide(req(quote_id="b"), NOW)  # 6 + 6 > 10
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.EXPOSURE_LIMIT
+    pipeline.state.set_price(USDC, 1.0, NOW + 1)
+    assert isinstance(pipeline.decide(req(quote_id="c"), NOW + 1), q.Quote)  # 3 + 3

@@ -166,8 +166,9 @@ def _scale(decimals: int) -> int:
 
 class LiveMarketView:
     """The :class:`~solver.core.market.MarketView` strategies get for a decision: the quote
-    pipeline keeps one and sets :attr:`now_us` per decision (issue 29: no view built per
-    request), so it is valid for the decision it is handed for, as the strategy API says."""
+    pipeline keeps one and sets :attr:`now_us` and :attr:`fee_pips` per decision (issue 29: no
+    view built per request). Like the state it reads, it shows the decision under way: a
+    strategy reads it during its ``quote`` call, not after."""
 
     __slots__ = ("_inventory", "_now", "_state", "deadline_margin_ms", "fee_pips", "now_us")
 

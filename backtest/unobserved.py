@@ -43,6 +43,8 @@ _TWO_64 = float(2**64)
 _NORMAL = NormalDist()
 _from_bytes, _isfinite = int.from_bytes, math.isfinite
 _floor, _log10 = math.floor, math.log10
+_QUARTER_US = 21_600_000_000
+"""A quarter of a day in µs (:func:`day_quarter`)."""
 _POOLED_MIN = 1
 """Observations the all-pairs bucket needs: one observed competitor is a better guess than none."""
 
@@ -66,7 +68,7 @@ def size_bucket(notional_usd: float) -> int:
 
 def day_quarter(t_us: int) -> int:
     """0..3: the quarter of the UTC day (competition differs between sessions)."""
-    return (t_us // 21_600_000_000) % 4
+    return (t_us // _QUARTER_US) % 4
 
 
 def competitor_edge_bps(edge_bps: float, exact_in: bool, ours: int, best: int) -> float:
@@ -98,7 +100,14 @@ class CompetitionModel:
         if not _isfinite(edge_bps):
             return
         self.observed += 1
-        finest, by_size, by_pair, pooled = self._buckets_of(asset_in, asset_out, notional_usd, t_us)
+        # _buckets_of, inline (once per observed answer, issue 29: a call and its frame less)
+        if notional_usd > 0:
+            decade = _floor(_log10(notional_usd))
+            size = -3 if decade < -3 else 9 if decade > 9 else decade
+        else:
+            size = -3
+        route = (asset_in, asset_out, size, (t_us // _QUARTER_US) % 4)
+        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
         finest.append(edge_bps)
         by_size.append(edge_bps)
         by_pair.append(edge_bps)
@@ -108,9 +117,17 @@ class CompetitionModel:
         self, asset_in: str, asset_out: str, notional_usd: float, t_us: int
     ) -> tuple[deque[float], ...]:
         """The four buckets of an answer's route, finest first, by its :func:`size_bucket` and
-        :func:`day_quarter` (looked up once per route; :meth:`_route` makes them): the one place
-        that :meth:`observe` and :meth:`draw` find them."""
-        route = (asset_in, asset_out, size_bucket(notional_usd), day_quarter(t_us))
+        :func:`day_quarter` (looked up once per route; :meth:`_route` makes them): where
+        :meth:`draw` finds them, and :meth:`observe` by the same operations, inline.
+
+        The size and the quarter are computed here as those functions do, not called (issue
+        29: two calls and their frames per answer the fill model judges)."""
+        if notional_usd > 0:
+            decade = _floor(_log10(notional_usd))
+            size = -3 if decade < -3 else 9 if decade > 9 else decade
+        else:
+            size = -3
+        route = (asset_in, asset_out, size, (t_us // _QUARTER_US) % 4)
         return self._by_route.get(route) or self._route(route)
 
     def _route(self, route: tuple[str, str, int, int]) -> tuple[deque[float], ...]:

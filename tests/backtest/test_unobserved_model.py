@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 
 import pytest
 
@@ -39,6 +40,25 @@ def test_the_size_bucket_is_the_clamped_decade_at_every_edge() -> None:
         assert size_bucket(x) == expected, x
     with pytest.raises(OverflowError):  # as before: an infinite notional has no decade
         size_bucket(math.inf)
+
+
+def test_observe_and_draw_use_the_route_of_size_bucket_and_day_quarter() -> None:
+    # observe and _buckets_of compute the size and the quarter inline (issue 29): the route
+    # they file an answer under is size_bucket's and day_quarter's at every edge.
+    edges = [10.0**k for k in range(-6, 14)]
+    sizes = [x for e in edges for x in (math.nextafter(e, 0), e, math.nextafter(e, math.inf))]
+    sizes += [1e-300, 7.5, 1e300, 0.0, -1.0, -0.0, math.nan]
+    quarter_us = 6 * HOUR_US
+    times = [k * quarter_us + d for k in range(9) for d in (-1, 0, 1)]
+    for x in sizes:
+        for t_us in times:
+            model = CompetitionModel(UnobservedSpec(), seed=0)
+            model.observe(A, B, x, t_us, 1.0)
+            assert list(model._by_route) == [(A, B, size_bucket(x), day_quarter(t_us))], (x, t_us)
+            assert model._buckets_of(A, B, x, t_us)[0] == deque([1.0])
+    model = CompetitionModel(UnobservedSpec(), seed=0)
+    with pytest.raises(OverflowError):  # as size_bucket: an infinite notional has no decade
+        model.observe(A, B, math.inf, 0, 1.0)
 
 
 def test_a_draw_uses_the_finest_bucket_with_enough_observations() -> None:

@@ -159,26 +159,22 @@ class Inventory:
         """Release the reservations whose deadline is before ``snapshot_at``, oldest first; the
         reserved totals change once per asset (a snapshot releases tens at a time).
 
-        Nearly every entry due names a reservation released already (its quote was lost or
-        settled): those are dropped before the sort, so only the live ones are sorted, into
-        the order the sort of them all gave (issue 29)."""
+        An entry due names its reservation only if that is still held with the entry's
+        deadline: one released already (its quote lost or settled; a second entry of an id
+        filed twice) or of a reused id is passed over. One pass over the entries taken in
+        order: a pass to keep the live ones, a sort of them and a pass to release them cost
+        more when, as in the replay, nearly all are live (issue 29)."""
         expired: list[Reservation] = []
-        due = self._deadlines.take_before(snapshot_at, ordered=False)
+        due = self._deadlines.take_before(snapshot_at)
         if not due:
             return expired
         reservations = self.reservations
         get = reservations.get
-        live = [e for e in due if (r := get(e[1])) is not None and r.deadline == e[0]]
-        if not live:
-            return expired
-        live.sort()
-        # Each live entry names its reservation as it is (its deadline checked above): one pop
-        # each, None for an entry filed twice, whose first copy released it (issue 29).
-        pop = reservations.pop
         freed: dict[str, int] = {}
-        for _, quote_id in live:
-            reservation = pop(quote_id, None)
-            if reservation is not None:
+        for deadline, quote_id in due:
+            reservation = get(quote_id)
+            if reservation is not None and reservation.deadline == deadline:
+                del reservations[quote_id]
                 out = reservation.asset_out
                 freed[out] = freed.get(out, 0) + reservation.amount_out
                 expired.append(reservation)

@@ -53,7 +53,8 @@ class DeadlineBuckets:
         bucket = self.buckets.get(index)
         if bucket is None:
             self.buckets[index] = [(deadline, key)]
-            if index < self.floor:
+            # Not min(): a builtin's call cost ~0.6 % of the replay's instructions here.
+            if index < self.floor:  # noqa: PLR1730
                 self.floor = index
         else:
             bucket.append((deadline, key))

@@ -22,7 +22,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from solver.cli import print_json, read_json_input, warn
-from solver.cli.keys import add_key_source_arguments, load_key_from_args
+from solver.cli.key_source import add_key_source_arguments, load_key_from_args
 from solver.errors import ConfigError, ProtocolError, SolverError
 from solver.protocol.amounts import WIRE
 from solver.protocol.encoding import b58encode, b64decode

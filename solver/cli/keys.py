@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,55 +31,17 @@ from pydantic import BaseModel
 
 from solver.cli import print_json, warn
 from solver.cli import signer as signer_cli
+from solver.cli.key_source import add_key_source_arguments, load_key_from_args
 from solver.config import BotConfig, load_bot_config, load_signing_key
 from solver.errors import ConfigError
 from solver.io import ops_intents
-from solver.io.key_files import load_secret_key, write_secret_key
+from solver.io.key_files import write_secret_key
 from solver.protocol.ids import validate_account_id
 from solver.protocol.intents import RemovePublicKey
-from solver.protocol.keys import ED25519_PREFIX, SecretKey
+from solver.protocol.keys import SecretKey
 from solver.runtime.ports import MessageSigner
 
 EXIT_NOT_SETTLED = 1
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def add_key_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--key-env VAR`` or ``--key-file PATH``: exactly one is required."""
-    group = parser.add_argument_group("signing key (exactly one)")
-    source = group.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--key-env",
-        metavar="VAR",
-        help="name of the environment variable holding the secret key "
-        "(ed25519:<base58 of seed and public key>)",
-    )
-    source.add_argument(
-        "--key-file",
-        metavar="PATH",
-        help="file holding the secret key; must not be readable by group or others (chmod 600)",
-    )
-
-
-def load_key_from_args(args: argparse.Namespace) -> SecretKey:
-    """The secret key named by ``--key-env`` / ``--key-file`` (a :class:`ConfigError` if not)."""
-    env: str | None = args.key_env
-    if env is not None:
-        if not _ENV_NAME.fullmatch(env):
-            # Most likely the key itself was pasted here: say so without repeating it.
-            raise ConfigError(
-                "--key-env takes the NAME of an environment variable holding the key "
-                "(letters, digits, underscore), not the key itself"
-            )
-        return load_secret_key(env=env)
-    path: str | None = args.key_file
-    if path is None:
-        raise ConfigError("give --key-env VAR or --key-file PATH")
-    if ED25519_PREFIX in path:
-        raise ConfigError("--key-file takes the path of a key file, not the key itself")
-    return load_secret_key(path=path)
-
 
 # ---------------------------------------------------------------- operator commands: shared
 

@@ -100,14 +100,7 @@ class CompetitionModel:
         if not _isfinite(edge_bps):
             return
         self.observed += 1
-        # _buckets_of, inline (once per observed answer, issue 29: a call and its frame less)
-        if notional_usd > 0:
-            decade = _floor(_log10(notional_usd))
-            size = -3 if decade < -3 else 9 if decade > 9 else decade
-        else:
-            size = -3
-        route = (asset_in, asset_out, size, (t_us // _QUARTER_US) % 4)
-        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
+        finest, by_size, by_pair, pooled = self._buckets_of(asset_in, asset_out, notional_usd, t_us)
         finest.append(edge_bps)
         by_size.append(edge_bps)
         by_pair.append(edge_bps)
@@ -118,7 +111,7 @@ class CompetitionModel:
     ) -> tuple[deque[float], ...]:
         """The four buckets of an answer's route, finest first, by its :func:`size_bucket` and
         :func:`day_quarter` (looked up once per route; :meth:`_route` makes them): where
-        :meth:`draw` finds them, and :meth:`observe` by the same operations, inline.
+        :meth:`draw` and :meth:`observe` find them.
 
         The size and the quarter are computed here as those functions do, not called (issue
         29: two calls and their frames per answer the fill model judges)."""

@@ -71,7 +71,10 @@ class ImmediateLoop:
     """Deferred work runs at once: the replay hands the executor one request at a time.
 
     ``call_soon`` is :func:`operator.call` itself: the outbox's flush, once per answer, is
-    called from C with no Python frame of this class between them (issue 29)."""
+    called from C with no Python frame of this class between them (issue 29).
+    :attr:`runs_at_once` tells the outbox so (it then sends an answer as it is queued)."""
+
+    runs_at_once = True
 
     def __init__(self) -> None:
         self.call_soon: Callable[[Callable[[], None]], None] = operator.call

@@ -23,7 +23,6 @@ executor's ``feed``.
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from collections import deque
 from collections.abc import Callable
@@ -72,13 +71,13 @@ class GroupCommitOutbox:
         self._flush_soon = self._flush  # bound once, not at every answer
         self.queue: Callable[[Quote, SignedQuote, float, str], object] = self._queue
         """An answer whose ``QuoteOpened`` the journal took: it leaves after the next commit.
-        With no journal to wait on, a loop that runs deferred work at once (its ``call_soon``
-        is :func:`operator.call` itself: the replay's, one request at a time) and nothing to
+        With no journal to wait on, a loop that runs deferred work at once (one that says so
+        by ``runs_at_once``: the replay's, one request at a time) and nothing to
         time, the flush would be one answer's send: the answer is sent as it is queued, by
         the flush's own send (:meth:`_send_one`; issue 29: two calls an answer less)."""
         if (
             ports.journal is None
-            and ports.loop.call_soon is operator.call
+            and getattr(ports.loop, "runs_at_once", False)
             and ports.metrics is None
         ):
             self.queue = self._send_one

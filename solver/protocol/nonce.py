@@ -100,12 +100,17 @@ class NonceSequence:
     def issued(self) -> int:
         return self._count
 
-    def take(self, length: int) -> bytes:
-        """The next unique part of ``length`` bytes (15 or 28)."""
+    def issue(self) -> int:
+        """The next counter value: the one rule every nonce of this sequence goes through
+        (refused in a forked child, whose copy of the counter would repeat the parent's)."""
         if self._born != _forks:
             raise ProtocolError("a nonce sequence cannot be used in a forked process")
         self._count += 1
-        return self.prefix + self._count.to_bytes(length - PREFIX_LEN, "big")
+        return self._count
+
+    def take(self, length: int) -> bytes:
+        """The next unique part of ``length`` bytes (15 or 28)."""
+        return self.prefix + self.issue().to_bytes(length - PREFIX_LEN, "big")
 
     def __repr__(self) -> str:
         return f"NonceSequence(prefix={self.prefix.hex()}, issued={self._count})"
@@ -148,8 +153,8 @@ class QuoteNonces:
 
     One call a nonce (issue 29): the bytes before the counter are built once per salt (the
     salt changes every few hours, the executor hands the desk's own ``bytes`` object until
-    then), and the counter is taken here under :meth:`NonceSequence.take`'s rules (the fork
-    guard, then one more), not through a second call and its intermediate bytes."""
+    then), and the counter comes from :meth:`NonceSequence.issue` (its fork guard) without
+    :meth:`NonceSequence.take`'s intermediate bytes."""
 
     __slots__ = ("_head", "_salt", "_salted", "layout", "sequence")
 
@@ -165,10 +170,7 @@ class QuoteNonces:
         desk's clock, :mod:`solver.core.clock`): no ``datetime`` on the quote path."""
         if salt is not self._salt:
             self._use_salt(salt)
-        sequence = self.sequence
-        if sequence._born != _forks:
-            raise ProtocolError("a nonce sequence cannot be used in a forked process")
-        sequence._count = count = sequence._count + 1
+        count = self.sequence.issue()
         if self._salted:  # salted_nonce's layout: salt ‖ prefix ‖ counter (21 bytes)
             return self._head + count.to_bytes(28 - PREFIX_LEN, "big")
         # versioned_nonce's layout: magic ‖ version ‖ salt ‖ deadline (ns) ‖ prefix ‖ counter
@@ -176,7 +178,7 @@ class QuoteNonces:
             (
                 self._head,
                 (deadline_us * 1000).to_bytes(8, "little", signed=True),
-                sequence.prefix,
+                self.sequence.prefix,
                 count.to_bytes(15 - PREFIX_LEN, "big"),
             )
         )

@@ -27,15 +27,18 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers, a test file each at a time (pytest-xdist): the suite waits on subprocesses, sockets
-# and timers much of the time, and every test holds with both cores busy (issue 22), so this
-# halves the wall time on CI's 2 cores (667 s -> 364 s of tests, measured).
+# Three workers on CI's two cores, tests dealt out one at a time with stealing (pytest-xdist's
+# worksteal): the suite waits on subprocesses, sockets and timers much of the time, and every test
+# holds with both cores busy (issue 22). Files dealt whole (loadfile) left one worker idle for the
+# last ~50 s behind a long file; a third worker fills the waits (531 s -> 394 s of tests on the
+# same machine, docs/testing.md "The time budget"). `make test WORKERS=N` to change it.
 # compileall first: the many tests that start the bot or the CLI as a subprocess each import
 # ~400 of the project's modules, and where PYTHONDONTWRITEBYTECODE is set (CI's machine) every
 # start compiled them again, ~0.5 s of CPU a start (docs/testing.md, "The time budget").
+WORKERS ?= 3
 unit: $(STAMP)
 	@$(BIN)/python -m compileall -q -j 2 solver strategies backtest sandbox benchmarks tests >/dev/null
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal
 
 # mypy beside the tests, not before them: it needs one core for ~40 s on CI's machine while the
 # tests mostly wait (docs/testing.md, "The time budget"). mypy prints one line unless it fails.

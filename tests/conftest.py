@@ -5,12 +5,20 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.app.browser import SKIP_REASON, chromium_path
 from tests.interop import installs
 from tests.signer.helpers import TOKEN_SKIP_REASON, softhsm_module
 
 pytest_plugins = ("tests.pg.fixtures",)  # pg_cluster, pg_url, store_overrides
+
+# Property tests judge what is generated, never how fast: hypothesis's per-example deadline
+# (200 ms) and its "input generation is slow" check read the wall clock, and on a machine whose
+# cores are all busy (three workers on CI's two, issue 22's rule) a run failed one of them with
+# no fault in the code. Every test's own @settings still sets its number of examples.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def pytest_report_header() -> list[str]:

@@ -181,10 +181,16 @@ class Recorder:
         self._bus_rpc: BusRpcClient | None = None
         self._last_ts: datetime | None = None
         self._last_flush = 0.0
+        self._ended = False  # the end marker is queued: nothing more is recorded or counted
 
     # ------------------------------------------------------------------ bus callbacks
 
     def _put(self, event: StreamEvent) -> bool:
+        """Queue ``event`` for the file; False (and not counted as recorded) when the queue
+        is full (counted as dropped) or the recording has ended: an answer to a probe that
+        comes back after the end marker would be counted and never written."""
+        if self._ended:
+            return False
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -446,16 +452,21 @@ class Recorder:
         finally:
             stop_wait.cancel()
             ws_stop.set()
-            for task in [*helpers, *self._probe_tasks]:
+            for task in helpers:
                 task.cancel()
-            results = await asyncio.gather(
-                ws_task, *helpers, *list(self._probe_tasks), return_exceptions=True
-            )
+            # The bus client first: until it has stopped, a frame it still delivers may start
+            # a probe, which the cancelling below must see (one started after it once
+            # answered after the end marker: counted, never written).
+            results = await asyncio.gather(ws_task, *helpers, return_exceptions=True)
+            for task in self._probe_tasks:
+                task.cancel()
+            await asyncio.gather(*list(self._probe_tasks), return_exceptions=True)
             ws_error = results[0]
             if isinstance(ws_error, BaseException) and not isinstance(
                 ws_error, asyncio.CancelledError
             ):
                 error = ws_error
+            self._ended = True
             if not drain.done():
                 await self._queue.put(_END)  # everything queued before it is written
             with contextlib.suppress(asyncio.CancelledError):

@@ -22,6 +22,7 @@ from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
 from solver.cli import main
 from solver.config import BotConfig, load_bot_config
+from solver.protocol.bus import QuoteStatusEvent
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_request import QuoteRequest
 from tests.sandbox.scripted import ScriptedSolver
@@ -145,11 +146,21 @@ async def test_competitor_probes_record_the_best_answer_but_not_themselves(
         competitor_share=1.0,
         max_probes=64,
     )
-    stats = await recorder.run(asyncio.Event(), duration_s=2.5)
+    # Until a few probes have come back, however busy the machine (a fixed 2.5 s once ended
+    # before any had, with every probe still in flight).
+    stop = asyncio.Event()
+    task = asyncio.create_task(recorder.run(stop))
+    deadline = time.monotonic() + 20
+    while recorder.stats.competitors < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    stop.set()
+    stats = await asyncio.wait_for(task, 20)
     events = list(read_stream(out, strict=True))
     requests = {e.request.quote_id: e.request for e in events if isinstance(e, RequestEvent)}
     rivals = [e for e in events if isinstance(e, CompetitorEvent)]
     assert stats.probes > 0 and rivals, stats.as_dict()
+    # What is counted is what was written: none counted after the end marker.
+    assert stats.competitors == len(rivals) and stats.written == len(events), stats.as_dict()
     assert stats.own_probes >= len(rivals) - 2  # each probe came back to us as a quote event
     for rival in rivals:
         request = requests[rival.quote_id]
@@ -238,6 +249,27 @@ async def test_recording_stops_cleanly_on_stop_and_clamps_a_clock_step_back(
     assert stats.clamped >= 1
     assert [e.ts for e in events] == sorted(e.ts for e in events)
     assert not stats.connected
+
+
+async def test_nothing_is_counted_after_the_recording_ended(tmp_path: Path) -> None:
+    """A frame or a probe's answer that comes after the end marker is neither written nor
+    counted (a run under load counted 3 competitors and wrote none of them)."""
+    config = offline_config(tmp_path).with_overrides(
+        {
+            "bus.ws_url": "ws://127.0.0.1:9/ws",
+            "bus.rpc_url": "http://127.0.0.1:9/rpc",
+            "prices.sources": [{"kind": "static", "prices": {USDC: 1.0, NEAR: 3.0, ETH: 3000.0}}],
+        }
+    )
+    recorder = Recorder(config, tmp_path / "x.jsonl", price_interval_ms=100)
+    stop = asyncio.Event()
+    stop.set()
+    stats = await asyncio.wait_for(recorder.run(stop), 20)
+    before = stats.as_dict()
+    recorder.on_quote(quote_event("late"))
+    recorder.on_quote_status(QuoteStatusEvent(quote_hash="hash", intent_hash="intent"))
+    assert stats.as_dict() == before
+    assert stats.written == len(list(read_stream(tmp_path / "x.jsonl", strict=True)))
 
 
 def test_record_cli_refuses_bad_input_with_one_line(

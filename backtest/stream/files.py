@@ -12,7 +12,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -57,7 +57,7 @@ class StreamStats:
         }
 
 
-def open_bytes(path: Path) -> IO[bytes]:
+def open_bytes(path: Path) -> io.BufferedReader:
     """The file's decompressed bytes: gzip detected by its magic bytes, not the name."""
     try:
         raw = open(path, "rb")  # noqa: SIM115 - the caller closes it

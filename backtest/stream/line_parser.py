@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from io import BufferedReader, BytesIO
+from operator import itemgetter
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -60,13 +63,13 @@ from solver.protocol.quote_request import (
 )
 from solver.protocol.quote_request import MAX_QUOTE_ID_LEN as MAX_REQUEST_ID_LEN
 
-__all__ = ["BATCH", "KIND_NAMES", "LineParser"]
+__all__ = ["CHUNK", "KIND_NAMES", "LineParser"]
 
 new_tuple = tuple.__new__  # a QuoteRequest built without its __new__'s Python frame
 
-BATCH = 256
-"""Lines parsed per batch: enough that a batch's own cost is nothing per record, few enough
-that reading ahead costs no memory."""
+CHUNK = 1 << 16
+"""Bytes read at a time, and so the lines of a batch: enough that a batch's own cost is nothing
+per record, few enough that reading ahead costs no memory (the buffered reader's own 64 KiB)."""
 KIND_NAMES = ("quote_request", "price", "competitor", "quote_status", "informed")
 """The kinds a stream holds, each at the index of its record tag (``REC_*``)."""
 _KINDS = {name: index for index, name in enumerate(KIND_NAMES)}  # the REC_* of each kind
@@ -95,7 +98,7 @@ class LineParser:
         self._current = str(paths[0])
         self._prefix = len(paths) > 1
         self._last_us = _NO_TIME
-        self._file: IO[bytes] | None = None
+        self._file: BufferedReader | None = None
         self._number = 0  # line number in the open part
         self._base = 0  # lines of the parts already read
         self._done = False
@@ -110,7 +113,7 @@ class LineParser:
         """A part is open (its lines are read by :meth:`part_batches`)."""
         return self._file is not None
 
-    def start_part(self, file: IO[bytes], path: str, number: int) -> None:
+    def start_part(self, file: BufferedReader, path: str, number: int) -> None:
         """Read ``file`` next: the part at ``path``, positioned after its header (line
         ``number``); the parser owns it from now on and closes it."""
         self._file, self._current, self._number = file, path, number
@@ -124,9 +127,12 @@ class LineParser:
         self._base += self._number
         self._number = 0
 
-    def part_batches(self, counts: list[int]) -> Iterator[list[Record]]:
-        """The open part's lines as batches of records; the last (short) batch included.
+    def part_batches(self) -> Iterator[list[Record]]:
+        """The open part's records, a batch per chunk of its bytes (:data:`CHUNK`).
 
+        The lines are cut from chunks of the part's bytes (issue 29: a ``readline`` per line
+        over the gzip reader cost more than the cut; each chunk is the 64 KiB read the
+        buffered reader's ``readline`` made, so a gzip part cut short loses what it lost).
         A line of the usual shape (an object with a known kind, ``"v": 1``, a timestamp in
         the writer's form, a data object) takes the short way to its kind's checks; any other
         goes through :meth:`_fields`, the checks one at a time, which name what is wrong. A
@@ -134,10 +140,12 @@ class LineParser:
         its ``.mmmZ`` tail (:data:`~backtest.stream.records.TAILS`)."""
         file = self._file
         assert file is not None
+        # The buffered reader's bytes left after the header first, then straight from the file
+        # under it in reads of the buffered reader's own size (a copy less a chunk).
+        read = file.read1
         stats = self.stats
-        events = stats.events
         loads, json_error = orjson.loads, orjson.JSONDecodeError
-        kinds, names = _SHORT_WAY, KIND_NAMES
+        kinds = _SHORT_WAY
         parse_request = self._requests.parse
         # Each asset id as the header's own str: a request holds one object per asset, whose
         # hash is computed once, and the replay's lookups by asset compare it by identity.
@@ -154,154 +162,170 @@ class LineParser:
         second: object = None  # the last second read (the first 19 characters) and its µs
         second_us = 0
         number = self._number
+        carry = b""  # the chunk's last line, cut by the chunk's end
+        unended = False  # the lines are the part's last line, which has no line end
         try:
             try:
-                for line in file:
-                    number += 1
-                    try:
+                while True:
+                    chunk = read(CHUNK)
+                    read = file.raw.read
+                    if chunk:
+                        lines = BytesIO(chunk).readlines()  # memchr: bytes.split is slower
+                        if carry:
+                            lines[0] = carry + lines[0]
+                        carry = lines.pop() if lines[-1][-1:] != b"\n" else b""
+                    elif carry:
+                        lines, carry, unended = [carry], b"", True
+                    else:
+                        break
+                    for line in lines:
+                        number += 1
                         try:
-                            obj = loads(line)
-                            version, text, data = obj["v"], obj["ts"], obj["data"]
-                            index = kinds[obj["kind"]]
-                            if text == last_text:  # half the lines: the time before
-                                t_us = last_t
-                            elif text[:19] == second:
-                                t_us = last_t = second_us + tails[text[19:]]
-                                last_text = text
-                            else:
-                                read_us = seconds(text) if text.__class__ is str else None
-                                if read_us is None:
-                                    index = None
-                                else:
-                                    second, second_us = text[:19], read_us
-                                    t_us = last_t = read_us + tails[text[19:]]
+                            try:
+                                obj = loads(line)
+                                version, text, data = obj["v"], obj["ts"], obj["data"]
+                                index = kinds[obj["kind"]]
+                                if text == last_text:  # half the lines: the time before
+                                    t_us = last_t
+                                elif text[:19] == second:
+                                    t_us = last_t = second_us + tails[text[19:]]
                                     last_text = text
-                        except (json_error, KeyError, TypeError):
-                            index = None
-                        # ``is``: orjson's 1 is the interpreter's one small int (any
-                        # other 1 takes the long way, which reads it the same).
-                        if index is None or version is not version_1 or data.__class__ is not dict:
-                            self._last_us = last
-                            fields = self._fields(line, number)
-                            last = self._last_us
-                            if fields is None:
-                                continue
-                            index, t_us, obj, data = fields
-                        else:
-                            if t_us < last:
-                                self._unsorted(number, t_us, last)
-                            last = t_us
-                        if index == REC_REQUEST:
-                            meta = obj.get("meta")
-                            if meta.__class__ is dict:
-                                partner = meta.get("partner_id")
-                                if partner is not None and partner.__class__ is not str:
-                                    partner = partner_of(meta)  # says what is wrong
-                            else:
-                                partner = None if meta is None else partner_of(meta)
-                            # QuoteRequestParser.parse's fast path, inline (a call and a
-                            # frame less), on the writer's shape: every field there, one exact
-                            # amount. Anything it does not pass is parsed by parse.
-                            try:
-                                quote_id = data["quote_id"]
-                                asset_in = data["core_asset_identifier_in"]
-                                asset_out = data["core_asset_identifier_out"]
-                                deadline = data["min_deadline_ms"]
-                                if "exact_amount_in" in data:
-                                    exact_in = True
-                                    raw = (
-                                        None
-                                        if "exact_amount_out" in data
-                                        else data["exact_amount_in"]
-                                    )
                                 else:
-                                    exact_in = False
-                                    raw = data["exact_amount_out"]
-                            except KeyError:
-                                quote_id = None
+                                    read_us = seconds(text) if text.__class__ is str else None
+                                    if read_us is None:
+                                        index = None
+                                    else:
+                                        second, second_us = text[:19], read_us
+                                        t_us = last_t = read_us + tails[text[19:]]
+                                        last_text = text
+                            except (json_error, KeyError, TypeError):
+                                index = None
+                            # ``is``: orjson's 1 is the interpreter's one small int (any
+                            # other 1 takes the long way, which reads it the same).
                             if (
-                                quote_id.__class__ is str
-                                and 0 < len(quote_id) <= MAX_REQUEST_ID_LEN
-                                and asset_in.__class__ is str
-                                and asset_out.__class__ is str
-                                and (asset_in := canonical.get(asset_in)) is not None
-                                and (asset_out := canonical.get(asset_out)) is not None
-                                and asset_in is not asset_out
-                                and raw.__class__ is str
-                                and 0 < len(raw) <= U128_DIGITS
-                                and raw[0] != "0"
-                                and raw.isdigit()
-                                and raw.isascii()
-                                and deadline.__class__ is int
-                                and 0 <= deadline <= MAX_MIN_DEADLINE_MS
-                                and (amount := int(raw)) <= U128_MAX
+                                index is None
+                                or version is not version_1
+                                or data.__class__ is not dict
                             ):
-                                request = new_tuple(
-                                    QuoteRequest,
-                                    (quote_id, asset_in, asset_out, exact_in, amount, deadline,
-                                     partner),
-                                )  # fmt: skip
+                                self._last_us = last
+                                fields = self._fields(line, number)
+                                last = self._last_us
+                                if fields is None:
+                                    continue
+                                index, t_us, obj, data = fields
                             else:
+                                if t_us < last:
+                                    self._unsorted(number, t_us, last)
+                                last = t_us
+                            if index == REC_REQUEST:
+                                meta = obj.get("meta")
+                                if meta.__class__ is dict:
+                                    partner = meta.get("partner_id")
+                                    if partner is not None and partner.__class__ is not str:
+                                        partner = partner_of(meta)  # says what is wrong
+                                else:
+                                    partner = None if meta is None else partner_of(meta)
+                                # QuoteRequestParser.parse's fast path, inline (a call and a
+                                # frame less), on the writer's shape: every field there, one exact
+                                # amount. Anything it does not pass is parsed by parse.
                                 try:
-                                    request = parse_request(data, partner)
-                                except BadQuoteRequest as exc:
-                                    raise Malformed(str(exc)) from None
-                            record: Record = (REC_REQUEST, t_us, request)
-                        elif index == REC_COMPETITOR:
-                            try:
-                                quote_id, best = data["quote_id"], data["best_amount"]
-                            except KeyError:
-                                quote_id = None
-                            if (
-                                quote_id.__class__ is str
-                                and 0 < len(quote_id) <= MAX_QUOTE_ID_LEN
-                                and best.__class__ is str
-                                and 0 < len(best) <= U128_DIGITS
-                                and best.isdigit()
-                                and best.isascii()
-                                and (best[0] != "0" or len(best) == 1)
-                                and (amount := int(best)) <= U128_MAX
-                            ):
-                                record = (REC_COMPETITOR, t_us, quote_id, amount)
+                                    quote_id = data["quote_id"]
+                                    asset_in = data["core_asset_identifier_in"]
+                                    asset_out = data["core_asset_identifier_out"]
+                                    deadline = data["min_deadline_ms"]
+                                    if "exact_amount_in" in data:
+                                        exact_in = True
+                                        raw = (
+                                            None
+                                            if "exact_amount_out" in data
+                                            else data["exact_amount_in"]
+                                        )
+                                    else:
+                                        exact_in = False
+                                        raw = data["exact_amount_out"]
+                                except KeyError:
+                                    quote_id = None
+                                if (
+                                    quote_id.__class__ is str
+                                    and 0 < len(quote_id) <= MAX_REQUEST_ID_LEN
+                                    and asset_in.__class__ is str
+                                    and asset_out.__class__ is str
+                                    and (asset_in := canonical.get(asset_in)) is not None
+                                    and (asset_out := canonical.get(asset_out)) is not None
+                                    and asset_in is not asset_out
+                                    and raw.__class__ is str
+                                    and 0 < len(raw) <= U128_DIGITS
+                                    and raw[0] != "0"
+                                    and raw.isdigit()
+                                    and raw.isascii()
+                                    and deadline.__class__ is int
+                                    and 0 <= deadline <= MAX_MIN_DEADLINE_MS
+                                    and (amount := int(raw)) <= U128_MAX
+                                ):
+                                    request = new_tuple(
+                                        QuoteRequest,
+                                        (quote_id, asset_in, asset_out, exact_in, amount, deadline,
+                                         partner),
+                                    )  # fmt: skip
+                                else:
+                                    try:
+                                        request = parse_request(data, partner)
+                                    except BadQuoteRequest as exc:
+                                        raise Malformed(str(exc)) from None
+                                record: Record = (REC_REQUEST, t_us, request)
+                            elif index == REC_COMPETITOR:
+                                try:
+                                    quote_id, best = data["quote_id"], data["best_amount"]
+                                except KeyError:
+                                    quote_id = None
+                                if (
+                                    quote_id.__class__ is str
+                                    and 0 < len(quote_id) <= MAX_QUOTE_ID_LEN
+                                    and best.__class__ is str
+                                    and 0 < len(best) <= U128_DIGITS
+                                    and best.isdigit()
+                                    and best.isascii()
+                                    and (best[0] != "0" or len(best) == 1)
+                                    and (amount := int(best)) <= U128_MAX
+                                ):
+                                    record = (REC_COMPETITOR, t_us, quote_id, amount)
+                                else:
+                                    record = competitor(t_us, data)
+                            elif index == REC_PRICE:
+                                # kinds.price's rules on the usual line, by str methods in place
+                                # of its regular expression; anything else is read by it.
+                                try:
+                                    asset_id, usd = data["asset"], data["usd"]
+                                except KeyError:
+                                    asset_id = None
+                                if (
+                                    asset_id.__class__ is str
+                                    and (asset_id := canonical.get(asset_id)) is not None
+                                    and usd.__class__ is str
+                                    and 0 < len(usd) <= 64
+                                    and (digits := usd.replace(".", "", 1)).isdigit()
+                                    and digits.isascii()
+                                    and usd[0] != "."
+                                    and usd[-1] != "."
+                                    and (usd[0] != "0" or len(usd) == 1 or usd[1] == ".")
+                                    and usd.strip("0.")  # a digit other than 0
+                                ):
+                                    record = (REC_PRICE, t_us, asset_id, usd)
+                                else:
+                                    record = price(t_us, data, tokens)
                             else:
-                                record = competitor(t_us, data)
-                        elif index == REC_PRICE:
-                            # kinds.price's rules on the usual line, by str methods in place
-                            # of its regular expression; anything else is read by it.
-                            try:
-                                asset_id, usd = data["asset"], data["usd"]
-                            except KeyError:
-                                asset_id = None
-                            if (
-                                asset_id.__class__ is str
-                                and (asset_id := canonical.get(asset_id)) is not None
-                                and usd.__class__ is str
-                                and 0 < len(usd) <= 64
-                                and (digits := usd.replace(".", "", 1)).isdigit()
-                                and digits.isascii()
-                                and usd[0] != "."
-                                and usd[-1] != "."
-                                and (usd[0] != "0" or len(usd) == 1 or usd[1] == ".")
-                                and usd.strip("0.")  # a digit other than 0
-                            ):
-                                record = (REC_PRICE, t_us, asset_id, usd)
-                            else:
-                                record = price(t_us, data, tokens)
-                        else:
-                            record = parsers[index](t_us, data, tokens)
-                    except Malformed as bad:
-                        if line[-1:] != b"\n":  # the last line, cut short mid-write
-                            self._truncated(number, f"the last line ({number}) is cut short")
-                        self._number = number
-                        self._malformed(number, bad)
-                        continue
-                    append(record)
-                    if not counts[index]:
-                        events.setdefault(names[index], 0)  # kinds in the order first seen
-                    counts[index] += 1
-                    if len(batch) >= BATCH:
+                                record = parsers[index](t_us, data, tokens)
+                        except Malformed as bad:
+                            if unended:  # the last line, cut short mid-write
+                                self._truncated(number, f"the last line ({number}) is cut short")
+                            self._number = number
+                            self._malformed(number, bad)
+                            continue
+                        append(record)
+                    if batch:
                         self._number, self._last_us = number, last
                         stats.lines = self._base + number
+                        self._count(batch)
                         yield batch
                         if self._done:
                             return
@@ -320,12 +344,19 @@ class LineParser:
                 ) from None
         except StreamError:
             if batch:
+                self._count(batch)
                 yield batch  # what came before the error, then the error
             raise
         self._number, self._last_us = number, last
         stats.lines = self._base + number
-        if batch:
-            yield batch
+
+    def _count(self, batch: list[Record]) -> None:
+        """Count the batch's records by kind (:attr:`StreamStats.events`, the kinds in the
+        order first seen): once a batch, not a line (issue 29)."""
+        events = self.stats.events
+        for index, n in Counter(map(itemgetter(0), batch)).items():
+            name = KIND_NAMES[index]
+            events[name] = events.get(name, 0) + n
 
     def _fields(self, line: bytes, number: int) -> tuple[int, int, dict[str, Any], Any] | None:
         """A line's kind, time, object and data, checked one at a time (the first problem

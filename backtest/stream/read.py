@@ -40,7 +40,7 @@ from typing import Any
 from backtest.stream.events import StreamEvent
 from backtest.stream.files import StreamStats, merge_headers, open_bytes, parse_header
 from backtest.stream.format import MAX_LINE_BYTES, PathLike, StreamError
-from backtest.stream.line_parser import KIND_NAMES, LineParser
+from backtest.stream.line_parser import LineParser
 from backtest.stream.records import Record, event
 
 __all__ = ["StreamReader", "StreamStats", "read_stream"]
@@ -118,9 +118,9 @@ class StreamReader(Iterator[StreamEvent]):
         return event(pending[index])
 
     def batches(self) -> Iterator[list[Record]]:
-        """The rest of the stream as compact records (:mod:`backtest.stream.records`), a list of
-        up to :data:`~backtest.stream.line_parser.BATCH` at a time: what the replay reads. Never
-        an empty list."""
+        """The rest of the stream as compact records (:mod:`backtest.stream.records`), those of
+        a chunk of its bytes (:data:`~backtest.stream.line_parser.CHUNK`) at a time: what the
+        replay reads. Never an empty list."""
         pending, index = self._pending, self._index
         if index < len(pending):
             self._pending, self._index = [], 0
@@ -131,29 +131,15 @@ class StreamReader(Iterator[StreamEvent]):
 
     def _parse(self) -> Iterator[list[Record]]:
         """Batches of records from the lines; an error after the batch it cuts short."""
-        counts = [0] * len(KIND_NAMES)
         lines = self._lines
-        try:
-            while not lines.done:
-                if not lines.in_part:
-                    if not self._open_next():
-                        break
-                    continue
-                for batch in lines.part_batches(counts):
-                    self._count(counts)
-                    yield batch
-                lines.end_part()
-        finally:
-            self._count(counts)
+        while not lines.done:
+            if not lines.in_part:
+                if not self._open_next():
+                    break
+                continue
+            yield from lines.part_batches()
+            lines.end_part()
         self.close()
-
-    def _count(self, counts: list[int]) -> None:
-        events = self.stats.events
-        for index, n in enumerate(counts):
-            if n:
-                name = KIND_NAMES[index]
-                events[name] = events.get(name, 0) + n
-                counts[index] = 0
 
     # ------------------------------------------------------------------ closing
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from io import BufferedReader, BytesIO
@@ -352,11 +351,15 @@ class LineParser:
 
     def _count(self, batch: list[Record]) -> None:
         """Count the batch's records by kind (:attr:`StreamStats.events`, the kinds in the
-        order first seen): once a batch, not a line (issue 29)."""
+        order first seen): once a batch, not a line (issue 29). The tags as bytes are counted
+        and found in C; a ``Counter`` cost twice as much a record."""
         events = self.stats.events
-        for index, n in Counter(map(itemgetter(0), batch)).items():
-            name = KIND_NAMES[index]
-            events[name] = events.get(name, 0) + n
+        tags = bytes(map(itemgetter(0), batch))
+        for index in sorted(_KINDS.values(), key=tags.find):
+            n = tags.count(index)
+            if n:
+                name = KIND_NAMES[index]
+                events[name] = events.get(name, 0) + n
 
     def _fields(self, line: bytes, number: int) -> tuple[int, int, dict[str, Any], Any] | None:
         """A line's kind, time, object and data, checked one at a time (the first problem

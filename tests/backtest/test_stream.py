@@ -25,7 +25,9 @@ from backtest.stream.events import (
     TokenInfo,
 )
 from backtest.stream.format import MAX_MALFORMED_KEPT, StreamError, format_ts, stream_parts
+from backtest.stream.line_parser import CHUNK
 from backtest.stream.read import read_stream
+from backtest.stream.records import REC_REQUEST
 from backtest.stream.write import StreamWriter, write_stream
 from solver.core.market import QuoteRequest
 from solver.protocol.amounts import U128_MAX
@@ -346,6 +348,46 @@ def test_the_malformed_list_is_capped_but_the_total_is_not(tmp_path: Path) -> No
     assert len(reader.stats.malformed) == MAX_MALFORMED_KEPT
     assert reader.stats.malformed_total == MAX_MALFORMED_KEPT + 234
     assert reader.stats.malformed[0] == (2, "invalid JSON")
+
+
+@pytest.mark.parametrize("name", ["s.jsonl", "s.jsonl.gz"])
+def test_lines_cut_across_chunks_keep_their_numbers(tmp_path: Path, name: str) -> None:
+    """The reader cuts lines from 64 KiB chunks (issue 29): a line across a chunk's end, one
+    longer than a chunk, and a last line without its line end are read as lines, each with its
+    number; a batch is a chunk's records, and the kinds are counted in the order first seen."""
+    prices = [
+        {"v": 1, "ts": format_ts(at(i)), "kind": "price",
+         "data": {"asset": USDC, "usd": f"1.{i:04d}"}}
+        for i in range(3000)
+    ]  # fmt: skip
+    long = {"v": 1, "ts": format_ts(at(1500)), "kind": "fill", "data": {"x": "y" * (3 * CHUNK)}}
+    lines: list[Any] = [*prices[:1500], long, "{nope", *prices[1500:], request_json(3000)]
+    head = orjson.dumps(_header_json())
+    data = b"\n".join([head, *map(orjson.dumps, lines[:1501]), b"{nope"])
+    data += b"\n" + b"\n".join(map(orjson.dumps, lines[1502:]))  # no line end at the end
+    raw = gzip.compress(data) if name.endswith(".gz") else data
+    (tmp_path / name).write_bytes(raw)
+    reader = read_stream(tmp_path / name)
+    batches = list(reader.batches())
+    assert len(batches) > 3
+    got = [r for batch in batches for r in batch]
+    assert [r[3] for r in got[:-1]] == [p["data"]["usd"] for p in prices]
+    assert got[-1][0] == REC_REQUEST
+    assert reader.stats.unknown_by_kind == {"fill": 1}
+    assert reader.stats.malformed == [(1503, "invalid JSON")]
+    assert list(reader.stats.events.items()) == [("price", 3000), ("quote_request", 1)]
+    assert reader.stats.lines == len(lines) + 1
+    assert reader.stats.truncated is None
+
+
+def test_a_last_line_cut_short_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    line = orjson.dumps(request_json(1))
+    path.write_bytes(orjson.dumps(_header_json()) + b"\n" + line + b"\n" + line[:-9])
+    reader = read_stream(path)
+    assert len(list(reader)) == 1
+    assert reader.stats.truncated == "the last line (3) is cut short"
+    assert reader.stats.malformed == [(3, "invalid JSON")]
 
 
 def test_a_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:

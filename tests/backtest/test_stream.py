@@ -355,7 +355,7 @@ def test_lines_cut_across_chunks_keep_their_numbers(tmp_path: Path, name: str) -
     """The reader cuts lines from 64 KiB chunks (issue 29): a line across a chunk's end, one
     longer than a chunk, and a last line without its line end are read as lines, each with its
     number; a batch is a chunk's records, and the kinds are counted in the order first seen."""
-    prices = [
+    prices: list[dict[str, Any]] = [
         {"v": 1, "ts": format_ts(at(i)), "kind": "price",
          "data": {"asset": USDC, "usd": f"1.{i:04d}"}}
         for i in range(3000)

@@ -154,8 +154,10 @@ class Desk:
             self._appliers.update(part.appliers())
         self.signed = self.quotes.signed
         """The quote path's way back from the signer: ``signed(quote, quote_hash, nonce,
-        signed_data, now)`` applies the answer's ``QuoteOpened`` and returns it for the
-        journal (:meth:`QuoteLifecycle.signed`; the part's method itself, no call between)."""
+        now)`` opens the answer's quote as its ``QuoteOpened`` would, which the executor
+        builds for the journal (:meth:`QuoteLifecycle.signed`,
+        :func:`~solver.core.desk_quotes.opened_fact`; the part's method itself, no call
+        between)."""
 
     # ------------------------------------------------------------------ the interface
 

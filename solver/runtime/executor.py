@@ -5,12 +5,12 @@ Both drivers run this same object: the live bot with real ports (``solver/io/``)
 with simulated ones (``backtest/ports.py``); see :mod:`solver.runtime.ports`. Events reach the
 desk only through :meth:`Executor.feed`, :meth:`Executor.request` and :meth:`Executor.tick`, and
 what the desk returns is carried out by a handler table keyed by the action's type (but on the
-quote path: a ``SignAndSend`` goes straight to signing, the ``QuoteOpened`` the desk returns
-for its signature straight to the journal).
+quote path: a ``SignAndSend`` goes straight to signing, the ``QuoteOpened`` of its signature
+straight to the journal).
 
 The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
 signature (the signer) → back to the desk (:attr:`~solver.core.desk.Desk.signed`), which
-returns its ``QuoteOpened`` fact → the fact appended to the journal → the answer queued. A
+opens the quote → its ``QuoteOpened`` fact appended to the journal → the answer queued. A
 deferred signer (the signer process, :class:`~solver.runtime.ports.DeferredSigner`) answers in
 a later loop turn, in the order of the requests; a request it does not sign skips with its
 reason (``signer_busy``, ``signer_down``, ``signer_refused:<rule>``) and is released. The
@@ -46,6 +46,7 @@ from solver.core.actions import (
 )
 from solver.core.clock import SECOND, Micros
 from solver.core.desk import Desk
+from solver.core.desk_quotes import opened_fact
 from solver.core.facts import KINDS, QuoteMoved, QuoteOpened
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Skip
@@ -80,7 +81,7 @@ class Executor:
         # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
         self._journal, self._metrics = ports.journal, ports.metrics
         self._next_nonce = ports.nonces.next  # bound once, not at every answer
-        self._signed = desk.signed  # the signature back to the desk: its QuoteOpened
+        self._signed = desk.signed  # the signature back to the desk: the quote opens
         # The outbox's two doors, bound once, not at every answer or fact.
         self._queue_answer, self._append = self.outbox.queue, self.outbox.append
         self._signing = 0  # quotes a deferred signer has not answered yet
@@ -308,20 +309,24 @@ class Executor:
     def _queue_signed(
         self, action: SignAndSend, signed: SignedQuote, now: Micros, started: float, pair: str
     ) -> None:
-        """The signature back to the desk (:attr:`Desk.signed`), the ``QuoteOpened`` it
-        returns appended (and observed), the answer queued for the flush that commits it
-        before it leaves."""
+        """The signature back to the desk (:attr:`Desk.signed`), the quote's ``QuoteOpened``
+        appended (and observed), the answer queued for the flush that commits it before it
+        leaves. The fact is built only for a journal or an observer to read (a replay has
+        neither: one object of 13 fields less an answer, issue 29)."""
         quote = action.quote
-        fact = self._signed(quote, signed.quote_hash, signed.nonce, signed.signed_data, now)
-        journal = self._journal
-        if journal is not None:
-            try:
-                journal.append(fact)
-            except SolverError as exc:
-                self.outbox.refused(fact, exc)
-                return  # not recorded: never sent (the desk released and paused)
-        for observer in self._opened_observers:
-            observer(fact)
+        quote_hash, nonce = signed.quote_hash, signed.nonce
+        self._signed(quote, quote_hash, nonce, now)
+        journal, observers = self._journal, self._opened_observers
+        if journal is not None or observers:
+            fact = opened_fact(quote, quote_hash, nonce, signed.signed_data, now)
+            if journal is not None:
+                try:
+                    journal.append(fact)
+                except SolverError as exc:
+                    self.outbox.refused(fact, exc)
+                    return  # not recorded: never sent (the desk released and paused)
+            for observer in observers:
+                observer(fact)
         self._queue_answer(quote, signed, started, pair)
 
     def _record(self, action: Record, now: Micros, started: float, pair: str) -> None:

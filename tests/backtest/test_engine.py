@@ -15,7 +15,6 @@ from backtest.report.outputs import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
 from solver.core import events as ev
-from solver.core import facts as f
 from solver.core.actions import Action, SignAndSend
 from solver.core.clock import from_micros, micros
 from solver.core.desk import Desk
@@ -96,7 +95,7 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
 
     signed = replay.executor._signed
 
-    def signing(*args: Any) -> f.QuoteOpened:  # the signature back: (quote, ..., now)
+    def signing(*args: Any) -> None:  # the signature back: (quote, ..., now)
         def again(other: Desk) -> object:
             return other.signed(*args)
 

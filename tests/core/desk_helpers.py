@@ -10,6 +10,7 @@ from solver.core import facts as f
 from solver.core.actions import Action, Record, SignAndSend
 from solver.core.clock import micros, span
 from solver.core.desk import Desk, DeskSettings
+from solver.core.desk_quotes import opened_fact
 from solver.core.lifecycle import QuoteState, TrackedQuote
 from solver.core.market import QuoteRequest
 from solver.core.quoting import PipelineSettings, Route
@@ -82,7 +83,8 @@ def answer(desk: Desk, quote_id: str, now: int, amount_usdc: int = 100) -> list[
     assert len(signs) == 1, actions
     nonce = hashlib.sha256(b"nonce" + quote_id.encode()).digest()
     quote = signs[0].quote
-    return [*actions, Record(desk.signed(quote, quote_hash(quote_id), nonce, None, now))]
+    desk.signed(quote, quote_hash(quote_id), nonce, now)
+    return [*actions, Record(opened_fact(quote, quote_hash(quote_id), nonce, None, now))]
 
 
 def recorded(actions: list[Action]) -> list[f.Fact]:

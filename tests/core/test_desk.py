@@ -14,7 +14,7 @@ from solver.core.actions import (
 )
 from solver.core.clock import SECOND, from_micros, span
 from solver.core.desk import Desk
-from solver.core.desk_quotes import LOST_PER_FACT
+from solver.core.desk_quotes import LOST_PER_FACT, opened_fact
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import QuoteState
@@ -63,17 +63,24 @@ def test_an_unacknowledged_answer_keeps_its_reservation_through_a_disconnect() -
     assert NEAR not in desk.inventory.reserved
 
 
-def test_the_signature_back_to_the_desk_returns_the_one_fact_it_applied() -> None:
+def test_the_signature_back_to_the_desk_opens_the_quote_its_fact_would() -> None:
     """Issue 29: no ``QuoteSigned`` event, ``Record`` or list between the signature and the
-    journal: :attr:`Desk.signed` applies the answer's ``QuoteOpened`` and returns it."""
+    journal: :attr:`Desk.signed` opens the quote, and the ``QuoteOpened`` the executor builds
+    for the journal (:func:`opened_fact`) opens the same quote on a restart."""
     desk = make_desk()
     (sign,) = desk.receive(request("q1"), at(1))
     assert isinstance(sign, SignAndSend)
     reservation = desk.inventory.reservations["q1"]
-    fact = desk.signed(sign.quote, quote_hash("q1"), b"\x07" * 32, {"signed": 1}, at(1.5))
-    assert type(fact) is f.QuoteOpened
+    assert desk.signed(sign.quote, quote_hash("q1"), b"\x07" * 32, at(1.5)) is None
+    fact = opened_fact(sign.quote, quote_hash("q1"), b"\x07" * 32, {"signed": 1}, at(1.5))
     assert (fact.quote_id, fact.quote_hash, fact.nonce, fact.created_at) == (
         "q1", quote_hash("q1"), b"\x07" * 32, at(1.5),
+    )  # fmt: skip
+    assert (fact.asset_in, fact.asset_out, fact.exact_in, fact.partner_id) == (
+        USDC, NEAR, True, None,
+    )  # fmt: skip
+    assert (fact.amount_in, fact.amount_out, fact.fee, fact.deadline) == (
+        sign.quote.amount_in, sign.quote.amount_out, sign.quote.fee, sign.quote.deadline,
     )  # fmt: skip
     assert fact.signed_data == {"signed": 1}
     assert desk.book.find_hash(quote_hash("q1")) is desk.book.get("q1")
@@ -101,7 +108,7 @@ def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> Non
         actions = desk.receive(request(f"q{i}", 50), now)
         for action in actions:
             if isinstance(action, SignAndSend):
-                desk.signed(action.quote, quote_hash(f"q{i}"), bytes(32), None, now)
+                desk.signed(action.quote, quote_hash(f"q{i}"), bytes(32), now)
                 signed += outflow(desk, f"q{i}")
     assert signed <= 2_000 * E24
 

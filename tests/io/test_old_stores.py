@@ -39,6 +39,7 @@ from solver.core import facts as f
 from solver.core.actions import Record, SignAndSend
 from solver.core.clock import SECOND, from_micros, micros
 from solver.core.desk import Desk
+from solver.core.desk_quotes import opened_fact
 from solver.core.desk_snapshot import VERSION, restore, snapshot
 from solver.core.lifecycle import TERMINAL, QuoteState
 from solver.core.market import QuoteRequest
@@ -386,7 +387,8 @@ def test_the_old_store_takes_new_facts(old: Path, made: Made) -> None:
             asset_out=NEAR,
             amount_out=quote.amount_out,
         )
-        opened = desk.signed(quote, signed.quote_hash, signed.nonce, signed.signed_data, now)
+        desk.signed(quote, signed.quote_hash, signed.nonce, now)
+        opened = opened_fact(quote, signed.quote_hash, signed.nonce, signed.signed_data, now)
         for fact in facts:
             store.journal.append(fact)
         store.journal.append(opened)

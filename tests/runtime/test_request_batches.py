@@ -128,9 +128,9 @@ def _traced(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         trace.append("sign")
         return sign(**kw)
 
-    def traced_signed(quote: Quote, *rest: Any) -> f.QuoteOpened:
+    def traced_signed(quote: Quote, *rest: Any) -> None:
         trace.append(f"record:{quote.request.quote_id}")
-        return signed(quote, *rest)
+        signed(quote, *rest)
 
     monkeypatch.setattr(executor.desk, "receive", traced_receive)
     monkeypatch.setattr(executor, "_sign", traced_sign)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from solver.core import facts as f
+from solver.core.desk_quotes import opened_fact
 from solver.runtime import executor as executor_module
 from tests.runtime.test_executor import Recorder, build, drain, quote
 
@@ -17,7 +18,6 @@ from tests.runtime.test_executor import Recorder, build, drain, quote
 def _counted(monkeypatch: pytest.MonkeyPatch) -> list[f.QuoteOpened]:
     """Every ``QuoteOpened`` the executor builds."""
     built: list[f.QuoteOpened] = []
-    opened_fact = executor_module.opened_fact
 
     def counting(*args: Any) -> f.QuoteOpened:
         built.append(opened_fact(*args))

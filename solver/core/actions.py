@@ -16,8 +16,8 @@ from solver.protocol.values import value
 @value
 class SignAndSend:
     """Sign ``quote`` under a fresh nonce with ``salt``, hand the signature to
-    :attr:`Desk.signed <solver.core.desk.Desk.signed>`, make the fact it returns durable, then
-    send the answer."""
+    :attr:`Desk.signed <solver.core.desk.Desk.signed>`, make its ``QuoteOpened`` durable
+    (:func:`~solver.core.desk_quotes.opened_fact`), then send the answer."""
 
     quote: Quote
     salt: bytes

@@ -19,6 +19,7 @@ holds the hot request path and the book's expiry, read apart from the rarer sett
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
@@ -33,6 +34,9 @@ from solver.core.quoting import DUPLICATE_QUOTE_ID, Quote, Skip
 
 if TYPE_CHECKING:
     from solver.core.desk import Desk
+
+_QUOTE_ID = attrgetter("quote_id")
+"""A lost quote's id, for :meth:`Inventory.release_many`: mapped, no list of ids built."""
 
 LOST_PER_FACT = 64
 """A ``QuotesLost`` fact names at most this many quotes; a tick that retires more records
@@ -185,7 +189,9 @@ class QuoteLifecycle:
         since = self.connected_since
         grace, open_ = self._grace, QuoteState.OPEN
         lost: list[str] = []
-        for quote in self.book.past_deadline(now - grace):
+        book = self.book
+        due = book.past_deadline(now - grace)
+        for quote in due:
             if (
                 not quote.claims
                 and quote.nonce_check_at is None
@@ -215,6 +221,8 @@ class QuoteLifecycle:
         for start in range(0, len(lost), LOST_PER_FACT):
             chunk = tuple(lost[start : start + LOST_PER_FACT])
             self.record(f.QuotesLost(chunk, now, "deadline passed, never named"), actions)
+        if len(lost) == len(due):  # every one closed LOST (recorded: each left the book)
+            book.due_closed()
 
     # ------------------------------------------------------------------ applying
 
@@ -249,32 +257,28 @@ class QuoteLifecycle:
         may ask), their reservations are released and the counts move: each a batch over the
         fact's quotes, one pass each (issue 29)."""
         lost: list[TrackedQuote] = []
+        routes: dict[str, dict[str, list[int]]] = {}
         try:
-            self.book.lose(fact.quote_ids, fact.at, fact.reason, lost)
+            self.book.lose(fact.quote_ids, fact.at, fact.reason, lost, routes)
         finally:  # an illegal move raises after the quotes before it: they are accounted
             if lost:
-                self._lost(lost, fact.at)
+                self._lost(lost, routes, fact.at)
 
-    def _lost(self, lost: list[TrackedQuote], at: Micros) -> None:
+    def _lost(
+        self, lost: list[TrackedQuote], routes: dict[str, dict[str, list[int]]], at: Micros
+    ) -> None:
+        """The lost quotes' rows, reservations and counts. Each direction's pair counts its
+        share from the book's sums by route (:meth:`QuoteBook.lose`): no (in, out) tuple
+        built and hashed, and no pass over the batch, per quote (issue 29)."""
         self.desk.gaps.recent_lost.add_many(lost, at)
-        self.inventory.release_many([quote.quote_id for quote in lost])
+        self.inventory.release_many(map(_QUOTE_ID, lost))
         self.stats.outcomes["LOST"] += len(lost)
-        # Counted by asset in, then out: no (in, out) tuple built and hashed per quote (~60 ns
-        # less a lost quote, issue 29); then each direction's pair counts its share.
-        routes: dict[str, dict[str, int]] = {}
-        for quote in lost:
-            asset_in = quote.asset_in
-            outs = routes.get(asset_in)
-            if outs is None:
-                outs = routes[asset_in] = {}
-            asset_out = quote.asset_out
-            outs[asset_out] = outs.get(asset_out, 0) + 1
         pairs = self._pairs
         for asset_in, outs in routes.items():
             by_out = pairs.get(asset_in)
             if by_out is None:
                 continue
-            for asset_out, count in outs.items():
+            for asset_out, sums in outs.items():
                 pair = by_out.get(asset_out)
                 if pair is not None:
-                    pair.outcomes["LOST"] += count
+                    pair.outcomes["LOST"] += sums[0]

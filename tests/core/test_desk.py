@@ -210,6 +210,21 @@ def test_past_the_deadline_after_a_disconnect_asks_the_nonce() -> None:
     assert quote.state is QuoteState.SETTLED
 
 
+def test_a_quote_left_open_past_its_deadline_is_listed_again_beside_those_lost() -> None:
+    """A tick that loses some due quotes and asks the nonce of another still lists that one
+    at the next tick (issue 29: only a tick that closes every due quote drops their entries)."""
+    desk = make_desk()
+    answer(desk, "asked", at(1))  # answered before the connection: its nonce is asked
+    desk.receive(ev.ConnectionRestored(), at(1.5))
+    answer(desk, "lost", at(2))
+    late = at(60)
+    actions = desk.tick(late)
+    assert [a.quote_id for a in actions if isinstance(a, CheckNonce)] == ["asked"]
+    assert desk.book.get("lost") is None and desk.stats.outcomes["LOST"] == 1
+    retry = late + span(desk.settings.nonce_retry_s)
+    assert [a.quote_id for a in desk.tick(retry) if isinstance(a, CheckNonce)] == ["asked"]
+
+
 def test_a_failed_store_pauses_and_never_keeps_the_reservation() -> None:
     desk = make_desk()
     actions = desk.receive(request("q1"), at(1))

@@ -53,8 +53,16 @@ def test_lose_leaves_the_book_as_moving_each_quote(seed: int) -> None:
         for quote_id in expected:
             one.move(quote_id, QuoteState.LOST, T0 + span(40), reason="r")
         lost: list[TrackedQuote] = []
-        batch.lose(ids, T0 + span(40), "r", lost)
+        routes: dict[str, dict[str, list[int]]] = {}
+        batch.lose(ids, T0 + span(40), "r", lost, routes)
         assert [q.quote_id for q in lost] == expected
+        sums: dict[tuple[str, str], list[int]] = {}
+        for q in lost:
+            route = sums.setdefault((q.asset_in, q.asset_out), [0, 0, 0])
+            route[0] += 1
+            route[1] += q.outflow
+            route[2] += q.amount_in
+        assert {(i, o): s for i, outs in routes.items() for o, s in outs.items()} == sums
         assert all(q.state is QuoteState.LOST and q.updated_at == T0 + span(40) for q in lost)
         assert all(q.reason == "r" for q in lost)
         assert book_state(batch) == book_state(one)
@@ -66,10 +74,13 @@ def test_lose_refuses_a_quote_that_is_not_open_after_the_ones_before_it() -> Non
     for i in range(3):
         book.add(quote(rng, i))
     book.move("q1", QuoteState.WON, T0)
+    q0 = book.quotes["q0"]
     lost: list[TrackedQuote] = []
+    routes: dict[str, dict[str, list[int]]] = {}
     with pytest.raises(IllegalTransition):
-        book.lose(["q0", "q1", "q2"], T0, "r", lost)
+        book.lose(["q0", "q1", "q2"], T0, "r", lost, routes)
     assert [q.quote_id for q in lost] == ["q0"] and book.get("q0") is None
+    assert routes == {q0.asset_in: {q0.asset_out: [1, q0.outflow, q0.amount_in]}}
     assert book.terminal_counts == {QuoteState.LOST: 1} and book.get("q2") is not None
 
 
@@ -226,9 +237,13 @@ def test_release_expired_over_snapshots_releases_what_a_heap_released(seed: int)
 
 
 def reference_past_deadline(
-    heap: list[tuple[Micros, str]], quotes: dict[str, TrackedQuote], before: Micros
+    heap: list[tuple[Micros, str]],
+    quotes: dict[str, TrackedQuote],
+    before: Micros,
+    listed: list[tuple[Micros, str]] | None = None,
 ) -> list[TrackedQuote]:
-    """QuoteBook.past_deadline as it was: due entries popped and pushed back."""
+    """QuoteBook.past_deadline as it was: due entries popped and pushed back (and appended to
+    ``listed``)."""
     while heap and heap[0][1] not in quotes:
         heapq.heappop(heap)
     due, kept = [], []
@@ -240,6 +255,8 @@ def reference_past_deadline(
             kept.append(entry)
     for entry in kept:
         heapq.heappush(heap, entry)
+    if listed is not None:
+        listed += kept
     return due
 
 
@@ -270,8 +287,65 @@ def test_past_deadline_lists_what_pushing_back_listed(seed: int) -> None:
         else:
             now += span(rng.choice((0, 1, 2)))
             before = now - span(rng.choice((0, 3)))  # a later call may look less far
-            expected = reference_past_deadline(heap, book.quotes, before)
-            assert book.past_deadline(before) == expected
+            listed: list[tuple[Micros, str]] = []
+            expected = reference_past_deadline(heap, book.quotes, before, listed)
+            due = book.past_deadline(before)
+            assert due == expected
+            if rng.random() < 0.5 and all(q.state is QuoteState.OPEN for q in due):
+                for quote_id in dict.fromkeys(q.quote_id for q in due):  # listed twice: once
+                    book.move(quote_id, QuoteState.LOST, now)
+                # All closed: their entries are dropped, so an id added again is not listed
+                # by the entry of the quote closed (the heap kept it, and listed it).
+                book.due_closed()
+                for entry in listed:
+                    heap.remove(entry)
+                heapq.heapify(heap)
+
+
+class _Looking(dict[str, TrackedQuote]):
+    """A book's quotes that count the membership tests made of them."""
+
+    looked = 0
+
+    def __contains__(self, key: object) -> bool:
+        self.looked += 1
+        return super().__contains__(key)
+
+
+def test_quotes_closed_at_their_deadline_are_not_looked_up_again() -> None:
+    """Issue 29: after :meth:`QuoteBook.due_closed`, the next ``past_deadline`` looks up none
+    of the closed quotes' entries (each was, cold, a tick later); without it, each once."""
+    rng = random.Random(3)
+    for closed in (True, False):
+        book = QuoteBook(quotes=_Looking())
+        for i in range(50):
+            book.add(quote(rng, i, T0 + span(1)))
+        due = book.past_deadline(T0 + span(2))
+        assert len(due) == 50
+        for q in due:
+            book.move(q.quote_id, QuoteState.LOST, T0 + span(2))
+        if closed:
+            book.due_closed()
+        looking = book.quotes
+        assert isinstance(looking, _Looking)
+        looking.looked = 0
+        assert book.past_deadline(T0 + span(3)) == []
+        assert looking.looked == (0 if closed else 50)
+
+
+def test_due_closed_keeps_what_was_after_a_shorter_cut() -> None:
+    """A call that looks less far than the one before it returns less; closing those keeps
+    the ones between its cut and the further one, listed again by the next call."""
+    rng = random.Random(4)
+    book = QuoteBook()
+    early, late = quote(rng, 0, T0 + span(1)), quote(rng, 1, T0 + span(3))
+    book.add(early)
+    book.add(late)
+    assert book.past_deadline(T0 + span(4)) == [early, late]
+    assert book.past_deadline(T0 + span(2)) == [early]
+    book.move(early.quote_id, QuoteState.LOST, T0 + span(2))
+    book.due_closed()
+    assert book.past_deadline(T0 + span(4)) == [late]
 
 
 def _file_some(

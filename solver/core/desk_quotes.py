@@ -35,6 +35,10 @@ from solver.core.quoting import DUPLICATE_QUOTE_ID, Quote, Skip
 if TYPE_CHECKING:
     from solver.core.desk import Desk
 
+_NEVER: Micros = 1 << 62
+"""Later than any time: the connection's start while there is none, so that one comparison
+a due quote tells both "connected" and "since before it was made" (issue 29)."""
+
 _QUOTE_ID = attrgetter("quote_id")
 """A lost quote's id, for :meth:`Inventory.release_many`: mapped, no list of ids built."""
 
@@ -187,6 +191,8 @@ class QuoteLifecycle:
     def due(self, now: Micros, actions: list[Action]) -> None:
         """The clock's part: quotes past their deadline."""
         since = self.connected_since
+        if since is None:  # not connected: no quote was connected throughout its life
+            since = _NEVER
         grace, open_ = self._grace, QuoteState.OPEN
         lost: list[str] = []
         book = self.book
@@ -196,7 +202,6 @@ class QuoteLifecycle:
                 not quote.claims
                 and quote.nonce_check_at is None
                 and quote.state is open_
-                and since is not None
                 and since <= quote.created_at
             ):
                 # Connected throughout its life and nobody named it: no status was missed, so
@@ -208,12 +213,7 @@ class QuoteLifecycle:
                 continue  # a claim may still settle it: its polls decide
             if quote.nonce_check_at is not None and now - quote.nonce_check_at < self._nonce_retry:
                 continue
-            if (
-                quote.state is open_
-                and not quote.claims
-                and since is not None
-                and since <= quote.created_at
-            ):
+            if quote.state is open_ and not quote.claims and since <= quote.created_at:
                 lost.append(quote.quote_id)
                 continue
             quote.nonce_check_at = now

@@ -198,7 +198,7 @@ def test_release_many_and_expired_free_what_releasing_each_freed(seed: int) -> N
     ]  # fmt: skip
     for r in expired:
         reference_release(one, r.quote_id)
-    assert sorted(batch.release_expired(snapshot_at), key=by_deadline) == expired
+    assert batch.release_expired(snapshot_at) == len(expired)
     assert list(batch.reserved.items()) == list(one.reserved.items())
     assert batch.reservations == one.reservations
 
@@ -230,9 +230,10 @@ def test_release_expired_over_snapshots_releases_what_a_heap_released(seed: int)
             live[quote_id] = r
         at += rng.choice((0, 1, 2**10, 2**19, 2**20, 2**20 + 1, 3 * 2**20))
         expected = sorted((r for r in live.values() if r.deadline < at), key=by_deadline)
-        assert sorted(inv.release_expired(at), key=by_deadline) == expected
+        assert inv.release_expired(at) == len(expected)
         for r in expected:
             del live[r.quote_id]
+        assert inv.reservations == live
         assert inv.reservations == live
 
 

@@ -210,6 +210,17 @@ def test_past_the_deadline_after_a_disconnect_asks_the_nonce() -> None:
     assert quote.state is QuoteState.SETTLED
 
 
+def test_past_the_deadline_while_still_disconnected_asks_the_nonce() -> None:
+    """No connection at the tick (``connected_since`` None): nothing is lost without asking."""
+    desk = make_desk()
+    desk.receive(ev.ConnectionRestored(), at(0.5))
+    answer(desk, "q1", at(1))
+    desk.receive(ev.ConnectionLost(), at(2))
+    actions = desk.tick(at(60))
+    assert [a.quote_id for a in actions if isinstance(a, CheckNonce)] == ["q1"]
+    assert desk.book.get("q1") is not None and desk.stats.outcomes["LOST"] == 0
+
+
 def test_a_quote_left_open_past_its_deadline_is_listed_again_beside_those_lost() -> None:
     """A tick that loses some due quotes and asks the nonce of another still lists that one
     at the next tick (issue 29: only a tick that closes every due quote drops their entries)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import yaml
 
 from backtest.stream.events import CompetitorEvent, PriceEvent, RequestEvent
 from backtest.stream.read import read_stream
-from backtest.stream.record import Recorder, sampled
+from backtest.stream.record import Recorder, RecordStats, sampled
 from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
 from solver.cli import main
@@ -92,6 +92,20 @@ def recorder_config(sandbox: Sandbox, tmp_path: Path) -> BotConfig:
     )
 
 
+async def record_until(
+    recorder: Recorder, enough: Callable[[RecordStats], bool], limit_s: float = 20
+) -> RecordStats:
+    """Record until ``enough(stats)`` holds (or ``limit_s`` passed), then stop: a test waits
+    for what it needs to see, not a fixed time that a busy machine may not fill."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(recorder.run(stop))
+    deadline = time.monotonic() + limit_s
+    while not enough(recorder.stats) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    stop.set()
+    return await asyncio.wait_for(task, 20)
+
+
 async def test_solver_record_writes_requests_and_prices_from_a_live_bus(
     flowing: tuple[Sandbox, ScriptedSolver],
     tmp_path: Path,
@@ -148,13 +162,7 @@ async def test_competitor_probes_record_the_best_answer_but_not_themselves(
     )
     # Until a few probes have come back, however busy the machine (a fixed 2.5 s once ended
     # before any had, with every probe still in flight).
-    stop = asyncio.Event()
-    task = asyncio.create_task(recorder.run(stop))
-    deadline = time.monotonic() + 20
-    while recorder.stats.competitors < 3 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    stop.set()
-    stats = await asyncio.wait_for(task, 20)
+    stats = await record_until(recorder, lambda stats: stats.competitors >= 3)
     events = list(read_stream(out, strict=True))
     requests = {e.request.quote_id: e.request for e in events if isinstance(e, RequestEvent)}
     rivals = [e for e in events if isinstance(e, CompetitorEvent)]
@@ -233,16 +241,10 @@ async def test_recording_stops_cleanly_on_stop_and_clamps_a_clock_step_back(
         return value
 
     recorder = Recorder(config, tmp_path / "x.jsonl", price_interval_ms=100, clock=clock)
-    stop = asyncio.Event()
-    task = asyncio.create_task(recorder.run(stop))
     # Until six prices are in (the clock stepped back at the fifth), however busy the machine:
     # a fixed sleep counted on three price rounds in 0.35 s and got fewer when the cores were
     # taken.
-    deadline = time.monotonic() + 20
-    while recorder.stats.prices < 6 and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    stop.set()
-    stats = await asyncio.wait_for(task, 10)
+    stats = await record_until(recorder, lambda stats: stats.prices >= 6)
     reader = read_stream(tmp_path / "x.jsonl", strict=True)
     events: list[Any] = list(reader)
     assert stats.prices == len(events) >= 6

@@ -41,7 +41,7 @@ from backtest.settings import FillSpec, LatencySpec, RaceSpec, UnobservedSpec
 from backtest.stream.records import ms_to_us
 from backtest.takers import TakerModel
 from backtest.unobserved import CompetitionModel, Race
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 
 # Why a quote lost (summary ``lost`` keys).
 LOST_COMPETITOR = "competitor"
@@ -139,7 +139,7 @@ class AlwaysFill:
         t_us: int = 0,
         latency_ms: float = 0.0,
     ) -> str | None:
-        return None if self.takers.accepts(quote.request.quote_id, edge_bps) else LOST_TAKER
+        return None if self.takers.accepts(quote.quote_id, edge_bps) else LOST_TAKER
 
 
 class CompetitorFill:
@@ -168,35 +168,34 @@ class CompetitorFill:
         t_us: int = 0,
         latency_ms: float = 0.0,
     ) -> str | None:
-        request = quote.request
         competition = self.competition
         if best_amount is None:
-            if not self._accepts(request.quote_id, edge_bps):
+            if not self._accepts(quote.quote_id, edge_bps):
                 return LOST_TAKER
             if competition is None:
                 return LOST_UNOBSERVED if self.unobserved == "exclude" else None
             drawn = competition.draw(
-                request.quote_id, request.asset_in, request.asset_out, notional_usd, t_us
+                quote.quote_id, quote.asset_in, quote.asset_out, notional_usd, t_us
             )
             if drawn is None:
                 return LOST_NO_MODEL
             return None if edge_bps > drawn else LOST_MODELLED
-        exact_in = request.exact_in
+        exact_in = quote.exact_in
         ours = quote.amount_out if exact_in else quote.amount_in
         if competition is not None:  # observed, whatever the taker says of our answer
             # competitor_edge_bps, inline (once per observed answer): the same operations
             ratio = best_amount / ours if exact_in else ours / best_amount
             competition.observe(
-                request.asset_in,
-                request.asset_out,
+                quote.asset_in,
+                quote.asset_out,
                 notional_usd,
                 t_us,
                 ((1.0 + edge_bps / 10_000.0) * ratio - 1.0) * 10_000.0,
             )
-        if not self._accepts(request.quote_id, edge_bps):
+        if not self._accepts(quote.quote_id, edge_bps):
             return LOST_TAKER
         if ours == best_amount:  # a tie: the relay's user takes the first of equal answers
-            return None if self.race.first(request.quote_id, latency_ms) else LOST_RACE
+            return None if self.race.first(quote.quote_id, latency_ms) else LOST_RACE
         if exact_in:
             return None if ours > best_amount else LOST_COMPETITOR
         return None if ours < best_amount else LOST_COMPETITOR
@@ -237,7 +236,7 @@ class LogisticFill:
         latency_ms: float = 0.0,
     ) -> str | None:
         draw = self._uniforms.next()  # drawn first: one per answer, whatever the taker says
-        if not self.joint and not self.takers.accepts(quote.request.quote_id, edge_bps):
+        if not self.joint and not self.takers.accepts(quote.quote_id, edge_bps):
             return LOST_TAKER
         return None if draw < self.probability(edge_bps) else LOST_MODEL
 

@@ -35,7 +35,7 @@ from backtest.unobserved import Coverage
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.clock import from_micros
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.core.view import DeskView
 from solver.protocol.nonce import PREFIX_LEN, NonceSequence
 from solver.protocol.quote_signing import SignedQuote
@@ -175,9 +175,8 @@ class SimulatedRelay:
     # ------------------------------------------------------------------ the sender port
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
-        request = quote.request
         prices, scale = self._prices, self._scale
-        asset_in, asset_out = request.asset_in, request.asset_out
+        asset_in, asset_out = quote.asset_in, quote.asset_out
         v_in = prices[asset_in].usd / scale[asset_in]  # the desk quoted: it had both prices
         v_out = prices[asset_out].usd / scale[asset_out]
         paid = quote.amount_in * v_in
@@ -226,13 +225,12 @@ class SimulatedRelay:
         popleft = resolves.popleft
         while resolves and resolves[0][0] <= until_us:
             at_us, quote, signed, edge, paid, t_us, latency = popleft()
-            request = quote.request
-            quote_id = request.quote_id
+            quote_id = quote.quote_id
             entry = best_of.pop(quote_id, None)
             best = None if entry is None or entry[1] < horizon else entry[0]
             observed = best is not None
             label = informed_of.pop(quote_id, None) if informed_of else None
-            route = (request.asset_in, request.asset_out)
+            route = (quote.asset_in, quote.asset_out)
             counts = routes.get(route)
             if counts is None:
                 counts = routes[route] = [0, 0]
@@ -262,8 +260,7 @@ class SimulatedRelay:
     def settle(self, pending: Pending, at_us: int) -> None:
         """A won quote, due at ``at_us``, executed on the ledger and told to the desk."""
         quote = pending.quote
-        request = quote.request
-        quote_id = request.quote_id
+        quote_id = quote.quote_id
         m = self.measures
         intent_hash = "intent:" + quote_id
         signed = pending.signed if self.settler.signing else None
@@ -291,9 +288,9 @@ class SimulatedRelay:
             quote_id,
             from_micros(pending.t_us),
             at,
-            request.asset_in,
-            request.asset_out,
-            request.exact_in,
+            quote.asset_in,
+            quote.asset_out,
+            quote.exact_in,
             quote.amount_in,
             quote.amount_out,
             fee,

@@ -42,7 +42,7 @@ from sandbox.ledger import (
     _Journal,
 )
 from solver.core.clock import from_micros, micros
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceLayout, versioned_nonce
 from solver.protocol.quote_signing import QuoteSigner, SignedQuote
@@ -120,13 +120,12 @@ class LedgerSettler:
         """Sign a quote as the live engine does (None with signing off)."""
         if self.signer is None:
             return None
-        request = quote.request
         return self.signer.sign(
             deadline=quote.deadline,
             nonce=self._nonce(quote.deadline),
-            asset_in=request.asset_in,
+            asset_in=quote.asset_in,
             amount_in=quote.amount_in,
-            asset_out=request.asset_out,
+            asset_out=quote.asset_out,
             amount_out=quote.amount_out,
         )
 
@@ -137,8 +136,7 @@ class LedgerSettler:
 
         Raises :class:`SettlementFailed` (state unchanged) when the ledger refuses the batch.
         """
-        request = quote.request
-        asset_in, asset_out = request.asset_in, request.asset_out
+        asset_in, asset_out = quote.asset_in, quote.asset_out
         user_balances = self.ledger.balances.get(self.user, {})
         if user_balances.get(asset_in, 0) < USER_FUNDS // 2:
             self.ledger.deposit(self.user, asset_in, USER_FUNDS)
@@ -179,8 +177,7 @@ class LedgerSettler:
             at
         ):  # a signed deadline has whole milliseconds (format_deadline)
             raise LedgerError(ERR_DEADLINE, 0)
-        request = quote.request
-        asset_in, asset_out = request.asset_in, request.asset_out
+        asset_in, asset_out = quote.asset_in, quote.asset_out
         amount_in, amount_out = quote.amount_in, quote.amount_out
         if amount_in <= 0 or amount_out <= 0:
             raise LedgerError(f"{ERR_INVALID_INTENT}: token_diff with a zero delta", 0)

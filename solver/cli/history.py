@@ -42,7 +42,7 @@ from solver.cli import EXIT_OK, print_json
 from solver.cli.store_access import add_store_arguments, open_or_bot, register_backup, target
 from solver.cli.store_copy import register_copy
 from solver.config import TokenSpec
-from solver.core.lifecycle import TrackedQuote
+from solver.core.lifecycle import Quote
 from solver.errors import ConfigError
 from solver.io.store.records import fill_record, quote_record, totals_from_doc
 from solver.io.store.schema import TABLES
@@ -287,7 +287,7 @@ def _empty_record(kind: str) -> dict[str, Any]:
         return totals_record(PairTotals(("", "")), [], {})
     if kind == "fills":
         return fill_record(Fill("", "", epoch, "", 0, "", 0, 0))
-    return quote_record(TrackedQuote("", "", "", "", 0, 0, 0, 0, b"", 0), 1.0)
+    return quote_record(Quote("", "", "", 0, 0, 0, 0), 1.0)
 
 
 def _print_table(

@@ -8,8 +8,9 @@ A :class:`~solver.core.quoting.Skip` is an action too (the request ends with tha
 from __future__ import annotations
 
 from solver.core.facts import Fact
+from solver.core.lifecycle import Quote
 from solver.core.pauses import Pause
-from solver.core.quoting import Quote, Skip
+from solver.core.quoting import Skip
 from solver.protocol.values import value
 
 

@@ -48,7 +48,7 @@ from solver.core.desk_quotes import QuoteLifecycle
 from solver.core.desk_risk import RiskDesk
 from solver.core.desk_settlement import Settlement
 from solver.core.inventory import Inventory
-from solver.core.lifecycle import QuoteBook, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteBook
 from solver.core.pair_stats import PairBook, PairStats
 from solver.core.pauses import Pauses
 from solver.core.pnl import MARKOUT_HORIZONS_S, PnlBook
@@ -134,7 +134,7 @@ class Desk:
         self.pair_book = PairBook(pairs, routes, self.symbols)
         self.stats.pairs = self.pair_book.stats
         # The last fills, for people (the fill log line, status): display only, never decided on.
-        self.recent_fills: deque[tuple[TrackedQuote, f.FillPrices | None]] = deque(maxlen=64)
+        self.recent_fills: deque[tuple[Quote, f.FillPrices | None]] = deque(maxlen=64)
         # The parts, by role.
         self.market = MarketInputs(self.state)
         self.pnl_marks = PnlMarks(self)

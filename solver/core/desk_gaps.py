@@ -35,7 +35,7 @@ from solver.core import facts as f
 from solver.core.actions import Action, Alert, CheckNonce, RefreshBalances
 from solver.core.clock import SECOND, Micros, span
 from solver.core.inventory import Reservation
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.pnl import FillValue, usd_value
 from solver.core.recent_lost import RecentLost
 from solver.core.reconciliation import Totals, diff_of
@@ -149,7 +149,7 @@ class GapDesk:
                 total += usd_value(amount, decimals, price)
         return total
 
-    def _ask(self, quote: TrackedQuote, now: Micros, actions: list[Action]) -> None:
+    def _ask(self, quote: Quote, now: Micros, actions: list[Action]) -> None:
         self.asking[quote.quote_id] = now
         self.retry.pop(quote.quote_id, None)
         actions.append(CheckNonce(quote.quote_id, quote.nonce))
@@ -219,7 +219,7 @@ class GapDesk:
     # ------------------------------------------------------------------ applying
 
     @staticmethod
-    def _fill_value(quote: TrackedQuote) -> FillValue:
+    def _fill_value(quote: Quote) -> FillValue:
         return FillValue(
             quote.quote_id, quote.asset_in, quote.amount_in, quote.asset_out, quote.outflow
         )

@@ -27,10 +27,10 @@ from solver.core import facts as f
 from solver.core.actions import Action, CheckNonce, RefreshSalt, ShadowQuote, SignAndSend
 from solver.core.clock import Micros, span
 from solver.core.inventory import Reservation
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.market import QuoteRequest
 from solver.core.pauses import GLOBAL, STORE_ERROR
-from solver.core.quoting import DUPLICATE_QUOTE_ID, Quote, Skip
+from solver.core.quoting import DUPLICATE_QUOTE_ID, Skip
 
 if TYPE_CHECKING:
     from solver.core.desk import Desk
@@ -49,17 +49,14 @@ quote: one fact per tick held the running bot's loop up to 4.4 ms at 2,000 answe
 after a burst. 64 make each ~1.1 ms (64 × ~17 µs, computed from the per-quote cost)."""
 
 
-def opened_fact(
-    quote: Quote, quote_hash: str, nonce: bytes, signed_data: Mapping[str, Any] | None, now: Micros
-) -> f.QuoteOpened:
-    """The ``QuoteOpened`` of an answer :meth:`QuoteLifecycle.signed` opened at ``now``: what
-    the journal writes (the row a restart applies with :meth:`QuoteLifecycle._apply_opened`)
-    and the observers hear."""
-    request = quote.request
+def opened_fact(quote: Quote, signed_data: Mapping[str, Any] | None) -> f.QuoteOpened:
+    """The ``QuoteOpened`` of an answer :meth:`QuoteLifecycle.signed` opened: what the journal
+    writes (the row a restart applies with :meth:`QuoteLifecycle._apply_opened`) and the
+    observers hear."""
+    q = quote
     return f.QuoteOpened(
-        request.quote_id, quote_hash, request.asset_in, request.asset_out, quote.amount_in,
-        quote.amount_out, quote.fee, quote.deadline, nonce, now, request.exact_in,
-        request.partner_id, signed_data,
+        q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in, q.amount_out, q.fee,
+        q.deadline, q.nonce, q.created_at, q.exact_in, q.partner_id, signed_data,
     )  # fmt: skip
 
 
@@ -138,18 +135,13 @@ class QuoteLifecycle:
 
     def signed(self, quote: Quote, quote_hash: str, nonce: bytes, now: Micros) -> None:
         """The answer exists (the executor signed ``quote`` under ``nonce``): the quote opens,
-        as :meth:`_apply_opened` opens it from its ``QuoteOpened``. The fact itself is the
-        executor's to build (:func:`opened_fact`), and only for whom reads it: the journal,
-        before the answer leaves, and its observers. A replay has neither and builds none
-        (issue 29: ~3,500 instructions an answer, one object of 13 fields the book never
-        reads; the quote is applied from the values the fact is built of, never from it)."""
-        request = quote.request
-        self._open_quote(
-            TrackedQuote(
-                request.quote_id, quote_hash, request.asset_in, request.asset_out,
-                quote.amount_in, quote.amount_out, quote.fee, quote.deadline, nonce, now,
-            )
-        )  # fmt: skip
+        as :meth:`_apply_opened` opens it from its ``QuoteOpened``. The record the decision
+        built is the one the book files, its signature filled in (issue 29: no copy of ten
+        fields an answer). The fact is the executor's to build (:func:`opened_fact`), and only
+        for whom reads it: the journal, before the answer leaves, and its observers. A replay
+        has neither and builds none (one object of 13 fields the book never reads)."""
+        quote.quote_hash, quote.nonce, quote.created_at = quote_hash, nonce, now
+        self._open_quote(quote)
 
     def _quote_not_sent(self, event: ev.QuoteNotSent, now: Micros) -> list[Action]:
         actions: list[Action] = []
@@ -228,13 +220,14 @@ class QuoteLifecycle:
 
     def _apply_opened(self, fact: f.QuoteOpened) -> None:
         self._open_quote(
-            TrackedQuote(
-                fact.quote_id, fact.quote_hash, fact.asset_in, fact.asset_out, fact.amount_in,
-                fact.amount_out, fact.fee, fact.deadline, fact.nonce, fact.created_at,
+            Quote(
+                fact.quote_id, fact.asset_in, fact.asset_out, fact.amount_in, fact.amount_out,
+                fact.fee, fact.deadline, fact.exact_in, fact.partner_id, fact.quote_hash,
+                fact.nonce, fact.created_at,
             )
         )  # fmt: skip
 
-    def _open_quote(self, quote: TrackedQuote) -> None:
+    def _open_quote(self, quote: Quote) -> None:
         """A ``QuoteOpened``'s change of state, whether the desk signed it (:meth:`signed`) or
         the journal replays it (:meth:`_apply_opened`): the quote joins the book, its pair
         counts it, its reservation is restored when none holds."""
@@ -256,7 +249,7 @@ class QuoteLifecycle:
         """The quotes leave the book, their rows join the recently lost (no nonce check: a gap
         may ask), their reservations are released and the counts move: each a batch over the
         fact's quotes, one pass each (issue 29)."""
-        lost: list[TrackedQuote] = []
+        lost: list[Quote] = []
         routes: dict[str, dict[str, list[int]]] = {}
         try:
             self.book.lose(fact.quote_ids, fact.at, fact.reason, lost, routes)
@@ -264,9 +257,7 @@ class QuoteLifecycle:
             if lost:
                 self._lost(lost, routes, fact.at)
 
-    def _lost(
-        self, lost: list[TrackedQuote], routes: dict[str, dict[str, list[int]]], at: Micros
-    ) -> None:
+    def _lost(self, lost: list[Quote], routes: dict[str, dict[str, list[int]]], at: Micros) -> None:
         """The lost quotes' rows, reservations and counts. Each direction's pair counts its
         share from the book's sums by route (:meth:`QuoteBook.lose`): no (in, out) tuple
         built and hashed, and no pass over the batch, per quote (issue 29)."""

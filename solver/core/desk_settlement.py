@@ -23,7 +23,7 @@ from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import Action, PollIntent, RefreshBalances
 from solver.core.clock import Micros, span
-from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
+from solver.core.lifecycle import Claim, Quote, QuoteState
 from solver.core.pnl import FillValue, usd_value
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class Settlement:
 
     def _settle(
         self,
-        quote: TrackedQuote,
+        quote: Quote,
         now: Micros,
         actions: list[Action],
         *,
@@ -181,7 +181,7 @@ class Settlement:
 
     def _won(
         self,
-        quote: TrackedQuote,
+        quote: Quote,
         now: Micros,
         actions: list[Action],
         intent_hash: str | None,
@@ -209,7 +209,7 @@ class Settlement:
         self.record(f.QuoteMoved(quote_id, new, now, reason, intent_hash, tx_hash), actions)
 
     @staticmethod
-    def _fill_value(quote: TrackedQuote) -> FillValue:
+    def _fill_value(quote: Quote) -> FillValue:
         return FillValue(
             quote.quote_id, quote.asset_in, quote.amount_in, quote.asset_out, quote.outflow
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from solver.core.inventory import Reservation
-from solver.core.lifecycle import Claim, QuoteState, TrackedQuote
+from solver.core.lifecycle import Claim, Quote, QuoteState
 from solver.core.pauses import GLOBAL, Pause
 from solver.core.rebalance_record import record_doc, record_from_doc
 from solver.core.recent_lost import LostRow, lost_row
@@ -51,17 +51,17 @@ def _from_reservation(v: list[Any]) -> Reservation:
     return Reservation(v[0], v[1], int(v[2]), v[3], int(v[4]), int(v[5]))
 
 
-def _quote(q: TrackedQuote) -> dict[str, Any]:
+def _quote(q: Quote) -> dict[str, Any]:
     """A quote's ``quotes`` entry, at once."""
     return quote_docs([_quote_fields(q)])[0]
 
 
-def _from_quote(v: dict[str, Any]) -> TrackedQuote:
-    quote = TrackedQuote(
-        v["id"], v["hash"], v["in"], v["out"], int(v["amount_in"]), int(v["amount_out"]),
-        int(v["fee"]), int(v["deadline"]), bytes.fromhex(v["nonce"]),
-        int(v["created"]), QuoteState(v["state"]), _d(v["updated"]), v["intent"],
-        v["tx"], v["reason"],
+def _from_quote(v: dict[str, Any]) -> Quote:
+    quote = Quote(
+        v["id"], v["in"], v["out"], int(v["amount_in"]), int(v["amount_out"]), int(v["fee"]),
+        int(v["deadline"]), quote_hash=v["hash"], nonce=bytes.fromhex(v["nonce"]),
+        created_at=int(v["created"]), state=QuoteState(v["state"]), updated_at=_d(v["updated"]),
+        intent_hash=v["intent"], tx_hash=v["tx"], reason=v["reason"],
     )  # fmt: skip
     for intent, tx, heard, status, ended in v["claims"]:
         quote.add_claim(Claim(intent, tx, int(heard), status, ended=ended))
@@ -95,7 +95,7 @@ QuoteFields = tuple[Any, ...]
 from them later (:func:`quote_docs`), whatever the quote became meanwhile."""
 
 
-def _quote_fields(q: TrackedQuote) -> QuoteFields:
+def _quote_fields(q: Quote) -> QuoteFields:
     claims = q.claims
     return (
         q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in, q.amount_out, q.fee,

@@ -86,34 +86,47 @@ class Claim:
 
 class _NoClaims(dict[str, Claim]):
     """The claims of a quote nobody named (nearly every quote): one shared empty dict that
-    refuses to be written (:meth:`TrackedQuote.add_claim` gives a quote its own at its first
+    refuses to be written (:meth:`Quote.add_claim` gives a quote its own at its first
     claim). Reads are a dict's; hashable only so a dataclass takes it as a default."""
 
     __slots__ = ()
     __hash__ = object.__hash__  # type: ignore[assignment]
 
     def _refuse(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("a quote's claims are added with TrackedQuote.add_claim")
+        raise TypeError("a quote's claims are added with Quote.add_claim")
 
     __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = _refuse  # type: ignore[assignment]
 
 
 NO_CLAIMS: dict[str, Claim] = _NoClaims()
-"""Every claimless quote's :attr:`TrackedQuote.claims`: no dict built per answer (issue 29)."""
+"""Every claimless quote's :attr:`Quote.claims`: no dict built per answer (issue 29)."""
 
 
 @dataclass(slots=True)
-class TrackedQuote:
+class Quote:
+    """One answer, from the decision to its end: the record
+    :meth:`~solver.core.quoting.QuotePipeline.decide` builds is the action the executor signs
+    and the one the book files once signed (:meth:`QuoteLifecycle.signed
+    <solver.core.desk_quotes.QuoteLifecycle.signed>` fills in the hash, the nonce and the
+    time). Issue 29: one object an answer where there were three (the pipeline's quote, the
+    ``SignAndSend`` around it, the book's copy of ten fields), ~3,500 instructions each.
+
+    ``exact_in`` and ``partner_id`` are the request's, read for the answer and its
+    ``QuoteOpened``; a quote restored from a snapshot (which does not keep them: its answer has
+    left) has the defaults, so they are not compared."""
+
     quote_id: str
-    quote_hash: str
     asset_in: str
     asset_out: str
     amount_in: int
     amount_out: int
-    fee: int
+    fee: int  # protocol fee the solver pays on amount_out (reserved with it)
     deadline: Micros
-    nonce: bytes
-    created_at: Micros
+    exact_in: bool = field(default=True, compare=False)
+    partner_id: str | None = field(default=None, compare=False)
+    quote_hash: str = ""  # the signature fills in these three
+    nonce: bytes = b""
+    created_at: Micros = 0
     state: QuoteState = QuoteState.OPEN
     updated_at: Micros | None = None
     intent_hash: str | None = None
@@ -153,7 +166,7 @@ class QuoteBook:
     quotes at peak).
     """
 
-    quotes: dict[str, TrackedQuote] = field(default_factory=dict)
+    quotes: dict[str, Quote] = field(default_factory=dict)
     by_hash: dict[str, str] = field(default_factory=dict)
     terminal_counts: dict[QuoteState, int] = field(default_factory=dict)
     # What the open quotes could still move, per asset, kept as quotes enter and leave: the
@@ -169,7 +182,7 @@ class QuoteBook:
     """The part of ``_due`` after the last call's cut (a call that looked less far than one
     before it): what :meth:`due_closed` leaves."""
 
-    def _account(self, quote: TrackedQuote, sign: int) -> None:
+    def _account(self, quote: Quote, sign: int) -> None:
         out, into = quote.asset_out, quote.asset_in
         self.open_outflow[out] = self.open_outflow.get(out, 0) + sign * quote.outflow
         self.open_inflow[into] = self.open_inflow.get(into, 0) + sign * quote.amount_in
@@ -178,7 +191,7 @@ class QuoteBook:
         if not self.open_inflow[into]:
             del self.open_inflow[into]
 
-    def add(self, quote: TrackedQuote) -> None:
+    def add(self, quote: Quote) -> None:
         quote_id = quote.quote_id
         if quote_id in self.quotes:
             raise IllegalTransition(f"quote {quote_id} is already tracked")
@@ -200,10 +213,10 @@ class QuoteBook:
             inflow.pop(into, None)
         self._deadlines.file(quote.deadline, quote_id)
 
-    def get(self, quote_id: str) -> TrackedQuote | None:
+    def get(self, quote_id: str) -> Quote | None:
         return self.quotes.get(quote_id)
 
-    def find_hash(self, quote_hash: str) -> TrackedQuote | None:
+    def find_hash(self, quote_hash: str) -> Quote | None:
         quote_id = self.by_hash.get(quote_hash)
         return self.quotes.get(quote_id) if quote_id else None
 
@@ -240,7 +253,7 @@ class QuoteBook:
         quote_ids: Iterable[str],
         at: Micros,
         reason: str,
-        lost: list[TrackedQuote],
+        lost: list[Quote],
         routes: dict[str, dict[str, list[int]]],
     ) -> None:
         """Move the OPEN quotes named to LOST at once (``QuotesLost``), appending to ``lost``
@@ -304,10 +317,10 @@ class QuoteBook:
                     else:
                         totals.pop(asset, None)
 
-    def open_quotes(self) -> Iterator[TrackedQuote]:
+    def open_quotes(self) -> Iterator[Quote]:
         return iter(list(self.quotes.values()))
 
-    def past_deadline(self, before: Micros) -> list[TrackedQuote]:
+    def past_deadline(self, before: Micros) -> list[Quote]:
         """Open quotes whose deadline is earlier than ``before``, oldest deadline first.
 
         They stay in the due part (``_due``) until they leave the book, so a quote waiting for
@@ -323,7 +336,7 @@ class QuoteBook:
         taken = deadlines.take_before(before)
         # The quotes of the entries taken, those that left the book passed over: run by map
         # and filter in C, no bytecode per entry (issue 29; a quote is never false).
-        due: list[TrackedQuote] = list(filter(None, map(quotes.get, map(_KEY, taken))))
+        due: list[Quote] = list(filter(None, map(quotes.get, map(_KEY, taken))))
         # The entries of those quotes: all of them, unless some left the book (then a pass).
         new = taken if len(due) == len(taken) else [entry for entry in taken if entry[1] in quotes]
         if entries:  # quotes listed before and still in the book

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from solver.core.clock import MILLI, SECOND, Micros, span
 from solver.core.inventory import Inventory, Reservation
+from solver.core.lifecycle import Quote
 from solver.core.limits import TokenBucket
 from solver.core.market import MarketView, QuoteRequest, ReferencePrice
 from solver.core.pauses import Pauses
@@ -62,15 +63,6 @@ DUPLICATE_QUOTE_ID = "duplicate_quote_id"
 class Skip:
     reason: str
     detail: str = ""
-
-
-@value
-class Quote:
-    request: QuoteRequest
-    amount_in: int
-    amount_out: int
-    fee: int  # protocol fee the solver pays on amount_out (reserved with it)
-    deadline: Micros
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +322,11 @@ class QuotePipeline:
             Reservation(request.quote_id, asset_out, outflow, asset_in, amount_in, deadline), free
         ):
             return Skip(INSUFFICIENT_INVENTORY, "duplicate quote_id or inventory changed")
-        return Quote(request, amount_in, amount_out, fee, deadline)
+        # The answer's one record, from here to the book (issue 29: :class:`Quote`).
+        return Quote(
+            request.quote_id, asset_in, asset_out, amount_in, amount_out, fee, deadline, exact_in,
+            request.partner_id,
+        )  # fmt: skip
 
     def _marks_of(self, state: MarketState) -> dict[str, tuple[float, float]]:
         """Per priced asset, its USD price and its unit (1.0 when the decimals are unknown):

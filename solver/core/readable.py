@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from solver.core.facts import FillPrices
-from solver.core.lifecycle import TrackedQuote
+from solver.core.lifecycle import Quote
 from solver.protocol.amounts import format_units
 
 
@@ -30,7 +30,7 @@ class Readable:
             return f"{amount} {asset}"
         return format_units(amount, decimals, self.symbols.get(asset, asset))
 
-    def fill(self, quote: TrackedQuote, prices: FillPrices | None, pair: str | None) -> str:
+    def fill(self, quote: Quote, prices: FillPrices | None, pair: str | None) -> str:
         """``fill wNEAR/USDC: got 100 USDC, paid 33.25 wNEAR (fee 0.01 wNEAR), edge +0.25
         USD; quote q1 intent … tx …``"""
         edge = f"{prices.realized_usd:+,.4f} USD" if prices is not None else "unknown (no price)"

@@ -11,28 +11,29 @@ from collections.abc import Iterable, Mapping
 from itertools import islice, repeat
 
 from solver.core.clock import Micros, span
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 
 LostRow = tuple[
     str, str, str, str, int, int, int, Micros, bytes, Micros, "Micros | None", "str | None", Micros
 ]
 """A recently lost quote as atoms: id, hash, asset in, asset out, amount in, amount out, fee,
 deadline, nonce, created, updated, reason, and when it was lost. A tuple of atoms is not
-tracked by the cyclic collector: 20,000 ``TrackedQuote`` objects (and their entries) were over
+tracked by the cyclic collector: 20,000 ``Quote`` objects (and their entries) were over
 half of what the bot's full collection walked every minute (12–16 ms of the loop, issue 29)."""
 
 
-def lost_row(quote: TrackedQuote, lost_at: Micros) -> LostRow:
+def lost_row(quote: Quote, lost_at: Micros) -> LostRow:
     q = quote
     return (q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in, q.amount_out,
             q.fee, q.deadline, q.nonce, q.created_at, q.updated_at, q.reason, lost_at)  # fmt: skip
 
 
-def quote_of(row: LostRow) -> TrackedQuote:
+def quote_of(row: LostRow) -> Quote:
     """The quote of a row: LOST, without a claim (only ``QuotesLost`` adds them)."""
     i, h, a_in, a_out, amount_in, amount_out, fee, deadline, nonce, created, updated, why, _ = row
-    return TrackedQuote(i, h, a_in, a_out, amount_in, amount_out, fee, deadline, nonce, created,
-                        QuoteState.LOST, updated, None, None, why)  # fmt: skip
+    return Quote(i, a_in, a_out, amount_in, amount_out, fee, deadline, quote_hash=h, nonce=nonce,
+                 created_at=created, state=QuoteState.LOST, updated_at=updated,
+                 reason=why)  # fmt: skip
 
 
 class RecentLost:
@@ -66,10 +67,10 @@ class RecentLost:
         """Quote hash -> id of the rows kept (built: for checks, not the hot path)."""
         return {row[1]: quote_id for quote_id, row in self.rows.items()}
 
-    def add(self, quote: TrackedQuote, at: Micros) -> None:
+    def add(self, quote: Quote, at: Micros) -> None:
         self.add_row(lost_row(quote, at))
 
-    def add_many(self, quotes: Iterable[TrackedQuote], at: Micros) -> None:
+    def add_many(self, quotes: Iterable[Quote], at: Micros) -> None:
         """:meth:`add` of each quote (one ``QuotesLost`` fact), trimmed once at the end: all
         are lost at ``at``, so the oldest rows a trim after each add would drop are the ones a
         trim after the last drops (issue 29). A quote id kept already (a reused id) keeps its
@@ -168,18 +169,18 @@ class RecentLost:
             order.popleft()
             del rows[quote_id]
 
-    def pop(self, quote_id: str) -> TrackedQuote | None:
+    def pop(self, quote_id: str) -> Quote | None:
         row = self.rows.pop(quote_id, None)
         if row is None:
             return None
         self._popped[quote_id] = self._popped.get(quote_id, 0) + 1  # its entry: left to _trim
         return quote_of(row)
 
-    def get(self, quote_id: str) -> TrackedQuote | None:
+    def get(self, quote_id: str) -> Quote | None:
         row = self.rows.get(quote_id)
         return quote_of(row) if row is not None else None
 
-    def find_hash(self, quote_hash: str) -> TrackedQuote | None:
+    def find_hash(self, quote_hash: str) -> Quote | None:
         """The kept row of this hash. The index may name a row dropped since, or an id kept
         again with another hash: what it names is believed only if its row has this hash."""
         quote_id = self._hash_index().get(quote_hash)
@@ -205,7 +206,7 @@ class RecentLost:
         self._unindexed = 0
         return index
 
-    def candidates(self, gaps: Mapping[str, int], now: Micros) -> list[TrackedQuote]:
+    def candidates(self, gaps: Mapping[str, int], now: Micros) -> list[Quote]:
         """Those whose fill would move the balances the way of ``gaps`` (in up, out down)."""
         return [
             quote_of(row)

@@ -17,7 +17,7 @@ from solver.core.clock import Micros
 from solver.core.desk import DeskStats
 from solver.core.desk_snapshot import Captured, capture
 from solver.core.inventory import Reservation
-from solver.core.lifecycle import TrackedQuote
+from solver.core.lifecycle import Quote
 from solver.core.market import ReferencePrice
 from solver.core.pauses import Pause
 from solver.core.readable import Readable
@@ -101,7 +101,7 @@ class DeskView:
         self._desk = desk
 
     @property
-    def open_quotes(self) -> Mapping[str, TrackedQuote]:
+    def open_quotes(self) -> Mapping[str, Quote]:
         """The quotes not final yet, by quote_id."""
         return self._desk.book.quotes
 

@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.errors import ConfigError, ProtocolError, TransportError
 from solver.io.backoff import Jitter, backoff, classify
 from solver.io.bus_connect import LinkOptions, connect_error, open_link, sleep_unless
@@ -327,22 +327,21 @@ class BusWsClient:
         ws = self._ws
         if ws is None:
             raise TransportError("not connected to the relay")
-        request = quote.request
         self._next_id = request_id = self._next_id + 1
         try:
-            if request.exact_in:
+            if quote.exact_in:
                 frame = _ANSWER_OUT % (
-                    request_id, orjson.dumps(request.quote_id), quote.amount_out,
+                    request_id, orjson.dumps(quote.quote_id), quote.amount_out,
                     orjson.dumps(signed.signed_data),
                 )  # fmt: skip
             else:
                 frame = _ANSWER_IN % (
-                    request_id, orjson.dumps(request.quote_id), quote.amount_in,
+                    request_id, orjson.dumps(quote.quote_id), quote.amount_in,
                     orjson.dumps(signed.signed_data),
                 )  # fmt: skip
         except TypeError as exc:
             raise ProtocolError(f"quote_response params are not JSON: {exc}") from None
-        self._send_frame(frame, request_id, PendingReply("quote_response", request.quote_id), ws)
+        self._send_frame(frame, request_id, PendingReply("quote_response", quote.quote_id), ws)
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         """Answers sent inside leave in one write at the end (:meth:`QuoteLink.corked`)."""

@@ -190,7 +190,7 @@ class Executor:
             try:
                 signature = self._signature(action, now)
             except Exception:
-                log.exception("request %s: signing failed", action.quote.request.quote_id)
+                log.exception("request %s: signing failed", action.quote.quote_id)
                 results[index] = None
                 continue
             if signature is not None:  # None: refused, and the desk heard it
@@ -199,7 +199,7 @@ class Executor:
             try:
                 self._queue_signed(action, signature, now, started, pair)
             except Exception:
-                log.exception("request %s: recording failed", action.quote.request.quote_id)
+                log.exception("request %s: recording failed", action.quote.quote_id)
                 results[index] = None
         return results
 
@@ -247,16 +247,15 @@ class Executor:
             return
         assert self._deferred is not None
         quote = action.quote
-        request = quote.request
         deadline = quote.deadline
         self._signing += 1
         self._deferred.sign_later(
-            quote_id=request.quote_id,
+            quote_id=quote.quote_id,
             deadline=deadline,
             nonce=self._next_nonce(action.salt, deadline),
-            asset_in=request.asset_in,
+            asset_in=quote.asset_in,
             amount_in=quote.amount_in,
-            asset_out=request.asset_out,
+            asset_out=quote.asset_out,
             amount_out=quote.amount_out,
             reply=lambda result: self._signed_later(action, result, started, pair),
         )
@@ -265,7 +264,6 @@ class Executor:
         """The in-process signer's signature of ``action``'s quote under its nonce; None when
         it refused (the desk hears ``QuoteNotSent``)."""
         quote = action.quote
-        request = quote.request
         deadline = quote.deadline
         nonce = self._next_nonce(action.salt, deadline)  # its failure is no refusal
         sign = self._sign
@@ -274,13 +272,13 @@ class Executor:
             return sign(
                 deadline=deadline,
                 nonce=nonce,
-                asset_in=request.asset_in,
+                asset_in=quote.asset_in,
                 amount_in=quote.amount_in,
-                asset_out=request.asset_out,
+                asset_out=quote.asset_out,
                 amount_out=quote.amount_out,
             )
         except SolverError as exc:
-            self.feed(ev.QuoteNotSent(request.quote_id, f"not signed: {exc}"), now)
+            self.feed(ev.QuoteNotSent(quote.quote_id, f"not signed: {exc}"), now)
             return None
 
     def _signed_later(
@@ -304,7 +302,7 @@ class Executor:
         metrics = self._metrics
         if metrics is not None:
             metrics.inc_skip(reason, pair)
-        self.feed(ev.QuoteNotSent(action.quote.request.quote_id, result), now)
+        self.feed(ev.QuoteNotSent(action.quote.quote_id, result), now)
 
     def _queue_signed(
         self, action: SignAndSend, signed: SignedQuote, now: Micros, started: float, pair: str
@@ -318,7 +316,7 @@ class Executor:
         self._signed(quote, quote_hash, nonce, now)
         journal, observers = self._journal, self._opened_observers
         if journal is not None or observers:
-            fact = opened_fact(quote, quote_hash, nonce, signed.signed_data, now)
+            fact = opened_fact(quote, signed.signed_data)
             if journal is not None:
                 try:
                     journal.append(fact)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from solver.core import events as ev
 from solver.core.clock import Micros
 from solver.core.facts import Fact, QuoteOpened
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.errors import SolverError
 from solver.protocol.quote_signing import SignedQuote
 from solver.runtime.ports import Ports
@@ -174,7 +174,7 @@ class GroupCommitOutbox:
                 now = self._clock()
                 for quote, _, _, _ in batch:
                     reason = f"not recorded: {exc}"
-                    self._feed(ev.QuoteNotSent(quote.request.quote_id, reason, True), now)
+                    self._feed(ev.QuoteNotSent(quote.quote_id, reason, True), now)
                 return
             if self._uncommitted:  # no new list at every flush
                 self._uncommitted = []
@@ -226,7 +226,7 @@ class GroupCommitOutbox:
         except SolverError as exc:
             # Never written to the socket: the relay never saw it, nobody can use it.
             self.send_failed += 1
-            event = ev.QuoteNotSent(quote.request.quote_id, f"not sent: {exc}")
+            event = ev.QuoteNotSent(quote.quote_id, f"not sent: {exc}")
             self._feed(event, self._clock())
             return False
         sent = self.sent_by_pair

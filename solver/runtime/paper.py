@@ -41,8 +41,8 @@ from backtest.fills import FillModel, edge_bps, make_fill_model
 from backtest.settings import FillSpec
 from solver.config.shadow import ShadowSpec
 from solver.core.clock import Micros, iso_micros
+from solver.core.lifecycle import Quote
 from solver.core.pnl import FillValue, PnlBook
-from solver.core.quoting import Quote
 
 LOST_INVENTORY = "paper_inventory"
 """Why a paper answer was not filled although a user took it: the paper balance is short."""
@@ -116,8 +116,7 @@ class PaperBook:
     ) -> PaperFill | None:
         """Decide one shadow quote now; the fill (already booked) or None when not taken."""
         self.quotes += 1
-        request = quote.request
-        asset_in, asset_out = request.asset_in, request.asset_out
+        asset_in, asset_out = quote.asset_in, quote.asset_out
         p_in, p_out = price(asset_in), price(asset_out)
         edge = math.nan  # no reference: the user cannot value it, the taker refuses
         if p_in is not None and p_out is not None:
@@ -133,9 +132,9 @@ class PaperBook:
             self.lost[LOST_INVENTORY] += 1
             return None
         assert p_in is not None and p_out is not None  # a NaN edge never passes the taker
-        value = FillValue(request.quote_id, asset_in, quote.amount_in, asset_out, outflow)
+        value = FillValue(quote.quote_id, asset_in, quote.amount_in, asset_out, outflow)
         fill = PaperFill(
-            now, request.quote_id, asset_in, quote.amount_in, asset_out, quote.amount_out,
+            now, quote.quote_id, asset_in, quote.amount_in, asset_out, quote.amount_out,
             quote.fee, edge, self._valuer.value(value, p_in, p_out),
         )  # fmt: skip
         self.flows[asset_in] += quote.amount_in

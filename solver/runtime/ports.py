@@ -26,7 +26,7 @@ from solver.core import events as ev
 from solver.core.actions import Alert, PauseChanged
 from solver.core.clock import Micros
 from solver.core.facts import Fact
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.protocol.quote_signing import SignedQuote
 
 Reply = Callable[[ev.Event], object]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from solver.config import BotConfig
     from solver.core.clock import Micros
-    from solver.core.quoting import Quote
+    from solver.core.lifecycle import Quote
     from solver.core.view import DeskView
 
 log = logging.getLogger("solver.bot")

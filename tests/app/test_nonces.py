@@ -18,8 +18,9 @@ import httpx
 from solver.core import events as ev
 from solver.core.clock import MILLI, MINUTE, from_micros, micros
 from solver.core.desk import Desk, DeskSettings
+from solver.core.lifecycle import Quote
 from solver.core.market import MarketView, QuoteRequest
-from solver.core.quoting import PipelineSettings, Quote, Route
+from solver.core.quoting import PipelineSettings, Route
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.desk_ports import (
     BusStatusSource,

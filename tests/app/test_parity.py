@@ -68,8 +68,9 @@ from sandbox.config import PairSpec, SandboxConfig, TakersSpec
 from sandbox.server import Sandbox
 from sandbox.takers import HTTP_MARGIN_S, TakerPopulation
 from solver.core import facts as f
+from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
-from solver.core.quoting import Quote, Skip
+from solver.core.quoting import Skip
 from solver.protocol.bus import IntentStatus
 from solver.protocol.keys import SecretKey
 from tests.app.harness import (

@@ -36,7 +36,7 @@ from backtest.synth.generate import DEFAULT_TOKENS, SynthParams, generate
 from backtest.takers import TakerModel
 from solver.cli import main
 from solver.core.clock import micros
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.io.store.sqlite_store import Store
 
 A0, B0 = 0.4, 0.08
@@ -208,7 +208,9 @@ def judged_stream(spread_bps: np.ndarray | float, seed: int = 21) -> tuple[list[
                 amount_in, float(usd[r.asset_in]) / 10**d_in,
                 amount_out, float(usd[r.asset_out]) / 10**d_out,
             )  # fmt: skip
-            quote = Quote(r, amount_in, amount_out, 0, deadline)
+            quote = Quote(
+                r.quote_id, r.asset_in, r.asset_out, amount_in, amount_out, 0, deadline, r.exact_in
+            )
             edges.append(edge)
             won.append(model.decide(quote, event.best_amount, edge) is None)
     return edges, won

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,8 +19,9 @@ from solver.core import events as ev
 from solver.core.actions import Action, SignAndSend
 from solver.core.clock import from_micros, micros
 from solver.core.desk import Desk
+from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
-from solver.core.quoting import Quote, Skip
+from solver.core.quoting import Skip
 from solver.runtime.wiring import build_desk
 from tests.backtest.replay_helpers import (
     E6,
@@ -45,9 +47,10 @@ def _request_of(event: ev.Event) -> QuoteRequest | None:
 
 
 def _decision(actions: list[Action]) -> Quote | Skip:
+    """The decision as it was made: a copy of the quote, which the book changes once signed."""
     outcome = actions[0]
     assert isinstance(outcome, SignAndSend | Skip), actions
-    return outcome.quote if isinstance(outcome, SignAndSend) else outcome
+    return dataclasses.replace(outcome.quote) if isinstance(outcome, SignAndSend) else outcome
 
 
 def _ceil_fee(amount: int, pips: int) -> int:
@@ -94,10 +97,11 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
         return tick(now)
 
     signed = replay.executor._signed
+    twin_quotes: dict[str, Quote] = {}  # the twin's own decisions, signed as the replay's
 
     def signing(*args: Any) -> None:  # the signature back: (quote, ..., now)
         def again(other: Desk) -> object:
-            return other.signed(*args)
+            return other.signed(twin_quotes[args[0].quote_id], *args[1:])
 
         fed.append((again, args[-1]))
         return signed(*args)
@@ -115,7 +119,10 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
         elif callable(fed_event):
             fed_event(twin)
         elif (request := _request_of(fed_event)) is not None:
-            expected[request.quote_id] = _decision(twin.receive(fed_event, now))
+            actions = twin.receive(fed_event, now)
+            expected[request.quote_id] = _decision(actions)
+            if isinstance(actions[0], SignAndSend):
+                twin_quotes[request.quote_id] = actions[0].quote
         else:
             twin.receive(fed_event, now)
     assert decided == expected
@@ -231,12 +238,30 @@ def test_the_ledger_refuses_an_outflow_beyond_the_balance(sign: bool) -> None:
     )
     settler.fund({USDC: 10 * E6}, [USDC, NEAR])
     req = QuoteRequest("x", NEAR, USDC, True, E24, 10_000)
-    quote = Quote(req, E24, 10 * E6, _ceil_fee(10 * E6, 100), micros(at(60)))  # fee does not fit
+    quote = Quote(
+        req.quote_id,
+        req.asset_in,
+        req.asset_out,
+        E24,
+        10 * E6,
+        _ceil_fee(10 * E6, 100),
+        micros(at(60)),
+        req.exact_in,
+    )  # fee does not fit
     before = settler.ledger.state_digest()
     with pytest.raises(SettlementFailed, match="insufficient balance"):
         settler.settle(quote, settler.sign(quote), at(1))
     assert settler.ledger.state_digest() == before
-    ok = Quote(req, E24, 9 * E6, _ceil_fee(9 * E6, 100), micros(at(60)))
+    ok = Quote(
+        req.quote_id,
+        req.asset_in,
+        req.asset_out,
+        E24,
+        9 * E6,
+        _ceil_fee(9 * E6, 100),
+        micros(at(60)),
+        req.exact_in,
+    )
     assert settler.settle(ok, settler.sign(ok), at(1)) == ok.fee
     assert settler.balance(USDC) == E6 - ok.fee
 

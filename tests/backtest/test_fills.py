@@ -33,8 +33,7 @@ from backtest.settings import (
 )
 from backtest.takers import TakerModel
 from solver.core.clock import micros, span
-from solver.core.market import QuoteRequest
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.errors import ConfigError
 
 # Not from replay_helpers: these models are tested without the replay.
@@ -49,10 +48,7 @@ def at(seconds: float) -> int:
 
 
 def quote(exact_in: bool, amount_in: int, amount_out: int) -> Quote:
-    fixed = amount_in if exact_in else amount_out
-    return Quote(
-        QuoteRequest("q", NEAR, USDC, exact_in, fixed, 10_000), amount_in, amount_out, 0, at(60)
-    )
+    return Quote("q", NEAR, USDC, amount_in, amount_out, 0, at(60), exact_in)
 
 
 @pytest.mark.parametrize(
@@ -84,8 +80,8 @@ def test_a_tie_goes_to_whoever_answered_first() -> None:
     latency belongs to the request (a hash of seed and quote_id), lognormal around 40 ms."""
     model = CompetitorFill(WIDE, UnobservedSpec(mode="uncontested"), RaceSpec())
     q = quote(True, 1000, 100)
-    rival = model.race.competitor_ms(q.request.quote_id)
-    assert model.race.competitor_ms(q.request.quote_id) == rival  # the same competitor
+    rival = model.race.competitor_ms(q.quote_id)
+    assert model.race.competitor_ms(q.quote_id) == rival  # the same competitor
     assert model.decide(q, 100, -20.0, latency_ms=rival - 1) is None
     assert model.decide(q, 100, -20.0, latency_ms=rival + 1) == LOST_RACE
     assert model.decide(q, 99, -20.0, latency_ms=1e6) is None  # a better price needs no race

@@ -13,8 +13,8 @@ from backtest.fills import LOST_TAKER, FillModel, edge_bps, make_fill_model
 from backtest.settings import FILL_MODELS, FillSpec, TakerSpec, UnobservedSpec, load_settings
 from backtest.takers import TakerModel
 from solver.core.clock import micros
+from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
-from solver.core.quoting import Quote
 
 USDC, NEAR = "nep141:usdc.near", "nep141:wrap.near"
 DEADLINE = micros(datetime(2026, 1, 5, 12, 1, tzinfo=UTC))
@@ -23,7 +23,16 @@ DEADLINE = micros(datetime(2026, 1, 5, 12, 1, tzinfo=UTC))
 def sell_near(quote_id: str, usdc_out: int) -> Quote:
     """The user pays 1 wNEAR (3 USD at the reference) and gets ``usdc_out`` micro-USDC."""
     request = QuoteRequest(quote_id, NEAR, USDC, True, 10**24, 60_000)
-    return Quote(request, 10**24, usdc_out, 0, DEADLINE)
+    return Quote(
+        request.quote_id,
+        request.asset_in,
+        request.asset_out,
+        10**24,
+        usdc_out,
+        0,
+        DEADLINE,
+        request.exact_in,
+    )
 
 
 def edge_of(q: Quote) -> float:

@@ -11,7 +11,7 @@ from solver.core.actions import Action, Record, SignAndSend
 from solver.core.clock import micros, span
 from solver.core.desk import Desk, DeskSettings
 from solver.core.desk_quotes import opened_fact
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.market import QuoteRequest
 from solver.core.quoting import PipelineSettings, Route
 from solver.core.risk import RiskLimits
@@ -84,13 +84,13 @@ def answer(desk: Desk, quote_id: str, now: int, amount_usdc: int = 100) -> list[
     nonce = hashlib.sha256(b"nonce" + quote_id.encode()).digest()
     quote = signs[0].quote
     desk.signed(quote, quote_hash(quote_id), nonce, now)
-    return [*actions, Record(opened_fact(quote, quote_hash(quote_id), nonce, None, now))]
+    return [*actions, Record(opened_fact(quote, None))]
 
 
 def recorded(actions: list[Action]) -> list[f.Fact]:
     return [a.fact for a in actions if isinstance(a, Record)]
 
 
-def state_of(quote: TrackedQuote) -> QuoteState:
+def state_of(quote: Quote) -> QuoteState:
     """``quote.state`` read afresh (mypy keeps an attribute narrowed across desk calls)."""
     return quote.state

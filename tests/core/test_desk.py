@@ -72,7 +72,7 @@ def test_the_signature_back_to_the_desk_opens_the_quote_its_fact_would() -> None
     assert isinstance(sign, SignAndSend)
     reservation = desk.inventory.reservations["q1"]
     assert desk.signed(sign.quote, quote_hash("q1"), b"\x07" * 32, at(1.5)) is None
-    fact = opened_fact(sign.quote, quote_hash("q1"), b"\x07" * 32, {"signed": 1}, at(1.5))
+    fact = opened_fact(sign.quote, {"signed": 1})
     assert (fact.quote_id, fact.quote_hash, fact.nonce, fact.created_at) == (
         "q1", quote_hash("q1"), b"\x07" * 32, at(1.5),
     )  # fmt: skip
@@ -84,12 +84,15 @@ def test_the_signature_back_to_the_desk_opens_the_quote_its_fact_would() -> None
     )  # fmt: skip
     assert fact.signed_data == {"signed": 1}
     assert desk.book.find_hash(quote_hash("q1")) is desk.book.get("q1")
+    assert desk.book.get("q1") is sign.quote  # the decision's record, filed (no copy)
     assert desk.inventory.reservations["q1"] is reservation  # the decision's, not rebuilt
     assert desk.stats.pairs["wNEAR/USDC"].quotes == 1
     # Applied from the values the fact is built of: what the journal's copy applies.
     replayed = make_desk()
     replayed.apply(fact)
     assert replayed.book.get("q1") == desk.book.get("q1")
+    restored = replayed.book.get("q1")
+    assert restored is not None and (restored.exact_in, restored.partner_id) == (True, None)
     assert (replayed.book.open_outflow, replayed.book.open_inflow) == (
         desk.book.open_outflow, desk.book.open_inflow,
     )  # fmt: skip

@@ -16,19 +16,19 @@ import pytest
 from solver.core.clock import Micros, micros, span
 from solver.core.deadlines import DeadlineBuckets
 from solver.core.inventory import Inventory, Reservation
-from solver.core.lifecycle import IllegalTransition, QuoteBook, QuoteState, TrackedQuote
+from solver.core.lifecycle import IllegalTransition, Quote, QuoteBook, QuoteState
 from solver.core.recent_lost import LostRow, RecentLost, lost_row
 
 T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
 ASSETS = ("nep141:a.near", "nep141:b.near", "nep141:c.near")
 
 
-def quote(rng: random.Random, i: int, deadline: Micros | None = None) -> TrackedQuote:
+def quote(rng: random.Random, i: int, deadline: Micros | None = None) -> Quote:
     a_in, a_out = rng.sample(ASSETS, 2)
     when = deadline if deadline is not None else T0 + span(rng.randint(1, 30))
-    return TrackedQuote(
-        f"q{i}", f"h{i}", a_in, a_out, rng.randint(0, 50), rng.randint(0, 50),
-        rng.randint(0, 3), when, bytes(32), T0,
+    return Quote(
+        f"q{i}", a_in, a_out, rng.randint(0, 50), rng.randint(0, 50), rng.randint(0, 3), when,
+        quote_hash=f"h{i}", nonce=bytes(32), created_at=T0,
     )  # fmt: skip
 
 
@@ -52,7 +52,7 @@ def test_lose_leaves_the_book_as_moving_each_quote(seed: int) -> None:
         expected = [quote_id for quote_id in ids if one.get(quote_id) is not None]
         for quote_id in expected:
             one.move(quote_id, QuoteState.LOST, T0 + span(40), reason="r")
-        lost: list[TrackedQuote] = []
+        lost: list[Quote] = []
         routes: dict[str, dict[str, list[int]]] = {}
         batch.lose(ids, T0 + span(40), "r", lost, routes)
         assert [q.quote_id for q in lost] == expected
@@ -75,7 +75,7 @@ def test_lose_refuses_a_quote_that_is_not_open_after_the_ones_before_it() -> Non
         book.add(quote(rng, i))
     book.move("q1", QuoteState.WON, T0)
     q0 = book.quotes["q0"]
-    lost: list[TrackedQuote] = []
+    lost: list[Quote] = []
     routes: dict[str, dict[str, list[int]]] = {}
     with pytest.raises(IllegalTransition):
         book.lose(["q0", "q1", "q2"], T0, "r", lost, routes)
@@ -110,7 +110,7 @@ class ReferenceLost:
         self.rows: OrderedDict[str, LostRow] = OrderedDict()
         self.by_hash: dict[str, str] = {}
 
-    def add(self, q: TrackedQuote, at: Micros) -> None:
+    def add(self, q: Quote, at: Micros) -> None:
         self.rows[q.quote_id] = lost_row(q, at)
         self.by_hash[q.quote_hash] = q.quote_id
         while self.rows:
@@ -239,10 +239,10 @@ def test_release_expired_over_snapshots_releases_what_a_heap_released(seed: int)
 
 def reference_past_deadline(
     heap: list[tuple[Micros, str]],
-    quotes: dict[str, TrackedQuote],
+    quotes: dict[str, Quote],
     before: Micros,
     listed: list[tuple[Micros, str]] | None = None,
-) -> list[TrackedQuote]:
+) -> list[Quote]:
     """QuoteBook.past_deadline as it was: due entries popped and pushed back (and appended to
     ``listed``)."""
     while heap and heap[0][1] not in quotes:
@@ -303,7 +303,7 @@ def test_past_deadline_lists_what_pushing_back_listed(seed: int) -> None:
                 heapq.heapify(heap)
 
 
-class _Looking(dict[str, TrackedQuote]):
+class _Looking(dict[str, Quote]):
     """A book's quotes that count the membership tests made of them."""
 
     looked = 0

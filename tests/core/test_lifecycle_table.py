@@ -18,9 +18,9 @@ from solver.core.lifecycle import (
     TERMINAL,
     Claim,
     IllegalTransition,
+    Quote,
     QuoteBook,
     QuoteState,
-    TrackedQuote,
 )
 from solver.core.risk import open_flow_totals
 from tests.core.desk_helpers import answer, make_desk, quote_hash, state_of
@@ -30,8 +30,11 @@ T0 = micros(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
 A, B = "nep141:a.near", "nep141:b.near"
 
 
-def quote(i: int, out: int = 10, into: int = 3, fee: int = 1) -> TrackedQuote:
-    return TrackedQuote(f"q{i}", f"h{i}", B, A, into, out, fee, T0 + span(60), bytes(32), T0)
+def quote(i: int, out: int = 10, into: int = 3, fee: int = 1) -> Quote:
+    return Quote(
+        f"q{i}", B, A, into, out, fee, T0 + span(60), quote_hash=f"h{i}", nonce=bytes(32),
+        created_at=T0,
+    )  # fmt: skip
 
 
 def test_legal_paths_and_terminal_exit() -> None:
@@ -207,7 +210,10 @@ def test_open_flow_totals_always_equal_the_open_quotes(ops: list[tuple[int, str,
 def test_a_claimless_quote_shares_the_empty_claims_and_its_first_claim_gets_its_own() -> None:
     """No dict is built per answer: every claimless quote reads one shared empty dict, which
     refuses writes (a quote written through it would give every quote its claim)."""
-    one, other = (TrackedQuote(q, f"h{q}", A, B, 1, 2, 0, T0, b"n", T0) for q in ("q1", "q2"))
+    one, other = (
+        Quote(q, A, B, 1, 2, 0, T0, quote_hash=f"h{q}", nonce=b"n", created_at=T0)
+        for q in ("q1", "q2")
+    )
     assert one.claims is NO_CLAIMS and other.claims is NO_CLAIMS and not one.claims
     assert one.claims == {} and one.pending_claims() == []
     with pytest.raises(TypeError):

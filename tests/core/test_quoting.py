@@ -11,6 +11,7 @@ import pytest
 from solver.core import quoting as q
 from solver.core.clock import MILLI, MINUTE, from_micros, micros, span
 from solver.core.inventory import Inventory
+from solver.core.lifecycle import Quote
 from solver.core.market import MarketView, QuoteRequest
 from solver.core.pauses import GLOBAL, Pause, Pauses
 from solver.core.quoting import PipelineSettings, QuotePipeline, Route
@@ -64,7 +65,7 @@ def req(
 def test_happy_path_reserves_and_sets_the_deadline() -> None:
     pipeline, strategy = build()
     quote = pipeline.decide(req(), NOW)
-    assert isinstance(quote, q.Quote)
+    assert isinstance(quote, Quote)
     assert (quote.amount_in, quote.amount_out, quote.fee) == (E24, 3 * E6, 0)
     assert quote.deadline == NOW + 65_000 * MILLI
     assert pipeline.inventory.reserved == {USDC: 3 * E6}
@@ -74,7 +75,7 @@ def test_happy_path_reserves_and_sets_the_deadline() -> None:
 def test_exact_out_puts_the_strategy_answer_on_the_input_side() -> None:
     pipeline, _ = build(answer=2 * E24)
     quote = pipeline.decide(req(6 * E6, exact_in=False), NOW)
-    assert isinstance(quote, q.Quote)
+    assert isinstance(quote, Quote)
     assert (quote.amount_in, quote.amount_out) == (2 * E24, 6 * E6)
 
 
@@ -82,7 +83,7 @@ def test_protocol_fee_is_reserved_with_the_outflow() -> None:
     pipeline, _ = build()
     pipeline.state.fee_pips = 1_000  # 0.1 %
     quote = pipeline.decide(req(), NOW)
-    assert isinstance(quote, q.Quote) and quote.fee == 3_000
+    assert isinstance(quote, Quote) and quote.fee == 3_000
     assert pipeline.inventory.reserved[USDC] == 3 * E6 + 3_000
 
 
@@ -167,7 +168,7 @@ def test_fifty_requests_for_the_whole_balance_reserve_it_once() -> None:
     )
     pipeline.inventory.set_confirmed({USDC: 1_000 * E6}, NOW)
     outcomes = [pipeline.decide(req(333 * E24, quote_id=f"q{i}"), NOW) for i in range(50)]
-    quotes = [o for o in outcomes if isinstance(o, q.Quote)]
+    quotes = [o for o in outcomes if isinstance(o, Quote)]
     assert len(quotes) == 1
     assert {o.reason for o in outcomes if isinstance(o, q.Skip)} == {q.INSUFFICIENT_INVENTORY}
     assert pipeline.inventory.free(USDC) == 0
@@ -175,19 +176,19 @@ def test_fifty_requests_for_the_whole_balance_reserve_it_once() -> None:
 
 def test_exposure_and_rate_limits() -> None:
     pipeline, _ = build(max_open_exposure_usd=5.0)
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     outcome = pipeline.decide(req(quote_id="b"), NOW)
     assert isinstance(outcome, q.Skip) and outcome.reason == q.EXPOSURE_LIMIT
     limited, _ = build(max_quotes_per_s=2)
     results = [limited.decide(req(quote_id=f"r{i}"), NOW) for i in range(3)]
     assert [type(r).__name__ for r in results] == ["Quote", "Quote", "Skip"]
     later = limited.decide(req(quote_id="r9"), NOW + span(1))
-    assert isinstance(later, q.Quote)
+    assert isinstance(later, Quote)
 
 
 def test_per_token_limit() -> None:
     pipeline, _ = build(max_open_per_token={USDC: 5 * E6})
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     outcome = pipeline.decide(req(quote_id="b"), NOW)
     assert isinstance(outcome, q.Skip) and outcome.reason == q.PER_TOKEN_LIMIT
 
@@ -195,13 +196,13 @@ def test_per_token_limit() -> None:
 def test_a_pause_skips_its_scope_only_and_says_why() -> None:
     pipeline, _ = build()
     pipeline.pauses.add(Pause(f"{USDC}->{NEAR}", "operator", "the other direction", NOW))
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     pipeline.pauses.add(Pause(f"{NEAR}->{USDC}", "operator", "watching it", NOW))
     outcome = pipeline.decide(req(quote_id="b"), NOW)
     assert isinstance(outcome, q.Skip) and outcome.reason == q.PAUSED
     assert outcome.detail == "operator: watching it"
     pipeline.pauses.remove(f"{NEAR}->{USDC}", "operator")
-    assert isinstance(pipeline.decide(req(quote_id="c"), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="c"), NOW), Quote)
 
 
 # ----------------------------------------------------------------- per-pair guard and partners
@@ -223,7 +224,7 @@ def test_the_price_guard_is_the_pairs(
     pipeline, _ = build(answer=answer, route=route)
     outcome = pipeline.decide(req(), NOW)
     if reason is None:
-        assert isinstance(outcome, q.Quote), outcome
+        assert isinstance(outcome, Quote), outcome
     else:
         assert isinstance(outcome, q.Skip) and outcome.reason == reason
 
@@ -249,7 +250,7 @@ def test_partner_allow_and_deny_lists(
     request = req()._replace(partner_id=partner)
     outcome = pipeline.decide(request, NOW)
     if admitted:
-        assert isinstance(outcome, q.Quote), outcome
+        assert isinstance(outcome, Quote), outcome
     else:
         assert isinstance(outcome, q.Skip) and outcome.reason == q.PARTNER_NOT_ALLOWED
         assert outcome.detail == (partner or "no partner_id")
@@ -271,7 +272,7 @@ def test_sources_that_disagree_make_the_pair_skip_until_they_agree() -> None:
     # The other direction's asset too: USDC->NEAR would need the same NEAR price.
     state.set_price(NEAR, 3.02, NOW + span(1), "b")
     outcome = pipeline.decide(req(quote_id="y"), NOW + span(1))
-    assert isinstance(outcome, q.Quote), outcome
+    assert isinstance(outcome, Quote), outcome
     # The median of the three fresh ones: "" (3.0, from build), a (3.0), b (3.02).
     assert state.prices[NEAR].usd == 3.0
 
@@ -280,7 +281,7 @@ def test_the_divergence_limit_comes_from_the_settings() -> None:
     pipeline, _ = build(max_price_divergence_bps=None)
     pipeline.state.set_price(NEAR, 3.0, NOW, "a")
     pipeline.state.set_price(NEAR, 3.6, NOW, "b")
-    assert isinstance(pipeline.decide(req(), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(), NOW), Quote)
     wide, _ = build(max_price_divergence_bps=1000.0, price_max_age_s=30.0)
     assert (wide.state.max_divergence_bps, wide.state.price_max_age_s) == (1000.0, 30.0)
 
@@ -295,7 +296,7 @@ def test_strategies_see_the_deadline_margin() -> None:
 
     pipeline, _ = build(deadline_margin_ms=7_000)
     pipeline.routes[(NEAR, USDC)] = replace(pipeline.routes[(NEAR, USDC)], strategy=Margin())
-    assert isinstance(pipeline.decide(req(), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(), NOW), Quote)
     assert seen == [7_000]
 
 
@@ -307,13 +308,13 @@ def test_a_pair_reads_the_prices_of_each_update_not_of_its_first_decision() -> N
     price update, divergence or agreement is seen by the next decision."""
     pipeline, _ = build()
     state = pipeline.state
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     state.set_price(NEAR, 0.5, NOW)  # 1 NEAR is 0.50 USD now: below the 1 USD minimum
     outcome = pipeline.decide(req(quote_id="b"), NOW)
     assert isinstance(outcome, q.Skip) and outcome.reason == q.BELOW_MIN_SIZE
     assert outcome.detail == "0.50 USD"
     state.set_price(NEAR, 3.0, NOW + span(1))
-    assert isinstance(pipeline.decide(req(quote_id="c"), NOW + span(1)), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="c"), NOW + span(1)), Quote)
     state.set_price(USDC, 1.0, NOW + span(2), "other")
     state.set_price(USDC, 1.5, NOW + span(2), "third")  # the quote asset's sources disagree
     outcome = pipeline.decide(req(quote_id="d"), NOW + span(2))
@@ -325,14 +326,14 @@ def test_a_pair_reads_the_prices_of_each_update_not_of_its_first_decision() -> N
 
 def test_a_price_update_alone_makes_the_pair_stale_or_fresh() -> None:
     pipeline, _ = build(price_max_age_s=10.0)
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW + span(9)), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW + span(9)), Quote)
     outcome = pipeline.decide(req(quote_id="b"), NOW + span(11))
     assert isinstance(outcome, q.Skip) and outcome.reason == q.STALE_PRICE
     pipeline.state.set_price(NEAR, 3.0, NOW + span(11))
     outcome = pipeline.decide(req(quote_id="c"), NOW + span(11))
     assert isinstance(outcome, q.Skip) and outcome.reason == q.STALE_PRICE  # USDC's is old
     pipeline.state.set_price(USDC, 1.0, NOW + span(11))
-    assert isinstance(pipeline.decide(req(quote_id="d"), NOW + span(11)), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="d"), NOW + span(11)), Quote)
 
 
 def test_each_decision_shows_the_strategy_its_own_time_and_fee() -> None:
@@ -346,9 +347,9 @@ def test_each_decision_shows_the_strategy_its_own_time_and_fee() -> None:
 
     pipeline, _ = build()
     pipeline.routes[(NEAR, USDC)] = replace(pipeline.routes[(NEAR, USDC)], strategy=Watch())
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     pipeline.state.fee_pips = 100
-    assert isinstance(pipeline.decide(req(quote_id="b"), NOW + span(1)), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="b"), NOW + span(1)), Quote)
     assert seen == [
         (from_micros(NOW), 0, 999 * E6),
         (from_micros(NOW + span(1)), 100, 996 * E6),  # 3 USDC reserved by the first
@@ -357,7 +358,7 @@ def test_each_decision_shows_the_strategy_its_own_time_and_fee() -> None:
 
 def test_a_changed_route_or_limit_is_read_again() -> None:
     pipeline, _ = build(max_open_per_token={USDC: 5 * E6})
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     key = (NEAR, USDC)
     pipeline.routes[key] = replace(pipeline.routes[key], min_notional_usd=4.0)
     outcome = pipeline.decide(req(quote_id="b"), NOW)
@@ -369,10 +370,10 @@ def test_a_changed_route_or_limit_is_read_again() -> None:
 
 def test_the_open_exposure_is_marked_at_the_latest_prices() -> None:
     pipeline, _ = build(max_open_exposure_usd=10.0, route={"max_giveaway_bps": 10**6})
-    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), q.Quote)  # 3 USD open
+    assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)  # 3 USD open
     assert pipeline.open_exposure_usd() == 3.0
     pipeline.state.set_price(USDC, 2.0, NOW)  # the 3 USDC open are worth 6 USD now
     outcome = pipeline.decide(req(quote_id="b"), NOW)  # 6 + 6 > 10
     assert isinstance(outcome, q.Skip) and outcome.reason == q.EXPOSURE_LIMIT
     pipeline.state.set_price(USDC, 1.0, NOW + 1)
-    assert isinstance(pipeline.decide(req(quote_id="c"), NOW + 1), q.Quote)  # 3 + 3
+    assert isinstance(pipeline.decide(req(quote_id="c"), NOW + 1), Quote)  # 3 + 3

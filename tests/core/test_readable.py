@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from solver.core.clock import micros
 from solver.core.facts import FillPrices
-from solver.core.lifecycle import TrackedQuote
+from solver.core.lifecycle import Quote
 from solver.core.readable import Readable
 
 USDC, NEAR = "nep141:usdc.sandbox", "nep141:wrap.sandbox"
@@ -15,9 +15,9 @@ T0 = micros(datetime(2026, 1, 2, tzinfo=UTC))
 
 def test_a_fill_line_in_whole_units() -> None:
     readable = Readable({USDC: "USDC", NEAR: "wNEAR"}, {USDC: 6, NEAR: 24})
-    quote = TrackedQuote(
-        "q1", "h1", USDC, NEAR, 1_234_500_000, 33_250 * 10**21, 10**21, T0, b"", T0,
-        intent_hash="i1", tx_hash="t1",
+    quote = Quote(
+        "q1", USDC, NEAR, 1_234_500_000, 33_250 * 10**21, 10**21, T0, quote_hash="h1",
+        created_at=T0, intent_hash="i1", tx_hash="t1",
     )  # fmt: skip
     line = readable.fill(quote, FillPrices(1.0, 3.0, 0.0123), "wNEAR/USDC")
     assert line == (

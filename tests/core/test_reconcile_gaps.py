@@ -25,7 +25,7 @@ from solver.core.actions import (
 from solver.core.clock import SECOND
 from solver.core.desk import Desk
 from solver.core.desk_snapshot import restore, snapshot
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.pauses import GLOBAL
 from solver.core.recent_lost import quote_of
 from solver.core.risk import RiskLimits
@@ -58,7 +58,7 @@ def desk_with(**settings: object) -> Desk:
     return desk
 
 
-def executed(balances: dict[str, int], *quotes: TrackedQuote) -> dict[str, int]:
+def executed(balances: dict[str, int], *quotes: Quote) -> dict[str, int]:
     """``balances`` after ``quotes`` executed on chain: their input in, their outflow out."""
     out = dict(balances)
     for q in quotes:
@@ -67,7 +67,7 @@ def executed(balances: dict[str, int], *quotes: TrackedQuote) -> dict[str, int]:
     return out
 
 
-def open_quote(desk: Desk, quote_id: str, now: int) -> TrackedQuote:
+def open_quote(desk: Desk, quote_id: str, now: int) -> Quote:
     answer(desk, quote_id, now)
     quote = desk.book.get(quote_id)
     assert quote is not None
@@ -143,7 +143,7 @@ def test_plain_resume_refuses_while_a_reconciliation_gap_holds() -> None:
     assert not desk.pauses
 
 
-def lost_unnamed(desk: Desk, quote_id: str) -> TrackedQuote:
+def lost_unnamed(desk: Desk, quote_id: str) -> Quote:
     """A quote nobody named while the bot stayed connected: LOST at its deadline, no RPC."""
     desk.receive(ev.ConnectionRestored(), at(0.5))
     quote = open_quote(desk, quote_id, at(1))
@@ -331,7 +331,7 @@ def test_a_gap_its_candidates_do_not_explain_pauses_once_they_answered() -> None
 
 
 def test_the_recently_lost_quotes_cost_the_cyclic_collector_nothing() -> None:
-    """Kept as rows of atoms, which a collection stops tracking: 20,000 ``TrackedQuote``
+    """Kept as rows of atoms, which a collection stops tracking: 20,000 ``Quote``
     objects were over half of what the bot's once-a-minute full collection walked (issue 29)."""
     import gc
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from solver.core import facts as f
 from solver.core.clock import SECOND, micros
-from solver.core.lifecycle import TERMINAL, QuoteState, TrackedQuote
+from solver.core.lifecycle import TERMINAL, Quote, QuoteState
 from solver.core.market import QuoteRequest
 from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.schema import QUOTE_COLUMNS
@@ -37,7 +37,7 @@ facts and tracked quotes hold. The helpers take datetimes, as the store's querie
 
 _SIGNER = QuoteSigner(SecretKey.generate(), ACCOUNT, "intents.sandbox")
 
-Signed = tuple[TrackedQuote, SignedQuote, QuoteRequest]
+Signed = tuple[Quote, SignedQuote, QuoteRequest]
 
 OPEN_STATES_SQL = (
     "state IN (" + ", ".join(sorted(f"'{s.value}'" for s in QuoteState if s not in TERMINAL)) + ")"
@@ -72,17 +72,17 @@ def signed_quote(
         asset_out=asset_out,
         amount_out=amount_out,
     )
-    tracked = TrackedQuote(
+    tracked = Quote(
         quote_id,
-        signed.quote_hash,
         asset_in,
         asset_out,
         amount_in,
         amount_out,
         fee,
         deadline,
-        nonce,
-        created,
+        quote_hash=signed.quote_hash,
+        nonce=nonce,
+        created_at=created,
     )
     amount = amount_in if exact_in else amount_out
     request = QuoteRequest(quote_id, asset_in, asset_out, exact_in, amount, 30_000, "partner-1")

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote
 from solver.errors import RemoteError
 from solver.io.bus_frames import Skip, parse_quote_event
 from solver.io.bus_ws import BusWsClient
@@ -386,7 +386,19 @@ def test_send_answer_writes_the_bytes_of_the_dict_built_request(
     request = QuoteRequest(quote_id, USDC, NEAR, exact_in, 10**30, 60_000)
     signed = SignedQuote(signed_data, "hash", b"\x00", "message")
     client._next_id = 41
-    client.send_answer(Quote(request, 10**30 + 7, (1 << 128) - 1, 3, 0), signed)
+    client.send_answer(
+        Quote(
+            request.quote_id,
+            request.asset_in,
+            request.asset_out,
+            10**30 + 7,
+            (1 << 128) - 1,
+            3,
+            0,
+            request.exact_in,
+        ),
+        signed,
+    )
     params = quote_response(quote_id, exact_in, 10**30 + 7, (1 << 128) - 1, signed_data)
     assert socket.frames == [orjson.dumps(rpc_request("quote_response", params, 42))]
     assert client._pending[42].tag == quote_id

@@ -388,7 +388,7 @@ def test_the_old_store_takes_new_facts(old: Path, made: Made) -> None:
             amount_out=quote.amount_out,
         )
         desk.signed(quote, signed.quote_hash, signed.nonce, now)
-        opened = opened_fact(quote, signed.quote_hash, signed.nonce, signed.signed_data, now)
+        opened = opened_fact(quote, signed.signed_data)
         for fact in facts:
             store.journal.append(fact)
         store.journal.append(opened)

@@ -23,7 +23,7 @@ import pytest
 
 from solver.core import facts as f
 from solver.core.clock import SECOND, from_micros, micros
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.checkpoint import Pacing
 from solver.io.store.migrations import MIGRATIONS, migrate
@@ -72,7 +72,7 @@ def store(db: Path) -> Iterator[Store]:
         yield opened_store
 
 
-def open_quotes(store: Store) -> list[TrackedQuote]:
+def open_quotes(store: Store) -> list[Quote]:
     """What the old ``load_open_quotes`` returned: the quotes not final, oldest first."""
     return [tracked_row(row) for row in store._conn.execute(SELECT_OPEN)]
 
@@ -477,7 +477,7 @@ def test_quotes_and_fills_since_filter_by_time_and_pair_newest_first(store: Stor
         move(store, tracked.quote_id, S.SETTLED, from_micros(tracked.created_at + SECOND))
     store.project()
 
-    def ids(items: Sequence[TrackedQuote | Fill]) -> list[str]:
+    def ids(items: Sequence[Quote | Fill]) -> list[str]:
         return [item.quote_id for item in items]
 
     assert ids(store.quotes_since()) == ["c", "b", "a", "old"]

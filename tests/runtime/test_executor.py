@@ -17,8 +17,7 @@ from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.clock import SECOND
 from solver.core.desk import Desk
-from solver.core.lifecycle import QuoteState
-from solver.core.quoting import Quote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.errors import SolverError
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.desk_ports import (
@@ -82,9 +81,8 @@ class Recorder:
         self.events.append("rollback")
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
-        request = quote.request
         params = quote_response(
-            request.quote_id, request.exact_in, quote.amount_in, quote.amount_out,
+            quote.quote_id, quote.exact_in, quote.amount_in, quote.amount_out,
             signed.signed_data,
         )  # fmt: skip
         if params["quote_id"] in self.refuse_send:

@@ -12,9 +12,9 @@ from prometheus_client import generate_latest
 from backtest.settings import FillSpec, TakerSpec
 from solver.config.shadow import ShadowFillSpec, ShadowSpec, ShadowTakerSpec
 from solver.core.clock import MINUTE, micros
+from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
 from solver.core.pnl import FillValue, PnlBook
-from solver.core.quoting import Quote
 from solver.io.metrics import Metrics
 from solver.io.paper_metrics import PaperMetrics, PaperSnapshot
 from solver.runtime.paper import LOST_INVENTORY, PaperBook, fill_spec
@@ -35,7 +35,16 @@ def spec(model: str = "always", tolerance_bps: float = 60.0, **fill: float) -> S
 def sell_near(quote_id: str, near: int, usdc: int, fee: int = 0) -> Quote:
     """The user sells ``near`` wNEAR (our amount_in) for ``usdc`` USDC (our amount_out)."""
     request = QuoteRequest(quote_id, NEAR, USDC, True, near, 60_000, None)
-    return Quote(request, near, usdc, fee, NOW + MINUTE)
+    return Quote(
+        request.quote_id,
+        request.asset_in,
+        request.asset_out,
+        near,
+        usdc,
+        fee,
+        NOW + MINUTE,
+        request.exact_in,
+    )
 
 
 def test_a_taken_quote_books_its_flows_and_its_realized_edge() -> None:

@@ -13,8 +13,9 @@ import pytest
 
 from solver.core import facts as f
 from solver.core.actions import SignAndSend
+from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
-from solver.core.quoting import DUPLICATE_QUOTE_ID, STRATEGY_NO_QUOTE, Quote, Skip
+from solver.core.quoting import DUPLICATE_QUOTE_ID, STRATEGY_NO_QUOTE, Skip
 from solver.protocol.quote_signing import SignedQuote
 from solver.runtime.executor import Executor
 from tests.core.desk_helpers import request
@@ -84,7 +85,7 @@ async def test_a_request_whose_path_fails_leaves_the_others_answered(
     queue_signed = Executor._queue_signed
 
     def failing(self: Executor, action: SignAndSend, *args: object) -> None:
-        if action.quote.request.quote_id == "q1":
+        if action.quote.quote_id == "q1":
             raise RuntimeError("a bug on the way to the journal")
         queue_signed(self, action, *args)  # type: ignore[arg-type]
 
@@ -129,7 +130,7 @@ def _traced(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return sign(**kw)
 
     def traced_signed(quote: Quote, *rest: Any) -> None:
-        trace.append(f"record:{quote.request.quote_id}")
+        trace.append(f"record:{quote.quote_id}")
         signed(quote, *rest)
 
     monkeypatch.setattr(executor.desk, "receive", traced_receive)

@@ -20,7 +20,7 @@ import pytest
 from solver.config import load_bot_config
 from solver.core import facts as f
 from solver.core.clock import MINUTE, SECOND, from_micros, micros, span
-from solver.core.lifecycle import TrackedQuote
+from solver.core.lifecycle import Quote
 from solver.io.store import retention
 from solver.protocol.keys import SecretKey
 from solver.protocol.quote_request import QuoteRequest
@@ -53,7 +53,18 @@ def bot(tmp_path: Path) -> Iterator[live.LiveBot]:
 def _open_quotes(bot: live.LiveBot, count: int, first: int = 0) -> None:
     for i in range(first, first + count):
         bot.desk.book.add(
-            TrackedQuote(f"q{i}", f"h{i}", "a", "b", 1, 1, 0, NOW + 5 * SECOND, bytes(32), NOW)
+            Quote(
+                f"q{i}",
+                "a",
+                "b",
+                1,
+                1,
+                0,
+                NOW + 5 * SECOND,
+                quote_hash=f"h{i}",
+                nonce=bytes(32),
+                created_at=NOW,
+            )
         )
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, ParamSpec, TextIO, TypeVar
 
 import orjson
 
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.quote_counts import minute_of
 from solver.io.store.quote_journal import find_opened
@@ -106,7 +106,7 @@ class StoreQueries:
     @reads
     def quotes_since(
         self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
-    ) -> list[TrackedQuote]:
+    ) -> list[Quote]:
         """Newest first; ``pair`` matches both directions."""
         self._fresh()
         params = query_params(since, pair, limit)
@@ -115,7 +115,7 @@ class StoreQueries:
     @reads
     def weighted_quotes_since(
         self, since: datetime | None = None, pair: Pair | None = None, limit: int = 100
-    ) -> list[tuple[TrackedQuote, float]]:
+    ) -> list[tuple[Quote, float]]:
         """:meth:`quotes_since` with each row's weight: how many quotes of its state it stands
         for (a sampled lost or open quote: 1 / the sample rate; any other: 1)."""
         self._fresh()

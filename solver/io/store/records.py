@@ -9,12 +9,12 @@ from decimal import Decimal
 from typing import Any
 
 from solver.core.clock import iso_micros
-from solver.core.lifecycle import TrackedQuote
+from solver.core.lifecycle import Quote
 from solver.io.store.schema import Fill
 from solver.io.store.totals import PairTotals
 
 
-def quote_record(q: TrackedQuote, weight: float | None = None) -> dict[str, Any]:
+def quote_record(q: Quote, weight: float | None = None) -> dict[str, Any]:
     """``weight``: how many quotes of its state the row stands for (lost quotes are sampled,
     issue 29); None leaves it out."""
     record: dict[str, Any] = {

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import orjson
 
 from solver.core.clock import micros
-from solver.core.lifecycle import QuoteState, TrackedQuote
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.rebalance_record import FIELDS, RebalanceRecord
 from solver.errors import SolverError
 from solver.protocol.intents import second_text
@@ -217,7 +217,7 @@ class Fill:
     @classmethod
     def from_quote(
         cls,
-        quote: TrackedQuote,
+        quote: Quote,
         at: datetime,
         *,
         price_in_usd: float | Decimal | str | None = None,
@@ -323,23 +323,23 @@ def query_params(
     return (a, b, "" if since is None else ts(since), limit)
 
 
-def tracked_row(row: tuple[Any, ...]) -> TrackedQuote:
-    return TrackedQuote(
+def tracked_row(row: tuple[Any, ...]) -> Quote:
+    return Quote(
         row[0],
-        row[1],
         row[2],
         row[3],
         int(row[4]),
         int(row[5]),
         int(row[6]),
         micros(from_ts(row[7])),
-        bytes(row[8]),
-        micros(from_ts(row[9])),
-        QuoteState(row[10]),
-        None if row[11] is None else micros(from_ts(row[11])),
-        row[12],
-        row[13],
-        row[14],
+        quote_hash=row[1],
+        nonce=bytes(row[8]),
+        created_at=micros(from_ts(row[9])),
+        state=QuoteState(row[10]),
+        updated_at=None if row[11] is None else micros(from_ts(row[11])),
+        intent_hash=row[12],
+        tx_hash=row[13],
+        reason=row[14],
     )
 
 

@@ -73,10 +73,10 @@ from backtest.stream.records import (
 )
 from backtest.unobserved import require_competition
 from solver.config import BotConfig
-from solver.core.actions import SignAndSend
 from solver.core.clock import Micros, from_micros, micros
 from solver.core.events import BalancesSeen, ConnectionRestored, FeeSeen, PriceSeen, SaltSeen
 from solver.core.inventory import Inventory
+from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
 
 __all__ = ["TICK_S", "Replay"]
@@ -218,9 +218,7 @@ class Replay:
                     queue.append(req)
                     add_time(t_us)
                     add_latency(latency)
-                    add_skip(
-                        getattr(action, "reason", None) if type(action) is not SignAndSend else None
-                    )
+                    add_skip(getattr(action, "reason", None) if type(action) is not Quote else None)
                     if len(queue) >= QUEUE_MAX:
                         fold()
                 elif kind == REC_COMPETITOR:

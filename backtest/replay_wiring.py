@@ -8,7 +8,7 @@ sandbox ledger (:mod:`backtest.settle`), statuses, nonce checks, and the measure
 executor's facts feed. The driver (:mod:`backtest.engine`) keeps only the stream, the clock and
 the desk's inputs, and hands in what reads them (``clock``, ``balances``, ``salt``).
 
-- **Signing**: the executor signs a ``SignAndSend`` as live — the live nonce source over a
+- **Signing**: the executor signs the decision's ``Quote`` as live — the live nonce source over a
   sequence derived from the seed, and the live :class:`QuoteSigner` when signing is on (else a
   stand-in signature whose hash is the nonce); the desk hears the signature through ``Desk.signed``.
 - **Not wired, on purpose**: no journal (the executor's fact observers feed the measurements),

@@ -2,7 +2,11 @@
 
 The live driver carries these out with sockets, the signer, the journal and RPC calls, and
 reports back with events; the backtest driver carries them out against a simulated ledger.
-A :class:`~solver.core.quoting.Skip` is an action too (the request ends with that reason).
+A :class:`~solver.core.quoting.Skip` is an action too (the request ends with that reason), and
+so is a :class:`~solver.core.lifecycle.Quote`: sign it under a fresh nonce with its ``salt``,
+hand the signature to :attr:`Desk.signed <solver.core.desk.Desk.signed>`, make its
+``QuoteOpened`` durable (:func:`~solver.core.desk_quotes.opened_fact`), then send the answer
+(issue 29: the decision's record is the action, no wrapper built per answer).
 """
 
 from __future__ import annotations
@@ -12,16 +16,6 @@ from solver.core.lifecycle import Quote
 from solver.core.pauses import Pause
 from solver.core.quoting import Skip
 from solver.protocol.values import value
-
-
-@value
-class SignAndSend:
-    """Sign ``quote`` under a fresh nonce with ``salt``, hand the signature to
-    :attr:`Desk.signed <solver.core.desk.Desk.signed>`, make its ``QuoteOpened`` durable
-    (:func:`~solver.core.desk_quotes.opened_fact`), then send the answer."""
-
-    quote: Quote
-    salt: bytes
 
 
 @value
@@ -93,7 +87,7 @@ class OperatorReply:
 
 Action = (
     Skip
-    | SignAndSend
+    | Quote
     | ShadowQuote
     | Record
     | PollIntent

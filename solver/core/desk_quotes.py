@@ -3,8 +3,8 @@
 
 The quote path: the request (a bus ``quote``, protocol-notes 6: the
 :class:`~solver.core.market.QuoteRequest` itself is the event) →
-:class:`~solver.core.quoting.QuotePipeline` decides and reserves →
-:class:`~solver.core.actions.SignAndSend`; the executor signs and hands the signature to
+:class:`~solver.core.quoting.QuotePipeline` decides and reserves → its
+:class:`~solver.core.lifecycle.Quote` is the action; the executor signs and hands the signature to
 :meth:`QuoteLifecycle.signed` (:attr:`Desk.signed <solver.core.desk.Desk.signed>`), which
 opens the quote; its ``QuoteOpened`` fact (:func:`opened_fact`) is journaled before the answer
 leaves. Then the
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
 from solver.core import facts as f
-from solver.core.actions import Action, CheckNonce, RefreshSalt, ShadowQuote, SignAndSend
+from solver.core.actions import Action, CheckNonce, RefreshSalt, ShadowQuote
 from solver.core.clock import Micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Quote, QuoteState
@@ -129,9 +129,7 @@ class QuoteLifecycle:
             if pair is not None:
                 pair.quotes += 1
             return [ShadowQuote(outcome)]
-        salt = self.state.salt
-        assert salt is not None  # decide() skips without a salt
-        return [SignAndSend(outcome, salt)]
+        return [outcome]  # the action: signed under the salt the decision checked
 
     def signed(self, quote: Quote, quote_hash: str, nonce: bytes, now: Micros) -> None:
         """The answer exists (the executor signed ``quote`` under ``nonce``): the quote opens,
@@ -222,8 +220,8 @@ class QuoteLifecycle:
         self._open_quote(
             Quote(
                 fact.quote_id, fact.asset_in, fact.asset_out, fact.amount_in, fact.amount_out,
-                fact.fee, fact.deadline, fact.exact_in, fact.partner_id, fact.quote_hash,
-                fact.nonce, fact.created_at,
+                fact.fee, fact.deadline, fact.exact_in, fact.partner_id,
+                quote_hash=fact.quote_hash, nonce=fact.nonce, created_at=fact.created_at,
             )
         )  # fmt: skip
 

@@ -108,12 +108,14 @@ class Quote:
     :meth:`~solver.core.quoting.QuotePipeline.decide` builds is the action the executor signs
     and the one the book files once signed (:meth:`QuoteLifecycle.signed
     <solver.core.desk_quotes.QuoteLifecycle.signed>` fills in the hash, the nonce and the
-    time). Issue 29: one object an answer where there were three (the pipeline's quote, the
-    ``SignAndSend`` around it, the book's copy of ten fields), ~3,500 instructions each.
+    time). It is the action too: the executor signs it under its ``salt``, the one the
+    decision checked, whatever salt came meanwhile. Issue 29: one object an answer where there
+    were three (the pipeline's quote, the ``SignAndSend`` around it, the book's copy of ten
+    fields), ~3,500 instructions each.
 
-    ``exact_in`` and ``partner_id`` are the request's, read for the answer and its
-    ``QuoteOpened``; a quote restored from a snapshot (which does not keep them: its answer has
-    left) has the defaults, so they are not compared."""
+    ``exact_in``, ``partner_id`` and ``salt`` serve the answer and its ``QuoteOpened``; a quote
+    restored from the journal or a snapshot (which do not keep them all: its answer has left)
+    has the defaults, so they are not compared."""
 
     quote_id: str
     asset_in: str
@@ -124,6 +126,7 @@ class Quote:
     deadline: Micros
     exact_in: bool = field(default=True, compare=False)
     partner_id: str | None = field(default=None, compare=False)
+    salt: bytes = field(default=b"", compare=False)
     quote_hash: str = ""  # the signature fills in these three
     nonce: bytes = b""
     created_at: Micros = 0

@@ -322,10 +322,11 @@ class QuotePipeline:
             Reservation(request.quote_id, asset_out, outflow, asset_in, amount_in, deadline), free
         ):
             return Skip(INSUFFICIENT_INVENTORY, "duplicate quote_id or inventory changed")
-        # The answer's one record, from here to the book (issue 29: :class:`Quote`).
+        # The answer's one record, from here to the book, and the action that signs it under
+        # the salt checked above (issue 29: :class:`Quote`).
         return Quote(
             request.quote_id, asset_in, asset_out, amount_in, amount_out, fee, deadline, exact_in,
-            request.partner_id,
+            request.partner_id, state.salt,
         )  # fmt: skip
 
     def _marks_of(self, state: MarketState) -> dict[str, tuple[float, float]]:

@@ -5,17 +5,18 @@ Both drivers run this same object: the live bot with real ports (``solver/io/``)
 with simulated ones (``backtest/ports.py``); see :mod:`solver.runtime.ports`. Events reach the
 desk only through :meth:`Executor.feed`, :meth:`Executor.request` and :meth:`Executor.tick`, and
 what the desk returns is carried out by a handler table keyed by the action's type (but on the
-quote path: a ``SignAndSend`` goes straight to signing, the ``QuoteOpened`` of its signature
-straight to the journal).
+quote path: a quote goes straight to signing, the ``QuoteOpened`` of its signature straight to
+the journal).
 
-The quote path: :class:`~solver.core.actions.SignAndSend` → a nonce (the nonce source) → the
-signature (the signer) → back to the desk (:attr:`~solver.core.desk.Desk.signed`), which
-opens the quote → its ``QuoteOpened`` fact appended to the journal → the answer queued. A
-deferred signer (the signer process, :class:`~solver.runtime.ports.DeferredSigner`) answers in
-a later loop turn, in the order of the requests; a request it does not sign skips with its
-reason (``signer_busy``, ``signer_down``, ``signer_refused:<rule>``) and is released. The
-answer waits in the executor's :class:`~solver.runtime.outbox.GroupCommitOutbox`, which commits
-what the desk recorded once a loop turn and only then sends it, and counts what left.
+The quote path: the decision's :class:`~solver.core.lifecycle.Quote` (the action itself) → a
+nonce under the salt the decision checked (the nonce source) → the signature (the signer) → back
+to the desk (:attr:`~solver.core.desk.Desk.signed`), which opens the quote → its ``QuoteOpened``
+fact appended to the journal → the answer queued. A deferred signer (the signer process,
+:class:`~solver.runtime.ports.DeferredSigner`) answers in a later loop turn, in the order of the
+requests; a request it does not sign skips with its reason (``signer_busy``, ``signer_down``,
+``signer_refused:<rule>``) and is released. The answer waits in the executor's
+:class:`~solver.runtime.outbox.GroupCommitOutbox`, which commits what the desk recorded once a
+loop turn and only then sends it, and counts what left.
 
 Everything else is off the quote path: ``get_status`` polls and ``is_nonce_used`` checks are
 started on their ports, which answer later with events; alerts and pause changes go to the
@@ -42,12 +43,12 @@ from solver.core.actions import (
     RefreshBalances,
     RefreshSalt,
     ShadowQuote,
-    SignAndSend,
 )
 from solver.core.clock import SECOND, Micros
 from solver.core.desk import Desk
 from solver.core.desk_quotes import opened_fact
 from solver.core.facts import KINDS, QuoteMoved, QuoteOpened
+from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Skip
 from solver.errors import SolverError
@@ -92,7 +93,7 @@ class Executor:
         # The inline signer's method, or None when the signer answers later.
         self._sign = None if self._deferred is not None else cast(Signer, ports.signer).sign
         self._handlers: dict[type, Handler] = {
-            SignAndSend: self._sign_and_queue,
+            Quote: self._sign_and_queue,
             Record: self._record,
             Skip: self._skip,
             PollIntent: self._poll,
@@ -136,7 +137,7 @@ class Executor:
         else:
             actions, started, pair = self._decided(request, now)
         for action in actions:
-            if type(action) is SignAndSend and self._sign is not None:
+            if type(action) is Quote and self._sign is not None:
                 # _sign_and_queue's inline signing, without its frame: one call a request less
                 signed = self._signature(action, now)
                 if signed is not None:
@@ -171,12 +172,12 @@ class Executor:
         if len(requests) == 1 or self._sign is None:  # nothing to gain, or signed later
             return [self._request_guarded(request, now) for request in requests]
         results: list[list[Action] | None] = []
-        answers: list[tuple[int, SignAndSend, float, str]] = []
+        answers: list[tuple[int, Quote, float, str]] = []
         for index, request in enumerate(requests):
             try:
                 actions, started, pair = self._decided(request, now)
                 for action in actions:
-                    if type(action) is SignAndSend:
+                    if type(action) is Quote:
                         answers.append((index, action, started, pair))
                     else:
                         self._handlers[type(action)](action, now, started, pair)
@@ -185,21 +186,21 @@ class Executor:
                 results.append(None)
                 continue
             results.append(actions)
-        signed: list[tuple[int, SignAndSend, SignedQuote, float, str]] = []
-        for index, action, started, pair in answers:
+        signed: list[tuple[int, Quote, SignedQuote, float, str]] = []
+        for index, quote, started, pair in answers:
             try:
-                signature = self._signature(action, now)
+                signature = self._signature(quote, now)
             except Exception:
-                log.exception("request %s: signing failed", action.quote.quote_id)
+                log.exception("request %s: signing failed", quote.quote_id)
                 results[index] = None
                 continue
             if signature is not None:  # None: refused, and the desk heard it
-                signed.append((index, action, signature, started, pair))
-        for index, action, signature, started, pair in signed:
+                signed.append((index, quote, signature, started, pair))
+        for index, quote, signature, started, pair in signed:
             try:
-                self._queue_signed(action, signature, now, started, pair)
+                self._queue_signed(quote, signature, now, started, pair)
             except Exception:
-                log.exception("request %s: recording failed", action.quote.quote_id)
+                log.exception("request %s: recording failed", quote.quote_id)
                 results[index] = None
         return results
 
@@ -239,33 +240,31 @@ class Executor:
         if shadow is not None:
             shadow(action.quote, now)
 
-    def _sign_and_queue(self, action: SignAndSend, now: Micros, started: float, pair: str) -> None:
+    def _sign_and_queue(self, quote: Quote, now: Micros, started: float, pair: str) -> None:
         if self._sign is not None:
-            signed = self._signature(action, now)
+            signed = self._signature(quote, now)
             if signed is not None:
-                self._queue_signed(action, signed, now, started, pair)
+                self._queue_signed(quote, signed, now, started, pair)
             return
         assert self._deferred is not None
-        quote = action.quote
         deadline = quote.deadline
         self._signing += 1
         self._deferred.sign_later(
             quote_id=quote.quote_id,
             deadline=deadline,
-            nonce=self._next_nonce(action.salt, deadline),
+            nonce=self._next_nonce(quote.salt, deadline),
             asset_in=quote.asset_in,
             amount_in=quote.amount_in,
             asset_out=quote.asset_out,
             amount_out=quote.amount_out,
-            reply=lambda result: self._signed_later(action, result, started, pair),
+            reply=lambda result: self._signed_later(quote, result, started, pair),
         )
 
-    def _signature(self, action: SignAndSend, now: Micros) -> SignedQuote | None:
-        """The in-process signer's signature of ``action``'s quote under its nonce; None when
-        it refused (the desk hears ``QuoteNotSent``)."""
-        quote = action.quote
+    def _signature(self, quote: Quote, now: Micros) -> SignedQuote | None:
+        """The in-process signer's signature of ``quote`` under a nonce of the salt its
+        decision checked; None when it refused (the desk hears ``QuoteNotSent``)."""
         deadline = quote.deadline
-        nonce = self._next_nonce(action.salt, deadline)  # its failure is no refusal
+        nonce = self._next_nonce(quote.salt, deadline)  # its failure is no refusal
         sign = self._sign
         assert sign is not None  # inline signing only
         try:
@@ -282,7 +281,7 @@ class Executor:
             return None
 
     def _signed_later(
-        self, action: SignAndSend, result: SignedQuote | str, started: float, pair: str
+        self, quote: Quote, result: SignedQuote | str, started: float, pair: str
     ) -> None:
         """A deferred signer's answer (a later loop turn, or at once when it is down or
         busy): queued like an inline signature, or the request skips with the signer's
@@ -290,7 +289,7 @@ class Executor:
         self._signing -= 1
         now = self.clock()
         if isinstance(result, SignedQuote):
-            self._queue_signed(action, result, now, started, pair)
+            self._queue_signed(quote, result, now, started, pair)
             return
         reason = result.split(":", 1)[0]
         if reason == "signer_refused":
@@ -302,16 +301,15 @@ class Executor:
         metrics = self._metrics
         if metrics is not None:
             metrics.inc_skip(reason, pair)
-        self.feed(ev.QuoteNotSent(action.quote.quote_id, result), now)
+        self.feed(ev.QuoteNotSent(quote.quote_id, result), now)
 
     def _queue_signed(
-        self, action: SignAndSend, signed: SignedQuote, now: Micros, started: float, pair: str
+        self, quote: Quote, signed: SignedQuote, now: Micros, started: float, pair: str
     ) -> None:
         """The signature back to the desk (:attr:`Desk.signed`), the quote's ``QuoteOpened``
         appended (and observed), the answer queued for the flush that commits it before it
         leaves. The fact is built only for a journal or an observer to read (a replay has
         neither: one object of 13 fields less an answer, issue 29)."""
-        quote = action.quote
         quote_hash, nonce = signed.quote_hash, signed.nonce
         self._signed(quote, quote_hash, nonce, now)
         journal, observers = self._journal, self._opened_observers

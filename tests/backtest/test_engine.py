@@ -16,7 +16,7 @@ from backtest.report.outputs import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
 from solver.core import events as ev
-from solver.core.actions import Action, SignAndSend
+from solver.core.actions import Action
 from solver.core.clock import from_micros, micros
 from solver.core.desk import Desk
 from solver.core.lifecycle import Quote
@@ -49,8 +49,8 @@ def _request_of(event: ev.Event) -> QuoteRequest | None:
 def _decision(actions: list[Action]) -> Quote | Skip:
     """The decision as it was made: a copy of the quote, which the book changes once signed."""
     outcome = actions[0]
-    assert isinstance(outcome, SignAndSend | Skip), actions
-    return dataclasses.replace(outcome.quote) if isinstance(outcome, SignAndSend) else outcome
+    assert isinstance(outcome, Quote | Skip), actions
+    return dataclasses.replace(outcome) if isinstance(outcome, Quote) else outcome
 
 
 def _ceil_fee(amount: int, pips: int) -> int:
@@ -121,8 +121,8 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
         elif (request := _request_of(fed_event)) is not None:
             actions = twin.receive(fed_event, now)
             expected[request.quote_id] = _decision(actions)
-            if isinstance(actions[0], SignAndSend):
-                twin_quotes[request.quote_id] = actions[0].quote
+            if isinstance(actions[0], Quote):
+                twin_quotes[request.quote_id] = actions[0]
         else:
             twin.receive(fed_event, now)
     assert decided == expected

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from solver.core import events as ev
 from solver.core import facts as f
-from solver.core.actions import Action, Record, SignAndSend
+from solver.core.actions import Action, Record
 from solver.core.clock import micros, span
 from solver.core.desk import Desk, DeskSettings
 from solver.core.desk_quotes import opened_fact
@@ -79,10 +79,10 @@ def quote_hash(quote_id: str) -> str:
 def answer(desk: Desk, quote_id: str, now: int, amount_usdc: int = 100) -> list[Action]:
     """Request, decide, sign: the quote is OPEN with its reservation. Returns every action."""
     actions = desk.receive(request(quote_id, amount_usdc), now)
-    signs = [a for a in actions if isinstance(a, SignAndSend)]
+    signs = [a for a in actions if isinstance(a, Quote)]
     assert len(signs) == 1, actions
     nonce = hashlib.sha256(b"nonce" + quote_id.encode()).digest()
-    quote = signs[0].quote
+    quote = signs[0]
     desk.signed(quote, quote_hash(quote_id), nonce, now)
     return [*actions, Record(opened_fact(quote, None))]
 

@@ -10,14 +10,13 @@ from solver.core.actions import (
     OperatorReply,
     PollIntent,
     RefreshBalances,
-    SignAndSend,
 )
 from solver.core.clock import SECOND, from_micros, span
 from solver.core.desk import Desk
 from solver.core.desk_quotes import LOST_PER_FACT, opened_fact
 from solver.core.desk_snapshot import restore, snapshot
 from solver.core.inventory import Reservation
-from solver.core.lifecycle import QuoteState
+from solver.core.lifecycle import Quote, QuoteState
 from solver.core.quoting import Skip
 from solver.core.rebalance_record import RebalanceRecord
 from solver.core.risk import RiskLimits
@@ -69,10 +68,10 @@ def test_the_signature_back_to_the_desk_opens_the_quote_its_fact_would() -> None
     for the journal (:func:`opened_fact`) opens the same quote on a restart."""
     desk = make_desk()
     (sign,) = desk.receive(request("q1"), at(1))
-    assert isinstance(sign, SignAndSend)
+    assert isinstance(sign, Quote)
     reservation = desk.inventory.reservations["q1"]
-    assert desk.signed(sign.quote, quote_hash("q1"), b"\x07" * 32, at(1.5)) is None
-    fact = opened_fact(sign.quote, {"signed": 1})
+    assert desk.signed(sign, quote_hash("q1"), b"\x07" * 32, at(1.5)) is None
+    fact = opened_fact(sign, {"signed": 1})
     assert (fact.quote_id, fact.quote_hash, fact.nonce, fact.created_at) == (
         "q1", quote_hash("q1"), b"\x07" * 32, at(1.5),
     )  # fmt: skip
@@ -80,11 +79,11 @@ def test_the_signature_back_to_the_desk_opens_the_quote_its_fact_would() -> None
         USDC, NEAR, True, None,
     )  # fmt: skip
     assert (fact.amount_in, fact.amount_out, fact.fee, fact.deadline) == (
-        sign.quote.amount_in, sign.quote.amount_out, sign.quote.fee, sign.quote.deadline,
+        sign.amount_in, sign.amount_out, sign.fee, sign.deadline,
     )  # fmt: skip
     assert fact.signed_data == {"signed": 1}
     assert desk.book.find_hash(quote_hash("q1")) is desk.book.get("q1")
-    assert desk.book.get("q1") is sign.quote  # the decision's record, filed (no copy)
+    assert desk.book.get("q1") is sign  # the decision's record, filed (no copy)
     assert desk.inventory.reservations["q1"] is reservation  # the decision's, not rebuilt
     assert desk.stats.pairs["wNEAR/USDC"].quotes == 1
     # Applied from the values the fact is built of: what the journal's copy applies.
@@ -110,8 +109,8 @@ def test_the_outflow_signed_never_exceeds_the_balance_across_reconnects() -> Non
             desk.receive(ev.ConnectionRestored(), now)
         actions = desk.receive(request(f"q{i}", 50), now)
         for action in actions:
-            if isinstance(action, SignAndSend):
-                desk.signed(action.quote, quote_hash(f"q{i}"), bytes(32), now)
+            if isinstance(action, Quote):
+                desk.signed(action, quote_hash(f"q{i}"), bytes(32), now)
                 signed += outflow(desk, f"q{i}")
     assert signed <= 2_000 * E24
 
@@ -242,7 +241,7 @@ def test_a_quote_left_open_past_its_deadline_is_listed_again_beside_those_lost()
 def test_a_failed_store_pauses_and_never_keeps_the_reservation() -> None:
     desk = make_desk()
     actions = desk.receive(request("q1"), at(1))
-    assert isinstance(actions[0], SignAndSend)
+    assert isinstance(actions[0], Quote)
     actions = desk.receive(ev.QuoteNotSent("q1", "disk full", store_error=True), at(1))
     assert NEAR not in desk.inventory.reserved
     assert desk.pauses.reason(f"{USDC}->{NEAR}") == "store_error: disk full"

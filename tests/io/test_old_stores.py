@@ -36,12 +36,12 @@ from solver.cli import main
 from solver.config import load_bot_config
 from solver.core import events as ev
 from solver.core import facts as f
-from solver.core.actions import Record, SignAndSend
+from solver.core.actions import Record
 from solver.core.clock import SECOND, from_micros, micros
 from solver.core.desk import Desk
 from solver.core.desk_quotes import opened_fact
 from solver.core.desk_snapshot import VERSION, restore, snapshot
-from solver.core.lifecycle import TERMINAL, QuoteState
+from solver.core.lifecycle import TERMINAL, Quote, QuoteState
 from solver.core.market import QuoteRequest
 from solver.io.store.migrations import SCHEMA_VERSION
 from solver.io.store.sqlite_store import Store
@@ -373,14 +373,13 @@ def test_the_old_store_takes_new_facts(old: Path, made: Made) -> None:
             facts += [a.fact for a in desk.receive(event, now) if isinstance(a, Record)]
         assert list(desk.pauses) == []
         request = QuoteRequest("new-1", USDC, NEAR, True, 25 * 10**6, 60_000)
-        (sign,) = desk.receive(request, now)
-        assert isinstance(sign, SignAndSend)
+        (quote,) = desk.receive(request, now)
+        assert isinstance(quote, Quote)
         signer = QuoteSigner(SecretKey.generate(), made.expected["account"], "intents.sandbox")
-        quote = sign.quote
         signed = signer.sign(
             deadline=quote.deadline,
             nonce=new_nonce(
-                "salted", sign.salt, from_micros(quote.deadline), NonceSequence(b"\x01" * 7)
+                "salted", quote.salt, from_micros(quote.deadline), NonceSequence(b"\x01" * 7)
             ),
             asset_in=USDC,
             amount_in=quote.amount_in,

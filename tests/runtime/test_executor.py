@@ -391,3 +391,22 @@ async def test_a_fact_that_cannot_be_recorded_pauses_without_ending_the_quote_it
     assert desk.book.get("c1") is tracked and state_of(tracked) is QuoteState.OPEN
     assert desk.inventory.reserved == {NEAR: tracked.outflow}
     assert desk.pauses.get("*", "store_error") is not None
+
+
+async def test_a_quote_is_signed_under_the_salt_its_decision_checked() -> None:
+    """Issue 29: the decision's quote is the action and carries the salt ``decide`` checked, so
+    a salt that comes between the decision and the signature cannot sign it; the next
+    decision signs under the new one."""
+    recorder = Recorder()
+    executor, _ = build(recorder)
+    desk, now = executor.desk, executor.clock()
+    actions = desk.receive(request("q1"), now)
+    desk.receive(ev.SaltSeen(b"new!", now), now)  # fetched again before the signature
+    executor.carry_out(actions, now)
+    quote(executor, "q2")
+    await drain(executor)
+    first, second = recorder.facts
+    assert isinstance(first, f.QuoteOpened) and isinstance(second, f.QuoteOpened)
+    assert (first.quote_id, first.nonce[:4]) == ("q1", b"salt")  # salted: salt ‖ prefix ‖ n
+    assert (second.quote_id, second.nonce[:4]) == ("q2", b"new!")
+    assert [s["quote_id"] for s in recorder.sent] == ["q1", "q2"]

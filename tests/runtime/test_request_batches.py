@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from solver.core import facts as f
-from solver.core.actions import SignAndSend
 from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
 from solver.core.quoting import DUPLICATE_QUOTE_ID, STRATEGY_NO_QUOTE, Skip
@@ -72,7 +71,7 @@ async def test_a_repeated_id_in_one_read_is_refused_as_a_duplicate() -> None:
     executor, _ = build(recorder)
     first, second = executor.request_many([request("q1"), request("q1")], executor.clock())
     await drain(executor)
-    assert first is not None and type(first[0]) is SignAndSend
+    assert first is not None and type(first[0]) is Quote
     assert second == [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
     assert [s["quote_id"] for s in recorder.sent] == ["q1"]
 
@@ -84,10 +83,10 @@ async def test_a_request_whose_path_fails_leaves_the_others_answered(
     executor, _ = build(recorder)
     queue_signed = Executor._queue_signed
 
-    def failing(self: Executor, action: SignAndSend, *args: object) -> None:
-        if action.quote.quote_id == "q1":
+    def failing(self: Executor, quote: Quote, *args: object) -> None:
+        if quote.quote_id == "q1":
             raise RuntimeError("a bug on the way to the journal")
-        queue_signed(self, action, *args)  # type: ignore[arg-type]
+        queue_signed(self, quote, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Executor, "_queue_signed", failing)
     results = executor.request_many([request("q0"), request("q1"), request("q2")], executor.clock())

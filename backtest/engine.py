@@ -214,7 +214,7 @@ class Replay:
                     self.now = now = rec[1] + latency_us
                     relay.arrive_us, relay.latency_ms = t_us, latency
                     req: QuoteRequest = rec[2]
-                    action = ask(req, now)[0]
+                    action = ask(req, now)
                     queue.append(req)
                     add_time(t_us)
                     add_latency(latency)

@@ -5,7 +5,7 @@ reports back with events; the backtest driver carries them out against a simulat
 A :class:`~solver.core.quoting.Skip` is an action too (the request ends with that reason), and
 so is a :class:`~solver.core.lifecycle.Quote`: sign it under a fresh nonce with its ``salt``,
 hand the signature to :attr:`Desk.signed <solver.core.desk.Desk.signed>`, make its
-``QuoteOpened`` durable (:func:`~solver.core.desk_quotes.opened_fact`), then send the answer
+``QuoteOpened`` durable (:func:`~solver.core.facts.opened_fact`), then send the answer
 (issue 29: the decision's record is the action, no wrapper built per answer).
 """
 
@@ -98,3 +98,6 @@ Action = (
     | PauseChanged
     | OperatorReply
 )
+
+Decision = Skip | Quote | ShadowQuote
+"""A request's one action (:meth:`Desk.decide <solver.core.desk.Desk.decide>`)."""

@@ -156,8 +156,12 @@ class Desk:
         """The quote path's way back from the signer: ``signed(quote, quote_hash, nonce,
         now)`` opens the answer's quote as its ``QuoteOpened`` would, which the executor
         builds for the journal (:meth:`QuoteLifecycle.signed`,
-        :func:`~solver.core.desk_quotes.opened_fact`; the part's method itself, no call
+        :func:`~solver.core.facts.opened_fact`; the part's method itself, no call
         between)."""
+        self.decide = self.quotes.decide
+        """The quote path's decision: ``decide(request, now)`` is the one action a request
+        gets, as :meth:`receive` of the request would list it (:meth:`QuoteLifecycle.decide`;
+        no handler lookup or list per request, issue 29)."""
 
     # ------------------------------------------------------------------ the interface
 

@@ -4,12 +4,12 @@
 The quote path: the request (a bus ``quote``, protocol-notes 6: the
 :class:`~solver.core.market.QuoteRequest` itself is the event) →
 :class:`~solver.core.quoting.QuotePipeline` decides and reserves → its
-:class:`~solver.core.lifecycle.Quote` is the action; the executor signs and hands the signature to
-:meth:`QuoteLifecycle.signed` (:attr:`Desk.signed <solver.core.desk.Desk.signed>`), which
-opens the quote; its ``QuoteOpened`` fact (:func:`opened_fact`) is journaled before the answer
-leaves. Then the
-relay's reply (a refusal rejects the quote), and past the deadline the nonce check or, when no
-status can have been missed, LOST without one: most answers end so, a batch of them a fact.
+:class:`~solver.core.lifecycle.Quote` is the action; the executor signs and hands the signature
+to :meth:`QuoteLifecycle.signed` (:attr:`Desk.signed <solver.core.desk.Desk.signed>`), which
+opens the quote; its ``QuoteOpened`` fact (:func:`~solver.core.facts.opened_fact`) is journaled
+before the answer leaves. Then the relay's reply (a refusal rejects the quote), and past the
+deadline the nonce check or, when no status can have been missed, LOST without one: most answers
+end so, a batch of them a fact.
 
 What a user's claim makes of a quote (statuses, polls, the nonce check's answer) and the
 bookkeeping of every move are :class:`~solver.core.desk_settlement.Settlement`'s: this module
@@ -18,13 +18,13 @@ holds the hot request path and the book's expiry, read apart from the rarer sett
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from solver.core import events as ev
 from solver.core import facts as f
-from solver.core.actions import Action, CheckNonce, RefreshSalt, ShadowQuote
+from solver.core.actions import Action, CheckNonce, Decision, RefreshSalt, ShadowQuote
 from solver.core.clock import Micros, span
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Quote, QuoteState
@@ -47,17 +47,6 @@ LOST_PER_FACT = 64
 several. The query tables apply a fact whole (:mod:`solver.io.store.projection`), ~17 µs a lost
 quote: one fact per tick held the running bot's loop up to 4.4 ms at 2,000 answers/s, more
 after a burst. 64 make each ~1.1 ms (64 × ~17 µs, computed from the per-quote cost)."""
-
-
-def opened_fact(quote: Quote, signed_data: Mapping[str, Any] | None) -> f.QuoteOpened:
-    """The ``QuoteOpened`` of an answer :meth:`QuoteLifecycle.signed` opened: what the journal
-    writes (the row a restart applies with :meth:`QuoteLifecycle._apply_opened`) and the
-    observers hear."""
-    q = quote
-    return f.QuoteOpened(
-        q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in, q.amount_out, q.fee,
-        q.deadline, q.nonce, q.created_at, q.exact_in, q.partner_id, signed_data,
-    )  # fmt: skip
 
 
 class QuoteLifecycle:
@@ -105,8 +94,14 @@ class QuoteLifecycle:
     # ------------------------------------------------------------------ deciding
 
     def _quote_requested(self, request: QuoteRequest, now: Micros) -> list[Action]:
-        """One decision, one action. The executor hands the request itself: no wrapper is
-        built per request."""
+        """The request as an event (:meth:`Desk.receive <solver.core.desk.Desk.receive>`):
+        its one action, in a list as every handler's."""
+        return [self.decide(request, now)]
+
+    def decide(self, request: QuoteRequest, now: Micros) -> Decision:
+        """One decision, one action: the quote path's (:attr:`Desk.decide
+        <solver.core.desk.Desk.decide>`). The executor hands the request itself and takes the
+        action itself: no wrapper and no list per request (issue 29)."""
         stats = self.stats
         stats.requests += 1
         quote_id = request.quote_id
@@ -118,26 +113,26 @@ class QuoteLifecycle:
         # read, a remote signer) it holds a reservation and no place in the book yet.
         if quote_id in self._open or quote_id in self._reservations:
             stats.skipped[DUPLICATE_QUOTE_ID] += 1
-            return [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
+            return Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")
         outcome = self.pipeline.decide(request, now)
         if isinstance(outcome, Skip):
             stats.skipped[outcome.reason] += 1
-            return [outcome]
+            return outcome
         if self._shadow:
             self.inventory.release(quote_id)
             stats.shadow_quotes += 1
             if pair is not None:
                 pair.quotes += 1
-            return [ShadowQuote(outcome)]
-        return [outcome]  # the action: signed under the salt the decision checked
+            return ShadowQuote(outcome)
+        return outcome  # the action: signed under the salt the decision checked
 
     def signed(self, quote: Quote, quote_hash: str, nonce: bytes, now: Micros) -> None:
-        """The answer exists (the executor signed ``quote`` under ``nonce``): the quote opens,
-        as :meth:`_apply_opened` opens it from its ``QuoteOpened``. The record the decision
-        built is the one the book files, its signature filled in (issue 29: no copy of ten
-        fields an answer). The fact is the executor's to build (:func:`opened_fact`), and only
-        for whom reads it: the journal, before the answer leaves, and its observers. A replay
-        has neither and builds none (one object of 13 fields the book never reads)."""
+        """The answer exists (the executor signed ``quote`` under ``nonce``): the quote opens, as
+        :meth:`_apply_opened` opens it from its ``QuoteOpened``. The record the decision built
+        is the one the book files, its signature filled in (issue 29: no copy of ten fields an
+        answer). The fact is the executor's to build (:func:`~solver.core.facts.opened_fact`),
+        and only for whom reads it: the journal, before the answer leaves, and its observers. A
+        replay has neither and builds none (one object of 13 fields the book never reads)."""
         quote.quote_hash, quote.nonce, quote.created_at = quote_hash, nonce, now
         self._open_quote(quote)
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solver.core.clock import Micros, micros
 from solver.core.rebalance_record import RebalanceRecord, record_doc, record_from_doc
 from solver.protocol.values import value
+
+if TYPE_CHECKING:
+    from solver.core.lifecycle import Quote
 
 
 @value
@@ -45,6 +48,18 @@ class QuoteOpened:
     """The answer as signed (kept for disputes): written with the fact, in the same journal
     entry; not read back into the desk (:func:`decode` leaves it None: a restart needs none of
     it, and the query tables take it from the entry itself)."""
+
+
+def opened_fact(quote: Quote, signed_data: Mapping[str, Any] | None) -> QuoteOpened:
+    """The ``QuoteOpened`` of an answer :meth:`QuoteLifecycle.signed
+    <solver.core.desk_quotes.QuoteLifecycle.signed>` opened: what the journal writes (the row a
+    restart applies with ``QuoteLifecycle._apply_opened``) and the observers hear. Beside the
+    fact it builds, so the executor needs the facts only, not the desk's part (issue 29)."""
+    q = quote
+    return QuoteOpened(
+        q.quote_id, q.quote_hash, q.asset_in, q.asset_out, q.amount_in, q.amount_out, q.fee,
+        q.deadline, q.nonce, q.created_at, q.exact_in, q.partner_id, signed_data,
+    )  # fmt: skip
 
 
 @value

@@ -36,6 +36,7 @@ from solver.core.actions import (
     Action,
     Alert,
     CheckNonce,
+    Decision,
     OperatorReply,
     PauseChanged,
     PollIntent,
@@ -46,8 +47,7 @@ from solver.core.actions import (
 )
 from solver.core.clock import SECOND, Micros
 from solver.core.desk import Desk
-from solver.core.desk_quotes import opened_fact
-from solver.core.facts import KINDS, QuoteMoved, QuoteOpened
+from solver.core.facts import KINDS, QuoteMoved, QuoteOpened, opened_fact
 from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
 from solver.core.quoting import Skip
@@ -82,6 +82,7 @@ class Executor:
         # The quote path's ports, looked up once per answer instead of twice (Ports is frozen).
         self._journal, self._metrics = ports.journal, ports.metrics
         self._next_nonce = ports.nonces.next  # bound once, not at every answer
+        self._decide = desk.decide  # a request's one action (Desk.decide)
         self._signed = desk.signed  # the signature back to the desk: the quote opens
         # The outbox's two doors, bound once, not at every answer or fact.
         self._queue_answer, self._append = self.outbox.queue, self.outbox.append
@@ -128,64 +129,64 @@ class Executor:
             self.carry_out(actions, when)
         return actions
 
-    def request(self, request: QuoteRequest, now: Micros) -> list[Action]:
-        """The quote path: one desk decision, then sign, journal and queue the answer (its
-        skip or its quote counted under the request's pair). The request is its own event
-        (no wrapper), and an answer goes straight to signing (no handler table)."""
+    def request(self, request: QuoteRequest, now: Micros) -> Decision:
+        """The quote path: one desk decision (:attr:`Desk.decide`), then sign, journal and
+        queue the answer (its skip or its quote counted under the request's pair); the
+        decision's one action is returned. The request is its own event and the action comes
+        alone (no wrapper, no list), and an answer goes straight to signing (no handler
+        table)."""
         if self._metrics is None:  # _decided's first line, inline: a replay's every request
-            actions, started, pair = self.desk.receive(request, now), 0.0, OTHER
+            action, started, pair = self._decide(request, now), 0.0, OTHER
         else:
-            actions, started, pair = self._decided(request, now)
-        for action in actions:
-            if type(action) is Quote and self._sign is not None:
-                # _sign_and_queue's inline signing, without its frame: one call a request less
-                signed = self._signature(action, now)
-                if signed is not None:
-                    self._queue_signed(action, signed, now, started, pair)
-            else:
-                self._handlers[type(action)](action, now, started, pair)
-        return actions
+            action, started, pair = self._decided(request, now)
+        if type(action) is Quote and self._sign is not None:
+            # _sign_and_queue's inline signing, without its frame: one call a request less
+            signed = self._signature(action, now)
+            if signed is not None:
+                self._queue_signed(action, signed, now, started, pair)
+        else:
+            self._handlers[type(action)](action, now, started, pair)
+        return action
 
-    def _decided(self, request: QuoteRequest, now: Micros) -> tuple[list[Action], float, str]:
-        """One desk decision, counted and timed under the request's pair: its actions, when
+    def _decided(self, request: QuoteRequest, now: Micros) -> tuple[Decision, float, str]:
+        """One desk decision, counted and timed under the request's pair: its action, when
         it began (``perf_counter``) and the pair's label (nothing counted or timed without
         metrics: a replay measures itself)."""
         metrics = self._metrics
         if metrics is None:
-            return self.desk.receive(request, now), 0.0, OTHER
+            return self._decide(request, now), 0.0, OTHER
         started = time.perf_counter()
-        actions = self.desk.receive(request, now)
+        action = self._decide(request, now)
         pair = metrics.pair_label(request.asset_in, request.asset_out)
         metrics.inc_request(pair)
         metrics.observe_decision(time.perf_counter() - started)
-        return actions, started, pair
+        return action, started, pair
 
-    def request_many(self, requests: list[QuoteRequest], now: Micros) -> list[list[Action] | None]:
+    def request_many(self, requests: list[QuoteRequest], now: Micros) -> list[Decision | None]:
         """The quote path for the requests of one read of the socket, stage by stage: every
         decision, then every signature, then every record and queueing. The same decisions
         in the same order as :meth:`request` one by one (a decision reads nothing a
         signature or a record changes; a repeated id is refused by its reservation), and the
         same answers; but each stage's code and data stay in the caches for the whole batch
         (the Ed25519 tables, the desk's, the journal's): ~14 % less CPU an answer at 8 a read
-        in-process (issue 29). Each request's actions, or None where its path failed
+        in-process (issue 29). Each request's action, or None where its path failed
         unexpectedly (logged; the others go on)."""
         if len(requests) == 1 or self._sign is None:  # nothing to gain, or signed later
             return [self._request_guarded(request, now) for request in requests]
-        results: list[list[Action] | None] = []
+        results: list[Decision | None] = []
         answers: list[tuple[int, Quote, float, str]] = []
         for index, request in enumerate(requests):
             try:
-                actions, started, pair = self._decided(request, now)
-                for action in actions:
-                    if type(action) is Quote:
-                        answers.append((index, action, started, pair))
-                    else:
-                        self._handlers[type(action)](action, now, started, pair)
+                action, started, pair = self._decided(request, now)
+                if type(action) is Quote:
+                    answers.append((index, action, started, pair))
+                else:
+                    self._handlers[type(action)](action, now, started, pair)
             except Exception:
                 log.exception("request %s: the quote path failed", request.quote_id)
                 results.append(None)
                 continue
-            results.append(actions)
+            results.append(action)
         signed: list[tuple[int, Quote, SignedQuote, float, str]] = []
         for index, quote, started, pair in answers:
             try:
@@ -204,7 +205,7 @@ class Executor:
                 results[index] = None
         return results
 
-    def _request_guarded(self, request: QuoteRequest, now: Micros) -> list[Action] | None:
+    def _request_guarded(self, request: QuoteRequest, now: Micros) -> Decision | None:
         try:
             return self.request(request, now)
         except Exception:

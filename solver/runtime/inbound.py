@@ -55,9 +55,9 @@ class Inbound:
     def on_quote(self, request: QuoteRequest) -> None:
         """The hot path, synchronous: one desk decision, then sign, journal and queue."""
         now = self.clock()
-        actions = self.executor.request(request, now)
+        action = self.executor.request(request, now)
         if self.sample_requests:
-            self._sample(request, actions, now)
+            self._sample(request, action, now)
 
     def on_quotes(self, requests: list[QuoteRequest]) -> int:
         """The quotes of one read of the socket, in stages (:meth:`Executor.request_many`);
@@ -65,22 +65,21 @@ class Inbound:
         now = self.clock()
         results = self.executor.request_many(requests, now)
         failed = 0
-        for request, actions in zip(requests, results, strict=True):
-            if actions is None:
+        for request, action in zip(requests, results, strict=True):
+            if action is None:
                 failed += 1
             elif self.sample_requests:
-                self._sample(request, actions, now)
+                self._sample(request, action, now)
         return failed
 
-    def _sample(self, request: QuoteRequest, actions: list[Action], now: Micros) -> None:
+    def _sample(self, request: QuoteRequest, action: Action, now: Micros) -> None:
         """A sample, not a record the bot needs: written with the group commit in a
         savepoint; one the store refuses is counted and said there, never lost silently and
         never costing the quote (``SqliteJournal.extra_failed``)."""
         store = self.store
         if store is None:
             return
-        first = actions[0] if actions else None
-        reason = getattr(first, "reason", None)
+        reason = getattr(action, "reason", None)
         store.record_request(request, "skipped" if reason else "quoted", now, reason)
 
     def on_quote_status(self, event: QuoteStatusEvent) -> None:

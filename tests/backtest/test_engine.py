@@ -16,7 +16,7 @@ from backtest.report.outputs import summary
 from backtest.settle import USER_FUNDS, LedgerSettler, SettlementFailed
 from backtest.stream.events import CompetitorEvent, RequestEvent, StreamEvent
 from solver.core import events as ev
-from solver.core.actions import Action
+from solver.core.actions import Action, Decision
 from solver.core.clock import from_micros, micros
 from solver.core.desk import Desk
 from solver.core.lifecycle import Quote
@@ -46,11 +46,10 @@ def _request_of(event: ev.Event) -> QuoteRequest | None:
     return event if isinstance(event, QuoteRequest) else None
 
 
-def _decision(actions: list[Action]) -> Quote | Skip:
+def _decision(action: Decision) -> Quote | Skip:
     """The decision as it was made: a copy of the quote, which the book changes once signed."""
-    outcome = actions[0]
-    assert isinstance(outcome, Quote | Skip), actions
-    return dataclasses.replace(outcome) if isinstance(outcome, Quote) else outcome
+    assert isinstance(action, Quote | Skip), action
+    return dataclasses.replace(action) if isinstance(action, Quote) else action
 
 
 def _ceil_fee(amount: int, pips: int) -> int:
@@ -82,15 +81,17 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
     fed: list[tuple[ev.Event | Callable[[Desk], object] | None, int]] = []
     decided: dict[str, Quote | Skip] = {}
     desk = replay.desk
-    receive, tick = desk.receive, desk.tick
+    receive, tick, decide = desk.receive, desk.tick, replay.executor._decide
 
     def receiving(event: ev.Event, now: int) -> list[Action]:
         fed.append((event, now))
-        actions = receive(event, now)
-        request = _request_of(event)
-        if request is not None:
-            decided[request.quote_id] = _decision(actions)
-        return actions
+        return receive(event, now)
+
+    def deciding(request: QuoteRequest, now: int) -> Decision:
+        fed.append((request, now))
+        action = decide(request, now)
+        decided[request.quote_id] = _decision(action)
+        return action
 
     def ticking(now: int) -> list[Action]:
         fed.append((None, now))
@@ -107,6 +108,7 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
         return signed(*args)
 
     desk.receive = receiving  # type: ignore[method-assign]
+    replay.executor._decide = deciding
     desk.tick = ticking  # type: ignore[method-assign]
     replay.executor._signed = signing  # type: ignore[assignment]
     result = replay.run(with_competitors, HEADER)
@@ -119,10 +121,10 @@ def test_the_replay_drives_the_live_desk_through_events_only() -> None:
         elif callable(fed_event):
             fed_event(twin)
         elif (request := _request_of(fed_event)) is not None:
-            actions = twin.receive(fed_event, now)
-            expected[request.quote_id] = _decision(actions)
-            if isinstance(actions[0], Quote):
-                twin_quotes[request.quote_id] = actions[0]
+            action = twin.decide(request, now)
+            expected[request.quote_id] = _decision(action)
+            if isinstance(action, Quote):
+                twin_quotes[request.quote_id] = action
         else:
             twin.receive(fed_event, now)
     assert decided == expected

@@ -10,7 +10,7 @@ from solver.core import facts as f
 from solver.core.actions import Action, Record
 from solver.core.clock import micros, span
 from solver.core.desk import Desk, DeskSettings
-from solver.core.desk_quotes import opened_fact
+from solver.core.facts import opened_fact
 from solver.core.lifecycle import Quote, QuoteState
 from solver.core.market import QuoteRequest
 from solver.core.quoting import PipelineSettings, Route

@@ -13,11 +13,12 @@ from solver.core.actions import (
 )
 from solver.core.clock import SECOND, from_micros, span
 from solver.core.desk import Desk
-from solver.core.desk_quotes import LOST_PER_FACT, opened_fact
+from solver.core.desk_quotes import LOST_PER_FACT
 from solver.core.desk_snapshot import restore, snapshot
+from solver.core.facts import opened_fact
 from solver.core.inventory import Reservation
 from solver.core.lifecycle import Quote, QuoteState
-from solver.core.quoting import Skip
+from solver.core.quoting import DUPLICATE_QUOTE_ID, Skip
 from solver.core.rebalance_record import RebalanceRecord
 from solver.core.risk import RiskLimits
 from tests.core.desk_helpers import (
@@ -60,6 +61,19 @@ def test_an_unacknowledged_answer_keeps_its_reservation_through_a_disconnect() -
     desk.receive(ev.RelayReplied("q1", False, "quote expired"), at(1.3))
     assert desk.book.get("q1") is None
     assert NEAR not in desk.inventory.reserved
+
+
+def test_a_request_gets_its_one_action_itself_or_in_a_list_as_an_event() -> None:
+    """Issue 29: :attr:`Desk.decide` is the quote path's decision, the action itself (no list
+    per request); :meth:`Desk.receive` of the request lists the same decision."""
+    desk, twin = make_desk(), make_desk()
+    action = desk.decide(request("q1"), at(1))
+    assert isinstance(action, Quote) and action.quote_id == "q1"
+    assert twin.receive(request("q1"), at(1)) == [action]
+    assert desk.decide(request("q1"), at(1)) == Skip(
+        DUPLICATE_QUOTE_ID, "a quote with this id is still open"
+    )
+    assert (desk.stats.requests, twin.stats.requests) == (2, 1)
 
 
 def test_the_signature_back_to_the_desk_opens_the_quote_its_fact_would() -> None:

@@ -39,8 +39,8 @@ from solver.core import facts as f
 from solver.core.actions import Record
 from solver.core.clock import SECOND, from_micros, micros
 from solver.core.desk import Desk
-from solver.core.desk_quotes import opened_fact
 from solver.core.desk_snapshot import VERSION, restore, snapshot
+from solver.core.facts import opened_fact
 from solver.core.lifecycle import TERMINAL, Quote, QuoteState
 from solver.core.market import QuoteRequest
 from solver.io.store.migrations import SCHEMA_VERSION

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from solver.core import facts as f
-from solver.core.desk_quotes import opened_fact
+from solver.core.facts import opened_fact
 from solver.runtime import executor as executor_module
 from tests.runtime.test_executor import Recorder, build, drain, quote
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from solver.core import facts as f
+from solver.core.actions import Decision
 from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
 from solver.core.quoting import DUPLICATE_QUOTE_ID, STRATEGY_NO_QUOTE, Skip
@@ -52,9 +53,9 @@ async def test_a_read_in_stages_decides_records_and_sends_as_one_by_one() -> Non
     await drain(single)
     await drain(batched)
 
-    assert [type(a[0]) for a in together if a] == [type(a[0]) for a in alone]
-    skipped = [a[0] for a in together if a and isinstance(a[0], Skip)]
-    assert skipped == [a[0] for a in alone if isinstance(a[0], Skip)]
+    assert [type(a) for a in together] == [type(a) for a in alone]
+    skipped = [a for a in together if isinstance(a, Skip)]
+    assert skipped == [a for a in alone if isinstance(a, Skip)]
     assert [s.reason for s in skipped] == [STRATEGY_NO_QUOTE]
     assert staged.events == one.events  # records in request order, one commit, then sends
     assert one.events[-4:] == ["send:q0", "send:q1", "send:q2", "send:q4"]
@@ -71,8 +72,8 @@ async def test_a_repeated_id_in_one_read_is_refused_as_a_duplicate() -> None:
     executor, _ = build(recorder)
     first, second = executor.request_many([request("q1"), request("q1")], executor.clock())
     await drain(executor)
-    assert first is not None and type(first[0]) is Quote
-    assert second == [Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")]
+    assert type(first) is Quote
+    assert second == Skip(DUPLICATE_QUOTE_ID, "a quote with this id is still open")
     assert [s["quote_id"] for s in recorder.sent] == ["q1"]
 
 
@@ -116,13 +117,12 @@ async def test_a_journal_refusing_a_read_sends_none_of_it_and_releases_all() -> 
 def _traced(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """What the executor does, in order: each desk decision, signature and record."""
     trace: list[str] = []
-    receive, sign, signed = executor.desk.receive, executor._sign, executor._signed
+    decide, sign, signed = executor._decide, executor._sign, executor._signed
     assert sign is not None
 
-    def traced_receive(event: object, now: int) -> list:  # type: ignore[type-arg]
-        if isinstance(event, QuoteRequest):
-            trace.append(f"decide:{event.quote_id}")
-        return receive(event, now)  # type: ignore[arg-type]
+    def traced_decide(request: QuoteRequest, now: int) -> Decision:
+        trace.append(f"decide:{request.quote_id}")
+        return decide(request, now)
 
     def traced_sign(**kw: Any) -> SignedQuote:
         trace.append("sign")
@@ -132,7 +132,7 @@ def _traced(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         trace.append(f"record:{quote.quote_id}")
         signed(quote, *rest)
 
-    monkeypatch.setattr(executor.desk, "receive", traced_receive)
+    monkeypatch.setattr(executor, "_decide", traced_decide)
     monkeypatch.setattr(executor, "_sign", traced_sign)
     monkeypatch.setattr(executor, "_signed", traced_signed)
     return trace

@@ -104,18 +104,17 @@ NO_CLAIMS: dict[str, Claim] = _NoClaims()
 
 @dataclass(slots=True)
 class Quote:
-    """One answer, from the decision to its end: the record
-    :meth:`~solver.core.quoting.QuotePipeline.decide` builds is the action the executor signs
-    and the one the book files once signed (:meth:`QuoteLifecycle.signed
+    """One answer, from the decision to its end. The record
+    :meth:`~solver.core.quoting.QuotePipeline.decide` builds is the action the executor signs,
+    under its ``salt`` (the one the decision checked, whatever salt came meanwhile), and the
+    one the book files once signed (:meth:`QuoteLifecycle.signed
     <solver.core.desk_quotes.QuoteLifecycle.signed>` fills in the hash, the nonce and the
-    time). It is the action too: the executor signs it under its ``salt``, the one the
-    decision checked, whatever salt came meanwhile. Issue 29: one object an answer where there
-    were three (the pipeline's quote, the ``SignAndSend`` around it, the book's copy of ten
-    fields), ~3,500 instructions each.
+    time). Issue 29: one object an answer where there were three (the pipeline's quote, the
+    ``SignAndSend`` around it, the book's copy of ten fields), ~2,900 instructions each.
 
     ``exact_in``, ``partner_id`` and ``salt`` serve the answer and its ``QuoteOpened``; a quote
-    restored from the journal or a snapshot (which do not keep them all: its answer has left)
-    has the defaults, so they are not compared."""
+    restored from a snapshot (which keeps none of them) or the journal (no salt) has the
+    defaults where it lacks them: its answer has left, so they are not compared."""
 
     quote_id: str
     asset_in: str

@@ -240,9 +240,10 @@ What is left, by size:
 
 1. **The desk (~21 µs).** `decide`'s checks and its `Quote`/`Reservation` records, the
    lifecycle's book entry and its move to LOST, the recently lost row, the token bucket.
-   Each is a few attribute reads and a small object; none is large. Below this: one fact and
-   one action per decision (today `SignAndSend` and `QuoteOpened`; no `QuoteSigned`, `Record`),
-   assets interned to small ints, the book in arrays indexed by slot — a change of the desk's
+   Each is a few attribute reads and a small object; none is large. One record an answer is
+   done (session 36: the decision's `Quote` is the action and the book's entry; the
+   `QuoteOpened` fact only for a journal or an observer). Below this: assets interned to
+   small ints, the book and reservations in arrays indexed by slot — a change of the desk's
    data model and of every test that builds its objects.
 2. **The simulated world (~12 µs)**: per answer a keyed hash and an inverse normal for the
    taker's limit, the competition model's buckets, the win-rate bins, the loop itself.

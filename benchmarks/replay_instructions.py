@@ -7,9 +7,9 @@ be seen in CPU time without dozens of pairs. Two counts do not move:
 - **instructions** (``valgrind --tool=callgrind``): the replay of the synthetic stream
   (``spread``, signing off, :func:`benchmarks.replay.stream_for`) minus a run that only sets it
   up (imports, config, the replay built), each in a fresh interpreter with
-  ``PYTHONHASHSEED=0`` and no bytecode cache read or written. With ``--baseline REV`` the
+  ``PYTHONHASHSEED=0`` and one bytecode cache, warmed first. With ``--baseline REV`` the
   same two runs are made from ``git archive REV`` and the two trees' figures given side by
-  side (the set-up run moves by ~±15 M between runs, so the runs' totals are given too).
+  side, with the runs' totals (the set-up runs of two trees then match within ~0.2 %).
 - **opcodes** (``--opcodes``, no valgrind needed): the bytecode instructions a request runs, by
   function (``sys.settrace`` opcode events): where the interpreter's work is, which
   a sampling profiler spreads over the lines that miss the caches.
@@ -68,47 +68,47 @@ def collected(stderr: bytes) -> int:
     return int(found[0])
 
 
-def instructions(tree: Path, strategy: str, stream: Path, *, run: bool) -> int:
-    """Instructions of one child from ``tree`` (callgrind; :data:`CHILD`)."""
-    # No bytecode cache read or written: a tree with ``__pycache__`` folders would compile
-    # less than one without (an empty cache prefix is searched instead of them).
-    cache = Path(tempfile.mkdtemp(prefix="no-pycache-"))
-    env = {
-        **tree_env(tree),
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPYCACHEPREFIX": str(cache),
-    }
-    done = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            "-c",
-            CHILD,
-            "run" if run else "setup",
-            strategy,
-            str(stream),
-        ],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        check=False,
-    )
-    shutil.rmtree(cache, ignore_errors=True)
+def _env(tree: Path, cache: Path, *, write: bool) -> dict[str, str]:
+    """The child's environment: ``tree`` first on the path, hashes fixed, and the bytecode
+    cache in ``cache`` (:func:`net`), written only by the warm-up."""
+    env = {**tree_env(tree), "PYTHONHASHSEED": "0", "PYTHONPYCACHEPREFIX": str(cache)}
+    if write:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _child(
+    tree: Path, strategy: str, stream: Path, env: dict[str, str], *, run: bool, valgrind: bool
+) -> bytes:
+    """Run :data:`CHILD` from ``tree`` (under callgrind when ``valgrind``); its stderr."""
+    tool = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] if valgrind else []
+    argv = [*tool, sys.executable, "-c", CHILD, "run" if run else "setup", strategy, str(stream)]
+    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, check=False)
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
         raise RuntimeError(f"the child from {tree} failed: " + " | ".join(tail))
-    return collected(done.stderr)
+    return done.stderr
 
 
 def net(tree: Path, strategy: str, stream: Path, progress: Progress) -> dict[str, int]:
-    """The replay's run, its set-up and their difference, from ``tree``."""
-    progress.log(f"{tree}: the replay under callgrind (~50x slower than without)")
-    ran = instructions(tree, strategy, stream, run=True)
-    progress.log(f"{tree}: the set-up alone")
-    setup = instructions(tree, strategy, stream, run=False)
+    """The replay's run, its set-up and their difference, from ``tree``.
+
+    Both counted runs read one bytecode cache, written by a warm-up run of the replay just
+    before (in a folder of its own, not the tree's ``__pycache__``): each compiles nothing, so
+    the set-up's imports cost the same in both, whichever tree had caches of its own (issue 29:
+    a tree with ``__pycache__`` folders compiled less than one without, and the net moved by
+    tens of M; compiling everything, the set-up run alone is ~8.7 G instructions)."""
+    with tempfile.TemporaryDirectory(prefix="pycache-") as folder:
+        cache = Path(folder)
+        progress.log(f"{tree}: a warm-up run (writes the bytecode cache)")
+        _child(tree, strategy, stream, _env(tree, cache, write=True), run=True, valgrind=False)
+        env = _env(tree, cache, write=False)
+        progress.log(f"{tree}: the replay under callgrind (~50x slower than without)")
+        ran = collected(_child(tree, strategy, stream, env, run=True, valgrind=True))
+        progress.log(f"{tree}: the set-up alone")
+        setup = collected(_child(tree, strategy, stream, env, run=False, valgrind=True))
     return {"run": ran, "setup": setup, "net": ran - setup}
 
 

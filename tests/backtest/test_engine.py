@@ -239,31 +239,18 @@ def test_the_ledger_refuses_an_outflow_beyond_the_balance(sign: bool) -> None:
         sign=sign,
     )
     settler.fund({USDC: 10 * E6}, [USDC, NEAR])
-    req = QuoteRequest("x", NEAR, USDC, True, E24, 10_000)
-    quote = Quote(
-        req.quote_id,
-        req.asset_in,
-        req.asset_out,
-        E24,
-        10 * E6,
-        _ceil_fee(10 * E6, 100),
-        micros(at(60)),
-        req.exact_in,
-    )  # fee does not fit
+
+    def quote_paying(amount_out: int) -> Quote:
+        """A quote of 1 NEAR for ``amount_out`` USDC, with the fee on it."""
+        fee = _ceil_fee(amount_out, 100)
+        return Quote("x", NEAR, USDC, E24, amount_out, fee, micros(at(60)), True)
+
+    quote = quote_paying(10 * E6)  # fee does not fit
     before = settler.ledger.state_digest()
     with pytest.raises(SettlementFailed, match="insufficient balance"):
         settler.settle(quote, settler.sign(quote), at(1))
     assert settler.ledger.state_digest() == before
-    ok = Quote(
-        req.quote_id,
-        req.asset_in,
-        req.asset_out,
-        E24,
-        9 * E6,
-        _ceil_fee(9 * E6, 100),
-        micros(at(60)),
-        req.exact_in,
-    )
+    ok = quote_paying(9 * E6)
     assert settler.settle(ok, settler.sign(ok), at(1)) == ok.fee
     assert settler.balance(USDC) == E6 - ok.fee
 

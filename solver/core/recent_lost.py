@@ -142,7 +142,9 @@ class RecentLost:
             return
         # pop(order.popleft()) ``excess`` times, run by map in C: no bytecode per row dropped
         # (issue 29: nearly every lost quote's row is dropped so once the cap is reached).
-        deque(map(self.rows.__delitem__, map(deque.popleft, repeat(self._order, excess))), 0)
+        # ``dict.pop`` is a fast call; ``__delitem__`` is a slot wrapper that builds an
+        # argument tuple per call: 620 -> 407 instructions a row dropped (callgrind).
+        deque(map(self.rows.pop, map(deque.popleft, repeat(self._order, excess))), 0)
 
     def _trim(self, at: Micros) -> None:
         """Drop the oldest rows while the oldest left the window at ``at`` or there are more

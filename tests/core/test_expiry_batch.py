@@ -503,3 +503,24 @@ def test_a_tick_at_saturation_compares_about_what_falls_due() -> None:
         open_keys.difference_update(key for _, key in due)
     assert taken > 10_000  # many fell due in the ticks measured
     assert _Counted.made < 8 * filed, f"{_Counted.made:,} comparisons for {filed:,} entries"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_lose_takes_a_repeated_id_once_and_an_empty_reason_keeps_each_quotes(seed: int) -> None:
+    """A batch naming an id twice loses it once (as moving each quote does), and no reason
+    leaves every quote its own."""
+    rng = random.Random(seed)
+    one, batch = QuoteBook(), QuoteBook()
+    for i in range(20):
+        q = replace(quote(rng, i), reason=f"own{i}")
+        one.add(q)
+        batch.add(replace(q))
+    ids = [f"q{rng.randrange(25)}" for _ in range(30)]
+    expected = list(dict.fromkeys(i for i in ids if one.get(i) is not None))
+    for quote_id in expected:
+        one.move(quote_id, QuoteState.LOST, T0, reason="")
+    lost: list[Quote] = []
+    batch.lose(ids, T0, "", lost, {})
+    assert [q.quote_id for q in lost] == expected
+    assert [q.reason for q in lost] == [f"own{i[1:]}" for i in expected]
+    assert book_state(batch) == book_state(one)

@@ -27,16 +27,28 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> list[f.QuoteOpened]:
     return built
 
 
+async def _one_answer(
+    monkeypatch: pytest.MonkeyPatch, *, journal: bool, observed: type[f.Fact]
+) -> tuple[list[f.QuoteOpened], list[f.Fact], Recorder, executor_module.Executor]:
+    """One request answered by an executor with or without a journal and with an observer of
+    ``observed``: the ``QuoteOpened`` facts built, what the observer heard, the recorder and
+    the executor."""
+    built = _counted(monkeypatch)
+    recorder = Recorder()
+    executor, _ = build(recorder, journal=journal)
+    heard: list[f.Fact] = []
+    executor.observe(heard.append, observed)
+    quote(executor)
+    await drain(executor)
+    return built, heard, recorder, executor
+
+
 async def test_the_journal_and_the_observers_hear_the_quote_the_desk_opened(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    built = _counted(monkeypatch)
-    recorder = Recorder()
-    executor, _ = build(recorder)
-    heard: list[f.Fact] = []
-    executor.observe(heard.append, f.QuoteOpened)
-    quote(executor)
-    await drain(executor)
+    built, heard, recorder, executor = await _one_answer(
+        monkeypatch, journal=True, observed=f.QuoteOpened
+    )
     (fact,) = built
     assert recorder.facts == [fact] and heard == [fact]
     tracked = executor.desk.book.get("q1")
@@ -53,13 +65,9 @@ async def test_the_journal_and_the_observers_hear_the_quote_the_desk_opened(
 async def test_an_observer_alone_hears_the_fact_without_a_journal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    built = _counted(monkeypatch)
-    recorder = Recorder()
-    executor, _ = build(recorder, journal=False)
-    heard: list[f.Fact] = []
-    executor.observe(heard.append, f.QuoteOpened)
-    quote(executor)
-    await drain(executor)
+    built, heard, recorder, _ = await _one_answer(
+        monkeypatch, journal=False, observed=f.QuoteOpened
+    )
     assert heard == built and len(built) == 1 and recorder.facts == []
     assert [s["quote_id"] for s in recorder.sent] == ["q1"]
 
@@ -67,12 +75,10 @@ async def test_an_observer_alone_hears_the_fact_without_a_journal(
 async def test_with_no_journal_and_no_observer_no_fact_is_built_and_the_quote_opens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    built = _counted(monkeypatch)
-    recorder = Recorder()
-    executor, _ = build(recorder, journal=False)
-    executor.observe(lambda fact: None, f.QuotesLost)  # another kind's observer: not this
-    quote(executor)
-    await drain(executor)
-    assert built == []
+    # an observer of another kind only: not of this one
+    built, heard, recorder, executor = await _one_answer(
+        monkeypatch, journal=False, observed=f.QuotesLost
+    )
+    assert built == [] and heard == []
     assert executor.desk.book.get("q1") is not None
     assert [s["quote_id"] for s in recorder.sent] == ["q1"]

@@ -103,7 +103,16 @@ STAGES: Stages = [
         lambda f: "commit (solver/io/store/journal.py" in f,
     ),
     ("journal: append (fact and projection rows)", _in("solver/io/store/journal.py")),
-    ("store: other writes", _in("solver/io/store/sqlite_store.py", "solver/io/store/schema.py")),
+    (
+        "store: other writes",
+        _in(
+            "solver/io/store/sqlite_store.py",
+            "solver/io/store/checkpoint_handoff.py",
+            "solver/io/store/writes.py",
+            "solver/io/store/nonce_registry.py",
+            "solver/io/store/schema.py",
+        ),
+    ),
     (SIGN, _sign),
     (
         DECIDE,

@@ -38,7 +38,8 @@ from solver.core.state import MarketState
 from solver.core.view import DeskView
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
-from solver.io.store.sqlite_store import NonceReusedError, Store
+from solver.io.store.schema import NonceReusedError
+from solver.io.store.sqlite_store import Store
 from solver.io.swap_client import SwapApiClient
 from solver.protocol import nonce as nonce_module
 from solver.protocol.intents import Transfer

@@ -27,11 +27,10 @@ from solver.core.lifecycle import Quote, QuoteState
 from solver.core.rebalance_record import RebalanceRecord
 from solver.io.store.checkpoint import Pacing
 from solver.io.store.migrations import MIGRATIONS, migrate
-from solver.io.store.schema import TABLES, tracked_row
+from solver.io.store.schema import TABLES, NonceReusedError, tracked_row
 from solver.io.store.sqlite_store import (
     SCHEMA_VERSION,
     Fill,
-    NonceReusedError,
     Store,
     StoreError,
 )
@@ -194,7 +193,7 @@ def test_each_start_claims_a_nonce_prefix_never_claimed_before(
     with Store(db, account=ACCOUNT) as store:  # a restart does not forget them
         assert store.nonce_prefixes(ACCOUNT) == {first}
         draws = iter([first, first, b"\x07" * PREFIX_LEN])  # a repeat is drawn again
-        monkeypatch.setattr("solver.io.store.sqlite_store.os.urandom", lambda n: next(draws))
+        monkeypatch.setattr("solver.io.store.nonce_registry.os.urandom", lambda n: next(draws))
         second = store.claim_nonce_prefix(T0)
         monkeypatch.undo()
         assert second == b"\x07" * PREFIX_LEN

@@ -1,6 +1,6 @@
 """The store's checkpoints, on the writer's own connection, in a thread of the store (the
-"Checkpoints" part of :mod:`solver.io.store.sqlite_store`'s docstring): ``wal_checkpoint(PASSIVE)``
-paced by what was written (:class:`Pacing`).
+"Checkpoints" part of :mod:`solver.io.store.checkpoint_handoff`'s docstring, the owner's side):
+``wal_checkpoint(PASSIVE)`` paced by what was written (:class:`Pacing`).
 
 Until issue 24 a background thread checkpointed on a connection of its own. The store is now
 opened in exclusive locking mode (one connection per database, no memory-mapped ``-shm``), so

@@ -41,6 +41,7 @@ import psycopg
 from solver.core.clock import Micros
 from solver.core.market import QuoteRequest
 from solver.io.store.migrations import migrate_pg
+from solver.io.store.nonce_registry import INSERT_NONCE_PREFIX
 from solver.io.store.pg.conn import PgConn, connect, redact
 from solver.io.store.pg.journal import FENCE, PgJournal
 from solver.io.store.pg.lease import Lease, LeaseHolder, current_holder
@@ -57,7 +58,7 @@ from solver.io.store.schema import (
     ts,
     ts_us,
 )
-from solver.io.store.sqlite_store import INSERT_NONCE_PREFIX, Store
+from solver.io.store.sqlite_store import Store
 from solver.protocol.nonce import PREFIX_LEN
 
 log = logging.getLogger("solver.store")

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from solver.core.rebalance_record import FIELDS
-from solver.io.store.migrations import HISTORY, MIGRATIONS, SCHEMA_VERSION, migrate
+from solver.io.store.migration_history import HISTORY
+from solver.io.store.migrations import MIGRATIONS, SCHEMA_VERSION, migrate
 from solver.io.store.tables import (
     BASELINE_VERSION,
     REBALANCE_COLUMNS,

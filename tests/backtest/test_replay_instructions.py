@@ -37,9 +37,12 @@ def test_opcodes_by_function_are_the_same_in_two_runs(tmp_path: Path) -> None:
     assert by_name["QuotePipeline.decide"] > 300 * 50
     assert by_name["QuotePipeline.decide"] == again_by_name["QuotePipeline.decide"]
     assert by_name["QuoteLifecycle.decide"] == again_by_name["QuoteLifecycle.decide"]
-    # the first run also warms the process's caches (ABC checks, scales): a few more, no fewer
+    # the whole run within 2 %: the first run also warms the process's caches (ABC checks,
+    # scales), and module-level caches that other tests of this worker filled may be cleared
+    # in either run (``second_text``'s at 4,096 seconds: 38 opcodes more in the second run of
+    # one suite under load)
     total, total_again = sum(first.values()), sum(second.values())
-    assert total_again <= total <= total_again * 1.02
+    assert abs(total - total_again) <= total_again * 0.02
 
 
 def test_a_bad_request_count_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:

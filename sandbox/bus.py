@@ -38,7 +38,7 @@ import orjson
 from pydantic import ValidationError
 
 from sandbox.chain import SandboxChain
-from sandbox.ledger import ERR_INVARIANT, LedgerError
+from sandbox.ledger_errors import ERR_INVARIANT, LedgerError
 from sandbox.ledger_journal import deltas_json
 from sandbox.notify_faults import NotifyFaults
 from sandbox.quote_answers import (

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sandbox.chain import SandboxChain
-from sandbox.ledger import LedgerError
+from sandbox.ledger_errors import LedgerError
 from sandbox.notify_faults import NotifyFaults
 from solver.protocol import bus as wire
 

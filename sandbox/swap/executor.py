@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from sandbox.ledger import LedgerError
+from sandbox.ledger_errors import LedgerError
 from sandbox.swap.rules import (
     Action,
     Decision,

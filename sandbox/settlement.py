@@ -36,7 +36,8 @@ from sandbox.notify_faults import NotifyFaults
 from solver.protocol import bus as wire
 
 if TYPE_CHECKING:
-    from sandbox.bus import BusStats, IntentRecord, QuoteRecord, SolverConnection
+    from sandbox.bus import SolverConnection
+    from sandbox.bus_records import BusStats, IntentRecord, QuoteRecord
 
 log = logging.getLogger("sandbox.bus")
 

@@ -34,13 +34,9 @@ import random
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from sandbox.ledger import (
-    ERR_DEADLINE,
-    ERR_INVALID_INTENT,
-    LedgerError,
-    VerifierLedger,
-    _Journal,
-)
+from sandbox.ledger import VerifierLedger
+from sandbox.ledger_errors import ERR_DEADLINE, ERR_INVALID_INTENT, LedgerError
+from sandbox.ledger_journal import Journal as _Journal
 from solver.core.clock import from_micros, micros
 from solver.core.lifecycle import Quote
 from solver.protocol.keys import SecretKey

@@ -13,11 +13,9 @@ diff mirrors the request with the fixed side exact, ``quote_output`` agrees
 (:mod:`sandbox.quote_answers`), and the solver can afford it (``simulate_intents``) — and refused
 with a JSON-RPC error carrying the reason otherwise.
 
-Publish flow: the user's item and the quoted solver items run as one batch. It is simulated at
-once (a failure answers ``FAILED`` with the verifier's reason), then :mod:`sandbox.settlement`
-moves it PENDING → TX_BROADCASTED → executed on the ledger → SETTLED, and only then sends
-``quote_status`` to each solver whose quote was used (NOT_FOUND_OR_NOT_VALID and no
-notification if execution fails).
+Publish flow and statuses: :class:`~sandbox.bus_publish.IntentPublisher`
+(``MessageBus.publisher``), over the bus's tables; the records in those tables are
+:mod:`sandbox.bus_records`.
 """
 
 from __future__ import annotations
@@ -37,9 +35,17 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from sandbox.bus_publish import IntentPublisher
+from sandbox.bus_records import (
+    MAX_RECORDS,
+    AnswerArrival,
+    BusRpcError,
+    BusStats,
+    IntentRecord,
+    QuoteRecord,
+)
 from sandbox.chain import SandboxChain
-from sandbox.ledger import ERR_INVARIANT, LedgerError
-from sandbox.ledger_journal import deltas_json
+from sandbox.ledger_errors import LedgerError
 from sandbox.notify_faults import NotifyFaults
 from sandbox.quote_answers import (
     Leniency,
@@ -51,23 +57,12 @@ from sandbox.quote_answers import (
 from sandbox.settlement import Settlement
 from solver.protocol import bus as wire
 from solver.protocol.amounts import WIRE
-from solver.protocol.encoding import b58encode
 from solver.protocol.intents import format_deadline
-from solver.protocol.signing import first_error, intent_hash
+from solver.protocol.signing import first_error
 
 log = logging.getLogger("sandbox.bus")
 
-MAX_RECORDS = 200_000
 OUTBOX_LIMIT = 10_000
-
-
-class BusRpcError(Exception):
-    """A JSON-RPC error answer: ``code`` and a human reason."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(eq=False)
@@ -103,59 +98,6 @@ class _OpenQuote:
     answered: asyncio.Event = field(default_factory=asyncio.Event)  # one valid answer is in
 
 
-@dataclass(frozen=True, slots=True)
-class AnswerArrival:
-    """One ``quote_response`` as it reached the bus, accepted or not: which connection sent it,
-    when (monotonic), for which quote, and its signature (what identifies the signed answer).
-    Lets a test judge from the relay's side who answered when (issue 27: two instances of one
-    account, one answering at a time)."""
-
-    conn_id: str
-    at: float
-    quote_id: str | None
-    signature: str | None
-
-
-@dataclass
-class QuoteRecord:
-    quote_hash: str
-    conn_id: str
-    signed_data: dict[str, Any]
-    asset_in: str
-    asset_out: str
-    amount_in: int
-    amount_out: int
-    expiration: datetime
-    used: bool = False
-
-
-@dataclass
-class IntentRecord:
-    intent_hash: str
-    status: wire.IntentStatus
-    quote_hashes: list[str]
-    tx_hash: str | None = None
-    reason: str | None = None
-
-
-@dataclass
-class BusStats:
-    quote_requests: int = 0
-    quote_answers_ok: int = 0
-    quote_answers_rejected: dict[str, int] = field(default_factory=dict)
-    published: int = 0
-    publish_failed: dict[str, int] = field(default_factory=dict)
-    settled: int = 0
-    settlement_failed: dict[str, int] = field(default_factory=dict)
-    quote_status_sent: int = 0
-    quote_status_undeliverable: int = 0
-    quote_status_dropped: int = 0
-
-    def count(self, table: dict[str, int], reason: str) -> None:
-        key = reason.split(":", maxsplit=1)[0][:60]
-        table[key] = table.get(key, 0) + 1
-
-
 class MessageBus:
     def __init__(
         self,
@@ -188,6 +130,15 @@ class MessageBus:
             self.notify_faults,
         )
         self.lenient = Leniency()
+        self.publisher = IntentPublisher(
+            chain,
+            self.stats,
+            self.quotes,
+            self.intents,
+            self.settlement,
+            self._spawn,
+            self.lenient,
+        )
 
     # ------------------------------------------------------------------ connections
 
@@ -395,119 +346,15 @@ class MessageBus:
         while len(self.quotes) > MAX_RECORDS:
             self.quotes.popitem(last=False)
 
-    # ------------------------------------------------------------------ publish and status
-
-    def _note_null_quotes(self, raw_params: Any) -> None:
-        if isinstance(raw_params, dict) and raw_params.get("quote_hashes", []) is None:
-            self.lenient.note("quote_hashes", "null read as no quotes (py-near's transfer)")
-
-    async def publish_intent(self, raw_params: Any) -> dict[str, Any]:
-        self._note_null_quotes(raw_params)
-        try:
-            params = wire.PublishIntentParams.model_validate(raw_params, context=WIRE)
-        except ValidationError as exc:
-            raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
-        result = self._publish(params.quote_hashes, [params.signed_data])
-        hashes = result.pop("intent_hashes")
-        if hashes:
-            result["intent_hash"] = hashes[0]
-        return result
-
-    async def publish_intents(self, raw_params: Any) -> dict[str, Any]:
-        self._note_null_quotes(raw_params)
-        try:
-            params = wire.PublishIntentsParams.model_validate(raw_params, context=WIRE)
-        except ValidationError as exc:
-            raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
-        if not params.signed_datas:
-            raise BusRpcError(wire.INVALID_PARAMS, "signed_datas must not be empty")
-        return self._publish(params.quote_hashes, list(params.signed_datas))
-
-    def _publish(self, quote_hashes: list[str], user_items: list[Any]) -> dict[str, Any]:
-        user_hashes = [b58encode(intent_hash(item)) for item in user_items]
-        failed = self._check_publish(quote_hashes, user_hashes)
-        if failed:
-            self.stats.count(self.stats.publish_failed, failed)
-            return {"status": "FAILED", "reason": failed, "intent_hashes": user_hashes}
-        records = [self.quotes[h] for h in quote_hashes]
-        batch = [r.signed_data for r in records] + [
-            item.model_dump(mode="json", exclude_none=True) for item in user_items
-        ]
-        try:
-            simulated = self.chain.ledger.simulate_intents(batch, self.chain.clock())
-        except LedgerError as exc:
-            self.stats.count(self.stats.publish_failed, exc.text)
-            return {"status": "FAILED", "reason": exc.text, "intent_hashes": user_hashes}
-        if "invariant_violated" in simulated:
-            unmatched = simulated["invariant_violated"]["unmatched_deltas"]
-            reason = f"{ERR_INVARIANT}: unmatched deltas {deltas_json(unmatched)}"
-            self.stats.count(self.stats.publish_failed, reason)
-            return {"status": "FAILED", "reason": reason, "intent_hashes": user_hashes}
-        for record in records:
-            record.used = True
-        intent_records = []
-        for user_hash in user_hashes:
-            rec = IntentRecord(user_hash, wire.IntentStatus.PENDING, list(quote_hashes))
-            self._store_intent(user_hash, rec)
-            intent_records.append(rec)
-        for record in records:  # a solver may also follow its own quote hash
-            self._store_intent(record.quote_hash, intent_records[0])
-        self.stats.published += 1
-        self._spawn(self.settlement.settle(batch, records, intent_records))
-        return {"status": "OK", "intent_hashes": user_hashes}
-
-    def _check_publish(self, quote_hashes: list[str], user_hashes: list[str]) -> str | None:
-        now = self.chain.clock()
-        for user_hash in user_hashes:
-            if user_hash in self.intents:
-                return "already processed"
-        for quote_hash in quote_hashes:
-            record = self.quotes.get(quote_hash)
-            if record is None:
-                return f"unknown quote hash {quote_hash}"
-            if record.used:
-                return "already processed"
-            if record.expiration < now:
-                return "expired"
-        if len(set(quote_hashes)) != len(quote_hashes):
-            return "duplicate quote hash"
-        return None
-
-    def _store_intent(self, key: str, record: IntentRecord) -> None:
-        self.intents[key] = record
-        while len(self.intents) > MAX_RECORDS:
-            self.intents.popitem(last=False)
-
-    def get_status(self, raw_params: Any) -> dict[str, Any]:
-        try:
-            params = wire.GetStatusParams.model_validate(raw_params, context=WIRE)
-        except ValidationError as exc:
-            raise BusRpcError(wire.INVALID_PARAMS, f"invalid params: {first_error(exc)}") from None
-        record = self.intents.get(params.intent_hash)
-        if record is None:
-            return {
-                "intent_hash": params.intent_hash,
-                "status": wire.IntentStatus.NOT_FOUND_OR_NOT_VALID.value,
-            }
-        out: dict[str, Any] = {"intent_hash": params.intent_hash, "status": record.status.value}
-        if record.tx_hash:
-            out["data"] = {"hash": record.tx_hash}
-        if record.reason is not None:
-            # Failed in execution (not merely unknown): clients such as the official SDK stop
-            # polling on ``status_details: FAILED`` instead of waiting for a settlement.
-            out["status_details"] = "FAILED"
-            out["reason"] = record.reason
-        return out
-
     async def rpc(self, method: str, param: Any) -> Any:
         """Dispatch one ``/rpc`` method (spec 4.7)."""
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "quote": self.quote,
-            "publish_intent": self.publish_intent,
-            "publish_intents": self.publish_intents,
+            "publish_intent": self.publisher.publish_intent,
+            "publish_intents": self.publisher.publish_intents,
         }
         if method == "get_status":
-            return self.get_status(param)
+            return self.publisher.get_status(param)
         handler = handlers.get(method)
         if handler is None:
             raise BusRpcError(wire.METHOD_NOT_FOUND, f"method {method!r} not found")

@@ -22,7 +22,8 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from sandbox.bus import BusRpcError, MessageBus, SolverConnection, first_param
+from sandbox.bus import MessageBus, SolverConnection, first_param
+from sandbox.bus_records import BusRpcError
 from solver.protocol import bus as wire
 from solver.protocol.signing import first_error
 

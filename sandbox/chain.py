@@ -14,7 +14,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sandbox.ledger import ExecutionResult, LedgerError, VerifierLedger, utc_now
+from sandbox.ledger import ExecutionResult, VerifierLedger, utc_now
+from sandbox.ledger_errors import LedgerError
 from solver.protocol.encoding import b58encode
 from solver.protocol.ids import validate_account_id
 

@@ -11,16 +11,10 @@ intents in order. After the whole batch, the invariant: per token, the
 (all-or-nothing, spec 7.3) through an undo journal, so a failed batch leaves the state exactly
 as it was (:meth:`VerifierLedger.state_digest` is unchanged).
 
-Protocol fee (protocol-notes 2): ``fee_pips`` (1 pip = 1e-6, default 0 as in the spec) is
-charged on every negative ``token_diff`` delta as ``ceil(|delta| * fee / 1e6)``, debited from the
-signer on top of the delta and credited to ``fee_collector``; the invariant is over the deltas,
-and total supply is conserved because the fee only moves between accounts.
-
-``ft_withdraw`` and ``storage_deposit`` debit the signer and record an event: there is no
-external chain to pay out to in the sandbox. Storage is paid in ``wrapped_native``, the
-sandbox's own wNEAR (``config/sandbox.yaml``), which the sandbox funds like any other token.
-
-The undo journal and the event lines live in :mod:`sandbox.ledger_journal`.
+Beside this module, by role: what each intent does, with the protocol fee
+(:mod:`sandbox.ledger_intents`); the error texts and :class:`~sandbox.ledger_errors.LedgerError`
+(:mod:`sandbox.ledger_errors`); the undo journal and the event lines
+(:mod:`sandbox.ledger_journal`); the nonce rules (:mod:`sandbox.nonce_policy`).
 """
 
 from __future__ import annotations
@@ -35,34 +29,29 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sandbox import ledger_journal, nonce_policy
-from sandbox.ledger_journal import (
-    Journal,
-    deltas_json,
-    event,
-    fmt_deltas,
+from sandbox.ledger_errors import (
+    ERR_BALANCE,
+    ERR_DEADLINE,
+    ERR_INVARIANT,
+    ERR_JSON,
+    ERR_NONCE_USED,
+    ERR_RECIPIENT,
+    ERR_SIGNATURE,
+    LedgerError,
+    err_no_key,
 )
-from sandbox.nonce_policy import (
-    NONCE_POLICIES,
-    NoncePolicy,
-    nonce_problem,
-)
+from sandbox.ledger_intents import apply_intent
+from sandbox.ledger_journal import Journal, deltas_json, event, fmt_deltas
+from sandbox.nonce_policy import NONCE_POLICIES, NoncePolicy, nonce_problem
 from solver.errors import ProtocolError, SignatureError
 from solver.protocol.amounts import U128_MAX
 from solver.protocol.encoding import b58encode, b64decode, b64encode
 from solver.protocol.ids import is_eth_implicit_account, is_implicit_account, validate_account_id
 from solver.protocol.intents import (
-    AddPublicKey,
     Erc191Signed,
-    FtWithdraw,
     Nep413Signed,
     RawEd25519Signed,
-    RemovePublicKey,
-    StorageDeposit,
-    TokenDiff,
-    Transfer,
     format_deadline,
-    semantic_problem,
 )
 from solver.protocol.nonce import datetime_to_ns, parse_nonce
 from solver.protocol.signing import VerifiedItem, parse_signed, verify_signed
@@ -74,40 +63,6 @@ LedgerItem = SignedItem | dict[str, Any] | VerifiedItem
 # The sandbox's wNEAR (config/sandbox.yaml ``wrapped_native``): what ``storage_deposit`` and an
 # ``ft_withdraw`` storage deposit are paid with (spec 2.12).
 DEFAULT_WRAPPED_NATIVE = "nep141:wrap.sandbox"
-_Journal = Journal  # the backtest's settlement imports it under its old name
-EVENT_STANDARD = ledger_journal.EVENT_STANDARD
-EVENT_VERSION = ledger_journal.EVENT_VERSION
-
-# The verifier's error texts (protocol-notes 2), matched by callers and tests.
-ERR_SIGNATURE = "invalid signature"
-ERR_JSON = "invalid JSON"
-ERR_RECIPIENT = "wrong verifying_contract"
-ERR_DEADLINE = "deadline has expired"
-ERR_SALT = nonce_policy.ERR_SALT
-ERR_NONCE_EXPIRED = nonce_policy.ERR_NONCE_EXPIRED
-ERR_NONCE_DEADLINE = nonce_policy.ERR_NONCE_DEADLINE
-ERR_NONCE_USED = "nonce was already used"
-ERR_BALANCE = "insufficient balance or overflow"
-ERR_INVALID_INTENT = "invalid intent"
-ERR_INVARIANT = "invariant violated"
-
-
-def err_no_key(public_key: str, account: str) -> str:
-    return f"public key '{public_key}' doesn't exist for account '{account}'"
-
-
-def err_key_exists(public_key: str, account: str) -> str:
-    return f"public key '{public_key}' already exists for account '{account}'"
-
-
-class LedgerError(Exception):
-    """A batch was refused; ``text`` is the verifier's error, ``index`` the failing item."""
-
-    def __init__(self, text: str, index: int | None = None, detail: dict[str, Any] | None = None):
-        super().__init__(text if index is None else f"item {index}: {text}")
-        self.text = text
-        self.index = index
-        self.detail = detail or {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +255,9 @@ class VerifierLedger:
             signer = message.signer_id
             journal.add(journal.setdefault(self.used_nonces, signer, set()), item.nonce)
             for intent in message.intents:
-                self._apply(intent, signer, item.intent_hash_text, journal, logs, sums, index)
+                apply_intent(
+                    self, intent, signer, item.intent_hash_text, journal, logs, sums, index
+                )
             nonce_text = b64encode(item.nonce)
             executed.append(ExecutedIntent(item.intent_hash_text, signer, nonce_text))
             logs.append(
@@ -365,129 +322,6 @@ class VerifierLedger:
         if is_implicit_account(account_id) and public_key.startswith("ed25519:"):
             return "ed25519:" + b58encode(bytes.fromhex(account_id)) == public_key
         return False
-
-    # ------------------------------------------------------------------ intents (spec 2.12)
-
-    def _apply(
-        self,
-        intent: BaseModel,
-        signer: str,
-        intent_hash: str,
-        journal: Journal,
-        logs: list[str],
-        sums: dict[str, int],
-        index: int,
-    ) -> None:
-        problem = semantic_problem(intent, signer)
-        if problem:
-            raise LedgerError(f"{ERR_INVALID_INTENT}: {problem}", index)
-        if isinstance(intent, TokenDiff):
-            fees: dict[str, int] = {}
-            for token, delta in intent.diff.items():
-                if delta < 0:
-                    fee = (-delta * self.fee_pips + 999_999) // 1_000_000  # ceil
-                    self._debit(signer, token, -delta + fee, journal, index)
-                    if fee:
-                        self._credit(self.fee_collector, token, fee, journal, index)
-                        fees[token] = fee
-                else:
-                    self._credit(signer, token, delta, journal, index)
-                sums[token] = sums.get(token, 0) + delta
-            logs.append(
-                event(
-                    "token_diff",
-                    [
-                        {
-                            "intent_hash": intent_hash,
-                            "account_id": signer,
-                            "diff": {t: str(d) for t, d in intent.diff.items()},
-                            "fees_collected": {t: str(f) for t, f in fees.items()},
-                        }
-                    ],
-                )
-            )
-        elif isinstance(intent, Transfer):
-            for token, amount in intent.tokens.items():
-                self._debit(signer, token, amount, journal, index)
-                self._credit(intent.receiver_id, token, amount, journal, index)
-            logs.append(
-                event(
-                    "transfer",
-                    [
-                        {
-                            "intent_hash": intent_hash,
-                            "account_id": signer,
-                            "receiver_id": intent.receiver_id,
-                            "tokens": {t: str(a) for t, a in intent.tokens.items()},
-                            "memo": intent.memo,
-                        }
-                    ],
-                )
-            )
-        elif isinstance(intent, FtWithdraw):
-            self._debit(signer, f"nep141:{intent.token}", intent.amount, journal, index)
-            if intent.storage_deposit:
-                self._debit(signer, self.wrapped_native, intent.storage_deposit, journal, index)
-            logs.append(
-                event(
-                    "ft_withdraw",
-                    [
-                        {
-                            "intent_hash": intent_hash,
-                            "account_id": signer,
-                            "token": intent.token,
-                            "receiver_id": intent.receiver_id,
-                            "amount": str(intent.amount),
-                            "storage_deposit": str(intent.storage_deposit)
-                            if intent.storage_deposit
-                            else None,
-                            "msg": intent.msg,
-                            "memo": intent.memo,
-                        }
-                    ],
-                )
-            )
-        elif isinstance(intent, StorageDeposit):
-            self._debit(signer, self.wrapped_native, intent.amount, journal, index)
-            logs.append(
-                event(
-                    "storage_deposit",
-                    [
-                        {
-                            "intent_hash": intent_hash,
-                            "account_id": signer,
-                            "contract_id": intent.contract_id,
-                            "deposit_for_account_id": intent.account_id,
-                            "amount": str(intent.amount),
-                        }
-                    ],
-                )
-            )
-        elif isinstance(intent, AddPublicKey):
-            if intent.public_key in self.public_keys_of(signer):
-                raise LedgerError(err_key_exists(intent.public_key, signer), index)
-            journal.add(journal.setdefault(self.keys, signer, set()), intent.public_key)
-            logs.append(
-                event("public_key_added", [{"account_id": signer, "public_key": intent.public_key}])
-            )
-        elif isinstance(intent, RemovePublicKey):
-            self._remove_key(signer, intent.public_key, journal, index)
-            logs.append(
-                event(
-                    "public_key_removed", [{"account_id": signer, "public_key": intent.public_key}]
-                )
-            )
-        else:  # pragma: no cover - the discriminated union has no other members
-            raise LedgerError(ERR_INVALID_INTENT, index)
-
-    def _remove_key(self, signer: str, public_key: str, journal: Journal, index: int) -> None:
-        keys = self.keys.get(signer, set())
-        if public_key in keys:
-            journal.discard(keys, public_key)
-        elif self._owns_implicitly(signer, public_key, None):
-            journal.add(self.revoked_implicit, signer)
-        else:
-            raise LedgerError(err_no_key(public_key, signer), index)
 
     def _debit(
         self, account_id: str, token: str, amount: int, journal: Journal, index: int

@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sandbox.chain import SandboxChain
-from sandbox.ledger import LedgerError
+from sandbox.ledger_errors import LedgerError
 from sandbox.notify_faults import NotifyFaults
 from solver.protocol import bus as wire
 
 if TYPE_CHECKING:
-    from sandbox.bus import BusStats, IntentRecord, QuoteRecord, SolverConnection
+    from sandbox.bus import SolverConnection
+    from sandbox.bus_records import BusStats, IntentRecord, QuoteRecord
 
 log = logging.getLogger("sandbox.bus")
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from sandbox.ledger import LedgerError
+from sandbox.ledger_errors import LedgerError
 from sandbox.swap.rules import (
     Action,
     Decision,
@@ -230,7 +230,7 @@ class SwapExecutor:
                 raise _Refund(RefundReason.AMOUNT_LESS_THAN_MIN_AMOUNT_OUT)
         origin, dest = record.origin_asset, record.destination_asset
         diff = TokenDiff(diff={origin: -offer.amount_in, dest: offer.amount_out})
-        result = await svc.bus.publish_intent(
+        result = await svc.bus.publisher.publish_intent(
             {"quote_hashes": [offer.quote_hash], "signed_data": self._sign(record, [diff])}
         )
         if result.get("status") != "OK":
@@ -292,7 +292,7 @@ class SwapExecutor:
         loop = asyncio.get_running_loop()
         until = loop.time() + bus.settlement_delay_s + SETTLE_TIMEOUT_S
         while loop.time() < until:
-            status = bus.get_status({"intent_hash": intent_hash})
+            status = bus.publisher.get_status({"intent_hash": intent_hash})
             if status["status"] == IntentStatus.SETTLED.value:
                 return str(status.get("data", {}).get("hash") or "")
             if status["status"] == IntentStatus.NOT_FOUND_OR_NOT_VALID.value:

@@ -8,12 +8,13 @@ Two kinds of writers:
 
 - **The hot path** calls :meth:`Metrics.inc_request`, :meth:`~Metrics.inc_skip`,
   :meth:`~Metrics.observe_decision`, ... The per-request series are plain numbers in dicts and
-  lists (:class:`_PairCounter`, :class:`_Latency`) that the registry reads at each scrape: a
-  call is a dict add or a bisect — no lock, no ``.labels()`` call, no allocation once warm
-  (issue 29: the client's locked children cost ~4 µs a request in all).
-- **A periodic job** calls :meth:`Metrics.refresh_gauges` with a :class:`MetricsSnapshot` (or a
-  plain mapping of its fields) built by the app. This module imports nothing from
-  the runtime: it only knows the snapshot's shape.
+  lists (:mod:`solver.io.metrics_series`) that the registry reads at each scrape: a call is a
+  dict add or a bisect — no lock, no ``.labels()`` call, no allocation once warm (issue 29: the
+  client's locked children cost ~4 µs a request in all).
+- **A periodic job** calls :meth:`Metrics.refresh_gauges` with a
+  :class:`~solver.io.metrics_gauges.MetricsSnapshot` (or a plain mapping of its fields) built by
+  the app (the gauges: :mod:`solver.io.metrics_gauges`). These modules import nothing from the
+  runtime: they only know the snapshot's shape.
 - **Read at scrape time**: ``quotes_total`` is no count of its own. It shows the executor's
   outbox's count of answers sent (:meth:`Metrics.count_quotes_from`), the one place that fact is
   counted (docs/architecture.md "Counting sent answers"), so the two cannot disagree.
@@ -50,29 +51,24 @@ given to ``Metrics(pairs=...)`` get a label value of their own (``BASE/QUOTE``, 
 known, for both directions); everything else — an unconfigured pair, or a call that passes no
 pair — is counted under ``pair="other"``. :meth:`Metrics.pair_label` maps a request's two asset
 ids to the label with two dict lookups, so the hot path can afford it.
-
-Inventory gauges are in whole tokens when the snapshot carries the asset's decimals, otherwise
-in the asset's smallest unit.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
-    Gauge,
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import Collector
+
+from solver.io.metrics_gauges import BotGauges, MetricsSnapshot
+from solver.io.metrics_series import OTHER, LatencyHistogram, PairCounter, PairTotals
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The ``Content-Type`` of :meth:`Metrics.render` (Prometheus text exposition format)."""
@@ -100,177 +96,8 @@ LOOP_LAG_BUCKETS: tuple[float, ...] = (2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1, 0.25, 
 """Seconds, from 2 ms: the loop's timers wake within a millisecond of their time at best
 (libuv counts in milliseconds), so finer buckets would only show the timer."""
 
-STATES = ("RUNNING", "PAUSED")
-MODES = ("LIVE", "SHADOW")
-OTHER = "other"
-"""The ``pair`` label of everything that is not a configured pair."""
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped", "duplicate", "rate_limited")
 """``solver_notifications_total{result}``: see :class:`solver.io.notify.NotifierStats`."""
-
-
-@dataclass(slots=True)
-class MetricsSnapshot:
-    """What the periodic job reads from the app for the gauges (plain data, no app objects)."""
-
-    free: Mapping[str, int] = field(default_factory=dict)
-    """asset -> free inventory, smallest units."""
-    reserved: Mapping[str, int] = field(default_factory=dict)
-    """asset -> outflow reserved by open quotes, smallest units."""
-    decimals: Mapping[str, int] = field(default_factory=dict)
-    """asset -> decimals; an asset listed here is reported in whole tokens."""
-    pnl_marked_usd: float | None = None
-    """Realised plus unrealised PnL, inventory marked to reference prices (None: unknown)."""
-    pnl_realized_usd: float | None = None
-    """PnL of settled fills only, at the prices of their settlement (None: unknown)."""
-    mismatch: Mapping[str, int] = field(default_factory=dict)
-    """asset -> on-chain balance minus expected, smallest units (0 or absent: reconciled)."""
-    connected: bool = False
-    paused: bool = False
-    """True while the whole bot is paused (scope ``*``); per-pair pauses keep it RUNNING."""
-    shadow: bool = False
-    """True in shadow mode (quotes decided and counted, nothing signed or sent)."""
-    open_quotes: int = 0
-    query_tables_behind: int = 0
-    """Journal entries not projected yet: the query tables lag by this much (they catch up
-    while the process has CPU to spare; docs/bot.md "Persistence and restart safety")."""
-    store_bytes: int | None = None
-    """The store's database and WAL files, bytes (None: no store, or it cannot be read)."""
-    store_disk_free_bytes: int | None = None
-    """Free space on the store's volume for the bot's user, bytes (a full disk pauses
-    quoting; docs/operations.md "Disk")."""
-
-
-_SNAPSHOT_FIELDS = frozenset(f.name for f in fields(MetricsSnapshot))
-
-
-class _AssetGauge:
-    """A gauge labelled by asset whose label sets follow the snapshot (gone assets removed)."""
-
-    __slots__ = ("_children", "_gauge")
-
-    def __init__(self, gauge: Gauge) -> None:
-        self._gauge = gauge
-        self._children: dict[str, Any] = {}
-
-    def update(self, values: Mapping[str, int], decimals: Mapping[str, int]) -> None:
-        for asset in set(self._children) - set(values):
-            self._gauge.remove(asset)
-            del self._children[asset]
-        for asset, amount in values.items():
-            child = self._children.get(asset)
-            if child is None:
-                child = self._children[asset] = self._gauge.labels(asset)
-            child.set(_units(amount, decimals.get(asset)))
-
-
-class _PairCounter(Collector):
-    """A counter labelled by pair (and optionally one more label), kept as plain numbers and
-    shown at each scrape (issue 29: the quote path adds to a dict entry; the client's
-    ``Counter`` took a lock and a child object per call, ~1 µs a request in all).
-
-    The pair label is clamped to the configured set plus ``other`` here, in one place, so no
-    caller can widen the cardinality by passing an arbitrary string.
-    """
-
-    def __init__(
-        self, name: str, documentation: str, labels: tuple[str, ...], pairs: frozenset[str]
-    ) -> None:
-        self._name, self._documentation, self._labels = name, documentation, list(labels)
-        # pair -> second label value ("" when the counter has none) -> total
-        self.values: dict[str, dict[str, float]] = {pair: {} for pair in pairs}
-
-    def inc(self, pair: str, other: str = "", amount: float = 1.0) -> None:
-        by_label = self.values.get(pair)
-        if by_label is None:  # not a configured pair: clamp
-            by_label = self.values[OTHER]
-        by_label[other] = by_label.get(other, 0.0) + amount
-
-    def preset(self, pair: str, other: str = "") -> None:
-        """Show the series at 0 from the first scrape."""
-        self.inc(pair, other, 0.0)
-
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self._name, self._documentation, labels=self._labels)
-
-    def describe(self) -> Iterator[CounterMetricFamily]:
-        yield self._family()
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = self._family()
-        for pair, by_label in self.values.items():
-            for other, total in list(by_label.items()):
-                family.add_metric([pair, other] if other else [pair], total)
-        yield family
-
-
-class _Latency(Collector):
-    """A histogram kept as bucket counts and a sum, shown at each scrape (issue 29: an
-    observation is a bisect and two adds; the client's ``Histogram`` took ~1.5 µs with its
-    locks, twice a request)."""
-
-    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
-        self._name, self._documentation = name, documentation
-        self._bounds = tuple(sorted(buckets))
-        self.counts = [0] * (len(self._bounds) + 1)  # the last: above every bound (+Inf)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self._bounds, value)] += 1
-        self.total += value
-
-    def _family(self) -> HistogramMetricFamily:
-        return HistogramMetricFamily(self._name, self._documentation)
-
-    def describe(self) -> Iterator[HistogramMetricFamily]:
-        yield self._family()
-
-    def collect(self) -> Iterator[HistogramMetricFamily]:
-        cumulative, buckets = 0, []
-        for bound, count in zip((*self._bounds, math.inf), list(self.counts), strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == math.inf else repr(bound), cumulative))
-        family = HistogramMetricFamily(
-            self._name, self._documentation, buckets=buckets, sum_value=self.total
-        )
-        yield family
-
-
-class _PairTotals(Collector):
-    """A counter labelled by pair whose values are read at each scrape from a count kept
-    elsewhere (``pair -> total``); a pair outside ``pairs`` is shown under ``other``."""
-
-    def __init__(self, name: str, documentation: str, pairs: frozenset[str]) -> None:
-        self._name, self._documentation = name, documentation
-        self._pairs = sorted(pairs)
-        self.totals: Mapping[str, int] = {}
-
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self._name, self._documentation, labels=["pair"])
-
-    def describe(self) -> Iterator[CounterMetricFamily]:
-        yield self._family()
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        shown = dict.fromkeys(self._pairs, 0)
-        for pair, total in self.totals.items():
-            shown[pair if pair in shown else OTHER] += total
-        family = self._family()
-        for pair, total in shown.items():
-            family.add_metric([pair], total)
-        yield family
-
-
-def _units(amount: int, decimals: int | None) -> float:
-    if decimals is None:
-        return float(amount)
-    # Exact integer split first: float(10**24-scale ints) / 10**24 loses more than this does.
-    scale: int = 10**decimals
-    whole, frac = divmod(int(amount), scale)
-    return whole + frac / scale
-
-
-def _nan_if_none(value: float | None) -> float:
-    return math.nan if value is None else value
 
 
 class Metrics:
@@ -301,25 +128,25 @@ class Metrics:
         )
         self.pairs: tuple[str, ...] = (*sorted(labels - {OTHER}), OTHER)
         """Every value the ``pair`` label can take, ``other`` last."""
-        self._requests = _PairCounter(
+        self._requests = PairCounter(
             "solver_quote_requests", "Quote requests received from the bus.", ("pair",), labels
         )
         r.register(self._requests)
-        self._quotes = _PairTotals("solver_quotes", "Quotes signed and sent.", labels)
+        self._quotes = PairTotals("solver_quotes", "Quotes signed and sent.", labels)
         r.register(self._quotes)
-        self._skips = _PairCounter(
+        self._skips = PairCounter(
             "solver_skips",
             "Quote requests not quoted, by pair and reason.",
             ("pair", "reason"),
             labels,
         )
-        self._outcomes = _PairCounter(
+        self._outcomes = PairCounter(
             "solver_quote_outcomes",
             "Quote state transitions (WON, SETTLED, LOST, ...), by pair and new state.",
             ("pair", "state"),
             labels,
         )
-        self._volume = _PairCounter(
+        self._volume = PairCounter(
             "solver_volume_usd", "USD notional of settled fills, by pair.", ("pair",), labels
         )
         for counter in (self._skips, self._outcomes, self._volume):
@@ -340,12 +167,12 @@ class Metrics:
         self._notifications_seen: dict[str, int] = {}
         self._outcomes_seen: dict[tuple[str, str], int] = {}
         self._volume_seen: dict[str, float] = {}
-        self._decision = _Latency(
+        self._decision = LatencyHistogram(
             "solver_decision_seconds",
             "Time from quote request to decision (quote or skip).",
             LATENCY_BUCKETS,
         )
-        self._response = _Latency(
+        self._response = LatencyHistogram(
             "solver_response_seconds",
             "Time from quote request to the quote_response written to the bus.",
             LATENCY_BUCKETS,
@@ -367,74 +194,8 @@ class Metrics:
             buckets=LOOP_LAG_BUCKETS,
             registry=r,
         )
-        self._free = _AssetGauge(
-            Gauge("solver_free_inventory", "Free inventory per asset.", ["asset"], registry=r)
-        )
-        self._reserved = _AssetGauge(
-            Gauge(
-                "solver_reserved_inventory",
-                "Inventory reserved by open quotes per asset.",
-                ["asset"],
-                registry=r,
-            )
-        )
-        self._mismatch = _AssetGauge(
-            Gauge(
-                "solver_reconciliation_mismatch",
-                "On-chain balance minus expected balance per asset (0 when reconciled).",
-                ["asset"],
-                registry=r,
-            )
-        )
-        self._pnl_marked = Gauge(
-            "solver_pnl_marked_usd",
-            "PnL in USD, inventory marked to reference prices (NaN while unknown).",
-            registry=r,
-        )
-        self._pnl_realized = Gauge(
-            "solver_pnl_realized_usd",
-            "Realised PnL in USD of settled fills only (NaN while unknown).",
-            registry=r,
-        )
-        self._pnl_marked.set(math.nan)
-        self._pnl_realized.set(math.nan)
-        self._connected = Gauge(
-            "solver_connected", "1 while the bus websocket is connected.", registry=r
-        )
-        self._heartbeat = Gauge(
-            "solver_heartbeat_timestamp_seconds",
-            "Unix time of the bot's last heartbeat (its ticker, every 0.5 s; issues 24, 29).",
-            registry=r,
-        )
-        state = Gauge(
-            "solver_state",
-            "1 on the bot's current state (RUNNING or PAUSED).",
-            ["state"],
-            registry=r,
-        )
-        self._state = {name: state.labels(name) for name in STATES}
-        self._state["RUNNING"].set(1)
-        mode = Gauge(
-            "solver_mode", "1 on the bot's current mode (LIVE or SHADOW).", ["mode"], registry=r
-        )
-        self._mode = {name: mode.labels(name) for name in MODES}
-        self._mode["LIVE"].set(1)
-        self._open = Gauge(
-            "solver_open_quotes", "Quotes signed and not yet in a terminal state.", registry=r
-        )
-        self._behind = Gauge(
-            "solver_query_tables_behind",
-            "Journal entries the query tables (quotes, fills, ...) do not show yet.",
-            registry=r,
-        )
-        self._store_bytes = Gauge(
-            "solver_store_bytes", "The store's database and WAL files, bytes.", registry=r
-        )
-        self._disk_free = Gauge(
-            "solver_store_disk_free_bytes",
-            "Free space on the store's volume for the bot's user, bytes.",
-            registry=r,
-        )
+        self._gauges = BotGauges(r)
+        self._heartbeat = self._gauges.heartbeat
         # Hot-path cache: label value -> child.
         self._bad_frame_children: dict[str, Any] = {}
         self._bad_frames_seen: dict[str, int] = {}
@@ -547,27 +308,7 @@ class Metrics:
 
     def refresh_gauges(self, snapshot: MetricsSnapshot | Mapping[str, Any]) -> None:
         """Set every gauge from a snapshot; a mapping must use :class:`MetricsSnapshot`'s keys."""
-        if not isinstance(snapshot, MetricsSnapshot):
-            unknown = set(snapshot) - _SNAPSHOT_FIELDS
-            if unknown:
-                raise ValueError(f"unknown snapshot keys: {sorted(unknown)}")
-            snapshot = MetricsSnapshot(**snapshot)
-        self._free.update(snapshot.free, snapshot.decimals)
-        self._reserved.update(snapshot.reserved, snapshot.decimals)
-        self._mismatch.update(snapshot.mismatch, snapshot.decimals)
-        self._pnl_marked.set(_nan_if_none(snapshot.pnl_marked_usd))
-        self._pnl_realized.set(_nan_if_none(snapshot.pnl_realized_usd))
-        self._connected.set(1 if snapshot.connected else 0)
-        current = "PAUSED" if snapshot.paused else "RUNNING"
-        for name, child in self._state.items():
-            child.set(1 if name == current else 0)
-        mode = "SHADOW" if snapshot.shadow else "LIVE"
-        for name, child in self._mode.items():
-            child.set(1 if name == mode else 0)
-        self._open.set(snapshot.open_quotes)
-        self._behind.set(snapshot.query_tables_behind)
-        self._store_bytes.set(_nan_if_none(snapshot.store_bytes))
-        self._disk_free.set(_nan_if_none(snapshot.store_disk_free_bytes))
+        self._gauges.refresh(snapshot)
 
     # ------------------------------------------------------------------ exposition
 

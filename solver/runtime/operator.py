@@ -24,7 +24,7 @@ from solver.core.actions import Action, OperatorReply
 from solver.core.clock import Micros, from_micros
 from solver.core.pnl import usd_value
 from solver.errors import SolverError
-from solver.io.metrics import MetricsSnapshot
+from solver.io.metrics_gauges import MetricsSnapshot
 from solver.runtime.status_extra import merge_pair_rows, status_extra
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import orjson
 
-from sandbox.bus import IntentRecord
+from sandbox.bus_records import IntentRecord
 from sandbox.server import Sandbox
 from solver.protocol.bus import IntentStatus
 from solver.protocol.keys import SecretKey

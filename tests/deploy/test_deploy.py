@@ -15,7 +15,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from solver.io.metrics import Metrics, MetricsSnapshot
+from solver.io.metrics import Metrics
+from solver.io.metrics_gauges import MetricsSnapshot
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "solver.json"

@@ -9,7 +9,9 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from solver.io.metrics import LATENCY_BUCKETS, OTHER, Metrics, MetricsSnapshot
+from solver.io.metrics import LATENCY_BUCKETS, Metrics
+from solver.io.metrics_gauges import MetricsSnapshot
+from solver.io.metrics_series import OTHER
 
 USDC = "nep141:usdc.sandbox"
 WNEAR = "nep141:wrap.sandbox"

@@ -22,7 +22,7 @@ import httpx
 import orjson
 import psycopg
 
-from sandbox.bus import AnswerArrival
+from sandbox.bus_records import AnswerArrival
 from sandbox.config import PairSpec, TakersSpec
 from sandbox.server import Sandbox
 from solver.core import facts as f

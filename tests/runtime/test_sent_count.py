@@ -20,7 +20,8 @@ from solver.io.desk_ports import (
     RunningLoop,
     Tasks,
 )
-from solver.io.metrics import OTHER, Metrics
+from solver.io.metrics import Metrics
+from solver.io.metrics_series import OTHER
 from solver.protocol.keys import SecretKey
 from solver.protocol.nonce import NonceSequence, QuoteNonces
 from solver.protocol.quote_signing import QuoteSigner

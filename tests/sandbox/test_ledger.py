@@ -10,24 +10,21 @@ from typing import Any
 
 import pytest
 
-from sandbox.ledger import (
+from sandbox.ledger import SignedItem, VerifierLedger
+from sandbox.ledger_errors import (
     ERR_BALANCE,
     ERR_DEADLINE,
     ERR_INVALID_INTENT,
     ERR_INVARIANT,
     ERR_JSON,
-    ERR_NONCE_DEADLINE,
-    ERR_NONCE_EXPIRED,
     ERR_NONCE_USED,
     ERR_RECIPIENT,
-    ERR_SALT,
     ERR_SIGNATURE,
     LedgerError,
-    SignedItem,
-    VerifierLedger,
     err_key_exists,
     err_no_key,
 )
+from sandbox.nonce_policy import ERR_NONCE_DEADLINE, ERR_NONCE_EXPIRED, ERR_SALT
 from solver.protocol.amounts import U128_MAX
 from solver.protocol.encoding import b58encode, b64decode, b64encode
 from solver.protocol.intents import (

@@ -14,14 +14,9 @@ import pytest
 from pydantic import ValidationError
 
 from sandbox.config import SandboxConfig, load_sandbox_config
-from sandbox.ledger import (
-    ERR_NONCE_DEADLINE,
-    ERR_NONCE_EXPIRED,
-    ERR_NONCE_USED,
-    ERR_SALT,
-    LedgerError,
-    VerifierLedger,
-)
+from sandbox.ledger import VerifierLedger
+from sandbox.ledger_errors import ERR_NONCE_USED, LedgerError
+from sandbox.nonce_policy import ERR_NONCE_DEADLINE, ERR_NONCE_EXPIRED, ERR_SALT
 from solver.protocol.intents import Nep413Signed, StorageDeposit, TokenDiff, Transfer
 from solver.protocol.nonce import salted_nonce, versioned_nonce
 from tests.sandbox.ledger_helpers import (

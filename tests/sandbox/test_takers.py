@@ -26,7 +26,8 @@ from starlette.requests import ClientDisconnect
 
 from sandbox.chain import SandboxChain
 from sandbox.config import PairSpec, TakersSpec, TokenSpec
-from sandbox.ledger import LedgerError, VerifierLedger
+from sandbox.ledger import VerifierLedger
+from sandbox.ledger_errors import LedgerError
 from sandbox.prices import PriceProcess, usd_to_amount
 from sandbox.serving import serving as serve
 from sandbox.takers import TakerPopulation, TakerRequest

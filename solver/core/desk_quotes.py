@@ -126,16 +126,6 @@ class QuoteLifecycle:
             return ShadowQuote(outcome)
         return outcome  # the action: signed under the salt the decision checked
 
-    def signed(self, quote: Quote, quote_hash: str, nonce: bytes, now: Micros) -> None:
-        """The answer exists (the executor signed ``quote`` under ``nonce``): the quote opens, as
-        :meth:`_apply_opened` opens it from its ``QuoteOpened``. The record the decision built
-        is the one the book files, its signature filled in (issue 29: no copy of ten fields an
-        answer). The fact is the executor's to build (:func:`~solver.core.facts.opened_fact`),
-        and only for whom reads it: the journal, before the answer leaves, and its observers. A
-        replay has neither and builds none (one object of 13 fields the book never reads)."""
-        quote.quote_hash, quote.nonce, quote.created_at = quote_hash, nonce, now
-        self._open_quote(quote)
-
     def _quote_not_sent(self, event: ev.QuoteNotSent, now: Micros) -> list[Action]:
         actions: list[Action] = []
         if self.book.get(event.quote_id) is not None:
@@ -212,18 +202,24 @@ class QuoteLifecycle:
     # ------------------------------------------------------------------ applying
 
     def _apply_opened(self, fact: f.QuoteOpened) -> None:
-        self._open_quote(
+        self.signed(
             Quote(
                 fact.quote_id, fact.asset_in, fact.asset_out, fact.amount_in, fact.amount_out,
                 fact.fee, fact.deadline, fact.exact_in, fact.partner_id,
-                quote_hash=fact.quote_hash, nonce=fact.nonce, created_at=fact.created_at,
-            )
+            ),
+            fact.quote_hash, fact.nonce, fact.created_at,
         )  # fmt: skip
 
-    def _open_quote(self, quote: Quote) -> None:
-        """A ``QuoteOpened``'s change of state, whether the desk signed it (:meth:`signed`) or
-        the journal replays it (:meth:`_apply_opened`): the quote joins the book, its pair
-        counts it, its reservation is restored when none holds."""
+    def signed(self, quote: Quote, quote_hash: str, nonce: bytes, now: Micros) -> None:
+        """The answer exists (the executor signed ``quote`` under ``nonce`` at ``now``), or the
+        journal replays its ``QuoteOpened`` (:meth:`_apply_opened`): the quote opens. The
+        record the decision built is the one the book files, its signature filled in (issue
+        29: no copy of ten fields an answer); the quote joins the book, its pair counts it, its
+        reservation is restored when none holds. One method for both ways in, so the quote
+        path pays one call for it, not two (issue 29). The fact is the executor's to build
+        (:func:`~solver.core.facts.opened_fact`), and only for whom reads it: the journal,
+        before the answer leaves, and its observers; a replay has neither and builds none."""
+        quote.quote_hash, quote.nonce, quote.created_at = quote_hash, nonce, now
         self.book.add(quote)
         by_out = self._pairs.get(quote.asset_in)  # PairBook.of, inline
         pair = by_out.get(quote.asset_out) if by_out is not None else None

@@ -172,14 +172,14 @@ class QuoteNonces:
             self._use_salt(salt)
         count = self.sequence.issue()
         if self._salted:  # salted_nonce's layout: salt ‖ prefix ‖ counter (21 bytes)
-            return self._head + count.to_bytes(28 - PREFIX_LEN, "big")
+            return self._head + count.to_bytes(28 - PREFIX_LEN)  # big-endian: the default
         # versioned_nonce's layout: magic ‖ version ‖ salt ‖ deadline (ns) ‖ prefix ‖ counter
         return b"".join(
             (
                 self._head,
                 (deadline_us * 1000).to_bytes(8, "little", signed=True),
                 self.sequence.prefix,
-                count.to_bytes(15 - PREFIX_LEN, "big"),
+                count.to_bytes(15 - PREFIX_LEN),
             )
         )
 

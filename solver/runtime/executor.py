@@ -311,10 +311,9 @@ class Executor:
         appended (and observed), the answer queued for the flush that commits it before it
         leaves. The fact is built only for a journal or an observer to read (a replay has
         neither: one object of 13 fields less an answer, issue 29)."""
-        quote_hash, nonce = signed.quote_hash, signed.nonce
-        self._signed(quote, quote_hash, nonce, now)
-        journal, observers = self._journal, self._opened_observers
-        if journal is not None or observers:
+        self._signed(quote, signed.quote_hash, signed.nonce, now)
+        if self._journal is not None or self._opened_observers:  # read here: a replay's case
+            journal, observers = self._journal, self._opened_observers
             fact = opened_fact(quote, signed.signed_data)
             if journal is not None:
                 try:

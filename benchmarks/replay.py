@@ -257,7 +257,7 @@ def _decide_const_us(strategy: str, path: str, n: int = 20_000) -> float:
     pipeline, state, inventory = replay.pipeline, replay.desk.state, replay.desk.inventory
     state.set_salt(b"\x00" * 4, micros(events[0].ts))
     for key, route in list(pipeline.routes.items()):
-        pipeline.routes[key] = dataclasses.replace(route, strategy=Constant())
+        pipeline.set_route(key, dataclasses.replace(route, strategy=Constant()))
     spent, count = 0.0, 0
     inventory.set_confirmed({a: 10**40 for a in replay.tokens}, micros(events[0].ts))
     for event in events:

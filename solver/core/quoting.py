@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from solver.core.clock import MILLI, SECOND, Micros, span
@@ -118,8 +119,8 @@ class PipelineSettings:
 
 
 class _Pair:
-    """What one pair's decisions read, worked out once per route (a changed route in
-    :attr:`QuotePipeline.routes` gets a new one) and once per price update: the route's fields,
+    """What one pair's decisions read, worked out once per route (:meth:`QuotePipeline.set_route`
+    builds a new one) and once per price update: the route's fields,
     the pause scope's text, the assets' units (None when the decimals are unknown), the price
     guard's factor and the per-token limit of the asset paid out, then the two reference prices
     as of :attr:`MarketState.version` (each the same value the decision read by asset before;
@@ -177,7 +178,9 @@ class QuotePipeline:
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.settings = settings
-        self.routes = dict(routes)
+        self._routes = dict(routes)
+        self.routes: Mapping[tuple[str, str], Route] = MappingProxyType(self._routes)
+        """The configured routes, read-only: :meth:`set_route` changes one with its slot."""
         self.inventory = inventory
         self.state = state
         self.pauses = pauses
@@ -191,8 +194,9 @@ class QuotePipeline:
         self.bucket = TokenBucket(rate, max(1.0, rate))
         # 10**decimals as floats, once: USD notionals are estimates for limits, never amounts.
         self._unit = {asset: 10.0**dec for asset, dec in state.decimals.items()}
-        self._pairs: dict[tuple[str, str], _Pair] = {}
-        """Per pair, what its decisions read (:class:`_Pair`)."""
+        self._pairs = {pair: _Pair(route, self._unit, settings) for pair, route in routes.items()}
+        """Per configured pair, what its decisions read (:class:`_Pair`): built with its route,
+        so a decision finds both in one lookup (issue 29)."""
         self._marks: dict[str, tuple[float, float]] = {}
         self._marks_version = -1  # none worked out yet
         self._view = LiveMarketView(state, inventory, 0, settings.deadline_margin_ms)
@@ -207,13 +211,9 @@ class QuotePipeline:
     def decide(self, request: QuoteRequest, now: Micros) -> Quote | Skip:
         s = self.settings
         asset_in, asset_out, amount = request.asset_in, request.asset_out, request.amount
-        pair = (asset_in, asset_out)
-        route = self.routes.get(pair)
-        if route is None:
+        slot = self._pairs.get((asset_in, asset_out))
+        if slot is None:
             return Skip(UNKNOWN_PAIR, f"{asset_in}->{asset_out}")
-        slot = self._pairs.get(pair)
-        if slot is None or slot.route is not route:
-            slot = self._pairs[pair] = _Pair(route, self._unit, s)
         if not slot.enabled:
             return Skip(PAIR_DISABLED)
         if self._pause_scopes:  # Pauses.reason is None while no pause holds
@@ -328,6 +328,16 @@ class QuotePipeline:
             request.quote_id, asset_in, asset_out, amount_in, amount_out, fee, deadline, exact_in,
             request.partner_id, state.salt,
         )  # fmt: skip
+
+    def set_route(self, pair: tuple[str, str], route: Route | None) -> None:
+        """Configure ``pair``'s route (None: none, its requests skip as ``unknown_pair``); its
+        slot is rebuilt with it, so no decision reads a replaced route's."""
+        if route is None:
+            self._routes.pop(pair, None)
+            self._pairs.pop(pair, None)
+        else:
+            self._routes[pair] = route
+            self._pairs[pair] = _Pair(route, self._unit, self.settings)
 
     def _marks_of(self, state: MarketState) -> dict[str, tuple[float, float]]:
         """Per priced asset, its USD price and its unit (1.0 when the decimals are unknown):

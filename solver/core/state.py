@@ -39,9 +39,9 @@ from solver.core.market import ReferencePrice, decimals_ok
 
 BPS = 10_000
 
-_Rate = tuple[ReferencePrice, ReferencePrice, tuple[int, int] | None, Micros, Micros]
+_Rate = tuple[ReferencePrice, ReferencePrice, tuple[int, int] | None, Micros]
 """The two prices a rate was worked out from, the rate (None: unusable whatever the time) and
-the two prices' times in µs."""
+the older of the two prices' times in µs (the one an age limit finds stale first)."""
 
 
 @dataclass
@@ -144,17 +144,18 @@ def _rate(
     on the time), in its terms: every failing check means None there too."""
     usd_from, usd_to = ref_from.usd, ref_to.usd
     if not (0.0 < usd_from < math.inf and 0.0 < usd_to < math.inf):
-        return ref_from, ref_to, None, 0, 0
+        return ref_from, ref_to, None, 0
     try:
         d_from, d_to = decimals[from_asset], decimals[to_asset]
     except (KeyError, LookupError, ValueError):
-        return ref_from, ref_to, None, 0, 0
+        return ref_from, ref_to, None, 0
     if not decimals_ok(d_from, d_to):
-        return ref_from, ref_to, None, 0, 0
+        return ref_from, ref_to, None, 0
     from_n, from_d = usd_from.as_integer_ratio()
     to_n, to_d = usd_to.as_integer_ratio()
     rate = from_n * to_d * _scale(d_to), from_d * to_n * _scale(d_from)
-    return ref_from, ref_to, rate, micros(ref_from.observed_at), micros(ref_to.observed_at)
+    at_from, at_to = micros(ref_from.observed_at), micros(ref_to.observed_at)
+    return ref_from, ref_to, rate, at_from if at_from <= at_to else at_to
 
 
 def _scale(decimals: int) -> int:
@@ -222,7 +223,9 @@ class LiveMarketView:
         worked out once per price update (:attr:`MarketState.rates`), and the prices' ages are
         read in µs, ``(now - at) / SECOND``, which is exactly the ``timedelta.total_seconds()``
         of the ``datetime`` difference it replaces (integer µs over 10**6, correctly rounded
-        both ways). The token decimals are fixed for a state's life (the pipeline's units too).
+        both ways). That age grows with the time's distance, so either price is too old exactly
+        when the older one is: one comparison, the same answer (issue 29). The token decimals
+        are fixed for a state's life (the pipeline's units too).
         """
         state = self._state
         prices = state.prices
@@ -234,9 +237,11 @@ class LiveMarketView:
         entry = state.rates.get(key)
         if entry is None or entry[0] is not ref_from or entry[1] is not ref_to:
             entry = state.rates[key] = _rate(state.decimals, from_asset, to_asset, ref_from, ref_to)
-        rate = entry[2]
-        if rate is not None and max_age_s is not None:
-            now = self.now_us
-            if (now - entry[3]) / SECOND > max_age_s or (now - entry[4]) / SECOND > max_age_s:
-                return None
+        _, _, rate, oldest = entry
+        if (
+            rate is not None
+            and max_age_s is not None
+            and (self.now_us - oldest) / SECOND > max_age_s
+        ):
+            return None
         return rate

@@ -90,11 +90,9 @@ def test_protocol_fee_is_reserved_with_the_outflow() -> None:
 @pytest.mark.parametrize(
     ("setup", "request_kwargs", "reason"),
     [
-        (lambda p: p.routes.clear(), {}, q.UNKNOWN_PAIR),
+        (lambda p: p.set_route((NEAR, USDC), None), {}, q.UNKNOWN_PAIR),
         (
-            lambda p: p.routes.update(
-                {(NEAR, USDC): replace(p.routes[(NEAR, USDC)], enabled=False)}
-            ),
+            lambda p: p.set_route((NEAR, USDC), replace(p.routes[(NEAR, USDC)], enabled=False)),
             {},
             q.PAIR_DISABLED,
         ),
@@ -295,7 +293,7 @@ def test_strategies_see_the_deadline_margin() -> None:
             return 3 * E6
 
     pipeline, _ = build(deadline_margin_ms=7_000)
-    pipeline.routes[(NEAR, USDC)] = replace(pipeline.routes[(NEAR, USDC)], strategy=Margin())
+    pipeline.set_route((NEAR, USDC), replace(pipeline.routes[(NEAR, USDC)], strategy=Margin()))
     assert isinstance(pipeline.decide(req(), NOW), Quote)
     assert seen == [7_000]
 
@@ -346,7 +344,7 @@ def test_each_decision_shows_the_strategy_its_own_time_and_fee() -> None:
             return 3 * E6
 
     pipeline, _ = build()
-    pipeline.routes[(NEAR, USDC)] = replace(pipeline.routes[(NEAR, USDC)], strategy=Watch())
+    pipeline.set_route((NEAR, USDC), replace(pipeline.routes[(NEAR, USDC)], strategy=Watch()))
     assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     pipeline.state.fee_pips = 100
     assert isinstance(pipeline.decide(req(quote_id="b"), NOW + span(1)), Quote)
@@ -360,12 +358,29 @@ def test_a_changed_route_or_limit_is_read_again() -> None:
     pipeline, _ = build(max_open_per_token={USDC: 5 * E6})
     assert isinstance(pipeline.decide(req(quote_id="a"), NOW), Quote)
     key = (NEAR, USDC)
-    pipeline.routes[key] = replace(pipeline.routes[key], min_notional_usd=4.0)
+    pipeline.set_route(key, replace(pipeline.routes[key], min_notional_usd=4.0))
     outcome = pipeline.decide(req(quote_id="b"), NOW)
     assert isinstance(outcome, q.Skip) and outcome.reason == q.BELOW_MIN_SIZE
-    pipeline.routes[key] = replace(pipeline.routes[key], min_notional_usd=1.0)
+    pipeline.set_route(key, replace(pipeline.routes[key], min_notional_usd=1.0))
     outcome = pipeline.decide(req(quote_id="c"), NOW)
     assert isinstance(outcome, q.Skip) and outcome.reason == q.PER_TOKEN_LIMIT
+
+
+def test_routes_change_only_through_set_route() -> None:
+    """The routes are read-only: a decision finds a pair's route and its slot in one lookup,
+    so a route changes with its slot (``set_route``) or not at all; a removed one is unknown
+    and a route added later quotes."""
+    pipeline, _ = build()
+    key = (NEAR, USDC)
+    route = pipeline.routes[key]
+    with pytest.raises(TypeError):
+        pipeline.routes[key] = route  # type: ignore[index]
+    pipeline.set_route(key, None)
+    assert key not in pipeline.routes
+    outcome = pipeline.decide(req(quote_id="a"), NOW)
+    assert isinstance(outcome, q.Skip) and outcome.reason == q.UNKNOWN_PAIR
+    pipeline.set_route(key, route)
+    assert isinstance(pipeline.decide(req(quote_id="b"), NOW), Quote)
 
 
 def test_the_open_exposure_is_marked_at_the_latest_prices() -> None:

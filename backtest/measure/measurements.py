@@ -94,9 +94,8 @@ class Measurements:
         self.won = 0
         self.events: Counter[str] = Counter()
         self.lost: dict[str, int] = {}
-        """Answers lost, by why (``LOST_*``). A plain dict, not a Counter: the relay counts
-        into it once per answer, and storing an item in a Counter costs ~4x a dict's (issue
-        29)."""
+        """Answers lost, by why (``LOST_*``): the relay's queued reasons
+        (:attr:`outcome_reasons`) counted at :meth:`fold_queues`, a late answer's at once."""
         self.settle_failed: Counter[str] = Counter()
         self.edge_bins: dict[int, list[int]] = {}  # bps bin -> [resolved, won]
         self.size_bins: dict[int, list[int]] = {}  # log10(usd) bin -> [lost, won]
@@ -135,6 +134,9 @@ class Measurements:
         the positions of the won ones (the relay appends a loss directly, likewise). Columns,
         not a tuple per answer (issue 29): nothing per answer for the cyclic collector to
         count or walk while the queue fills."""
+        self.outcome_reasons: list[str] = []
+        """Why each loss the relay queued lost (``LOST_*``), counted into :attr:`lost` in C
+        at :meth:`fold_queues` (issue 29: a dict's get and store per answer)."""
         self.by_competition = {True: PairStats(), False: PairStats()}
         self.by_flow = {True: PairStats(), False: PairStats()}
         """The same by whether the stream labelled the request informed."""
@@ -239,6 +241,12 @@ class Measurements:
             edges.clear()
             self.outcome_sizes.clear()
             self.outcome_wins.clear()
+        reasons = self.outcome_reasons
+        if reasons:
+            lost = self.lost
+            for reason, n in Counter(reasons).items():
+                lost[reason] = lost.get(reason, 0) + n
+            reasons.clear()
 
     # ------------------------------------------------------------------ inventory risk
 

@@ -163,7 +163,20 @@ def test_a_competitor_is_forgotten_once_one_ttl_newer_came() -> None:
     assert book.pop("q") == 8
     for i in range(100_000):  # nobody asks: memory stays bounded by what is live
         book.add(f"q{i}", i, 10_000 + i)
-    assert len(book) == 1_001 and len(book._best) <= 2 * 4_096
+        if i % 1_000 == 0:
+            book.sweep()  # the replay's tick
+    assert len(book) == 1_001 and len(book.best) <= 2 * 4_096 + 1_000
+
+
+def test_a_sweep_forgets_only_expired_competitors_and_waits_for_growth() -> None:
+    book = CompetitorBook(ttl_us=1_000)
+    for i in range(5_000):
+        book.add(f"q{i}", i, i)
+    book.sweep()  # 5,000 held, over the 4,096 a first sweep waits for: those before 3,999 go
+    assert len(book.best) == 1_001 and book.pop("q3999") == 3_999 and book.pop("q3998") is None
+    book.add("late", 1, 5_000)
+    book.sweep()  # 1,001 held: under twice what the last sweep kept, nothing goes
+    assert len(book.best) == 1_001
 
 
 def test_settings_file_and_overrides(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ class SimulatedRelay:
         self.desk = desk
         self._prices = desk.reference_prices  # the desk's live mapping (read only)
         self._scale = measures.scale
-        self._unit: dict[str, float] = {}
+        self.unit_usd: dict[str, float] = {}
         """USD per smallest unit of each priced asset: the desk's price over the decimals,
         taken when the replay feeds the desk a price (:meth:`repriced`), read per answer."""
         self.wait_ms = wait_ms
@@ -177,7 +177,7 @@ class SimulatedRelay:
     # ------------------------------------------------------------------ the sender port
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
-        unit = self._unit  # the desk quoted: it had both prices
+        unit = self.unit_usd  # the desk quoted: it had both prices
         paid = quote.amount_in * unit[quote.asset_in]
         # edge_bps(amount_in, v_in, amount_out, v_out), inline: the same operations
         edge = 0.0 if paid <= 0 else (quote.amount_out * unit[quote.asset_out] / paid - 1.0) * 1e4
@@ -195,7 +195,7 @@ class SimulatedRelay:
         ref = self._prices.get(asset)
         scale = self._scale.get(asset)
         if ref is not None and scale is not None:
-            self._unit[asset] = ref.usd / scale
+            self.unit_usd[asset] = ref.usd / scale
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         return _UNCORKED

@@ -202,3 +202,14 @@ def test_settings_file_and_overrides(tmp_path: Path) -> None:
 def test_the_documented_example_is_the_defaults() -> None:
     example = Path(__file__).resolve().parents[2] / "config" / "backtest.yaml"
     assert load_settings(example) == load_settings(None)
+
+
+def test_latency_draws_are_the_median_times_the_exponential_of_the_seeded_normals() -> None:
+    """The block of draws is made in C (map): the very floats of ``median * exp(sigma * z)``
+    for each normal of the model's generator, in order, across blocks."""
+    spec = LatencySpec(kind="lognormal", median_ms=40.0, sigma=0.6)
+    rng = seeded(9, 2)
+    normals = rng.standard_normal(4096).tolist() + rng.standard_normal(4096).tolist()
+    expected = [40.0 * math.exp(0.6 * z) for z in normals]
+    draws = list(itertools.islice(LatencyModel(spec, 9).draws(), 8192))
+    assert [ms for ms, _ in draws] == expected

@@ -189,7 +189,8 @@ class Replay:
             m.request_latencies.append,
             m.request_skips.append,
         )
-        add_competitor = self.competitors.add
+        book = self.competitors  # CompetitorBook.add, inline (a call per competitor record)
+        best_of = book.best
         progress = self.progress
         count = competitors = 0
         next_progress = PROGRESS_EVERY
@@ -223,7 +224,8 @@ class Replay:
                         fold()
                 elif kind == REC_COMPETITOR:
                     competitors += 1
-                    add_competitor(rec[2], rec[3], t_us)
+                    best_of[rec[2]] = (rec[3], t_us)
+                    book.newest_us = t_us
                 elif kind == REC_PRICE:
                     price(rec[2], rec[3], rec[1], t_us)
                 elif kind == REC_INFORMED:
@@ -343,8 +345,10 @@ class Replay:
     def _refresh(self, now: Micros) -> None:
         """What the live timers keep fresh: the balances, the salt, the static prices."""
         feed = self.executor.feed
+        repriced = self.relay.repriced
         for asset, usd in self.static.items():
             feed(PriceSeen(asset, usd, now), now)
+            repriced(asset)
         self._salt()
         self._balances()
 
@@ -362,6 +366,10 @@ class Replay:
         pnl = self.desk.pnl
         self.measures.on_tick(t_us / 1e6, pnl.pnl, pnl.drawdown_usd(), pnl.realized_usd)
         self.measures.flush(t_us)
+        relay = self.relay  # what the relay keeps between ticks: bounded by a tick's work
+        relay.competitors.sweep()
+        relay.informed.sweep()
+        relay.coverage.fold()
 
     def _won(self, pending: Pending, at_us: int) -> None:
         """A quote a taker took: settled at its time (the desk hears it then)."""
@@ -385,6 +393,7 @@ class Replay:
         self.static.pop(asset, None)
         self.now = ts_us
         self.executor.feed(PriceSeen(asset, usd, ts_us), ts_us)
+        self.relay.repriced(asset)
         m.on_price(asset, usd, t_us / 1e6)
         if self.desk.pnl.start_equity is None and self._all_priced():
             self._tick(t_us)  # the desk takes the starting equity once everything is priced

@@ -33,6 +33,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
+from itertools import repeat
+from operator import mul
 from typing import Protocol
 
 import numpy as np
@@ -258,46 +260,46 @@ class CompetitorBook:
     request we skipped) are dropped once older than ``ttl_us``, so memory stays flat.
 
     An entry counts as gone as soon as an entry ``ttl_us`` newer was added (times only grow);
-    it leaves memory when the book next outgrows twice what it held at its last sweep. So an
-    add costs a dict store, not a queue of expiries.
+    it leaves memory at the first :meth:`sweep` (the replay's tick) after the book outgrew
+    twice what it held at the last one. So an add is a dict store and the time it came:
+    the replay makes it inline, as :meth:`add` does (issue 29: a call per competitor record),
+    and the relay reads :attr:`best` as :meth:`pop` does. :attr:`best` is one dict for the
+    book's life (swept in place), so both bind it once.
     """
 
     def __init__(self, ttl_us: int) -> None:
         self.ttl_us = ttl_us
-        self._best: dict[str, tuple[int, int]] = {}  # quote_id -> (best amount, seen at µs)
-        self._newest_us = -(2**62)
+        self.best: dict[str, tuple[int, int]] = {}
+        """quote_id -> (best amount, seen at µs)."""
+        self.newest_us = -(2**62)
+        """When the newest entry was added: entries seen before ``newest_us - ttl_us`` are gone."""
         self._sweep_at = _SWEEP_MIN
 
     def __len__(self) -> int:
         """Entries not expired (a count over all held: for reports and tests)."""
-        horizon = self._newest_us - self.ttl_us
-        return sum(1 for _, seen in self._best.values() if seen >= horizon)
-
-    @property
-    def held(self) -> bool:
-        """Whether anything is held, expired or not (cheap: a pop may find something)."""
-        return bool(self._best)
+        horizon = self.newest_us - self.ttl_us
+        return sum(1 for _, seen in self.best.values() if seen >= horizon)
 
     def add(self, quote_id: str, best_amount: int, t_us: int) -> None:
-        best = self._best
-        best[quote_id] = (best_amount, t_us)
-        self._newest_us = t_us
-        if len(best) > self._sweep_at:
-            horizon = t_us - self.ttl_us
-            self._best = {q: entry for q, entry in best.items() if entry[1] >= horizon}
-            self._sweep_at = max(_SWEEP_MIN, 2 * len(self._best))
-
-    def entries(self) -> tuple[dict[str, tuple[int, int]], int]:
-        """The entries and the horizon for a run of pops with no add between them (the
-        relay's batch of due outcomes): an entry seen before the horizon counts as gone, as
-        in :meth:`pop`."""
-        return self._best, self._newest_us - self.ttl_us
+        self.best[quote_id] = (best_amount, t_us)
+        self.newest_us = t_us
 
     def pop(self, quote_id: str) -> int | None:
-        entry = self._best.pop(quote_id, None)
-        if entry is None or entry[1] < self._newest_us - self.ttl_us:
+        entry = self.best.pop(quote_id, None)
+        if entry is None or entry[1] < self.newest_us - self.ttl_us:
             return None
         return entry[0]
+
+    def sweep(self) -> None:
+        """Forget the expired entries once the book holds more than twice what it kept at the
+        last sweep (the replay's tick: what is held is bounded by a tick's records and the
+        entries still live)."""
+        best = self.best
+        if len(best) > self._sweep_at:
+            horizon = self.newest_us - self.ttl_us
+            for quote_id in [q for q, entry in best.items() if entry[1] < horizon]:
+                del best[quote_id]
+            self._sweep_at = max(_SWEEP_MIN, 2 * len(best))
 
 
 _SWEEP_MIN = 4096
@@ -331,9 +333,12 @@ class LatencyModel:
         """Blocks of draws as a ``zip`` of two columns: it hands out one tuple, reused once the
         caller let go of it (issue 29: a block of 4,096 tuples alive at once was a pass of the
         cyclic collector in every few blocks, and costlier ones as the tuples aged)."""
-        median, sigma, exp = self.spec.median_ms, self.spec.sigma, math.exp
+        median, sigma, exp = repeat(self.spec.median_ms), repeat(self.spec.sigma), math.exp
         while True:
-            ms = [median * exp(sigma * z) for z in self._rng.standard_normal(_BLOCK).tolist()]
+            # median * exp(sigma * z) for each z, in C (issue 29: a Python loop's 16 bytecodes
+            # a request): the same products, in the same order
+            z = self._rng.standard_normal(_BLOCK).tolist()
+            ms = list(map(mul, median, map(exp, map(mul, sigma, z))))
             column = np.array(ms)
             if column.max() < _WHOLE_MAX:  # not for a NaN: then one at a time
                 # ms_to_us by column, the same operations: int() truncates as astype does, the

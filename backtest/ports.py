@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from backtest.fills import LOST_LATE, CompetitorBook, FillModel
 from backtest.measure.fill_record import FillRecord
-from backtest.measure.measurements import QUEUE_MAX, Measurements
+from backtest.measure.measurements import Measurements
 from backtest.settle import LedgerSettler, SettlementFailed
 from backtest.unobserved import Coverage
 from solver.core import events as ev
@@ -139,6 +139,9 @@ class SimulatedRelay:
         self.desk = desk
         self._prices = desk.reference_prices  # the desk's live mapping (read only)
         self._scale = measures.scale
+        self.unit_usd: dict[str, float] = {}
+        """USD per smallest unit of each priced asset: the desk's price over the decimals,
+        taken when the replay feeds the desk a price (:meth:`repriced`), read per answer."""
         self.wait_ms = wait_ms
         self.delay_us = settlement_delay_ms * 1000
         self.observe = observe
@@ -163,31 +166,36 @@ class SimulatedRelay:
         self._deciding = (
             fill_model.decide,
             observe,
-            self.coverage.routes,
-            measures.lost,
-            measures.lost.get,
+            self.competitors.best,
+            self.coverage.judged.append,
+            self.coverage.observed.append,
+            measures.outcome_reasons.append,
             measures.outcome_edges.append,
             measures.outcome_sizes.append,
-            measures.outcome_edges,
-            measures.fold_queues,
         )
 
     # ------------------------------------------------------------------ the sender port
 
     def send_answer(self, quote: Quote, signed: SignedQuote) -> None:
-        prices, scale = self._prices, self._scale
-        asset_in, asset_out = quote.asset_in, quote.asset_out
-        v_in = prices[asset_in].usd / scale[asset_in]  # the desk quoted: it had both prices
-        v_out = prices[asset_out].usd / scale[asset_out]
-        paid = quote.amount_in * v_in
+        unit = self.unit_usd  # the desk quoted: it had both prices
+        paid = quote.amount_in * unit[quote.asset_in]
         # edge_bps(amount_in, v_in, amount_out, v_out), inline: the same operations
-        edge = 0.0 if paid <= 0 else (quote.amount_out * v_out / paid - 1.0) * 10_000.0
+        edge = 0.0 if paid <= 0 else (quote.amount_out * unit[quote.asset_out] / paid - 1.0) * 1e4
         t_us, latency = self.arrive_us, self.latency_ms
         if latency > self.wait_ms:
             self._lose(Pending(quote, signed, edge, paid, t_us, latency), LOST_LATE)
         else:
             # A plain tuple (a :class:`Due`); a Pending is made only for a quote that won.
             self.resolves.append((t_us + self.delay_us, quote, signed, edge, paid, t_us, latency))
+
+    def repriced(self, asset: str) -> None:
+        """The replay fed the desk a price of ``asset``: take its value per smallest unit, as
+        :meth:`send_answer` reads it (issue 29: two lookups, an attribute and a division an
+        asset an answer, where prices change at price records and ticks only)."""
+        ref = self._prices.get(asset)
+        scale = self._scale.get(asset)
+        if ref is not None and scale is not None:
+            self.unit_usd[asset] = ref.usd / scale
 
     def corked(self) -> contextlib.AbstractContextManager[None]:
         return _UNCORKED
@@ -212,44 +220,57 @@ class SimulatedRelay:
 
         One pass over the due answers with everything bound once: the competitor books are
         read as :meth:`CompetitorBook.pop` does (nothing is added to them meanwhile, so their
-        horizon holds), the coverage counted and the outcome queued as
-        :meth:`Coverage.judged` and :meth:`Measurements.on_resolved` do."""
+        horizon holds); the answer is queued for the coverage (:class:`Coverage`) and a loss
+        for the measurements (:meth:`Measurements.on_resolved`, its reason with it), each
+        counted later in C. No queue is checked for its size here: the answers decided
+        between two folds of the measurements are those of the requests in between (at most
+        :data:`~backtest.measure.measurements.QUEUE_MAX`) and those pending at the first."""
         resolves = self.resolves
         if not resolves or resolves[0][0] > until_us:
             return
-        best_of, horizon = self.competitors.entries()
-        informed_of, informed_horizon = self.informed.entries()
-        decide, observe, routes, lost_counts, lost_count, add_edge, add_size, edges, fold = (
-            self._deciding
-        )
+        competitors = self.competitors
+        horizon = competitors.newest_us - competitors.ttl_us
+        decide, observe, best_of, judged, observed, add_reason, add_edge, add_size = self._deciding
         popleft = resolves.popleft
-        while resolves and resolves[0][0] <= until_us:
+        while True:  # the first is due (checked above); each next one is checked at the end
             at_us, quote, signed, edge, paid, t_us, latency = popleft()
-            quote_id = quote.quote_id
-            entry = best_of.pop(quote_id, None)
-            best = None if entry is None or entry[1] < horizon else entry[0]
-            observed = best is not None
-            label = informed_of.pop(quote_id, None) if informed_of else None
-            route = (quote.asset_in, quote.asset_out)
-            counts = routes.get(route)
-            if counts is None:
-                counts = routes[route] = [0, 0]
-            counts[0] += 1
-            counts[1] += observed
+            entry = best_of.pop(quote.quote_id, None)
+            judged(quote)
+            if entry is None or entry[1] < horizon:
+                best = None
+            else:
+                best = entry[0]
+                observed(quote)
             lost = decide(quote, best, edge, paid, t_us, latency)
             if observe is not None:
-                observe(edge, lost, observed)
+                observe(edge, lost, best is not None)
             if lost is None:
-                pending = Pending(quote, signed, edge, paid, t_us, latency, observed)
-                pending.informed = label is not None and label[1] >= informed_horizon
-                self.won(pending, at_us)
+                self._win(at_us, quote, signed, edge, paid, t_us, latency, best is not None)
             else:
                 # Nothing to tell the desk: nobody names the quote; LOST after its deadline.
-                lost_counts[lost] = lost_count(lost, 0) + 1
+                add_reason(lost)
                 add_edge(edge)
                 add_size(paid)
-                if len(edges) >= QUEUE_MAX:
-                    fold()
+            if not resolves or resolves[0][0] > until_us:
+                return
+
+    def _win(
+        self,
+        at_us: int,
+        quote: Quote,
+        signed: SignedQuote,
+        edge: float,
+        paid: float,
+        t_us: int,
+        latency: float,
+        observed: bool,
+    ) -> None:
+        """A quote a taker took (few: a call of its own keeps the loop short), with whether the
+        stream labelled its request informed (a label nobody asks for, a lost or skipped
+        request's, goes at a sweep once expired)."""
+        pending = Pending(quote, signed, edge, paid, t_us, latency, observed)
+        pending.informed = self.informed.pop(quote.quote_id) is not None
+        self.won(pending, at_us)
 
     def _lose(self, pending: Pending, reason: str) -> None:
         # Nothing to tell the desk: nobody names the quote, so it ends LOST after its deadline.

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import deque
+from collections import Counter, deque
+from operator import attrgetter
 from statistics import NormalDist
 
 from backtest.settings import RaceSpec, UnobservedSpec
 from backtest.stream.events import Header
+from solver.core.lifecycle import Quote
 from solver.errors import ConfigError
 
 _TWO_64 = float(2**64)
@@ -47,6 +49,8 @@ _QUARTER_US = 21_600_000_000
 """A quarter of a day in µs (:func:`day_quarter`)."""
 _POOLED_MIN = 1
 """Observations the all-pairs bucket needs: one observed competitor is a better guess than none."""
+_ROUTE = attrgetter("asset_in", "asset_out")
+"""A judged quote's route, read in C (:meth:`Coverage.fold`)."""
 
 Key = tuple[object, ...]
 
@@ -89,7 +93,6 @@ class CompetitionModel:
         # looked up once instead of building and finding four keys per observation.
         self._by_route: dict[tuple[str, str, int, int], tuple[deque[float], ...]] = {}
         self._minimum = spec.min_observed
-        self.observed = 0
 
     def _levels(self, pair: tuple[str, str], size: int, quarter: int) -> tuple[Key, ...]:
         return ((pair, size, quarter), (pair, size), (pair,), ())
@@ -99,8 +102,15 @@ class CompetitionModel:
     ) -> None:
         if not _isfinite(edge_bps):
             return
-        self.observed += 1
-        finest, by_size, by_pair, pooled = self._buckets_of(asset_in, asset_out, notional_usd, t_us)
+        # _buckets_of, inline (once per observed answer; issue 29: a call and its frame): the
+        # same route and the same buckets
+        if notional_usd > 0:
+            decade = _floor(_log10(notional_usd))
+            size = -3 if decade < -3 else 9 if decade > 9 else decade
+        else:
+            size = -3
+        route = (asset_in, asset_out, size, (t_us // _QUARTER_US) % 4)
+        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
         finest.append(edge_bps)
         by_size.append(edge_bps)
         by_pair.append(edge_bps)
@@ -195,20 +205,39 @@ def require_competition(header: Header, spec: UnobservedSpec, stream: str = "the
 
 class Coverage:
     """How much of the competition the replay observed, and what the fills rest on: per pair,
-    answers judged and those with an observed competitor; fills with and without one."""
+    answers judged and those with an observed competitor; fills with and without one.
+
+    The relay queues each judged answer's quote (:attr:`judged`, and :attr:`observed` when it
+    had an observed competitor); they are counted by route in C when the counts are read and
+    at the replay's ticks (:meth:`fold`). Issue 29: counting per answer in Python built and
+    hashed a route tuple and added twice, ~35 bytecodes an answer; a queued quote is alive in
+    the desk's book until its deadline anyway."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.routes: dict[tuple[str, str], list[int]] = {}
-        """``(asset_in, asset_out) -> [judged, observed]`` (the relay counts into it inline)."""
+        self.judged: list[Quote] = []
+        self.observed: list[Quote] = []
+        """Queued: the quotes judged (with an observed competitor) since the last fold."""
+        self._judged: Counter[tuple[str, str]] = Counter()
+        self._observed: Counter[tuple[str, str]] = Counter()
         self.fills = [0, 0]  # [with an observed competitor, without]
 
-    def judged(self, asset_in: str, asset_out: str, observed: bool) -> None:
-        counts = self.routes.get((asset_in, asset_out))
-        if counts is None:
-            counts = self.routes[(asset_in, asset_out)] = [0, 0]
-        counts[0] += 1
-        counts[1] += observed
+    def fold(self) -> None:
+        """Count the queued quotes by route (``asset_in, asset_out``), in C."""
+        judged, observed = self.judged, self.observed
+        if judged:
+            self._judged.update(map(_ROUTE, judged))
+            judged.clear()
+        if observed:
+            self._observed.update(map(_ROUTE, observed))
+            observed.clear()
+
+    @property
+    def routes(self) -> dict[tuple[str, str], list[int]]:
+        """``(asset_in, asset_out) -> [judged, observed]``."""
+        self.fold()
+        seen = self._observed
+        return {route: [n, seen[route]] for route, n in self._judged.items()}
 
     @property
     def by_pair(self) -> dict[tuple[str, str], list[int]]:

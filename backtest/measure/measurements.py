@@ -40,8 +40,9 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from functools import reduce
 from itertools import repeat
-from operator import itemgetter
+from operator import add, itemgetter
 
 from backtest.measure.columns import count_outcomes, count_timeline
 from backtest.measure.detail import (
@@ -94,9 +95,8 @@ class Measurements:
         self.won = 0
         self.events: Counter[str] = Counter()
         self.lost: dict[str, int] = {}
-        """Answers lost, by why (``LOST_*``). A plain dict, not a Counter: the relay counts
-        into it once per answer, and storing an item in a Counter costs ~4x a dict's (issue
-        29)."""
+        """Answers lost, by why (``LOST_*``): the relay's queued reasons
+        (:attr:`outcome_reasons`) counted at :meth:`fold_queues`, a late answer's at once."""
         self.settle_failed: Counter[str] = Counter()
         self.edge_bins: dict[int, list[int]] = {}  # bps bin -> [resolved, won]
         self.size_bins: dict[int, list[int]] = {}  # log10(usd) bin -> [lost, won]
@@ -135,6 +135,9 @@ class Measurements:
         the positions of the won ones (the relay appends a loss directly, likewise). Columns,
         not a tuple per answer (issue 29): nothing per answer for the cyclic collector to
         count or walk while the queue fills."""
+        self.outcome_reasons: list[str] = []
+        """Why each loss the relay queued lost (``LOST_*``), counted into :attr:`lost` in C
+        at :meth:`fold_queues` (issue 29: a dict's get and store per answer)."""
         self.by_competition = {True: PairStats(), False: PairStats()}
         self.by_flow = {True: PairStats(), False: PairStats()}
         """The same by whether the stream labelled the request informed."""
@@ -209,10 +212,8 @@ class Measurements:
             # the pairs' at fold(): (asset in, asset out, skip), zip's one tuple reused
             self._requests.update(zip(map(_IN, queue), map(_OUT, queue), skips, strict=True))
             latency, timeline = self.latency, self.outcomes
-            total = latency.total
-            for ms in latencies:  # LatencyHistogram.add, by column
-                total += ms
-            latency.total = total
+            # LatencyHistogram.add, by column: the same additions in order, in C
+            latency.total = reduce(add, latencies, latency.total)
             latency.max = max(latency.max, *latencies)
             cap = LATENCY_CAP_MS
             if max(latencies) < cap and not any(map(_isnan, latencies)):
@@ -239,6 +240,12 @@ class Measurements:
             edges.clear()
             self.outcome_sizes.clear()
             self.outcome_wins.clear()
+        reasons = self.outcome_reasons
+        if reasons:
+            lost = self.lost
+            for reason, n in Counter(reasons).items():
+                lost[reason] = lost.get(reason, 0) + n
+            reasons.clear()
 
     # ------------------------------------------------------------------ inventory risk
 

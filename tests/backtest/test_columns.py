@@ -132,3 +132,24 @@ def test_the_measurements_queues_count_as_one_by_one() -> None:
     )
     assert everything.skips == skips
     assert m.latency.n == len(queued)
+
+
+def test_queued_loss_reasons_and_latencies_count_as_one_by_one() -> None:
+    """The relay queues each loss's reason, counted into ``lost`` at a fold with the late
+    answers counted at once; the latency total is the sum in the order the requests came."""
+    rng = random.Random(3)
+    m = Measurements({A: 6, B: 18}, [A, B])
+    m.lost["late"] = 2  # a late answer is counted at once
+    reasons = [rng.choice(("competitor", "taker_limit", "late")) for _ in range(1_000)]
+    m.outcome_reasons.extend(reasons)
+    latencies = [rng.lognormvariate(3.0, 1.0) for _ in range(3_000)]
+    for i, ms in enumerate(latencies):
+        m.on_request(QuoteRequest(f"q{i}", A, B, True, 1, 0), 1_000_000 * i, ms, None)
+    m.fold()
+    expected = Counter(reasons)
+    expected["late"] += 2
+    assert m.lost == dict(expected) and not m.outcome_reasons
+    total = 0.0
+    for ms in latencies:
+        total += ms
+    assert m.latency.total == total  # the same float, not an approximation

@@ -467,3 +467,14 @@ def test_the_immediate_loop_runs_deferred_work_at_once() -> None:
     loop.call_soon(lambda: ran.append("soon"))
     loop.call_later(5.0, lambda: ran.append("later"))
     assert ran == ["soon", "later"]
+
+
+def test_the_relay_values_a_unit_at_the_price_the_desk_holds() -> None:
+    """The relay takes each asset's USD per smallest unit when the replay feeds the desk a
+    price (a static source's at every tick, the stream's as it comes), as the desk holds it."""
+    config = bot_config(prices__sources=[{"kind": "static", "prices": {USDC: 1.0, NEAR: 3.0}}])
+    events: list[StreamEvent] = [request(1, "a", 10 * E24), price(2, NEAR, "3.3")]
+    replay, result = run([*events, request(3, "b", 10 * E24)], config, fill={"model": "always"})
+    held = replay.desk.state.prices
+    assert held[NEAR].usd == 3.3 and result.measures.won == 2
+    assert replay.relay.unit_usd == {USDC: held[USDC].usd / 1e6, NEAR: held[NEAR].usd / 1e24}

@@ -163,7 +163,20 @@ def test_a_competitor_is_forgotten_once_one_ttl_newer_came() -> None:
     assert book.pop("q") == 8
     for i in range(100_000):  # nobody asks: memory stays bounded by what is live
         book.add(f"q{i}", i, 10_000 + i)
-    assert len(book) == 1_001 and len(book._best) <= 2 * 4_096
+        if i % 1_000 == 0:
+            book.sweep()  # the replay's tick
+    assert len(book) == 1_001 and len(book.best) <= 2 * 4_096 + 1_000
+
+
+def test_a_sweep_forgets_only_expired_competitors_and_waits_for_growth() -> None:
+    book = CompetitorBook(ttl_us=1_000)
+    for i in range(5_000):
+        book.add(f"q{i}", i, i)
+    book.sweep()  # 5,000 held, over the 4,096 a first sweep waits for: those before 3,999 go
+    assert len(book.best) == 1_001 and book.pop("q3999") == 3_999 and book.pop("q3998") is None
+    book.add("late", 1, 5_000)
+    book.sweep()  # 1,001 held: under twice what the last sweep kept, nothing goes
+    assert len(book.best) == 1_001
 
 
 def test_settings_file_and_overrides(tmp_path: Path) -> None:
@@ -189,3 +202,14 @@ def test_settings_file_and_overrides(tmp_path: Path) -> None:
 def test_the_documented_example_is_the_defaults() -> None:
     example = Path(__file__).resolve().parents[2] / "config" / "backtest.yaml"
     assert load_settings(example) == load_settings(None)
+
+
+def test_latency_draws_are_the_median_times_the_exponential_of_the_seeded_normals() -> None:
+    """The block of draws is made in C (map): the very floats of ``median * exp(sigma * z)``
+    for each normal of the model's generator, in order, across blocks."""
+    spec = LatencySpec(kind="lognormal", median_ms=40.0, sigma=0.6)
+    rng = seeded(9, 2)
+    normals = rng.standard_normal(4096).tolist() + rng.standard_normal(4096).tolist()
+    expected = [40.0 * math.exp(0.6 * z) for z in normals]
+    draws = list(itertools.islice(LatencyModel(spec, 9).draws(), 8192))
+    assert [ms for ms, _ in draws] == expected

@@ -10,7 +10,15 @@ from collections import deque
 import pytest
 
 from backtest.settings import CompetitionPrior, UnobservedSpec
-from backtest.unobserved import CompetitionModel, competitor_edge_bps, day_quarter, size_bucket
+from backtest.unobserved import (
+    CompetitionModel,
+    Coverage,
+    competitor_edge_bps,
+    day_quarter,
+    pair_key,
+    size_bucket,
+)
+from solver.core.lifecycle import Quote
 
 A, B, C = "nep141:a.near", "nep141:b.near", "nep141:c.near"
 HOUR_US = 3_600_000_000
@@ -112,3 +120,28 @@ def test_the_prior_stands_in_before_anything_was_observed() -> None:
     assert len(values) == 4000
     assert statistics.fmean(values) == pytest.approx(-8.0, abs=0.3)
     assert statistics.stdev(values) == pytest.approx(6.0, abs=0.3)
+
+
+def test_coverage_counts_the_queued_quotes_by_route_when_it_is_read() -> None:
+    """The relay queues each judged quote (and each with an observed competitor); the counts by
+    route and by pair are those of counting one by one, and a fold empties the queues."""
+
+    def quote(i: int, asset_in: str, asset_out: str) -> Quote:
+        return Quote(f"q{i}", asset_in, asset_out, 1, 1, 0, 0)
+
+    coverage = Coverage("model")
+    coverage.judged.extend([quote(1, A, B), quote(2, B, A), quote(3, A, B), quote(4, C, A)])
+    coverage.observed.extend([quote(1, A, B), quote(4, C, A)])
+    assert coverage.routes == {(A, B): [2, 1], (B, A): [1, 0], (C, A): [1, 1]}
+    assert not coverage.judged and not coverage.observed  # counted: the queues are empty
+    coverage.judged.append(quote(5, B, A))
+    coverage.fold()  # the replay's tick
+    coverage.judged.append(quote(6, B, A))
+    coverage.observed.append(quote(6, B, A))
+    assert coverage.by_pair == {pair_key(A, B): [5, 2], pair_key(A, C): [1, 1]}
+    competition = coverage.summary({}, 0.5)
+    assert (competition["decided"], competition["observed"], competition["unobserved"]) == (
+        6,
+        3,
+        3,
+    )

@@ -102,15 +102,7 @@ class CompetitionModel:
     ) -> None:
         if not _isfinite(edge_bps):
             return
-        # _buckets_of, inline (once per observed answer; issue 29: a call and its frame): the
-        # same route and the same buckets
-        if notional_usd > 0:
-            decade = _floor(_log10(notional_usd))
-            size = -3 if decade < -3 else 9 if decade > 9 else decade
-        else:
-            size = -3
-        route = (asset_in, asset_out, size, (t_us // _QUARTER_US) % 4)
-        finest, by_size, by_pair, pooled = self._by_route.get(route) or self._route(route)
+        finest, by_size, by_pair, pooled = self._buckets_of(asset_in, asset_out, notional_usd, t_us)
         finest.append(edge_bps)
         by_size.append(edge_bps)
         by_pair.append(edge_bps)

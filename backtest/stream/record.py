@@ -17,11 +17,8 @@ no signing key. It writes:
   every solver — the recorder sees it too, recognises it as its own and does not record it.
   Probes are real requests to the network: keep the share small on a live bus.
 
-The bus loop never waits on the disk: callbacks only ``put_nowait`` into a bounded
-:class:`asyncio.Queue`; a writer task drains it in batches and writes each batch in a worker
-thread (:func:`asyncio.to_thread`). When the queue is full an event is dropped and counted
-(``dropped``), never blocked on. Timestamps are taken when an event is queued; the writer keeps
-them non-decreasing (a wall-clock step backwards is clamped and counted in ``clamped``).
+Events reach the file through :class:`~backtest.stream.record_queue.RecordQueue` (the bus
+loop never waits on the disk); the counters are :class:`~backtest.stream.record_stats.RecordStats`.
 """
 
 from __future__ import annotations
@@ -33,10 +30,8 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
 
 import httpx
 
@@ -46,10 +41,11 @@ from backtest.stream.events import (
     PriceEvent,
     RequestEvent,
     StatusEvent,
-    StreamEvent,
     TokenInfo,
 )
 from backtest.stream.format import PathLike, StreamError, usd_text
+from backtest.stream.record_queue import DEFAULT_QUEUE_SIZE, RecordQueue
+from backtest.stream.record_stats import RecordStats
 from backtest.stream.write import StreamWriter
 from solver.config import BotConfig
 from solver.core.clock import micros
@@ -63,55 +59,11 @@ from solver.protocol.bus import QuoteStatusEvent
 
 log = logging.getLogger("backtest.stream.record")
 
-DEFAULT_QUEUE_SIZE: Final = 100_000
-WRITE_BATCH: Final = 4096
-_END: Final = object()
-
 _ProbeKey = tuple[str, str, bool, int, int]
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass
-class RecordStats:
-    """Counters of one recording (``requests`` … ``competitors``: events queued)."""
-
-    requests: int = 0
-    statuses: int = 0
-    prices: int = 0
-    competitors: int = 0
-    dropped: int = 0
-    """Events lost because the write queue was full."""
-    unknown_asset: int = 0
-    """``quote`` events naming an asset outside the configuration's tokens (not recorded)."""
-    own_probes: int = 0
-    """Our own competitor probes seen coming back as ``quote`` events (not recorded)."""
-    probes: int = 0
-    probes_failed: int = 0
-    probes_empty: int = 0
-    probes_skipped: int = 0
-    """Sampled requests not probed because ``max_probes`` were already in flight."""
-    written: int = 0
-    clamped: int = 0
-    bytes: int = 0
-    files: int = 0
-    connected: bool = False
-    elapsed_s: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-    def line(self) -> str:
-        """The one-line progress report."""
-        return (
-            f"record: {self.elapsed_s:.0f} s  {'connected' if self.connected else 'DISCONNECTED'}"
-            f"  requests {self.requests}  prices {self.prices}  statuses {self.statuses}"
-            f"  competitors {self.competitors}  dropped {self.dropped}"
-            f"  unknown_asset {self.unknown_asset}  written {self.written}"
-            f"  files {self.files} ({self.bytes / 1e6:.1f} MB)"
-        )
 
 
 def sampled(quote_id: str, share: float) -> bool:
@@ -168,35 +120,18 @@ class Recorder:
         self.competitor_share = competitor_share
         self.rotate_bytes = rotate_bytes
         self.max_probes = max_probes
-        self.flush_every_s = flush_every_s
         self.progress_every_s = progress_every_s
         self.on_progress = on_progress
         self.clock = clock
         self.tokens = frozenset(config.tokens)
         self.stats = RecordStats()
         self.paths: list[Path] = []
-        self._queue: asyncio.Queue[object] = asyncio.Queue(queue_size)
+        self._queue = RecordQueue(queue_size, self.stats, flush_every_s)
         self._probing: dict[_ProbeKey, int] = {}
         self._probe_tasks: set[asyncio.Task[None]] = set()
         self._bus_rpc: BusRpcClient | None = None
-        self._last_ts: datetime | None = None
-        self._last_flush = 0.0
-        self._ended = False  # the end marker is queued: nothing more is recorded or counted
 
     # ------------------------------------------------------------------ bus callbacks
-
-    def _put(self, event: StreamEvent) -> bool:
-        """Queue ``event`` for the file; False (and not counted as recorded) when the queue
-        is full (counted as dropped) or the recording has ended: an answer to a probe that
-        comes back after the end marker would be counted and never written."""
-        if self._ended:
-            return False
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.stats.dropped += 1
-            return False
-        return True
 
     def on_quote(self, request: QuoteRequest) -> None:
         asset_in, asset_out = request.asset_in, request.asset_out
@@ -214,7 +149,7 @@ class Recorder:
             self._probing[key] -= 1
             self.stats.own_probes += 1
             return
-        if self._put(RequestEvent(self.clock(), request)):
+        if self._queue.put(RequestEvent(self.clock(), request)):
             self.stats.requests += 1
         if self._bus_rpc is not None and sampled(request.quote_id, self.competitor_share):
             if len(self._probe_tasks) >= self.max_probes:
@@ -226,7 +161,7 @@ class Recorder:
 
     def on_quote_status(self, event: QuoteStatusEvent) -> None:
         status = StatusEvent(self.clock(), event.quote_hash, event.intent_hash, event.tx_hash)
-        if self._put(status):
+        if self._queue.put(status):
             self.stats.statuses += 1
 
     def _on_state(self, state: str) -> None:
@@ -273,7 +208,7 @@ class Recorder:
             best = max(o.amount_out for o in matching)
         else:
             best = min(o.amount_in for o in matching)
-        if self._put(CompetitorEvent(self.clock(), request.quote_id, best)):
+        if self._queue.put(CompetitorEvent(self.clock(), request.quote_id, best)):
             self.stats.competitors += 1
 
     # ------------------------------------------------------------------ prices
@@ -326,7 +261,7 @@ class Recorder:
                     text = usd_text(price.usd)
                 except ValueError:
                     continue
-                if self._put(PriceEvent(now, asset, text)):
+                if self._queue.put(PriceEvent(now, asset, text)):
                     self.stats.prices += 1
             next_at += self.price_interval_s
             delay = next_at - loop.time()
@@ -334,45 +269,6 @@ class Recorder:
                 next_at = loop.time()
                 delay = 0
             await asyncio.sleep(delay)
-
-    # ------------------------------------------------------------------ writing
-
-    def _write_batch(self, writer: StreamWriter, batch: list[StreamEvent]) -> None:
-        """Runs in a worker thread: the only code touching ``writer`` while recording."""
-        last = self._last_ts
-        for event in batch:
-            if last is not None and event.ts < last:
-                event = replace(event, ts=last)  # noqa: PLW2901 - the clamped copy
-                self.stats.clamped += 1
-            writer.write(event)
-            last = event.ts
-        self._last_ts = last
-        now = time.monotonic()
-        if now - self._last_flush >= self.flush_every_s:
-            writer.flush()
-            self._last_flush = now
-        self.stats.written = writer.events_written
-        self.stats.bytes = writer.bytes_written
-        self.stats.files = len(writer.paths)
-
-    async def _drain(self, writer: StreamWriter) -> None:
-        queue = self._queue
-        while True:
-            item = await queue.get()
-            batch: list[StreamEvent] = []
-            end = False
-            while True:
-                if item is _END:
-                    end = True
-                else:
-                    batch.append(item)  # type: ignore[arg-type]
-                if end or len(batch) >= WRITE_BATCH or queue.empty():
-                    break
-                item = queue.get_nowait()
-            if batch:
-                await asyncio.to_thread(self._write_batch, writer, batch)
-            if end:
-                return
 
     async def _progress_loop(self, started: float) -> None:
         if self.on_progress is None or self.progress_every_s <= 0:
@@ -435,7 +331,7 @@ class Recorder:
             max_frame_bytes=config.bus.max_frame_bytes,
         )
         ws_stop = asyncio.Event()
-        drain = asyncio.create_task(self._drain(writer))
+        drain = asyncio.create_task(self._queue.drain(writer))
         ws_task = asyncio.create_task(ws.run(ws_stop))
         helpers = [
             asyncio.create_task(self._price_loop(feeds, state)),
@@ -466,9 +362,7 @@ class Recorder:
                 ws_error, asyncio.CancelledError
             ):
                 error = ws_error
-            self._ended = True
-            if not drain.done():
-                await self._queue.put(_END)  # everything queued before it is written
+            await self._queue.end(drain)
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(drain, return_exceptions=True)
             drain_error = drain.exception() if drain.done() and not drain.cancelled() else None

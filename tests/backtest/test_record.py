@@ -17,7 +17,8 @@ import yaml
 
 from backtest.stream.events import CompetitorEvent, PriceEvent, RequestEvent
 from backtest.stream.read import read_stream
-from backtest.stream.record import Recorder, RecordStats, sampled
+from backtest.stream.record import Recorder, sampled
+from backtest.stream.record_stats import RecordStats
 from sandbox.config import SandboxConfig, TokenSpec
 from sandbox.server import Sandbox
 from solver.cli import main

@@ -318,7 +318,8 @@ def _register_record(subparsers: Group) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from backtest.stream.record import Recorder, RecordStats
+    from backtest.stream.record import Recorder
+    from backtest.stream.record_stats import RecordStats
     from solver.config import load_bot_config
     from solver.io.logsetup import setup_logging
 

@@ -56,7 +56,7 @@ from solver.core.rebalance_record import TERMINAL, RebalanceRecord, RebalanceSta
 from solver.core.rebalancing import reservation_id
 from solver.core.view import DeskView
 from solver.errors import ProtocolError, RemoteError, SolverError, TransportError
-from solver.io import ops_intents
+from solver.io import ops_build, ops_intents
 from solver.io.bus_rpc import BusRpcClient
 from solver.io.ledger_client import LedgerClient
 from solver.io.store.sqlite_store import Store
@@ -360,7 +360,7 @@ class Rebalancer:
                 self._finish(record, RebalanceState.ABANDONED, "the quote expired unpaid")
                 return
         try:
-            intent = ops_intents.transfer(
+            intent = ops_build.transfer(
                 self.account,
                 record.asset_in,
                 record.amount_in,

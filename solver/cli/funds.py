@@ -27,7 +27,7 @@ from solver.cli.keys import (
 )
 from solver.config import BotConfig
 from solver.errors import ConfigError
-from solver.io import ops_intents
+from solver.io import ops_build
 from solver.protocol.ids import validate_asset_id
 
 
@@ -96,7 +96,7 @@ def resolve_amount(args: argparse.Namespace, config: BotConfig, asset_id: str) -
     """``--amount`` as given, or ``--amount-whole`` scaled by the token's configured decimals."""
     if args.amount is not None:
         try:
-            return ops_intents.parse_amount(args.amount)
+            return ops_build.parse_amount(args.amount)
         except ValueError as exc:
             raise input_error("--amount", exc) from None
     token = config.tokens.get(asset_id)
@@ -106,7 +106,7 @@ def resolve_amount(args: argparse.Namespace, config: BotConfig, asset_id: str) -
             f"{args.config}; give --amount in the smallest unit instead"
         )
     try:
-        return ops_intents.parse_whole_amount(args.amount_whole, token.decimals)
+        return ops_build.parse_whole_amount(args.amount_whole, token.decimals)
     except ValueError as exc:
         raise input_error("--amount-whole", exc) from None
 
@@ -114,18 +114,18 @@ def resolve_amount(args: argparse.Namespace, config: BotConfig, asset_id: str) -
 def cmd_withdraw(args: argparse.Namespace) -> int:
     def build(config: BotConfig) -> list[BaseModel]:
         try:
-            contract = ops_intents.nep141_contract(args.token)
+            contract = ops_build.nep141_contract(args.token)
         except ValueError as exc:
             raise input_error("--token", exc) from None
         amount = resolve_amount(args, config, f"nep141:{contract}")
         storage: int | None = None
         if args.storage_deposit is not None:
             try:
-                storage = ops_intents.parse_amount(args.storage_deposit)
+                storage = ops_build.parse_amount(args.storage_deposit)
             except ValueError as exc:
                 raise input_error("--storage-deposit", exc) from None
         try:
-            intent = ops_intents.ft_withdraw(
+            intent = ops_build.ft_withdraw(
                 contract,
                 amount,
                 args.to,
@@ -148,7 +148,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             raise input_error("--token", exc) from None
         amount = resolve_amount(args, config, args.token)
         try:
-            intent = ops_intents.transfer(
+            intent = ops_build.transfer(
                 config.account.id, args.token, amount, args.to, memo=args.memo
             )
         except ValueError as exc:

@@ -34,7 +34,7 @@ from solver.cli import signer as signer_cli
 from solver.cli.key_source import add_key_source_arguments, load_key_from_args
 from solver.config import BotConfig, load_bot_config, load_signing_key
 from solver.errors import ConfigError
-from solver.io import ops_intents
+from solver.io import ops_build, ops_intents
 from solver.io.key_files import write_secret_key
 from solver.protocol.ids import validate_account_id
 from solver.protocol.intents import RemovePublicKey
@@ -326,7 +326,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_add(args: argparse.Namespace) -> int:
     def build(config: BotConfig) -> list[BaseModel]:
         try:
-            return [ops_intents.add_public_key(args.public_key)]
+            return [ops_build.add_public_key(args.public_key)]
         except ValueError as exc:
             raise input_error("--public-key", exc) from None
 
@@ -336,7 +336,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_remove(args: argparse.Namespace) -> int:
     def build(config: BotConfig) -> list[BaseModel]:
         try:
-            return [ops_intents.remove_public_key(args.public_key)]
+            return [ops_build.remove_public_key(args.public_key)]
         except ValueError as exc:
             raise input_error("--public-key", exc) from None
 

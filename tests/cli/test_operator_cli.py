@@ -23,7 +23,7 @@ from sandbox.ledger import DEFAULT_WRAPPED_NATIVE
 from sandbox.server import Sandbox
 from solver.cli import main
 from solver.config import apply_overrides
-from solver.io.ops_intents import parse_amount, parse_whole_amount
+from solver.io.ops_build import parse_amount, parse_whole_amount
 from solver.protocol.amounts import U128_MAX
 from solver.protocol.keys import SecretKey
 

@@ -26,7 +26,7 @@ from solver.cli.swap.options import (
 )
 from solver.config import BotConfig, load_bot_config
 from solver.errors import ConfigError, SolverError
-from solver.io import ops_intents
+from solver.io import ops_build, ops_intents
 from solver.io.swap_client import StatusResponse, SwapApiClient
 from solver.protocol.ids import validate_account_id, validate_asset_id
 from solver.protocol.keys import SecretKey
@@ -168,7 +168,7 @@ async def _submit(
             assert response is not None and key is not None
             amount = deposit_amount(response)
             assert amount is not None
-            intent = ops_intents.transfer(
+            intent = ops_build.transfer(
                 config.account.id, response.quote_request.origin_asset, amount, address, memo=memo
             )
             op = await ops_intents.sign_operation(

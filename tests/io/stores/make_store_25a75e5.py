@@ -89,7 +89,7 @@ from solver.core.market import QuoteRequest
 from solver.core.quoting import Skip
 from solver.core.rebalance_record import TERMINAL, RebalanceRecord, RebalanceState
 from solver.core.rebalancing import reservation_id
-from solver.io import ops_intents
+from solver.io import ops_build, ops_intents
 from solver.io.ledger_client import LedgerClient
 from solver.io.store import schema as store_schema
 from solver.io.store.sqlite_store import Store
@@ -322,7 +322,7 @@ class Story:
         op = asyncio.run(
             ops_intents.sign_operation(
                 cast(LedgerClient, SaltOnly()), KEY, signer_id=ACCOUNT,
-                intents=[ops_intents.transfer(ACCOUNT, NEAR, near_out, address)],
+                intents=[ops_build.transfer(ACCOUNT, NEAR, near_out, address)],
                 deadline_s=DEPOSIT_DEADLINE_S, now=self.now, register=self.store.register_nonce,
             )
         )  # fmt: skip

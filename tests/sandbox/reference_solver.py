@@ -13,7 +13,9 @@ Written from the protocol notes and the public behaviour of that solver (no thir
   its reserves as the reference solver's quoter does: the sha256 of ``reserves:<r1>:<r2>…``,
   computed when the reserves are read and **reused until they change**;
 - re-reads its reserves when a ``quote_status`` arrives and on a timer (15 s, the reference
-  solver's cron), never two reads at once (a read in flight is joined, not repeated).
+  solver's cron), one read at a time: a read asked for while one is in flight joins it when
+  that read began after every ``quote_status`` seen, and follows it otherwise (a read begun
+  before a notification may not show that notification's batch).
 
 That nonce is why the order of the relay's events matters: a solver notified before its quote
 executed reads unmoved reserves, keeps a nonce the batch then uses up, and has every answer
@@ -21,6 +23,16 @@ refused (``nonce was already used``) until its timer fires (issue 23).
 
 Legacy nonces are accepted only by a sandbox with ``nonces: deployed``; under ``spec`` every
 answer is refused with ``invalid salt``, which :attr:`ReferenceStyleSolver.errors` records.
+
+Each answer is recorded with whether it was *settled-view* (:attr:`ReferenceStyleSolver.answers`):
+signed when every ``quote_status`` seen had been followed by a completed re-read, with no
+``quote_status`` arriving before its reply. The relay's frames reach a connection in order, and
+a batch's notification is pushed when it executes, so an answer refused because a batch used
+its nonce has that batch's notification arrive before its reply, or after a re-read that
+should have shown the batch. Under the right order a settled-view answer is never refused for
+its nonce, however slow the machine; under the old order (notified before execution) the
+re-read shows unmoved reserves and the answers after it are (issue 23). The other answers
+race a notification or a re-read, more of them the busier the machine.
 """
 
 from __future__ import annotations
@@ -67,6 +79,12 @@ class ReferenceStyleSolver:
         self.reserves_period_s = reserves_period_s
         self.reserve_reads = 0
         self._reading: asyncio.Task[None] | None = None
+        self._reading_from = 0  # statuses seen when the read in flight (or the last) began
+        self.fresh_upto = 0
+        """Statuses seen when the last completed read began: their batches are in the reserves."""
+        self.answers: list[tuple[bool, str | None]] = []
+        """Each answer: settled-view or not (the module's docstring), and its refusal (None:
+        accepted)."""
         self.answered = 0
         self.accepted = 0
         self.errors: list[str] = []
@@ -100,17 +118,27 @@ class ReferenceStyleSolver:
             await self._ws.close()
 
     async def update_reserves(self) -> None:
-        """Re-read the reserves; a read already in flight is joined rather than repeated."""
-        if self._reading is None or self._reading.done():
-            self._reading = asyncio.create_task(self._read_reserves())
-        await asyncio.shield(self._reading)
+        """Re-read the reserves, one read at a time: a read in flight that began after every
+        status seen is joined; one that began before the latest is followed by a new one."""
+        seen, before = len(self.statuses), self._reading
+        if before is not None and not before.done() and self._reading_from >= seen:
+            reading = before
+        else:
+            reading = self._reading = asyncio.create_task(self._read_reserves(before, seen))
+            self._reading_from = seen
+        await asyncio.shield(reading)
 
     async def _reserves_timer(self) -> None:
         while True:
             await asyncio.sleep(self.reserves_period_s)
             await self.update_reserves()
 
-    async def _read_reserves(self) -> None:
+    async def _read_reserves(self, before: asyncio.Task[None] | None, seen: int) -> None:
+        """Read the reserves after the read ``before`` (if any) ended; ``seen``: the statuses
+        seen when this read was asked for."""
+        if before is not None:
+            with contextlib.suppress(Exception):  # its own callers see how it failed
+                await before
         args = {"account_id": self.account, "token_ids": self.tokens}
         body = {
             "jsonrpc": "2.0",
@@ -128,6 +156,7 @@ class ReferenceStyleSolver:
             answer = (await http.post(self.chain_rpc, json=body)).json()
         balances = json.loads(bytes(answer["result"]["result"]))
         self.reserve_reads += 1
+        self.fresh_upto = max(self.fresh_upto, seen)
         reserves = {t: int(b) for t, b in zip(self.tokens, balances, strict=True)}
         if reserves != self.reserves:
             self.reserves = reserves
@@ -195,6 +224,8 @@ class ReferenceStyleSolver:
         return amount_in, amount_out
 
     async def _on_quote(self, event: dict[str, Any]) -> None:
+        seen = len(self.statuses)
+        settled_view = self.fresh_upto == seen  # priced and signed below without a wait
         priced = self.price(event)
         if priced is None:
             return
@@ -230,9 +261,12 @@ class ReferenceStyleSolver:
             "signed_data": signed.model_dump(mode="json", exclude_none=True),
         }
         self.answered += 1
+        refusal: str | None = None
         try:
             await self._request("quote_response", [answer])
         except (RuntimeError, TimeoutError) as exc:
-            self.errors.append(str(exc))
+            refusal = str(exc)
+            self.errors.append(refusal)
         else:
             self.accepted += 1
+        self.answers.append((settled_view and len(self.statuses) == seen, refusal))

@@ -4,10 +4,15 @@ A solver that signs like the reference TypeScript AMM solver (a legacy nonce der
 reserves and reused until they change, reserves re-read on ``quote_status`` and every 15 s, the
 ``defuse_`` field prefix; :mod:`tests.sandbox.reference_solver`) answers the simulated takers of
 a sandbox with ``nonces: deployed``, ``bus.asset_field_prefix: defuse`` and the default
-settlement delay: at least 80 % of its answers are accepted, because ``quote_status`` arrives
-after the batch executed and the re-read reserves give a fresh nonce. With the relay's old
-order (notify at broadcast, execute after) about 9 % were. Under the default ``nonces: spec``
-the same answers are refused with ``invalid salt``.
+settlement delay: no answer signed after the re-read that followed the last ``quote_status``
+(a *settled-view* answer, :mod:`tests.sandbox.reference_solver`) is refused for its nonce, and
+at least 80 % of them are accepted, because ``quote_status`` arrives after the batch executed
+and the re-read reserves give a fresh nonce. With the relay's old order (notify at broadcast,
+execute after) about 9 % of all answers were. The other answers race a notification or a
+re-read: their share grows with the machine's load (27-28 of 30 answers were accepted on a
+quiet machine, 63-73 % with four test suites running at once), so the test judges the
+settled-view ones and prints the rest. Under the default ``nonces: spec`` the same answers
+are refused with ``invalid salt``.
 
 The run lasts ``REFERENCE_SOLVER_SECONDS`` (default 20 s: past the first 15 s reserves timer,
 which is what let the old order settle at all; the issue's figure is for 60 s).
@@ -100,9 +105,16 @@ async def eventually(predicate: Callable[[], bool], what: str, timeout_s: float)
 
 RUN_SECONDS = os.environ.get("REFERENCE_SOLVER_SECONDS")
 """Set: a soak of that many seconds. Unset (the suite): the run lasts until it has shown enough
-(:data:`ENOUGH_ANSWERS` answers, :data:`ENOUGH_SETTLED` settled, five statuses; ~8 s here,
-at most :data:`RUN_LIMIT_S`), not a fixed 20 s (docs/testing.md, "The time budget")."""
-ENOUGH_ANSWERS, ENOUGH_SETTLED, RUN_LIMIT_S = 30, 10, 60.0
+(:data:`ENOUGH_ANSWERS` answers, :data:`ENOUGH_SETTLED_VIEW` of them settled-view,
+:data:`ENOUGH_SETTLED` settled, five statuses; ~8 s here, at most :data:`RUN_LIMIT_S`), not a
+fixed 20 s (docs/testing.md, "The time budget")."""
+ENOUGH_ANSWERS, ENOUGH_SETTLED_VIEW, ENOUGH_SETTLED, RUN_LIMIT_S = 30, 20, 10, 60.0
+
+
+def refused_settled_view(solver: ReferenceStyleSolver) -> list[str]:
+    """The settled-view answers refused for their nonce: none under the relay's order (the
+    run stops at the first, the old order's symptom)."""
+    return [r for view, r in solver.answers if view and r is not None and "nonce" in r]
 
 
 async def test_reference_quickstart_answers_are_accepted_and_settle_with_takers_on(
@@ -115,24 +127,31 @@ async def test_reference_quickstart_answers_are_accepted_and_settle_with_takers_
         else:
             await eventually(
                 lambda: (
-                    solver.answered >= ENOUGH_ANSWERS
-                    and sb.bus.stats.settled >= ENOUGH_SETTLED
-                    and len(solver.statuses) >= 5
+                    bool(refused_settled_view(solver))
+                    or (
+                        solver.answered >= ENOUGH_ANSWERS
+                        and sum(view for view, _ in solver.answers) >= ENOUGH_SETTLED_VIEW
+                        and sb.bus.stats.settled >= ENOUGH_SETTLED
+                        and len(solver.statuses) >= 5
+                    )
                 ),
-                f"{ENOUGH_ANSWERS} answers and {ENOUGH_SETTLED} settled",
+                f"{ENOUGH_ANSWERS} answers ({ENOUGH_SETTLED_VIEW} settled-view) and "
+                f"{ENOUGH_SETTLED} settled",
                 RUN_LIMIT_S,
             )
         assert sb.takers is not None
         stats = sb.takers.stats
-        accepted_share = solver.accepted / max(solver.answered, 1)
+        settled_view = [refusal for view, refusal in solver.answers if view]
         summary = (
             f"{solver.accepted} of {solver.answered} answers accepted in "
-            f"{time.monotonic() - started:.0f} s, "
-            f"{sb.bus.stats.settled} settled; refusals {sorted(set(solver.errors))}"
+            f"{time.monotonic() - started:.0f} s ({settled_view.count(None)} of "
+            f"{len(settled_view)} settled-view), {sb.bus.stats.settled} settled; "
+            f"refusals {sorted(set(solver.errors))}"
         )
         print(summary)
-        assert solver.answered >= 10, summary
-        assert accepted_share >= 0.8, summary
+        assert solver.answered >= 10 and len(settled_view) >= 10, summary
+        assert not refused_settled_view(solver), summary
+        assert settled_view.count(None) >= 0.8 * len(settled_view), summary
         assert sb.bus.stats.settled >= 5, summary
         # The takers read offers in the bus's own (defuse_) spelling: none is thrown away.
         assert "quote:bad_offer" not in stats.errors, stats.as_dict()

@@ -52,6 +52,7 @@ from benchmarks.chaos_report import markdown, plot
 from benchmarks.common import Progress, machine_info, scratch_dir, write_json
 from sandbox.config import SandboxConfig
 from sandbox.server import Sandbox
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.clock import micros
 from solver.protocol.keys import SecretKey
@@ -271,7 +272,7 @@ def journal_hashes(store: Path) -> tuple[set[str], list[str]]:
     conn.close()
     hashes, nonces = set(), []
     for kind, body in rows:
-        fact = f.decode(kind, orjson.loads(body))
+        fact = fact_codec.decode(kind, orjson.loads(body))
         if type(fact) is f.QuoteOpened:
             hashes.add(fact.quote_hash)
             nonces.append(fact.nonce.hex())
@@ -296,7 +297,7 @@ def never_terminal(store: Path, cutoff_iso: str) -> int:
     cutoff = cutoff if cutoff.tzinfo is not None else cutoff.replace(tzinfo=UTC)  # UTC, as stored
     still_open: dict[str, int] = {}
     for kind, body in rows:
-        fact = f.decode(kind, orjson.loads(body))
+        fact = fact_codec.decode(kind, orjson.loads(body))
         if type(fact) is f.QuoteOpened:
             still_open[fact.quote_id] = fact.deadline
         elif type(fact) is f.QuotesLost:

@@ -14,7 +14,8 @@ an environment variable, or ``account.key_file`` a 0600 file. Anything shaped li
 anywhere in the YAML is refused, and no error message repeats it.
 
 The package, by concern: :mod:`~solver.config.fields` (field types and validators),
-:mod:`~solver.config.sections` and :mod:`~solver.config.rebalance` (the section models),
+:mod:`~solver.config.sections`, :mod:`~solver.config.prices`, :mod:`~solver.config.storage` and
+:mod:`~solver.config.rebalance` (the section models),
 :mod:`~solver.config.bot` (:class:`BotConfig`, the checks across sections, validation),
 :mod:`~solver.config.secrets` (secret detection, redaction), :mod:`~solver.config.problems`
 (errors with YAML paths), :mod:`~solver.config.overrides` (dotted keys),
@@ -34,31 +35,33 @@ from solver.config.fields import (
 )
 from solver.config.loading import load_bot_config, load_signing_key, parse_yaml
 from solver.config.overrides import apply_overrides
+from solver.config.prices import (
+    SOURCE_KINDS,
+    BusQuotePriceSource,
+    HttpJsonPriceSource,
+    PriceSource,
+    PricesSpec,
+    SandboxPriceSource,
+    StaticPriceSource,
+)
 from solver.config.problems import BotConfigError, yaml_path
 from solver.config.rebalance import BandSpec, RebalanceSpec
 from solver.config.secrets import REDACTED, find_secrets, redact, redacted_dump
 from solver.config.sections import (
-    SOURCE_KINDS,
     AccountSpec,
-    BusQuotePriceSource,
     BusSpec,
     ChainSpec,
     HistoryApiSpec,
-    HttpJsonPriceSource,
     LogSpec,
     MetricsSpec,
     NonceSpec,
     PairSpec,
-    PriceSource,
-    PricesSpec,
     QuoteSpec,
     RiskSpec,
-    SandboxPriceSource,
-    StaticPriceSource,
-    StorageSpec,
     SwapApiSpec,
     TokenSpec,
 )
+from solver.config.storage import StorageSpec
 
 __all__ = [
     "REDACTED",

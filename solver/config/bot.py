@@ -20,14 +20,13 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from solver.config.alerts import AlertsConfig
 from solver.config.fields import STRICT, Loc
 from solver.config.overrides import apply_overrides
+from solver.config.prices import SOURCE_KINDS, SOURCE_MODELS, PricesSpec
 from solver.config.problems import BotConfigError, pydantic_message, yaml_path
 from solver.config.rebalance import RebalanceSpec
 from solver.config.secrets import PASTED_KEY_HINT, find_secrets, redact
 from solver.config.sections import (
     KEY_SOURCE_MESSAGE,
     REMOTE_KEY_MESSAGE,
-    SOURCE_KINDS,
-    SOURCE_MODELS,
     AccountSpec,
     BusSpec,
     ChainSpec,
@@ -36,15 +35,14 @@ from solver.config.sections import (
     MetricsSpec,
     NonceSpec,
     PairSpec,
-    PricesSpec,
     QuoteSpec,
     RiskSpec,
-    StorageSpec,
     SwapApiSpec,
     TokenSpec,
 )
 from solver.config.shadow import ShadowSpec
 from solver.config.signer import SignerLinkSpec
+from solver.config.storage import StorageSpec
 from solver.config.strategies import strategy_problems
 from solver.protocol.ids import AccountId, AssetId, validate_asset_id
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from solver.config.fields import Loc
-from solver.config.sections import SOURCE_KINDS
+from solver.config.prices import SOURCE_KINDS
 from solver.errors import ConfigError
 
 

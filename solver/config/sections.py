@@ -1,5 +1,6 @@
 """The sections of the bot's YAML, one pydantic model each (every key documented in
-``config/default.yaml``); the rebalancer's are in :mod:`solver.config.rebalance`.
+``config/default.yaml``); those with a family or validators of their own are in their modules:
+:mod:`solver.config.prices`, :mod:`solver.config.storage`, :mod:`solver.config.rebalance`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ from solver.config.fields import (
     EnvName,
     HttpUrl,
     Millis,
-    PositiveAmount,
     Usd,
     WsUrl,
-    json_path,
     listen_address,
     lower,
     strategy_ref,
@@ -206,96 +205,6 @@ class PairSpec(BaseModel):
         return self
 
 
-SourceName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")]
-
-
-class _PriceSource(BaseModel):
-    model_config = STRICT
-    name: SourceName | None = None
-    """Name of the source in logs and skip details; ``None``: ``sources.<index>``."""
-
-    def label(self, index: int) -> str:
-        """The name prices from this source are kept under (``index``: its place in the list)."""
-        return self.name or f"sources.{index}"
-
-
-class StaticPriceSource(_PriceSource):
-    """Fixed USD prices (tests, stablecoins)."""
-
-    kind: Literal["static"]
-    prices: Annotated[dict[AssetId, Usd], Field(min_length=1)]
-    """USD per whole unit of each asset."""
-
-
-class SandboxPriceSource(_PriceSource):
-    """The sandbox price feed: ``GET url`` returns USD prices of every sandbox token."""
-
-    kind: Literal["sandbox"]
-    url: HttpUrl
-    refresh_ms: Millis = 1000
-
-
-class HttpJsonPriceSource(_PriceSource):
-    """Any HTTP JSON API: ``GET url``, the USD price of ``asset`` at ``json_path``."""
-
-    kind: Literal["http_json"]
-    url: HttpUrl
-    asset: AssetId
-    json_path: Annotated[str, AfterValidator(json_path)]
-    """Dot path to the number in the response, like ``data.price`` (digits index lists)."""
-    refresh_ms: Millis = 5000
-    headers_env: EnvName | None = None
-    """Name of an environment variable holding extra request headers as a JSON object."""
-
-
-class BusQuotePriceSource(_PriceSource):
-    """Price ``asset`` by asking the bus for a quote of ``probe_amount`` into ``quote_asset``."""
-
-    kind: Literal["bus_quote"]
-    asset: AssetId
-    quote_asset: AssetId
-    probe_amount: PositiveAmount
-    """Amount of ``asset`` (smallest unit) the probe asks to sell."""
-    refresh_ms: Millis = 5000
-
-    @model_validator(mode="after")
-    def _two_assets(self) -> BusQuotePriceSource:
-        if self.asset == self.quote_asset:
-            raise PydanticCustomError("pair", "asset and quote_asset must be different")
-        return self
-
-
-PriceSource = Annotated[
-    StaticPriceSource | SandboxPriceSource | HttpJsonPriceSource | BusQuotePriceSource,
-    Field(discriminator="kind"),
-]
-SOURCE_KINDS = ("static", "sandbox", "http_json", "bus_quote")
-
-
-class PricesSpec(BaseModel):
-    """Reference prices in USD: where they come from and when they are too old to use."""
-
-    model_config = STRICT
-    max_age_ms: Millis = 10_000
-    """A price older than this is stale: pairs needing it skip."""
-    history_size: Annotated[int, Field(ge=2, le=1_000_000)] = 512
-    """Observations kept per asset (volatility estimates, markouts)."""
-    max_divergence_bps: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] | None = 200.0
-    """Fresh sources of one asset further apart than this (max / min − 1): its pairs skip
-    (``price_divergence``); ``None``: no check. The reference price is their median."""
-    sources: Annotated[list[PriceSource], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> PricesSpec:
-        names = [source.name for source in self.sources if source.name is not None]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise PydanticCustomError(
-                "names", "source names must be unique: {twice}", {"twice": twice}
-            )
-        return self
-
-
 Percent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
 
 
@@ -349,65 +258,6 @@ class QuoteSpec(BaseModel):
     (``price_guard``); a pair's own ``max_giveaway_bps`` overrides it."""
 
 
-def postgres_url(value: str | None) -> str | None:
-    """A ``postgresql://`` URL with no password in it: the password is a secret, and a secret
-    never lives in YAML (``storage.password_env`` names the variable that holds it)."""
-    if value is None:
-        return None
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(value)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise PydanticCustomError(
-            "storage_url", "storage.url must be a postgresql:// URL (SQLite: storage.path)"
-        )
-    if parts.password is not None:
-        raise PydanticCustomError(
-            "storage_url",
-            "storage.url must not hold a password: put it in an environment variable and "
-            "name it in storage.password_env",
-        )
-    return value
-
-
-class StorageSpec(BaseModel):
-    """The store of quotes and settlements: SQLite (WAL, one instance), or PostgreSQL shared by
-    several instances of one account, one active under a lease (docs/operations.md, "Two
-    instances")."""
-
-    model_config = STRICT
-    path: Path = Path("var/solver.sqlite")
-    """The SQLite store; with ``url``, where the instance keeps its local files (its alert
-    spool, ``<path>.alerts.json``), one path per instance. Relative paths are relative to the
-    working directory."""
-    url: Annotated[str | None, AfterValidator(postgres_url)] = None
-    """``postgresql://user@host:port/database``: the journal on PostgreSQL (one database per
-    account), instead of SQLite. Never with a password in it."""
-    password_env: str | None = None
-    """The environment variable holding the PostgreSQL password (none: the server's other
-    means, e.g. a Unix socket with peer authentication, or ``~/.pgpass``)."""
-    lease_s: Annotated[float, Field(ge=1, le=60, allow_inf_nan=False)] = 5.0
-    """How long the active instance's lease lasts without a refresh (refreshed every third of
-    it); a standby takes over at most about this long after the active dies."""
-    sample_requests: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
-    """Fraction of quote requests kept with their outcome (0: none, 1: all); sampled by id."""
-    lost_quote_sample_rate: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.01
-    """Fraction of the quotes that end LOST (most answers) that keep their row in the query
-    tables, sampled by a hash of the quote id, each with its weight (1 / the rate); every
-    other quote keeps its row, and ``quote_counts`` counts every quote by minute, pair, size
-    and state, so totals and win rates stay exact. 1 keeps every row. The journal holds every
-    quote for ``retain_days`` either way (docs/operations.md, "Lost quotes are sampled")."""
-    synchronous: Literal["normal", "full"] = "normal"
-    """``normal``: a committed quote survives a crash of the bot; ``full``: also a power loss
-    (an fsync per quote)."""
-    retain_days: Annotated[float | None, Field(gt=0, le=36_500, allow_inf_nan=False)] = 30.0
-    """Days after which the store forgets quotes that never became a trade (lost, rejected),
-    journal entries the desk no longer needs, old balance snapshots and request samples;
-    trades, fills, alerts and rebalances are kept. ``null`` keeps everything (the file then
-    grows ~1.1 KB an answer that ends lost, ~2.2 KB one that keeps its row).
-    docs/operations.md, "Disk"."""
-
-
 class MetricsSpec(BaseModel):
     """The Prometheus endpoint."""
 
@@ -448,11 +298,3 @@ class HistoryApiSpec(BaseModel):
     token_env: EnvName
     """Name of the environment variable holding the bearer JWT (required, spec 5.1.4)."""
     timeout_ms: Millis = 10_000
-
-
-SOURCE_MODELS: dict[str, type[BaseModel]] = {
-    "static": StaticPriceSource,
-    "sandbox": SandboxPriceSource,
-    "http_json": HttpJsonPriceSource,
-    "bus_quote": BusQuotePriceSource,
-}

@@ -67,6 +67,7 @@ from backtest.stream.record import Recorder
 from sandbox.config import PairSpec, SandboxConfig, TakersSpec
 from sandbox.server import Sandbox
 from sandbox.takers import HTTP_MARGIN_S, TakerPopulation
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.lifecycle import Quote
 from solver.core.market import QuoteRequest
@@ -311,7 +312,7 @@ def _live_journal(store: Path) -> list[f.Fact]:
     with sqlite3.connect(store) as conn:
         rows = conn.execute("SELECT kind, body FROM journal ORDER BY seq").fetchall()
     conn.close()
-    return [f.decode(kind, orjson.loads(body)) for kind, body in rows]
+    return [fact_codec.decode(kind, orjson.loads(body)) for kind, body in rows]
 
 
 def _opened(facts: Iterable[f.Fact]) -> dict[str, tuple[object, ...]]:

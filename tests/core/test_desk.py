@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from solver.core import events as ev
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.actions import (
     Alert,
@@ -337,7 +338,7 @@ def test_journal_replay_rebuilds_the_desk_exactly() -> None:
     rebuilt = make_desk(limits=limits)
     rebuilt = _fresh_like(rebuilt)
     for fact in facts:
-        rebuilt.apply(f.decode(f.kind_of(fact), _json(f.encode(fact))))
+        rebuilt.apply(fact_codec.decode(f.kind_of(fact), _json(fact_codec.encode(fact))))
     _assert_same(desk, rebuilt)
     # And through a snapshot.
     from_snapshot = _fresh_like(make_desk(limits=limits))
@@ -421,7 +422,7 @@ def test_every_fact_kind_round_trips_through_the_journal_codec() -> None:
     ]  # fmt: skip
     assert {type(s) for s in samples} == set(f.KIND_OF)
     for fact in samples:
-        assert f.decode(f.kind_of(fact), _json(f.encode(fact))) == fact
+        assert fact_codec.decode(f.kind_of(fact), _json(fact_codec.encode(fact))) == fact
 
 
 def test_the_kill_switch_takes_loss_limits_in_percent_of_starting_equity() -> None:

@@ -10,6 +10,7 @@ from datetime import datetime
 import orjson
 
 from solver.core import events as ev
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.actions import OperatorReply
 from solver.core.clock import from_micros
@@ -55,7 +56,9 @@ def rebuilt(facts: list[f.Fact]) -> Desk:
     """A new process's desk: the journal's facts applied, through their encoding."""
     desk = make_desk()
     for fact in facts:
-        desk.apply(f.decode(f.kind_of(fact), orjson.loads(orjson.dumps(f.encode(fact)))))
+        desk.apply(
+            fact_codec.decode(f.kind_of(fact), orjson.loads(orjson.dumps(fact_codec.encode(fact))))
+        )
     return desk
 
 

@@ -11,7 +11,7 @@ import dataclasses
 
 import orjson
 
-from solver.core import desk_snapshot
+from solver.core import desk_snapshot, fact_codec
 from solver.core import events as ev
 from solver.core import facts as f
 from solver.core.actions import (
@@ -240,7 +240,7 @@ def test_the_journal_rebuilds_held_gaps_late_fills_and_corrections() -> None:
     rebuilt = _fresh_like(desk)
     feed(rebuilt, at(0), BALANCES)
     for fact in facts:
-        rebuilt.apply(f.decode(f.kind_of(fact), _json(f.encode(fact))))
+        rebuilt.apply(fact_codec.decode(f.kind_of(fact), _json(fact_codec.encode(fact))))
     _assert_same(desk, rebuilt)
     assert rebuilt.stats.outcomes["SETTLED"] == 1 and rebuilt.pnl.fills == 1
     assert rebuilt.balances.held_at is None and not rebuilt.balances.unresolved
@@ -250,9 +250,9 @@ def test_old_balances_facts_absorb_their_gaps_at_once() -> None:
     """A journal written before issue 24 has no ``held``: its gaps were absorbed at once, and
     replaying it still does, so the desk it rebuilds is the one it was."""
     desk = desk_with()
-    body = _json(f.encode(f.BalancesReconciled(at(1), {**BALANCES, USDC: 1}, ())))
+    body = _json(fact_codec.encode(f.BalancesReconciled(at(1), {**BALANCES, USDC: 1}, ())))
     del body["held"]
-    desk.apply(f.decode("balances", body))
+    desk.apply(fact_codec.decode("balances", body))
     assert desk.balances.unresolved == {USDC: 1 - BALANCES[USDC]}
     assert desk.balances.reconciler.expected is not None
     assert desk.balances.reconciler.expected[USDC] == 1

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from solver.core import events as ev
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.actions import Action, Record
 from solver.core.clock import SECOND, from_micros, micros
@@ -112,7 +113,8 @@ def test_load_returns_every_kind_of_fact_in_order(db: Path) -> None:
     assert [type(fact) for fact in loaded] == [type(fact) for fact in facts]
     # Exactly what the codec gives through JSON, which is what the table holds.
     through_json = [
-        f.decode(f.kind_of(fact), orjson.loads(orjson.dumps(f.encode(fact)))) for fact in facts
+        fact_codec.decode(f.kind_of(fact), orjson.loads(orjson.dumps(fact_codec.encode(fact))))
+        for fact in facts
     ]
     assert through_json == facts
     conn = sqlite3.connect(db)
@@ -129,7 +131,7 @@ def test_load_returns_every_kind_of_fact_in_order(db: Path) -> None:
     assert bodies[0]["signed_data"] == first.signed_data
     assert bodies[1]["signed_data"] == {}  # a fact without one
     assert all(getattr(x, "signed_data", 0) is None for x in loaded[:2])  # the desk needs none
-    assert bodies == [f.encode(fact) for fact in facts]
+    assert bodies == [fact_codec.encode(fact) for fact in facts]
     assert rows[0][1] == T0_US  # a quote's entry is at its creation
     assert rows[9][1] == T0_US + SECOND  # balances: when observed
 
@@ -499,10 +501,10 @@ def test_the_spelled_out_quote_opened_decoder_matches_the_encoder() -> None:
         "q-1", "hash", WNEAR, "nep141:usdc", U128_MAX, 1, 7, T0_US + 5 * SECOND,
         bytes(range(32)), T0_US, False, "partner-9",
     )  # fmt: skip
-    body = orjson.loads(orjson.dumps(f.encode(fact)))
-    assert f.decode("quote_opened", body) == fact
+    body = orjson.loads(orjson.dumps(fact_codec.encode(fact)))
+    assert fact_codec.decode("quote_opened", body) == fact
     del body["partner_id"]
-    assert f.decode("quote_opened", body) == f.QuoteOpened(
+    assert fact_codec.decode("quote_opened", body) == f.QuoteOpened(
         *(
             getattr(fact, name)
             for name in f.QuoteOpened.__dataclass_fields__
@@ -520,5 +522,5 @@ def test_the_spelled_out_quote_opened_decoder_matches_the_encoder() -> None:
             del broken[field]
         else:
             broken[field] = bad
-        with pytest.raises(f.FactError, match=f"quote_opened: .*{says}"):
-            f.decode("quote_opened", broken)
+        with pytest.raises(fact_codec.FactError, match=f"quote_opened: .*{says}"):
+            fact_codec.decode("quote_opened", broken)

@@ -35,6 +35,7 @@ import pytest
 from solver.cli import main
 from solver.config import load_bot_config
 from solver.core import events as ev
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.actions import Record
 from solver.core.clock import SECOND, from_micros, micros
@@ -237,7 +238,7 @@ def test_every_journal_entry_and_the_latest_snapshot_read_back(old: Path, made: 
     assert doc is not None and doc["version"] == VERSION
     assert sorted(snapshots) == journal["snapshots"]
     assert len(tail) == journal["tail"]
-    decoded = [f.decode(kind, orjson.loads(body)) for _, kind, body in rows]
+    decoded = [fact_codec.decode(kind, orjson.loads(body)) for _, kind, body in rows]
     kinds = sorted({f.kind_of(fact) for fact in decoded})
     # Every kind 087e129 knew is in the fixture (kinds added since cannot be) and still read.
     assert kinds == sorted(journal["kinds"]) and set(kinds) <= set(f.KINDS)
@@ -286,7 +287,7 @@ def test_every_entry_from_the_first_rebuilds_the_same_desk(old: Path, made: Made
     desk = build_desk(load_bot_config(old / "bot.yaml"), timer=lambda: 0.0)
     with open_store(old) as store:
         for kind, body in store._conn.execute("SELECT kind, body FROM journal ORDER BY seq"):
-            desk.apply(f.decode(kind, orjson.loads(body)))
+            desk.apply(fact_codec.decode(kind, orjson.loads(body)))
     assert desk_state(desk) == made.expected["desk"]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.clock import SECOND, span
 from solver.core.lifecycle import QuoteState as S
@@ -374,7 +375,7 @@ def test_a_body_changed_under_the_handoff_is_parsed(tmp_path: Path) -> None:
         w.journal.append(q)
         w.commit()
         other = dataclasses.replace(q, asset_in=ETH, amount_in=q.amount_in * 1000)
-        body = orjson.dumps(f.encode(other)).decode()
+        body = orjson.dumps(fact_codec.encode(other)).decode()
         w._conn.execute("UPDATE journal SET body = ? WHERE kind = 'quote_opened'", (body,))
         assert q.quote_id in w.quote_rows.handoff
         w.project()

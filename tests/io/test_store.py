@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.clock import SECOND, from_micros, micros
 from solver.core.lifecycle import Quote, QuoteState
@@ -718,14 +719,14 @@ def test_the_journal_exports_its_body_as_json(db: Path) -> None:
     assert [r["kind"] for r in nested] == [f.kind_of(fact) for fact in facts]
     for row, csv_row, fact in zip(nested, flat, facts, strict=True):
         body, csv_body = dict(row["body"]), orjson.loads(csv_row["body"])
-        encoded = f.encode(fact)
+        encoded = fact_codec.encode(fact)
         if isinstance(fact, f.QuoteOpened):  # its entry keeps the signed answer too (the
             # fact read back for the desk does not)
             assert body.pop("signed_data")["standard"] == csv_body.pop("signed_data")["standard"]
             assert encoded.pop("signed_data") == {}
         assert body == encoded  # a JSON value, not a string
         assert csv_body == encoded  # JSON text in CSV
-        assert f.decode(row["kind"], row["body"]) == fact
+        assert fact_codec.decode(row["kind"], row["body"]) == fact
     assert nested[0]["body"]["amount_in"] == str(U128_MAX)
     assert nested[0]["at"] == T0_US
 

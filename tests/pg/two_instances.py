@@ -25,6 +25,7 @@ import psycopg
 from sandbox.bus_records import AnswerArrival
 from sandbox.config import PairSpec, TakersSpec
 from sandbox.server import Sandbox
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.protocol.keys import SecretKey
 from tests.app.harness import (
@@ -133,7 +134,7 @@ class Pair:
         out = []
         for (body,) in rows:
             doc = orjson.loads(body)
-            fact = f.decode("quote_opened", doc)
+            fact = fact_codec.decode("quote_opened", doc)
             assert isinstance(fact, f.QuoteOpened)
             out.append((fact, (doc.get("signed_data") or {}).get("signature")))
         return out

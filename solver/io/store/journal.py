@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.clock import Micros
 from solver.io.store.quote_counts import MINUTE_US
@@ -88,7 +89,7 @@ class SqliteJournal:
     def append(self, fact: f.Fact) -> None:
         """Append ``fact`` to the open transaction; ``commit`` makes it durable (a
         ``QuoteOpened`` carries its signed answer, kept for disputes)."""
-        doc = f.encode(fact)
+        doc = fact_codec.encode(fact)
         body = orjson.dumps(doc).decode()
         if type(fact) is f.QuoteOpened:
             self.rows.append((fact.created_at, "quote_opened", body))
@@ -227,8 +228,8 @@ class SqliteJournal:
         sql = "SELECT seq, kind, body FROM journal WHERE seq > ? ORDER BY seq"
         for seq, kind, body in self._conn.execute(sql, (after,)):
             try:
-                facts.append(f.decode(kind, orjson.loads(body)))
-            except (f.FactError, orjson.JSONDecodeError) as exc:
+                facts.append(fact_codec.decode(kind, orjson.loads(body)))
+            except (fact_codec.FactError, orjson.JSONDecodeError) as exc:
                 raise StoreError(f"journal entry {seq} ({kind}) cannot be read: {exc}") from None
         return snapshot, facts
 

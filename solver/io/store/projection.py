@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.io.store.quote_rows import INSERT_FILL_FROM_QUOTE, QuoteRows, skipped
 from solver.io.store.schema import (
@@ -151,7 +152,7 @@ def _project_entry(
 ) -> None:
     try:
         doc = orjson.loads(body)
-        fact = f.decode(kind, doc)
+        fact = fact_codec.decode(kind, doc)
         with_savepoint(cur, lambda: _apply(cur, quotes, seq, fact, doc))
     except skipped() as exc:
         log.error("journal entry %d (%s) not projected: %s", seq, kind, exc)

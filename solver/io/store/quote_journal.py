@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from solver.core import facts as f
+from solver.core import fact_codec
 from solver.io.store.quote_counts import Counted, CountKeys
 
 log = logging.getLogger("solver.projection")
@@ -78,7 +78,7 @@ def opened_body(cur: Any, seq: int) -> str:
     """The body of the ``quote_opened`` entry ``seq`` of a quote still open."""
     found = cur.execute(SELECT_BODY, (seq,)).fetchone()
     if found is None:
-        raise f.FactError(f"the journal entry {seq} of an open quote is gone")
+        raise fact_codec.FactError(f"the journal entry {seq} of an open quote is gone")
     body: str = found[0]
     return body
 

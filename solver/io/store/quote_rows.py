@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.io.store.quote_counts import (
     LOST,
@@ -61,7 +62,7 @@ from solver.io.store.schema import (
 log = logging.getLogger("solver.projection")
 
 _BAD_ENTRY: tuple[type[BaseException], ...] = (
-    f.FactError,
+    fact_codec.FactError,
     orjson.JSONDecodeError,
     KeyError,
     TypeError,
@@ -104,15 +105,15 @@ the projection formats no amount, issue 29). One flat tuple of atoms: the collec
 it (a tuple in a tuple, or a fact, held until projected is traversed by every older
 collection: +3.7k instructions an append, callgrind)."""
 _ID_AT = len('{"quote_id":"')
-"""Where a ``quote_opened`` body's quote id starts (``facts.encode`` writes it first; a body
+"""Where a ``quote_opened`` body's quote id starts (``fact_codec.encode`` writes it first; a body
 that does not start so finds nothing handed, and is parsed)."""
 
 
 def quote_row(doc: dict[str, Any], state: str, weight: float) -> tuple[Any, ...]:
     """The ``quotes`` row of a ``quote_opened`` entry (:data:`INSERT_QUOTE`)."""
-    q = f.decode("quote_opened", doc)
+    q = fact_codec.decode("quote_opened", doc)
     if type(q) is not f.QuoteOpened:  # pragma: no cover - decode returns the kind it was given
-        raise f.FactError("quote_opened: not an opened quote")
+        raise fact_codec.FactError("quote_opened: not an opened quote")
     return (q.quote_id, q.quote_hash, ts_us(q.created_at), ts_us(q.deadline), q.asset_in,
             q.asset_out, str(q.amount_in), str(q.amount_out), str(q.fee), q.nonce,
             orjson.dumps(doc.get("signed_data") or {}).decode(), state, None, q.exact_in,
@@ -273,7 +274,7 @@ class QuoteRows:
                     doc = orjson.loads(body)
             quote_id = doc["quote_id"]
             if quote_id in self._open or quote_id in self._rowed:
-                raise f.FactError(f"quote_opened: {quote_id} is open already")
+                raise fact_codec.FactError(f"quote_opened: {quote_id} is open already")
             amount = doc["amount_in"]  # CountKeys.of_doc, spelled out
             keys = self._keys
             raw = (
@@ -284,7 +285,7 @@ class QuoteRows:
             )
             key = keys.built.get(raw) or keys.new(raw)
         except MALFORMED as exc:
-            raise f.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
+            raise fact_codec.FactError(f"quote_opened: {type(exc).__name__}: {exc}") from None
         if sampled:
             row = quote_row(doc, OPEN, self.weight)
             if savepoints:
@@ -432,7 +433,7 @@ class QuoteRows:
 
     def _not_open(self, quote_id: str) -> None:
         if quote_id in self._open or quote_id in self._rowed:
-            raise f.FactError(f"quote_opened: {quote_id} is open already")
+            raise fact_codec.FactError(f"quote_opened: {quote_id} is open already")
 
     def _rebuild(self, cur: Any, open_from: int, seq: int) -> None:
         """The open quotes as the journal has them at ``seq``, from ``open_from`` on."""

@@ -54,6 +54,7 @@ from solver import desk_wiring  # solver/runtime/wiring.py since 5a908fa
 from solver.cli import main as solver_main
 from solver.config import load_bot_config
 from solver.core import events as ev
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.actions import Action, CheckNonce, OperatorReply, Record, SignAndSend
 from solver.core.desk import Desk
@@ -447,7 +448,7 @@ def rebuilt(config_path: Path, store: store_module.Store, *, from_snapshot: bool
         assert doc is not None
         restore(desk, doc)
     else:
-        facts = [f.decode(kind, orjson.loads(body)) for kind, body in store._conn.execute(
+        facts = [fact_codec.decode(kind, orjson.loads(body)) for kind, body in store._conn.execute(
             "SELECT kind, body FROM journal ORDER BY seq")]  # fmt: skip
     for fact in facts:
         desk.apply(fact)

@@ -80,6 +80,7 @@ import solver
 from solver.cli import main as solver_main
 from solver.config import load_bot_config
 from solver.core import events as ev
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.actions import Action, CheckNonce, OperatorReply, Record, SignAndSend
 from solver.core.desk import Desk
@@ -575,7 +576,7 @@ def rebuilt(config_path: Path, store: Store, *, from_snapshot: bool) -> Desk:
         assert doc is not None
         restore(desk, doc)
     else:
-        facts = [f.decode(kind, orjson.loads(body)) for kind, body in store._conn.execute(
+        facts = [fact_codec.decode(kind, orjson.loads(body)) for kind, body in store._conn.execute(
             "SELECT kind, body FROM journal ORDER BY seq")]  # fmt: skip
     for fact in facts:
         desk.apply(fact)

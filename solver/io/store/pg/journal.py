@@ -52,6 +52,7 @@ from typing import Any
 import orjson
 import psycopg
 
+from solver.core import fact_codec
 from solver.core import facts as f
 from solver.core.clock import Micros
 from solver.io.store.journal import DROP_OLD_SNAPSHOTS, _at
@@ -123,7 +124,7 @@ class PgJournal:
     def append(self, fact: f.Fact) -> None:
         if self._fenced is not None:
             raise self._fenced
-        body = orjson.dumps(f.encode(fact))  # UTF-8 without NUL: a text element as it is
+        body = orjson.dumps(fact_codec.encode(fact))  # UTF-8 without NUL: a text element as it is
         if type(fact) is f.QuoteOpened:  # the quote path's fact (as SqliteJournal.append)
             self._at += BIGINT_ELEMENT.pack(8, fact.created_at)
             self._kind += _OPENED
@@ -279,8 +280,8 @@ class PgJournal:
             last = after
             for seq, kind, body in conn.execute(sql, (after,)):
                 try:
-                    facts.append(f.decode(kind, orjson.loads(body)))
-                except (f.FactError, orjson.JSONDecodeError) as exc:
+                    facts.append(fact_codec.decode(kind, orjson.loads(body)))
+                except (fact_codec.FactError, orjson.JSONDecodeError) as exc:
                     raise StoreError(
                         f"journal entry {seq} ({kind}) cannot be read: {exc}"
                     ) from None
@@ -306,8 +307,8 @@ class PgJournal:
             raise StoreError(f"cannot read the journal: {exc}") from None
         for seq, kind, body in rows:
             try:
-                facts.append(f.decode(kind, orjson.loads(body)))
-            except (f.FactError, orjson.JSONDecodeError) as exc:
+                facts.append(fact_codec.decode(kind, orjson.loads(body)))
+            except (fact_codec.FactError, orjson.JSONDecodeError) as exc:
                 raise StoreError(f"journal entry {seq} ({kind}) cannot be read: {exc}") from None
             self.committed_seq = int(seq)
         return facts

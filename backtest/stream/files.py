@@ -11,6 +11,7 @@ import gzip
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import orjson
 
 from backtest.stream.events import FORMAT_VERSION, Header, TokenInfo
 from backtest.stream.format import GZIP_MAGIC, StreamError, parse_ts
+from backtest.stream.records import KIND_NAMES, KIND_TAGS, Record
 from solver.protocol.ids import validate_asset_id
 
 
@@ -39,6 +41,18 @@ class StreamStats:
     """Why the stream ended early, or None: a gzip part cut short, or a last line cut short
     (no line end, and not an event). Reading keeps what came before; ``solver backtest run``
     exits with its own code unless ``--allow-truncated`` (docs/backtest.md)."""
+
+    def count(self, batch: list[Record]) -> None:
+        """Count the batch's records by kind (:attr:`events`, the kinds in the order first
+        seen): once a batch, not a line (issue 29). The tags as bytes are counted and found in
+        C; a ``Counter`` cost twice as much a record."""
+        events = self.events
+        tags = bytes(map(itemgetter(0), batch))
+        for index in sorted(KIND_TAGS.values(), key=tags.find):
+            n = tags.count(index)
+            if n:
+                name = KIND_NAMES[index]
+                events[name] = events.get(name, 0) + n
 
     @property
     def total_events(self) -> int:

@@ -1,23 +1,24 @@
 """The lines of a recorded stream's open part as the replay's records (format version 1).
 
 :class:`LineParser` turns the lines of one open file into records: the per-line hot loop and,
-for a line it cannot take the short way, the checks one at a time and the problems they report
-(malformed, truncated, unsorted, unknown kind), with the state that outlives a part (line
-numbers, the last time read, the stats). A :class:`~backtest.stream.read.StreamReader` has one:
-the reader finds and opens the parts, reads their headers and hands the records out (as events
-or batches); the parser never opens a file. The reading rules are described in
-:mod:`backtest.stream.read`.
+for a line it cannot take the short way, the checks one at a time (the envelope's in
+:mod:`backtest.stream.envelope`) and the problems they report (malformed, truncated, unsorted),
+with the state that outlives a part (line numbers, the last time read, the stats). A
+:class:`~backtest.stream.read.StreamReader` has one: the reader finds and opens the parts, reads
+their headers and hands the records out (as events or batches); the parser never opens a file.
+The reading rules are described in :mod:`backtest.stream.read`.
 
 The hot path parses with orjson and checks fields by hand with the rules of
 :class:`solver.protocol.bus.QuoteRequestEvent` read with ``context=WIRE`` (amounts are u128
 decimal strings, never JSON numbers), which is several times faster than a pydantic model per
 line. Timestamps in the writer's own form are read without a ``datetime``
 (:class:`~backtest.stream.records.Timestamps`; the one before, or its second, is reused without
-a call, since events share them); any other is read by the ISO 8601 parser. The common request,
-competitor and price lines are checked inline (a call per line is a good part of a line's cost);
-any line those checks do not pass is checked again field by field
-(:class:`~solver.protocol.quote_request.QuoteRequestParser`, :mod:`backtest.stream.kinds`), so
-it gets the same reason as before. A request's asset ids are the header's own strings.
+a call, since events share them); any other is read by the ISO 8601 parser (the long way). The
+common request, competitor and price lines are checked inline (a call per line is a good part of
+a line's cost); any line those checks do not pass is checked again field by field
+(:mod:`backtest.stream.envelope`, :class:`~solver.protocol.quote_request.QuoteRequestParser`,
+:mod:`backtest.stream.kinds`), so it gets the same reason as before. A request's asset ids are
+the header's own strings.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Iterator, Sequence
-from datetime import datetime
 from io import BufferedReader, BytesIO
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from backtest.stream.envelope import read_envelope
 from backtest.stream.events import FORMAT_VERSION, TokenInfo
 from backtest.stream.files import StreamStats
 from backtest.stream.format import (
@@ -41,10 +41,10 @@ from backtest.stream.format import (
     Malformed,
     StreamError,
     format_ts,
-    parse_ts,
 )
 from backtest.stream.kinds import PARSERS, competitor, partner_of, price
 from backtest.stream.records import (
+    KIND_TAGS,
     REC_COMPETITOR,
     REC_PRICE,
     REC_REQUEST,
@@ -52,7 +52,7 @@ from backtest.stream.records import (
     Record,
     Timestamps,
 )
-from solver.core.clock import from_micros, micros
+from solver.core.clock import from_micros
 from solver.protocol.amounts import U128_DIGITS, U128_MAX
 from solver.protocol.quote_request import (
     MAX_MIN_DEADLINE_MS,
@@ -62,17 +62,14 @@ from solver.protocol.quote_request import (
 )
 from solver.protocol.quote_request import MAX_QUOTE_ID_LEN as MAX_REQUEST_ID_LEN
 
-__all__ = ["CHUNK", "KIND_NAMES", "LineParser"]
+__all__ = ["CHUNK", "LineParser"]
 
 new_tuple = tuple.__new__  # a QuoteRequest built without its __new__'s Python frame
 
 CHUNK = 1 << 16
 """Bytes read at a time, and so the lines of a batch: enough that a batch's own cost is nothing
 per record, few enough that reading ahead costs no memory (the buffered reader's own 64 KiB)."""
-KIND_NAMES = ("quote_request", "price", "competitor", "quote_status", "informed")
-"""The kinds a stream holds, each at the index of its record tag (``REC_*``)."""
-_KINDS = {name: index for index, name in enumerate(KIND_NAMES)}  # the REC_* of each kind
-_SHORT_WAY = dict(_KINDS)
+_SHORT_WAY = dict(KIND_TAGS)
 """The kinds whose lines may take the short way (a test empties it to compare with the long)."""
 _NO_TIME = -(2**63)
 
@@ -324,7 +321,7 @@ class LineParser:
                     if batch:
                         self._number, self._last_us = number, last
                         stats.lines = self._base + number
-                        self._count(batch)
+                        stats.count(batch)
                         yield batch
                         if self._done:
                             return
@@ -343,56 +340,27 @@ class LineParser:
                 ) from None
         except StreamError:
             if batch:
-                self._count(batch)
+                stats.count(batch)
                 yield batch  # what came before the error, then the error
             raise
         self._number, self._last_us = number, last
         stats.lines = self._base + number
 
-    def _count(self, batch: list[Record]) -> None:
-        """Count the batch's records by kind (:attr:`StreamStats.events`, the kinds in the
-        order first seen): once a batch, not a line (issue 29). The tags as bytes are counted
-        and found in C; a ``Counter`` cost twice as much a record."""
-        events = self.stats.events
-        tags = bytes(map(itemgetter(0), batch))
-        for index in sorted(_KINDS.values(), key=tags.find):
-            n = tags.count(index)
-            if n:
-                name = KIND_NAMES[index]
-                events[name] = events.get(name, 0) + n
-
     def _fields(self, line: bytes, number: int) -> tuple[int, int, dict[str, Any], Any] | None:
-        """A line's kind, time, object and data, checked one at a time (the first problem
-        raises :class:`Malformed` naming it); None for a line to skip (blank, unknown kind).
-        Reads and sets :attr:`_last_us`: a line with a valid time moves it even when its data
-        turns out malformed."""
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            if not line.strip():
-                self.stats.blank_lines += 1
-                return None
-            raise Malformed("invalid JSON") from None
-        if type(obj) is not dict:
-            raise Malformed("not a JSON object")
-        kind: Any = obj.get("kind")
-        index = _KINDS.get(kind) if type(kind) is str else None
-        if index is None:
-            self._other_kind(kind)
+        """A line's kind, time, object and data, checked one at a time (:func:`read_envelope`;
+        the first problem raises :class:`Malformed` naming it); None for a line to skip (blank,
+        unknown kind). Reads and sets :attr:`_last_us`: a line with a valid time moves it even
+        when its data turns out malformed."""
+        fields = read_envelope(line, self.stats, self._timestamps)
+        if fields is None:
             return None
-        version = obj.get("v")
-        if type(version) is not int or version != FORMAT_VERSION:
-            raise Malformed(f"unsupported event version {version!r}")
-        text = obj.get("ts")
-        t_us = self._timestamps.micros(text) if type(text) is str else None
-        if t_us is None:
-            t_us = _slow_micros(text)
+        index, t_us, obj = fields
         if t_us < self._last_us:
             self._unsorted(number, t_us, self._last_us)
         self._last_us = t_us
         data = obj.get("data")
         if type(data) is not dict:
-            raise Malformed(f"{kind}: data must be an object")
+            raise Malformed(f"{obj['kind']}: data must be an object")
         return index, t_us, obj, data
 
     # ------------------------------------------------------------------ problems
@@ -426,18 +394,6 @@ class LineParser:
             line=number,
         )
 
-    def _other_kind(self, kind: Any) -> None:
-        """A line whose kind has no parser: a second header is malformed, the rest skipped."""
-        if type(kind) is not str:
-            raise Malformed("missing kind")
-        if kind == "header":
-            raise Malformed("a second header inside the stream")
-        stats = self.stats
-        stats.unknown_kinds += 1
-        key = kind[:64]
-        if key in stats.unknown_by_kind or len(stats.unknown_by_kind) < 100:
-            stats.unknown_by_kind[key] = stats.unknown_by_kind.get(key, 0) + 1
-
     # ------------------------------------------------------------------ closing
 
     def close(self) -> None:
@@ -446,16 +402,3 @@ class LineParser:
         file, self._file = self._file, None
         if file is not None:
             file.close()
-
-
-def _slow_micros(text: Any) -> int:
-    """A timestamp not in the writer's own form: the full ISO 8601 parser's value or reason."""
-    if type(text) is str and text[-1:] == "Z":
-        try:
-            return micros(datetime.fromisoformat(text))
-        except ValueError:
-            raise Malformed(f"ts {text[:40]!r} is not ISO 8601") from None
-    try:
-        return micros(parse_ts(text))
-    except ValueError as exc:
-        raise Malformed(str(exc)) from None

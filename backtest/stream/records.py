@@ -35,6 +35,10 @@ from backtest.stream.events import (
 from solver.core.clock import from_micros, micros
 
 REC_REQUEST, REC_PRICE, REC_COMPETITOR, REC_STATUS, REC_INFORMED = 0, 1, 2, 3, 4
+KIND_NAMES = ("quote_request", "price", "competitor", "quote_status", "informed")
+"""The kinds a stream holds, each at the index of its record tag (``REC_*``)."""
+KIND_TAGS = {name: index for index, name in enumerate(KIND_NAMES)}
+"""The record tag (``REC_*``) of each kind."""
 Record = tuple[Any, ...]
 
 

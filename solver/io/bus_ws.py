@@ -52,18 +52,14 @@ from solver.core.lifecycle import Quote
 from solver.errors import ConfigError, ProtocolError, TransportError
 from solver.io.backoff import Jitter, backoff, classify
 from solver.io.bus_connect import LinkOptions, connect_error, open_link, sleep_unless
+from solver.io.bus_state import CONNECTING, DISCONNECTED, STOPPED, PendingReply, WsCounters
 from solver.io.bus_ws_receive import (
-    CONNECTING,
-    DISCONNECTED,
-    STOPPED,
     BatchCallback,
     BusReceiver,
-    PendingReply,
     QuoteCallback,
     ResponseCallback,
     StateCallback,
     StatusCallback,
-    WsCounters,
 )
 from solver.io.conn_notes import display_url, next_attempt
 from solver.io.ws_link import QuoteLink

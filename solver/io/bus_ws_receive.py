@@ -9,8 +9,9 @@ writes the requests and registers each awaited reply in :attr:`BusReceiver.pendi
 told by two hooks what only frames can tell it (``on_subscribed``: both subscriptions are
 confirmed; ``on_fatal``: a reply ended the session, :attr:`BusReceiver.fatal`). The counters,
 the subscriptions and the connection state live here, with the frames that move them, and the
-client reads them. So the frame path is tested with bytes alone, and the lifecycle can change
-without touching it.
+client reads them (their names and types, which the bot reads too, are
+:mod:`solver.io.bus_state`'s). So the frame path is tested with bytes alone, and the lifecycle
+can change without touching it.
 
 The rules (bad frames are counted, never raised; callbacks' errors are contained; an answer
 without a reply is unanswered, not refused) are those of :mod:`solver.io.bus_ws`.
@@ -23,29 +24,23 @@ import inspect
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
 from solver.errors import RemoteError, SolverError
 from solver.io.bus_frames import BUS_REQUESTS, Skip, parse_quote_status_event
+from solver.io.bus_state import CONNECTED, DISCONNECTED, PendingReply, WsCounters
 from solver.protocol.bus import QuoteStatusEvent, rename_asset_fields, unwrap_event
 from solver.protocol.quote_request import BadQuoteRequest, QuoteRequest
 
 __all__ = [
-    "CONNECTED",
-    "CONNECTING",
-    "DISCONNECTED",
-    "STOPPED",
     "BatchCallback",
     "BusReceiver",
-    "PendingReply",
     "QuoteCallback",
     "ResponseCallback",
     "StateCallback",
     "StatusCallback",
-    "WsCounters",
 ]
 
 log = logging.getLogger("solver.io.bus_ws")  # the client's one logger, as before the split
@@ -69,41 +64,6 @@ BatchCallback = Callable[[list[QuoteRequest]], int]
 StatusCallback = Callable[[QuoteStatusEvent], Awaitable[None] | None]
 StateCallback = Callable[[str], None]
 ResponseCallback = Callable[[str, bool, str | None], None]
-
-# Connection states reported to ``on_state``.
-CONNECTING: Final = "connecting"
-CONNECTED: Final = "connected"  # connected *and* both subscriptions confirmed
-DISCONNECTED: Final = "disconnected"
-STOPPED: Final = "stopped"
-
-
-@dataclass
-class WsCounters:
-    """Plain counters, cheap to bump, read by metrics and tests."""
-
-    connects: int = 0  # sessions that reached CONNECTED
-    reconnects: int = 0  # of those, the ones after the first
-    connect_failures: int = 0
-    disconnects: int = 0
-    frames_in: int = 0
-    quotes_in: int = 0
-    quote_statuses_in: int = 0
-    responses_ok: int = 0
-    responses_failed: int = 0
-    unanswered: int = 0  # sent, no reply before the connection dropped (not a refusal)
-    callback_errors: int = 0
-    bad_frames: dict[str, int] = field(default_factory=dict)
-
-    def bad(self, reason: str) -> None:
-        self.bad_frames[reason] = self.bad_frames.get(reason, 0) + 1
-
-
-@dataclass(slots=True)
-class PendingReply:
-    """A request sent whose reply is awaited (by its id in the JSON-RPC frame)."""
-
-    kind: str  # "subscribe" | "quote_response"
-    tag: str  # the subscription kind, or the quote_id
 
 
 def _noop_state(state: str) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from solver.core import events as ev
 from solver.core.actions import Action, Alert
 from solver.core.clock import Micros, from_micros
-from solver.io.bus_ws_receive import CONNECTED
+from solver.io.bus_state import CONNECTED
 
 if TYPE_CHECKING:
     from solver.core.market import QuoteRequest

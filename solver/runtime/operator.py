@@ -30,7 +30,7 @@ from solver.runtime.status_extra import merge_pair_rows, status_extra
 if TYPE_CHECKING:
     from solver.config import PairSpec, TokenSpec
     from solver.core.view import DeskView
-    from solver.io.bus_ws_receive import WsCounters
+    from solver.io.bus_state import WsCounters
     from solver.io.metrics import Metrics
     from solver.io.notify import Notifier
     from solver.io.store.sqlite_store import Store

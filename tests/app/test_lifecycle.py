@@ -12,7 +12,7 @@ import pytest
 
 from solver.core.lifecycle import QuoteState
 from solver.core.quoting import PAUSED
-from solver.io.bus_ws_receive import STOPPED
+from solver.io.bus_state import STOPPED
 from tests.app.harness import E24, NEAR, USDC, eventually, live_bot
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from solver.io.bus_ws_receive import BusReceiver, PendingReply
+from solver.io.bus_state import PendingReply
+from solver.io.bus_ws_receive import BusReceiver
 
 
 def _receiver() -> tuple[BusReceiver, list[tuple[str, bool, str | None]]]:

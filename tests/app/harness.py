@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,17 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for: {what}")
         await asyncio.sleep(every_s)
+
+
+async def eventually_async(
+    predicate: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 15.0
+) -> None:
+    """:func:`eventually` for a predicate that awaits (an HTTP read of the bot's API)."""
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for: {what}")
+        await asyncio.sleep(0.1)
 
 
 class ErrorLog(logging.Handler):

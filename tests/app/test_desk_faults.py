@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from tests.app.harness import (
     USDC,
     bot_overrides,
     eventually,
+    eventually_async,
     fund,
     live_bot,
     running_sandbox,
@@ -239,16 +240,6 @@ async def _paused_with(http: httpx.AsyncClient, base: str, kinds: set[str]) -> b
 async def _pnl_below(http: httpx.AsyncClient, base: str, limit: float) -> bool:
     pnl = (await status(http, base))["pnl_usd"]
     return pnl is not None and pnl < limit
-
-
-async def eventually_async(
-    predicate: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 15.0
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for: {what}")
-        await asyncio.sleep(0.1)
 
 
 def _request(amount_in: int, min_deadline_ms: int = 60_000) -> dict[str, Any]:

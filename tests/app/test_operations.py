@@ -16,7 +16,18 @@ from solver.cli import main
 from solver.core.pauses import GLOBAL
 from solver.core.quoting import BELOW_MIN_SIZE, PAUSED, STALE_BALANCES
 from solver.io.store.sqlite_store import Store
-from tests.app.harness import E6, E18, E24, ETH, NEAR, USDC, LiveBot, eventually, live_bot
+from tests.app.harness import (
+    E6,
+    E18,
+    E24,
+    ETH,
+    NEAR,
+    USDC,
+    LiveBot,
+    eventually,
+    eventually_async,
+    live_bot,
+)
 
 TOKEN = "operations-test-token"
 CONTROL = {"metrics.listen": "127.0.0.1:0"}
@@ -252,7 +263,11 @@ async def test_staleness_beyond_max_stale_s_trips_the_kill_switch_until_resumed(
         assert app.desk.stats.skipped[PAUSED] == 1
         status = (await bot.http.get(f"{url}/control/status", headers=auth)).json()
         assert status["state"] == "PAUSED" and status["paused"][GLOBAL].startswith("stale_data")
-        assert 'solver_state{state="PAUSED"} 1.0' in await get_metrics(bot)
+
+        async def paused_gauge() -> bool:  # the gauges are published on a paced tick
+            return 'solver_state{state="PAUSED"} 1.0' in await get_metrics(bot)
+
+        await eventually_async(paused_gauge, "the state gauge at PAUSED", 5)
 
         resumed = await bot.http.post(f"{url}/control/resume", headers=auth, json={})
         assert resumed.status_code == 200 and resumed.json()["ok"] is True

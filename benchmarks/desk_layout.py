@@ -13,7 +13,8 @@ in the same state with the same quotes lost in the same order.
 Counts, not times (the machine is shared): opcodes a quote (``sys.settrace``, the driver's
 own loop left out) and, with ``--callgrind``, instructions a quote (valgrind callgrind: a
 run minus one that only sets the same model up, ``PYTHONHASHSEED=0``, one bytecode cache;
-the median of ``--repeats`` rounds: the run's count moves by ~2 % between repeats).
+the median of ``--repeats`` rounds, each from a fresh temporary folder: the count moves by
+~2 % with the child's paths and environment).
 The saving against ``today`` is a share of the replay's instructions a request
 (``--replay-instructions``, from ``python -m benchmarks.replay_instructions``).
 
@@ -326,17 +327,19 @@ def _callgrind(
     """Each model's callgrind counts (``repeats`` rounds, the models interleaved), its median
     instructions a quote with min–max, and the saving of the medians against today's.
 
-    Repeated because the run's count moves between two runs of the same child, the set-up's
-    hardly (~0.1 %): five runs of ``today`` gave 45,193–46,237 instructions a quote, and one
-    of ``slots_str``, with the test suite running beside it, 42,742 against 39,027 before
-    (issue 29, session 38; the cause is not found). One pair is not a figure."""
+    The counts move with the child's surroundings: three runs of one child with the same
+    paths and environment agreed within 0.02 %, but runs from other temporary folders or with
+    one more environment variable gave ``today`` 45,193–46,237 instructions a quote (issue 29,
+    session 38; likely the path strings' hashes and the stack's alignment). So each round
+    writes the steps and the bytecode cache to a fresh temporary folder: the rounds sample
+    that spread, and the median is the figure."""
     nets: dict[str, list[int]] = {model: [] for model in MODELS}
-    with tempfile.TemporaryDirectory(prefix="desk-layout-") as folder:
-        path, cache = Path(folder) / "steps.json", Path(folder) / "pycache"
-        path.write_text(json.dumps(steps))  # stdlib json: amounts beyond 64 bits
-        for model in MODELS:
-            child(model, "warm", path, cache)
-        for round_ in range(repeats):
+    text = json.dumps(steps)  # stdlib json: amounts beyond 64 bits
+    for round_ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="desk-layout-") as folder:
+            path, cache = Path(folder) / "steps.json", Path(folder) / "pycache"
+            path.write_text(text)
+            child("today", "warm", path, cache)  # every model's modules: one cache
             for model in MODELS:
                 progress.log(f"round {round_ + 1}/{repeats}: {model} under callgrind")
                 ran, setup = child(model, "run", path, cache), child(model, "setup", path, cache)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.desk_layout import MODELS, Step, build, opcodes_a_quote, record
+from benchmarks.desk_layout import MODELS, Step, build, main, opcodes_a_quote, record
 from benchmarks.desk_layout_models import slots
 from benchmarks.desk_layout_models.drive import drive
 from benchmarks.replay import make_stream
@@ -134,3 +134,9 @@ def test_the_replays_quotes_and_ticks_are_recorded_and_restored(tmp_path: Path) 
         drive(desk, events)
         ends.append(desk.end_state())
     assert ends[0].open and all(end == ends[0] for end in ends)  # too short to lose any
+
+
+def test_a_bad_repeat_count_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--callgrind", "--repeats", "0"])
+    assert "--repeats must be at least 1" in capsys.readouterr().err

@@ -14,7 +14,7 @@ Counts, not times (the machine is shared): opcodes a quote (``sys.settrace``, th
 own loop left out) and, with ``--callgrind``, instructions a quote (valgrind callgrind: a
 run minus one that only sets the same model up, ``PYTHONHASHSEED=0``, one bytecode cache;
 the median of ``--repeats`` rounds, each from a fresh temporary folder: the count moves by
-~2 % with the child's paths and environment).
+up to ~4 % with the child's paths and environment, more than a model's own repeats).
 The saving against ``today`` is a share of the replay's instructions a request
 (``--replay-instructions``, from ``python -m benchmarks.replay_instructions``).
 
@@ -328,9 +328,9 @@ def _callgrind(
     instructions a quote with min–max, and the saving of the medians against today's.
 
     The counts move with the child's surroundings: three runs of one child with the same
-    paths and environment agreed within 0.02 %, but runs from other temporary folders or with
-    one more environment variable gave ``today`` 45,193–46,237 instructions a quote (issue 29,
-    session 38; likely the path strings' hashes and the stack's alignment). So each round
+    paths and environment agreed within 0.02 %, but eight runs from other temporary folders
+    (one with one more environment variable) gave ``today`` 44,389–46,237 a quote (issue 29,
+    session 38; the cause is not found). So each round
     writes the steps and the bytecode cache to a fresh temporary folder: the rounds sample
     that spread, and the median is the figure."""
     nets: dict[str, list[int]] = {model: [] for model in MODELS}
